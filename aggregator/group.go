@@ -1,0 +1,489 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/event"
+)
+
+// Headers set on dead-lettered messages, beside the original key, value and
+// headers, so an operator can find and replay the source.
+const (
+	HeaderDLQReason    = "floodgate-dlq-reason"
+	HeaderDLQDetail    = "floodgate-dlq-detail"
+	HeaderDLQTopic     = "floodgate-dlq-topic"
+	HeaderDLQPartition = "floodgate-dlq-partition"
+	HeaderDLQOffset    = "floodgate-dlq-offset"
+	HeaderDLQGroup     = "floodgate-dlq-group"
+)
+
+// ReasonFutureTimestamp is the dead-letter reason of events whose time is
+// further ahead of the aggregator's clock than Config.MaxFutureSkew.
+const ReasonFutureTimestamp = "future_timestamp"
+
+// ReasonKeyMismatch is the dead-letter reason of events whose message key is
+// not their "kind:subject": such an event may sit on a partition that does not
+// own its subject.
+const ReasonKeyMismatch = "key_mismatch"
+
+// MessageWriter is where dead letters go; *kafka.Writer satisfies it.
+type MessageWriter interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+var _ MessageWriter = (*kafka.Writer)(nil)
+
+// Config configures a Group. Zero values take the defaults named per field.
+type Config struct {
+	// Brokers to bootstrap from. Required.
+	Brokers []string
+	// Topic of access events. Required.
+	Topic string
+	// GroupID of the consumer group. Required; each sink needs its own group
+	// so that one sink's outage never stalls the other.
+	GroupID string
+	// BatchMax caps the messages in one batch. Default 10000.
+	BatchMax int
+	// BatchWait is how long a worker keeps filling a batch after its first
+	// message. Default 50ms: long enough to coalesce a burst, short enough to
+	// keep deny decisions fresh.
+	BatchWait time.Duration
+	// MaxFutureSkew is how far ahead of Now an event time may be. Default 5s.
+	MaxFutureSkew time.Duration
+	// DeadLetter receives malformed messages with their reason. Nil means
+	// malformed messages are counted and skipped: only one of the groups over
+	// a topic should dead-letter, or the DLQ gets every bad message twice.
+	DeadLetter MessageWriter
+	// RetryBackoff is the first pause after a failed Apply or dead-letter
+	// write; it doubles up to MaxRetryBackoff. Defaults 200ms and 5s. A
+	// partition retries the same batch until it succeeds: nothing is skipped.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// SessionTimeout of the group membership. Default 10s, so that a killed
+	// member's partitions move quickly.
+	SessionTimeout time.Duration
+	// Now is the clock for the future-skew check. Default time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the group's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("aggregator config: no brokers")
+	case c.Topic == "":
+		return errors.New("aggregator config: no topic")
+	case c.GroupID == "":
+		return errors.New("aggregator config: no group id")
+	case c.BatchMax < 0:
+		return fmt.Errorf("aggregator config: batch max %d is negative", c.BatchMax)
+	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0:
+		return errors.New("aggregator config: durations must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.BatchMax == 0 {
+		c.BatchMax = 10000
+	}
+	if c.BatchWait == 0 {
+		c.BatchWait = 50 * time.Millisecond
+	}
+	if c.MaxFutureSkew == 0 {
+		c.MaxFutureSkew = 5 * time.Second
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 200 * time.Millisecond
+	}
+	if c.MaxRetryBackoff == 0 {
+		c.MaxRetryBackoff = 5 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Group consumes a topic as a member of a consumer group and feeds one Sink.
+type Group struct {
+	cfg     Config
+	sink    Sink
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// NewGroup checks cfg and returns a Group ready to Run.
+func NewGroup(cfg Config, sink Sink) (*Group, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, errors.New("aggregator config: nil sink")
+	}
+	cfg.setDefaults()
+	m, err := newMetrics(cfg.Registerer, cfg.GroupID)
+	if err != nil {
+		return nil, err
+	}
+	return &Group{
+		cfg:     cfg,
+		sink:    sink,
+		log:     cfg.Logger.With("group", cfg.GroupID, "topic", cfg.Topic),
+		metrics: m,
+	}, nil
+}
+
+// Run joins the group and processes assigned partitions until ctx ends. On
+// cancellation each worker finishes the batch it holds (apply and commit)
+// before Run returns, so a graceful stop loses and repeats nothing.
+func (g *Group) Run(ctx context.Context) error {
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                     g.cfg.GroupID,
+		Brokers:                g.cfg.Brokers,
+		Topics:                 []string{g.cfg.Topic},
+		SessionTimeout:         g.cfg.SessionTimeout,
+		RebalanceTimeout:       g.cfg.SessionTimeout,
+		HeartbeatInterval:      g.cfg.SessionTimeout / 5,
+		JoinGroupBackoff:       time.Second,
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: 10 * time.Second,
+		StartOffset:            kafka.FirstOffset,
+		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.log.Debug("kafka group: " + fmt.Sprintf(msg, args...)) }),
+	})
+	if err != nil {
+		return fmt.Errorf("join group %s: %w", g.cfg.GroupID, err)
+	}
+	defer func() {
+		if cerr := cg.Close(); cerr != nil {
+			g.log.Warn("leave group", "err", cerr)
+		}
+	}()
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, kafka.ErrGroupClosed) {
+				return nil
+			}
+			g.log.Warn("next generation", "err", err)
+			if !sleep(ctx, g.cfg.RetryBackoff) {
+				return nil
+			}
+			continue
+		}
+		parts := gen.Assignments[g.cfg.Topic]
+		ids := make([]int, 0, len(parts))
+		for _, p := range parts {
+			ids = append(ids, p.ID)
+		}
+		g.log.Info("assigned", "generation", gen.ID, "partitions", ids)
+		g.metrics.generations.Inc()
+		// Workers stop when the generation ends (rebalance) or when ctx ends
+		// (shutdown); either way they finish their current batch first.
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			wg.Add(1)
+			gen.Start(func(genCtx context.Context) {
+				defer wg.Done()
+				w := &worker{g: g, gen: gen, partition: p.ID, committed: p.Offset}
+				w.run(ctx, genCtx)
+			})
+		}
+		// Wait for this generation's workers. When ctx ends they return after
+		// their last batch; the deferred Close then leaves the group.
+		wg.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// worker owns one partition for the life of one generation.
+type worker struct {
+	g         *Group
+	gen       *kafka.Generation
+	partition int
+	committed int64 // the group's committed offset at assignment
+	log       *slog.Logger
+}
+
+func (w *worker) run(ctx, genCtx context.Context) {
+	g := w.g
+	w.log = g.log.With("partition", w.partition)
+	// stop fires when either the process is shutting down or the partition
+	// was revoked. Batches in flight are applied with a context that outlives
+	// stop: exactly-once is kept by the sink's offset check, not by abandoning
+	// work half-way, and shutdown promises to finish in-flight work.
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-genCtx.Done():
+			cancel()
+		case <-stop.Done():
+		}
+	}()
+
+	next, ok := w.resume(stop)
+	if !ok {
+		return
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:       g.cfg.Brokers,
+		Topic:         g.cfg.Topic,
+		Partition:     w.partition,
+		MinBytes:      1,
+		MaxBytes:      16 << 20,
+		MaxWait:       250 * time.Millisecond,
+		QueueCapacity: 4096,
+	})
+	defer func() {
+		if err := r.Close(); err != nil {
+			w.log.Warn("close reader", "err", err)
+		}
+	}()
+	if err := r.SetOffset(next); err != nil {
+		w.log.Error("set offset", "offset", next, "err", err)
+		return
+	}
+	w.log.Info("partition started", "offset", next)
+	lag := g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
+	for {
+		msgs := w.fetch(stop, r)
+		if len(msgs) == 0 {
+			return // stopped
+		}
+		b, dead := w.batch(msgs)
+		lag.Set(float64(msgs[len(msgs)-1].HighWaterMark - b.Next()))
+		// Past this point the batch is applied even if stop fires.
+		work := context.WithoutCancel(ctx)
+		if !w.deadLetter(stop, work, dead) || !w.apply(stop, work, b) {
+			return
+		}
+		w.commit(b)
+		if stop.Err() != nil {
+			return
+		}
+	}
+}
+
+// resume finds where the partition starts: the sink's own offset when it has
+// one, else the group's committed offset, else the start of the log.
+func (w *worker) resume(stop context.Context) (int64, bool) {
+	backoff := w.g.cfg.RetryBackoff
+	for {
+		next, ok, err := w.g.sink.Resume(stop, w.g.cfg.Topic, w.partition)
+		if err == nil {
+			switch {
+			case ok:
+				return next, true
+			case w.committed >= 0:
+				return w.committed, true
+			default:
+				return kafka.FirstOffset, true
+			}
+		}
+		w.log.Warn("resume offset", "err", err)
+		if !sleep(stop, backoff) {
+			return 0, false
+		}
+		backoff = min(backoff*2, w.g.cfg.MaxRetryBackoff)
+	}
+}
+
+// fetch blocks for the first message, then gathers more for up to BatchWait
+// or BatchMax messages. An empty result means stop fired before any message.
+func (w *worker) fetch(stop context.Context, r *kafka.Reader) []kafka.Message {
+	first, err := r.FetchMessage(stop)
+	if err != nil {
+		if stop.Err() == nil {
+			w.log.Warn("fetch", "err", err)
+		}
+		return nil
+	}
+	msgs := []kafka.Message{first}
+	fill, cancel := context.WithTimeout(stop, w.g.cfg.BatchWait)
+	defer cancel()
+	for len(msgs) < w.g.cfg.BatchMax {
+		// A cancelled FetchMessage leaves unread messages queued in the
+		// reader, so cutting the batch here loses nothing.
+		m, err := r.FetchMessage(fill)
+		if err != nil {
+			break
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// batch decodes msgs into a Batch, and the dead letters of the messages that
+// failed validation (which have no Record but whose offsets the batch covers).
+func (w *worker) batch(msgs []kafka.Message) (Batch, []kafka.Message) {
+	b := Batch{
+		Topic:     w.g.cfg.Topic,
+		Partition: w.partition,
+		First:     msgs[0].Offset,
+		Last:      msgs[len(msgs)-1].Offset,
+		Records:   make([]Record, 0, len(msgs)),
+	}
+	var dead []kafka.Message
+	now := w.g.cfg.Now()
+	for i := range msgs {
+		m := &msgs[i]
+		ev, derr := w.decode(m, now)
+		if derr != nil {
+			w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
+			dead = append(dead, w.deadLetterOf(m, derr))
+			continue
+		}
+		b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers)})
+	}
+	w.g.metrics.in.Add(float64(len(msgs)))
+	w.g.metrics.batchSize.Observe(float64(len(msgs)))
+	return b, dead
+}
+
+func (w *worker) decode(m *kafka.Message, now time.Time) (event.Event, *event.Error) {
+	ev, err := event.Decode(m.Value)
+	if err != nil {
+		var e *event.Error
+		if errors.As(err, &e) {
+			return ev, e
+		}
+		return ev, &event.Error{Reason: "invalid", Detail: err.Error()}
+	}
+	if err := event.CheckKey(m.Key, ev); err != nil {
+		return ev, &event.Error{Reason: ReasonKeyMismatch, Field: "key", Detail: err.Error()}
+	}
+	if ev.TS.After(now.Add(w.g.cfg.MaxFutureSkew)) {
+		return ev, &event.Error{Reason: ReasonFutureTimestamp, Field: "ts",
+			Detail: fmt.Sprintf("event time %s is %s ahead of the aggregator clock (max %s)",
+				ev.TS.Format(time.RFC3339Nano), ev.TS.Sub(now).Round(time.Millisecond), w.g.cfg.MaxFutureSkew)}
+	}
+	return ev, nil
+}
+
+// deadLetterOf is the DLQ message for m: the original key, value and headers
+// plus the reason and the source coordinates.
+func (w *worker) deadLetterOf(m *kafka.Message, derr *event.Error) kafka.Message {
+	return kafka.Message{
+		Key:   m.Key,
+		Value: m.Value,
+		Headers: append(append([]kafka.Header(nil), m.Headers...),
+			kafka.Header{Key: HeaderDLQReason, Value: []byte(derr.Reason)},
+			kafka.Header{Key: HeaderDLQDetail, Value: []byte(derr.Error())},
+			kafka.Header{Key: HeaderDLQTopic, Value: []byte(m.Topic)},
+			kafka.Header{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(m.Partition))},
+			kafka.Header{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+			kafka.Header{Key: HeaderDLQGroup, Value: []byte(w.g.cfg.GroupID)},
+		),
+	}
+}
+
+// deadLetter writes the batch's malformed messages to the DLQ before the
+// batch's offsets are applied, so a crash in between re-sends them (the DLQ is
+// at-least-once) rather than losing them. Without a DeadLetter writer they are
+// only counted. It reports false only if stop fired while the DLQ failed.
+func (w *worker) deadLetter(stop, work context.Context, dead []kafka.Message) bool {
+	if len(dead) == 0 || w.g.cfg.DeadLetter == nil {
+		return true
+	}
+	w.log.Warn("dead-lettering malformed events", "count", len(dead))
+	return w.retry(stop, "dead-letter", func() error {
+		ctx, cancel := context.WithTimeout(work, 10*time.Second)
+		defer cancel()
+		return w.g.cfg.DeadLetter.WriteMessages(ctx, dead...)
+	}, func() { w.g.metrics.deadLettered.Add(float64(len(dead))) })
+}
+
+func (w *worker) apply(stop, work context.Context, b Batch) bool {
+	return w.retry(stop, "apply", func() error {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(work, 30*time.Second)
+		defer cancel()
+		err := w.g.sink.Apply(ctx, b)
+		w.g.metrics.applySeconds.Observe(time.Since(start).Seconds())
+		return err
+	}, func() { w.g.metrics.applied.Add(float64(len(b.Records))) })
+}
+
+// retry runs op until it succeeds. Once stop fires it makes one last attempt
+// and gives up, leaving the batch to the next owner (its offsets were not
+// applied, so nothing is lost).
+func (w *worker) retry(stop context.Context, what string, op func() error, done func()) bool {
+	backoff := w.g.cfg.RetryBackoff
+	for {
+		err := op()
+		if err == nil {
+			done()
+			return true
+		}
+		w.g.metrics.errors.WithLabelValues(what).Inc()
+		if stop.Err() != nil {
+			w.log.Warn(what+" failed while stopping; the next owner redoes it", "err", err)
+			return false
+		}
+		w.log.Warn(what+" failed; retrying", "err", err, "backoff", backoff)
+		if !sleep(stop, backoff) {
+			// One last attempt so a graceful shutdown still lands the batch.
+			if err := op(); err == nil {
+				done()
+				return true
+			}
+			return false
+		}
+		backoff = min(backoff*2, w.g.cfg.MaxRetryBackoff)
+	}
+}
+
+// commit records the partition's progress in the group. It is advisory: the
+// sink holds the authoritative offset, so a failed commit (the generation
+// ended, the coordinator moved) costs nothing but a stale lag figure.
+func (w *worker) commit(b Batch) {
+	err := w.gen.CommitOffsets(map[string]map[int]int64{b.Topic: {b.Partition: b.Next()}})
+	if err != nil {
+		w.log.Debug("commit offsets (advisory)", "offset", b.Next(), "err", err)
+	}
+}
+
+func counted(hs []kafka.Header) bool {
+	for _, h := range hs {
+		if h.Key == event.HeaderCounted {
+			return string(h.Value) == "1"
+		}
+	}
+	return false
+}
+
+// sleep waits d or until ctx ends; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,45 @@
+package aggregator
+
+import (
+	"context"
+
+	"floodgate/event"
+)
+
+// Record is one accepted event and where it came from.
+type Record struct {
+	Offset int64
+	Event  event.Event
+	// Counted marks events the limiter's strict mode already counted in Redis
+	// (Kafka header event.HeaderCounted). Live sinks skip them; history sinks
+	// count them like any other.
+	Counted bool
+}
+
+// Batch is a run of consecutive offsets [First, Last] of one partition. Every
+// offset in the run is covered, including messages that were dead-lettered or
+// skipped and so have no Record: applying the batch advances the partition to
+// Last+1 whatever Records holds.
+type Batch struct {
+	Topic     string
+	Partition int
+	First     int64
+	Last      int64
+	Records   []Record
+}
+
+// Next is the offset a partition resumes from once the batch is applied.
+func (b Batch) Next() int64 { return b.Last + 1 }
+
+// Sink applies batches with exactly-once effect. Implementations store the
+// partition's next offset in the same atomic write as the batch and must treat
+// a batch whose offsets they already hold as a no-op, so redelivery after a
+// crash or rebalance, and a stale owner racing the new one, change nothing.
+type Sink interface {
+	// Resume returns the offset to read next for the partition, from the
+	// sink's own store. ok is false when the sink has never applied a batch of
+	// that partition.
+	Resume(ctx context.Context, topic string, partition int) (next int64, ok bool, err error)
+	// Apply makes the batch's effect and its offset durable together.
+	Apply(ctx context.Context, b Batch) error
+}

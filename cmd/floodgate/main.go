@@ -1,0 +1,59 @@
+// Command floodgate is the single binary of floodgate: it wires configuration
+// to the packages that do the work. Each subcommand lives in its own file and
+// holds no logic of its own.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// CLI is the whole configuration surface of the binary. Every flag has an
+// environment fallback named FLOODGATE_<FLAG>, and a default that points at
+// the local stack started by scripts/stack.
+type CLI struct {
+	LogLevel  slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+	LogFormat string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+
+	Produce    ProduceCmd    `cmd:"" help:"Publish access events: NDJSON from stdin, or synthetic load."`
+	Topics     TopicsCmd     `cmd:"" help:"Create floodgate's Kafka topics (idempotent)."`
+	Aggregator AggregatorCmd `cmd:"" help:"Consume events into Redis live counters and Postgres minute buckets."`
+	Limiter    LimiterCmd    `cmd:"" help:"Serve limiter lookups over gRPC/Connect, HTTP and Envoy RLS."`
+	Roller     RollerCmd     `cmd:"" help:"Apply the retention ladder to history."`
+	Migrate    MigrateCmd    `cmd:"" help:"Apply or show database migrations."`
+	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
+}
+
+func main() {
+	var cli CLI
+	kctx := kong.Parse(&cli,
+		kong.Name("floodgate"),
+		kong.Description("Live rate limiting and access analytics from one Kafka stream."),
+		kong.UsageOnError(),
+	)
+	logger := newLogger(cli.LogLevel, cli.LogFormat)
+	slog.SetDefault(logger)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	kctx.Bind(logger)
+	if err := kctx.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "floodgate %s: %v\n", kctx.Command(), err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
