@@ -1,0 +1,257 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// nameRE is the alphabet of actions and kinds (the event contract) and of
+// rule names.
+var nameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+// Parse parses and validates a rules file:
+//
+//	rules:
+//	  - name: login-failed
+//	    action: login_failed
+//	    kinds: [ip, email]
+//	    limits: [2/s, 5/m, 10/h, 100/d]
+//	    message: Too many failed logins. Try again later.
+//	    allow: [10.0.0.0/8, ops@example.com]
+//	    shadow: false
+//	    strict: false
+//
+// Errors are *Error with the line of the offending node.
+func Parse(data []byte) (*Set, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{Reason: "file is empty: want a top-level \"rules:\" list"}
+		}
+		return nil, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &Error{Line: extra.Line, Reason: "more than one YAML document"}
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{Line: root.Line, Reason: "want a mapping with a \"rules:\" list at the top"}
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "rules":
+			list = v
+		default:
+			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown top-level key %q (want \"rules\")", k.Value)}
+		}
+	}
+	if list == nil {
+		return nil, &Error{Line: root.Line, Reason: "missing \"rules:\" list"}
+	}
+	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
+		return newSet(nil), nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		return nil, &Error{Line: list.Line, Reason: "\"rules\" must be a list"}
+	}
+	var out []*Rule
+	names := map[string]int{}
+	for _, n := range list.Content {
+		r, err := parseRule(n)
+		if err != nil {
+			return nil, err
+		}
+		if prev, dup := names[r.Name]; dup {
+			return nil, &Error{Line: r.Line, Reason: fmt.Sprintf("rule %q: name already used on line %d", r.Name, prev)}
+		}
+		names[r.Name] = r.Line
+		out = append(out, r)
+	}
+	return newSet(out), nil
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func yamlError(err error) error {
+	msg := err.Error()
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		var line int
+		fmt.Sscanf(m[1], "%d", &line)
+		return &Error{Line: line, Reason: "YAML: " + m[2]}
+	}
+	return &Error{Reason: strings.TrimPrefix(msg, "yaml: ")}
+}
+
+func parseRule(n *yaml.Node) (*Rule, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, &Error{Line: n.Line, Reason: "each rule must be a mapping (name, action, kinds, limits, ...)"}
+	}
+	r := &Rule{Line: n.Line}
+	seen := map[string]bool{}
+	var allowNode *yaml.Node
+	fail := func(at *yaml.Node, format string, args ...any) error {
+		reason := fmt.Sprintf(format, args...)
+		if r.Name != "" {
+			reason = fmt.Sprintf("rule %q: %s", r.Name, reason)
+		}
+		return &Error{Line: at.Line, Reason: reason}
+	}
+	// Read the name first so every later error can name the rule.
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k, v := n.Content[i], n.Content[i+1]; k.Value == "name" {
+			if err := scalar(v, &r.Name); err != nil {
+				return nil, fail(v, "name: %v", err)
+			}
+			if !nameRE.MatchString(r.Name) {
+				return nil, fail(v, "name %q: only [a-z0-9_.-], 1 to 64 bytes", r.Name)
+			}
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			return nil, fail(k, "key %q given twice", k.Value)
+		}
+		seen[k.Value] = true
+		switch k.Value {
+		case "name":
+		case "action":
+			if err := scalar(v, &r.Action); err != nil {
+				return nil, fail(v, "action: %v", err)
+			}
+			if !nameRE.MatchString(r.Action) {
+				return nil, fail(v, "action %q: only [a-z0-9_.-], 1 to 64 bytes", r.Action)
+			}
+		case "kinds", "kind":
+			kinds, err := stringList(v)
+			if err != nil {
+				return nil, fail(v, "%s: %v", k.Value, err)
+			}
+			for _, kind := range kinds {
+				if !nameRE.MatchString(kind) {
+					return nil, fail(v, "kind %q: only [a-z0-9_.-], 1 to 64 bytes", kind)
+				}
+				if !containsStr(r.Kinds, kind) {
+					r.Kinds = append(r.Kinds, kind)
+				}
+			}
+		case "limits", "limit":
+			items, err := stringItems(v)
+			if err != nil {
+				return nil, fail(v, "%s: %v", k.Value, err)
+			}
+			for _, it := range items {
+				l, err := ParseLimit(it.Value)
+				if err != nil {
+					return nil, fail(it, "%v", err)
+				}
+				for _, prev := range r.Limits {
+					if prev.Window == l.Window {
+						return nil, fail(it, "two limits with window %s", FormatWindow(l.Window))
+					}
+				}
+				r.Limits = append(r.Limits, l)
+			}
+		case "shadow":
+			if err := v.Decode(&r.Shadow); err != nil || v.Kind != yaml.ScalarNode {
+				return nil, fail(v, "shadow: want true or false")
+			}
+		case "strict":
+			if err := v.Decode(&r.Strict); err != nil || v.Kind != yaml.ScalarNode {
+				return nil, fail(v, "strict: want true or false")
+			}
+		case "message":
+			if err := scalar(v, &r.Message); err != nil {
+				return nil, fail(v, "message: %v", err)
+			}
+		case "allow":
+			allowNode = v
+		default:
+			return nil, fail(k, "unknown key %q (want name, action, kinds, limits, shadow, strict, message, allow)", k.Value)
+		}
+	}
+	switch {
+	case r.Name == "":
+		return nil, fail(n, "name is required")
+	case r.Action == "":
+		return nil, fail(n, "action is required")
+	case len(r.Kinds) == 0:
+		return nil, fail(n, "kinds is required (e.g. [ip, email])")
+	case len(r.Limits) == 0:
+		return nil, fail(n, "limits is required (e.g. [2/s, 5/m, 10/h, 100/d])")
+	}
+	if allowNode != nil {
+		items, err := stringItems(allowNode)
+		if err != nil {
+			return nil, fail(allowNode, "allow: %v", err)
+		}
+		for _, it := range items {
+			if err := r.addAllow(it.Value, r.Kinds); err != nil {
+				return nil, fail(it, "%v", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+func scalar(v *yaml.Node, dst *string) error {
+	if v.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a single value")
+	}
+	*dst = v.Value
+	return nil
+}
+
+// stringItems accepts a list of scalars or one scalar.
+func stringItems(v *yaml.Node) ([]*yaml.Node, error) {
+	switch v.Kind {
+	case yaml.ScalarNode:
+		if v.Tag == "!!null" {
+			return nil, nil
+		}
+		return []*yaml.Node{v}, nil
+	case yaml.SequenceNode:
+		for _, it := range v.Content {
+			if it.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: want plain values in the list", it.Line)
+			}
+		}
+		return v.Content, nil
+	default:
+		return nil, fmt.Errorf("want a list")
+	}
+}
+
+func stringList(v *yaml.Node) ([]string, error) {
+	items, err := stringItems(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.Value)
+	}
+	return out, nil
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

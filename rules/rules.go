@@ -1,0 +1,281 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxWindow is the longest window a limit may have. Hour buckets make a
+// window of D days cost about 24*D hash fields per read; a week keeps a check
+// well under a millisecond.
+const MaxWindow = 7 * 24 * time.Hour
+
+// Limit is "Count events per Window": a sliding window of whole seconds.
+// Count events inside any window are allowed; the event that makes the count
+// Count+1 is the first one over the limit ("5/1m": five allowed, the sixth
+// denied).
+type Limit struct {
+	Count  int64
+	Window time.Duration
+}
+
+// String returns the limit in the rules file syntax, with the window in its
+// largest whole unit: "5/1m", "2/1s", "100/1d", "10/30s", "90/90s".
+func (l Limit) String() string { return strconv.FormatInt(l.Count, 10) + "/" + FormatWindow(l.Window) }
+
+// ParseLimit parses "<count>/<window>" where window is a whole number of
+// seconds, minutes, hours or days, the number being optional: "2/s", "5/m",
+// "5/1m", "10/30s", "50/5m", "100/d".
+func ParseLimit(s string) (Limit, error) {
+	count, win, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("limit %q: want <count>/<window>, e.g. 5/1m", s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(count), 10, 64)
+	if err != nil || n < 1 {
+		return Limit{}, fmt.Errorf("limit %q: count must be a whole number >= 1", s)
+	}
+	w, err := ParseWindow(win)
+	if err != nil {
+		return Limit{}, fmt.Errorf("limit %q: %w", s, err)
+	}
+	return Limit{Count: n, Window: w}, nil
+}
+
+// ParseWindow parses a window: an optional whole number and a unit s, m, h
+// or d ("s", "30s", "5m", "1d"). The result lies in [1s, MaxWindow].
+func ParseWindow(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("window is empty: want e.g. 30s, 1m, 1h, 1d")
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 's':
+		unit = time.Second
+	case 'm':
+		unit = time.Minute
+	case 'h':
+		unit = time.Hour
+	case 'd':
+		unit = 24 * time.Hour
+	default:
+		return 0, fmt.Errorf("window %q: unit must be s, m, h or d", s)
+	}
+	n := int64(1)
+	if num := s[:len(s)-1]; num != "" {
+		v, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || v < 1 {
+			return 0, fmt.Errorf("window %q: want a whole number >= 1 before the unit", s)
+		}
+		n = v
+	}
+	if n > int64(MaxWindow/unit) {
+		return 0, fmt.Errorf("window %q: longer than the maximum %s", s, FormatWindow(MaxWindow))
+	}
+	return time.Duration(n) * unit, nil
+}
+
+// FormatWindow writes w in its largest whole unit: 1d, 6h, 5m, 90s.
+func FormatWindow(w time.Duration) string {
+	switch {
+	case w <= 0:
+		return "0s"
+	case w%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(w/(24*time.Hour)), 10) + "d"
+	case w%time.Hour == 0:
+		return strconv.FormatInt(int64(w/time.Hour), 10) + "h"
+	case w%time.Minute == 0:
+		return strconv.FormatInt(int64(w/time.Minute), 10) + "m"
+	default:
+		return strconv.FormatInt(int64(w/time.Second), 10) + "s"
+	}
+}
+
+// Rule limits one action for subjects of some feature kinds. Every subject
+// is counted on its own: the rule for action "login_failed" and kinds [ip,
+// email] keeps one counter per IP and one per e-mail address.
+type Rule struct {
+	Name    string   // unique in the file; labels metrics, deny records and decisions
+	Action  string   // the event action it limits
+	Kinds   []string // the feature kinds it applies to
+	Limits  []Limit  // all enforced together; sorted by window, shortest first
+	Shadow  bool     // decide and record, never deny
+	Strict  bool     // the limiter checks and counts at request time (window.Store.Take)
+	Message string   // human text for the deny response
+	Line    int      // line of the rule in its file
+
+	allowExact map[string]struct{}
+	allowNets  []netip.Prefix
+}
+
+// Allowed reports whether subject is on the rule's allowlist: equal to an
+// exact entry, or an IP address inside one of its CIDR ranges. Allowlisted
+// subjects are counted but never denied by this rule.
+func (r *Rule) Allowed(subject string) bool {
+	if _, ok := r.allowExact[subject]; ok {
+		return true
+	}
+	if len(r.allowNets) == 0 {
+		return false
+	}
+	addr, err := netip.ParseAddr(subject)
+	if err != nil {
+		return false
+	}
+	addr = addr.Unmap()
+	for _, p := range r.allowNets {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxWindow returns the rule's longest window.
+func (r *Rule) MaxWindow() time.Duration {
+	var m time.Duration
+	for _, l := range r.Limits {
+		m = max(m, l.Window)
+	}
+	return m
+}
+
+// Set is a validated rules file. It is immutable; reloads build a new Set.
+type Set struct {
+	rules []*Rule
+	match map[matchKey][]*Rule
+	maxW  time.Duration
+	maxAK map[matchKey]time.Duration
+}
+
+type matchKey struct{ action, kind string }
+
+// Match returns the rules for an action and a kind, in file order. The slice
+// is shared: do not modify it.
+func (s *Set) Match(action, kind string) []*Rule {
+	if s == nil {
+		return nil
+	}
+	return s.match[matchKey{action, kind}]
+}
+
+// MaxWindow returns the longest window of all rules (0 for an empty set).
+func (s *Set) MaxWindow() time.Duration {
+	if s == nil {
+		return 0
+	}
+	return s.maxW
+}
+
+// MaxWindowFor returns the longest window of the rules for an action and a
+// kind, 0 when no rule matches: the span of time the live counters of such a
+// subject must cover.
+func (s *Set) MaxWindowFor(action, kind string) time.Duration {
+	if s == nil {
+		return 0
+	}
+	return s.maxAK[matchKey{action, kind}]
+}
+
+// Rules returns all rules in file order. The slice is shared: do not modify it.
+func (s *Set) Rules() []*Rule {
+	if s == nil {
+		return nil
+	}
+	return s.rules
+}
+
+// Rule returns the rule named name, or nil.
+func (s *Set) Rule(name string) *Rule {
+	for _, r := range s.Rules() {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func newSet(rules []*Rule) *Set {
+	s := &Set{rules: rules, match: map[matchKey][]*Rule{}, maxAK: map[matchKey]time.Duration{}}
+	for _, r := range rules {
+		sort.SliceStable(r.Limits, func(i, j int) bool { return r.Limits[i].Window < r.Limits[j].Window })
+		for _, k := range r.Kinds {
+			mk := matchKey{r.Action, k}
+			s.match[mk] = append(s.match[mk], r)
+			s.maxAK[mk] = max(s.maxAK[mk], r.MaxWindow())
+		}
+		s.maxW = max(s.maxW, r.MaxWindow())
+	}
+	return s
+}
+
+// Load reads and parses the rules file at path. Errors name the file and
+// line: "rules.yaml:12: rule "login": limit "5/x": unit must be s, m, h or d".
+func Load(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	s, err := Parse(data)
+	if err != nil {
+		if e, ok := err.(*Error); ok {
+			e.File = path
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// Error is a refused rules file: the line (0 when unknown) and the reason.
+type Error struct {
+	File   string
+	Line   int
+	Reason string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		b.WriteByte(':')
+	} else {
+		b.WriteString("rules:")
+	}
+	if e.Line > 0 {
+		b.WriteString(strconv.Itoa(e.Line))
+		b.WriteByte(':')
+	}
+	b.WriteByte(' ')
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+func (r *Rule) addAllow(entry string, kinds []string) error {
+	entry = strings.TrimSpace(entry)
+	if entry == "" {
+		return fmt.Errorf("allow entry is empty")
+	}
+	if strings.Contains(entry, "/") && slices.Contains(kinds, "ip") {
+		p, err := netip.ParsePrefix(entry)
+		if err != nil {
+			return fmt.Errorf("allow %q: bad CIDR range: %v", entry, err)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		r.allowNets = append(r.allowNets, p.Masked())
+		return nil
+	}
+	if r.allowExact == nil {
+		r.allowExact = map[string]struct{}{}
+	}
+	r.allowExact[entry] = struct{}{}
+	return nil
+}

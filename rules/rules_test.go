@@ -1,0 +1,274 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseLimit(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Limit
+		err  string
+	}{
+		{in: "2/s", want: Limit{2, time.Second}},
+		{in: "5/m", want: Limit{5, time.Minute}},
+		{in: "5/1m", want: Limit{5, time.Minute}},
+		{in: "10/h", want: Limit{10, time.Hour}},
+		{in: "100/d", want: Limit{100, 24 * time.Hour}},
+		{in: "10/30s", want: Limit{10, 30 * time.Second}},
+		{in: "50/5m", want: Limit{50, 5 * time.Minute}},
+		{in: " 7 / 7d ", want: Limit{7, 7 * 24 * time.Hour}},
+		{in: "5", err: "want <count>/<window>"},
+		{in: "0/m", err: "count must be"},
+		{in: "x/m", err: "count must be"},
+		{in: "5/", err: "window is empty"},
+		{in: "5/1w", err: "unit must be"},
+		{in: "5/0s", err: "whole number >= 1"},
+		{in: "5/1.5m", err: "whole number >= 1"},
+		{in: "5/8d", err: "longer than the maximum 7d"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseLimit(tt.in)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("ParseLimit(%q) err = %v, want containing %q", tt.in, err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseLimit(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLimitString(t *testing.T) {
+	for in, want := range map[string]string{"2/s": "2/1s", "5/60s": "5/1m", "9/90s": "9/90s", "1/24h": "1/1d", "3/120m": "3/2h"} {
+		l, err := ParseLimit(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.String(); got != want {
+			t.Errorf("%s.String() = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseExample(t *testing.T) {
+	s, err := Load("../examples/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.Rules()); got != 3 {
+		t.Fatalf("rules = %d, want 3", got)
+	}
+	login := s.Match("login_failed", "email")
+	if len(login) != 1 || login[0].Name != "login-failed" {
+		t.Fatalf("Match(login_failed, email) = %v", login)
+	}
+	want := []Limit{{2, time.Second}, {5, time.Minute}, {10, time.Hour}, {100, 24 * time.Hour}}
+	for i, l := range login[0].Limits {
+		if l != want[i] {
+			t.Errorf("limit %d = %v, want %v", i, l, want[i])
+		}
+	}
+	if s.MaxWindow() != 24*time.Hour {
+		t.Errorf("MaxWindow = %v", s.MaxWindow())
+	}
+	if got := s.MaxWindowFor("visit", "ip"); got != time.Hour {
+		t.Errorf("MaxWindowFor(visit, ip) = %v, want 1h", got)
+	}
+	if got := s.MaxWindowFor("visit", "email"); got != 0 {
+		t.Errorf("MaxWindowFor(visit, email) = %v, want 0", got)
+	}
+	if !s.Rule("link-visit").Shadow || !s.Rule("password-reset").Strict {
+		t.Error("shadow/strict flags not parsed")
+	}
+	if s.Match("login_failed", "user") != nil {
+		t.Error("unexpected match for kind user")
+	}
+}
+
+func TestAllowed(t *testing.T) {
+	s, err := Parse([]byte(`
+rules:
+  - name: r
+    action: login_failed
+    kinds: [ip, email]
+    limits: [1/s]
+    allow: [10.0.0.0/8, "2001:db8::/32", 192.0.2.7, ops@example.com]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.Rules()[0]
+	for subject, want := range map[string]bool{
+		"10.1.2.3":           true,
+		"::ffff:10.1.2.3":    true,
+		"11.1.2.3":           false,
+		"2001:db8::1":        true,
+		"2001:db9::1":        false,
+		"192.0.2.7":          true,
+		"192.0.2.8":          false,
+		"ops@example.com":    true,
+		"ops2@example.com":   false,
+		"10.0.0.0/8-ish-not": false,
+	} {
+		if got := r.Allowed(subject); got != want {
+			t.Errorf("Allowed(%q) = %v, want %v", subject, got, want)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		line int
+		err  string
+	}{
+		{"empty", ``, 0, "file is empty"},
+		{"not mapping", "- a\n- b\n", 1, "want a mapping"},
+		{"unknown top", "rule:\n  - name: x\n", 1, `unknown top-level key "rule"`},
+		{"syntax", "rules:\n  - name: [x\n", -1, "YAML:"}, // yaml.v3 reports the context line
+		{"bad limit", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [2/s, 5/w]\n", 5, `rule "a": limit "5/w": window "w": unit must be`},
+		{"dup window", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits:\n      - 2/60s\n      - 5/1m\n", 7, "two limits with window 1m"},
+		{"unknown key", "rules:\n  - name: a\n    action: x\n    kind: ip\n    limits: 1/s\n    shadwo: true\n", 6, `unknown key "shadwo"`},
+		{"no name", "rules:\n  - action: x\n    kinds: [ip]\n    limits: [1/s]\n", 2, "name is required"},
+		{"no limits", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n", 2, `rule "a": limits is required`},
+		{"bad action", "rules:\n  - name: a\n    action: Login Failed\n    kinds: [ip]\n    limits: [1/s]\n", 3, "only [a-z0-9_.-]"},
+		{"bad shadow", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n    shadow: maybe\n", 6, "shadow: want true or false"},
+		{"bad cidr", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n    allow:\n      - 10.0.0.0/33\n", 7, "bad CIDR"},
+		{"dup name", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n  - name: a\n    action: y\n    kinds: [ip]\n    limits: [1/s]\n", 6, "name already used on line 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+			if (tt.line >= 0 && e.Line != tt.line) || (tt.line < 0 && e.Line == 0) || !strings.Contains(e.Reason, tt.err) {
+				t.Fatalf("err = line %d %q, want line %d containing %q", e.Line, e.Reason, tt.line, tt.err)
+			}
+		})
+	}
+}
+
+func TestLoadErrorNamesFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	writeFile(t, p, "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [0/s]\n")
+	_, err := Load(p)
+	if err == nil || !strings.HasPrefix(err.Error(), p+":5: ") {
+		t.Fatalf("err = %v, want prefix %q", err, p+":5: ")
+	}
+}
+
+func writeFile(tb testing.TB, path, content string) {
+	tb.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+const ruleA = "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n"
+const ruleB = "rules:\n  - name: b\n    action: x\n    kinds: [ip]\n    limits: [2/s]\n"
+const ruleC = "rules:\n  - name: c\n    action: x\n    kinds: [ip]\n    limits: [3/s]\n"
+
+func waitRule(tb testing.TB, w *Watcher, name string) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if w.Current().Rule(name) != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("rule %q not loaded; current rules %v", name, w.Current().Rules()[0].Name)
+}
+
+func TestWatcherReloads(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "rules.yaml")
+	writeFile(t, p, ruleA)
+	w, err := NewWatcher(WatcherConfig{Path: p, SIGHUP: true, Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // let Run add its watches
+
+	// In-place write.
+	writeFile(t, p, ruleB)
+	waitRule(t, w, "b")
+
+	// A bad file keeps the last good rules.
+	writeFile(t, p, "rules:\n  - name: bad\n    limits: [1/x]\n")
+	time.Sleep(200 * time.Millisecond)
+	if w.Current().Rule("b") == nil {
+		t.Fatal("bad file replaced the last good rules")
+	}
+
+	// Editor-style: write a temp file and rename it over the original.
+	tmp := filepath.Join(dir, ".rules.yaml.swp")
+	writeFile(t, tmp, ruleC)
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	waitRule(t, w, "c")
+
+	// SIGHUP reloads even when fsnotify is not told (write, then wait for
+	// the write's own reload, then overwrite while checking via HUP).
+	writeFile(t, p, ruleA)
+	waitRule(t, w, "a")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if w.Current().Rule("a") == nil {
+		t.Fatal("SIGHUP lost the rules")
+	}
+}
+
+func TestWatcherRefusesBadInitialFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, p, "rules: 5\n")
+	if _, err := NewWatcher(WatcherConfig{Path: p}); err == nil {
+		t.Fatal("bad initial file accepted")
+	}
+}
+
+func TestWatcherSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "rules.yaml")
+	writeFile(t, p, ruleA)
+	w, err := NewWatcher(WatcherConfig{Path: p, SIGHUP: true, Debounce: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	time.Sleep(50 * time.Millisecond)
+	writeFile(t, p, ruleB) // fsnotify fires, but the debounce is an hour
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitRule(t, w, "b")
+}
