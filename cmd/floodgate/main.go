@@ -28,6 +28,8 @@ type CLI struct {
 	Roller     RollerCmd     `cmd:"" help:"Apply the retention ladder to history."`
 	Migrate    MigrateCmd    `cmd:"" help:"Apply or show database migrations."`
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
+	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
+	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
 }
 
 func main() {

@@ -1,0 +1,156 @@
+// Package deploy_test checks docker-compose.yml, which cannot run on machines
+// without a Docker engine: it is loaded with the Compose specification's own
+// loader and checked against the binary it deploys.
+package deploy_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
+		cli.WithWorkingDirectory(".."), cli.WithName("floodgate"))
+	if err != nil {
+		t.Fatalf("compose options: %v", err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("load docker-compose.yml: %v", err)
+	}
+	return p
+}
+
+func TestComposeServices(t *testing.T) {
+	p := loadCompose(t)
+	tests := []struct {
+		service    string
+		image      string // prefix of the image reference
+		ports      []uint32
+		dependsOn  map[string]string // dependency -> condition
+		healthy    bool              // has a health check
+		fromBuild  bool              // floodgate's own image
+		subcommand string
+	}{
+		{service: "kafka", image: "apache/kafka:4.", ports: []uint32{19092}, healthy: true},
+		{service: "redis", image: "redis:7", ports: []uint32{6379}, healthy: true},
+		{service: "timescaledb", image: "timescale/timescaledb:", ports: []uint32{5432}, healthy: true},
+		{service: "grafana", image: "grafana/grafana:", ports: []uint32{3000}, healthy: true,
+			dependsOn: map[string]string{"timescaledb": "service_healthy"}},
+		{service: "floodgate-init", image: "floodgate:", fromBuild: true, subcommand: "setup",
+			dependsOn: map[string]string{"kafka": "service_healthy", "timescaledb": "service_healthy"}},
+		{service: "aggregator", image: "floodgate:", healthy: true, subcommand: "aggregator", ports: []uint32{9464},
+			dependsOn: map[string]string{"floodgate-init": "service_completed_successfully", "redis": "service_healthy"}},
+		{service: "limiter", image: "floodgate:", healthy: true, subcommand: "limiter", ports: []uint32{8080, 8081},
+			dependsOn: map[string]string{"floodgate-init": "service_completed_successfully", "redis": "service_healthy"}},
+		{service: "roller", image: "floodgate:", healthy: true, subcommand: "roller",
+			dependsOn: map[string]string{"floodgate-init": "service_completed_successfully"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.service, func(t *testing.T) {
+			s, ok := p.Services[tt.service]
+			if !ok {
+				t.Fatalf("service %q missing", tt.service)
+			}
+			if !strings.HasPrefix(s.Image, tt.image) {
+				t.Errorf("image %q, want prefix %q", s.Image, tt.image)
+			}
+			for _, want := range tt.ports {
+				if !slices.ContainsFunc(s.Ports, func(pc types.ServicePortConfig) bool { return pc.Target == want }) {
+					t.Errorf("container port %d not published (ports %v)", want, s.Ports)
+				}
+			}
+			for dep, cond := range tt.dependsOn {
+				d, ok := s.DependsOn[dep]
+				if !ok {
+					t.Errorf("no depends_on %q", dep)
+					continue
+				}
+				if d.Condition != cond {
+					t.Errorf("depends_on %q condition %q, want %q", dep, d.Condition, cond)
+				}
+			}
+			if tt.healthy && (s.HealthCheck == nil || len(s.HealthCheck.Test) == 0) {
+				t.Errorf("no health check")
+			}
+			if tt.fromBuild && (s.Build == nil || s.Build.Dockerfile != "Dockerfile") {
+				t.Errorf("not built from the project's Dockerfile: %+v", s.Build)
+			}
+			if tt.subcommand != "" {
+				if len(s.Command) == 0 || s.Command[0] != tt.subcommand {
+					t.Errorf("command %v, want subcommand %q", s.Command, tt.subcommand)
+				}
+				if s.Environment["FLOODGATE_BROKERS"] == nil || *s.Environment["FLOODGATE_BROKERS"] != "kafka:9092" {
+					t.Errorf("FLOODGATE_BROKERS not pointing at the kafka service")
+				}
+			}
+		})
+	}
+	// Every dependency names a service that exists.
+	for name, s := range p.Services {
+		for dep := range s.DependsOn {
+			if _, ok := p.Services[dep]; !ok {
+				t.Errorf("%s depends on unknown service %q", name, dep)
+			}
+		}
+	}
+}
+
+// TestComposeMountsExist checks that every bind mount points at a path in
+// the repository, so Grafana's provisioning is really there.
+func TestComposeMountsExist(t *testing.T) {
+	p := loadCompose(t)
+	for name, s := range p.Services {
+		for _, v := range s.Volumes {
+			if v.Type != types.VolumeTypeBind {
+				continue
+			}
+			if _, err := os.Stat(v.Source); err != nil {
+				t.Errorf("%s: bind mount source %s: %v", name, v.Source, err)
+			}
+		}
+	}
+	for _, f := range []string{"../Dockerfile", "../examples/rules.yaml"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestComposeCommandsParse runs each floodgate service's command line through
+// the real binary's flag parser (with --help appended), so a renamed flag
+// breaks this test instead of a user's deployment.
+func TestComposeCommandsParse(t *testing.T) {
+	p := loadCompose(t)
+	bin := filepath.Join(t.TempDir(), "floodgate")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/floodgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build floodgate: %v\n%s", err, out)
+	}
+	for name, s := range p.Services {
+		if !strings.HasPrefix(s.Image, "floodgate:") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			args := append(slices.Clone([]string(s.Command)), "--help")
+			out, err := exec.Command(bin, args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("floodgate %v: %v\n%s", args, err, out)
+			}
+			for _, a := range s.Command {
+				if flag, ok := strings.CutPrefix(a, "--"); ok && !strings.Contains(string(out), "--"+flag) {
+					t.Errorf("flag --%s of %v not in the help of the binary", flag, s.Command)
+				}
+			}
+		})
+	}
+}
