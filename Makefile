@@ -1,0 +1,25 @@
+.PHONY: stack test demo bench chaos build down fuzz
+
+stack:
+	scripts/stack up
+
+test:
+	scripts/stack up && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
+
+demo:
+	scripts/stack up && scripts/demo
+
+bench:
+	scripts/stack up && scripts/bench
+
+chaos:
+	scripts/stack up && scripts/chaos
+
+build:
+	go build -o bin/floodgate ./cmd/floodgate
+
+down:
+	scripts/stack down
+
+fuzz:
+	go test ./event -run=^$$ -fuzz=FuzzDecode -fuzztime=30s
