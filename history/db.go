@@ -1,0 +1,191 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DB is what history needs of a PostgreSQL connection pool; *pgxpool.Pool
+// implements it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+var _ DB = (*pgxpool.Pool)(nil)
+
+// DefaultSchema holds history's tables and functions (migrations 00002 and
+// 00003).
+const DefaultSchema = "floodgate"
+
+// DefaultOffsetsTable stores each consumer group's next offset per partition
+// (migration 00001).
+const DefaultOffsetsTable = "floodgate.consumer_offsets"
+
+// qualify returns schema.name, each quoted.
+func qualify(schema, name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+
+// parseTable quotes "schema.table" or "table".
+func parseTable(s string) (string, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 2 || s == "" {
+		return "", fmt.Errorf("table %q: want schema.table", s)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return "", fmt.Errorf("table %q: want schema.table", s)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}
+
+// The routing lock orders sinks and the roller: every sink write holds it
+// shared, every roller chunk (which moves rows and raises a watermark) holds
+// it exclusively. So a sink statement always routes by the watermarks of
+// committed roller chunks, and never writes below one.
+const (
+	lockRouteShared    = `SELECT pg_advisory_xact_lock_shared(hashtext('floodgate.history'), hashtext($1 || '.route'))`
+	lockRouteExclusive = `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`
+)
+
+// EnsureLadder stores l as the ladder of the history in schema. An empty
+// store takes l as is. A stored ladder with the same steps takes l's
+// horizons. Otherwise steps may be added (a new tier starts with its finer
+// neighbour's watermark, so it receives nothing until the roller fills it)
+// and removed only when their table is empty. With onlyIfEmpty, a stored
+// ladder is left untouched (the sink's bootstrap; the roller is the
+// authority on horizons).
+func EnsureLadder(ctx context.Context, db DB, schema string, l Ladder, onlyIfEmpty bool) (err error) {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("ensure ladder: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	if _, err := tx.Exec(ctx, lockRouteExclusive, schema); err != nil {
+		return fmt.Errorf("ensure ladder: lock: %w", err)
+	}
+	tiers := qualify(schema, "history_tiers")
+	rows, err := tx.Query(ctx, `SELECT step, rolled_to::text FROM `+tiers+` ORDER BY position`)
+	if err != nil {
+		return fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
+	}
+	type stored struct{ step, rolledTo string }
+	var have []stored
+	for rows.Next() {
+		var s stored
+		if err := rows.Scan(&s.step, &s.rolledTo); err != nil {
+			rows.Close()
+			return fmt.Errorf("ensure ladder: scan: %w", err)
+		}
+		have = append(have, s)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
+	}
+	if len(have) > 0 && onlyIfEmpty {
+		return tx.Commit(ctx)
+	}
+	watermark := map[string]string{}
+	for _, s := range have {
+		watermark[s.step] = s.rolledTo
+	}
+	wanted := map[string]bool{}
+	for _, t := range l {
+		wanted[t.Name] = true
+	}
+	for _, s := range have {
+		if wanted[s.step] {
+			continue
+		}
+		var used bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+qualify(schema, "bucket_"+s.step)+`)`).Scan(&used); err != nil {
+			return fmt.Errorf("ensure ladder: check tier %s: %w", s.step, err)
+		}
+		if used {
+			return fmt.Errorf("ensure ladder %s: stored tier %s still holds data; keep it in the ladder (stored: %s)", l, s.step, describe(have, func(s stored) string { return s.step }))
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+tiers); err != nil {
+		return fmt.Errorf("ensure ladder: clear: %w", err)
+	}
+	prev := "-infinity"
+	for i, t := range l {
+		w, ok := watermark[t.Name]
+		if !ok {
+			w = prev
+		}
+		var horizon any
+		if !t.Forever() {
+			horizon = t.Horizon
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+tiers+` (step, position, width, horizon, rolled_to) VALUES ($1, $2, $3, $4, $5::timestamptz)`,
+			t.Name, i, t.Width, horizon, w); err != nil {
+			return fmt.Errorf("ensure ladder: store tier %s: %w", t.Name, err)
+		}
+		prev = w
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("ensure ladder: commit: %w", err)
+	}
+	return nil
+}
+
+func describe[T any](xs []T, f func(T) string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = f(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Watermark is a tier's stored state.
+type Watermark struct {
+	Step     string
+	Position int
+	RolledTo time.Time // zero when nothing was rolled (-infinity)
+}
+
+// Watermarks reads the stored ladder, finest first.
+func Watermarks(ctx context.Context, db DB, schema string) ([]Watermark, error) {
+	rows, err := db.Query(ctx, `SELECT step, position, nullif(rolled_to, '-infinity') FROM `+qualify(schema, "history_tiers")+` ORDER BY position`)
+	if err != nil {
+		return nil, fmt.Errorf("read watermarks: %w", err)
+	}
+	defer rows.Close()
+	var out []Watermark
+	for rows.Next() {
+		var w Watermark
+		var rolled *time.Time
+		if err := rows.Scan(&w.Step, &w.Position, &rolled); err != nil {
+			return nil, fmt.Errorf("read watermarks: %w", err)
+		}
+		if rolled != nil {
+			w.RolledTo = rolled.UTC()
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read watermarks: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("read watermarks: no ladder stored (run the roller or the history sink once)")
+	}
+	return out, nil
+}

@@ -1,0 +1,73 @@
+package history
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type sinkMetrics struct {
+	batches *prometheus.CounterVec
+	rows    prometheus.Counter
+	events  prometheus.Counter
+	late    prometheus.Counter
+	errors  prometheus.Counter
+	offset  *prometheus.GaugeVec
+	seconds prometheus.Histogram
+}
+
+func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
+	labels := prometheus.Labels{"group": group}
+	m := &sinkMetrics{
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_history_batches_total", ConstLabels: labels,
+			Help: "History batches by result: applied, duplicate (already stored, no-op), conflict (offset gap or stale owner, not written).",
+		}, []string{"result"}),
+		rows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_bucket_rows_written_total", ConstLabels: labels,
+			Help: "Bucket rows inserted or updated by the history sink.",
+		}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_events_total", ConstLabels: labels,
+			Help: "Events (sum of n) applied to history.",
+		}),
+		late: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_late_events_total", ConstLabels: labels,
+			Help: "Events older than every tier's horizon: in totals and history_late, in no bucket.",
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_apply_errors_total", ConstLabels: labels,
+			Help: "Failed history writes (retried by the aggregator).",
+		}),
+		offset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_history_next_offset", ConstLabels: labels,
+			Help: "Next offset stored by the history sink, per topic and partition.",
+		}, []string{"topic", "partition"}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "floodgate_history_apply_seconds", ConstLabels: labels,
+			Help:    "Duration of one history batch write.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.late, m.errors, m.offset, m.seconds} {
+		if err := register(reg, c); err != nil {
+			return nil, fmt.Errorf("history sink metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// register is prometheus Register that tolerates a collector registered
+// before (a second sink of the same group in one process).
+func register(reg prometheus.Registerer, c prometheus.Collector) error {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,167 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Querier answers dashboard questions through the SQL functions of
+// migration 00003, so the terminal and Grafana agree.
+type Querier struct {
+	db     DB
+	schema string
+}
+
+// NewQuerier returns a Querier over the history in schema ("" for
+// DefaultSchema).
+func NewQuerier(db DB, schema string) *Querier {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	return &Querier{db: db, schema: schema}
+}
+
+// Key selects events: Action is required; an empty Subject means every
+// subject of the action, an empty Kind every kind.
+type Key struct {
+	Action, Kind, Subject string
+}
+
+func (k Key) String() string {
+	s := k.Action
+	if k.Subject != "" {
+		if k.Kind != "" {
+			return s + " " + k.Kind + ":" + k.Subject
+		}
+		return s + " " + k.Subject
+	}
+	if k.Kind != "" {
+		s += " kind " + k.Kind
+	}
+	return s
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Count returns the events of k whose bucket starts in [from, to).
+func (q *Querier) Count(ctx context.Context, k Key, from, to time.Time) (int64, error) {
+	var n int64
+	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "count")+`($1, $2, $3, $4, $5)`,
+		k.Action, nullable(k.Subject), from, to, nullable(k.Kind)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count %s [%s, %s): %w", k, from.Format(time.RFC3339), to.Format(time.RFC3339), err)
+	}
+	return n, nil
+}
+
+// Point is one step of a curve.
+type Point struct {
+	Time  time.Time
+	Value int64
+}
+
+// Curve returns one point per step over [from, to), zeros included.
+func (q *Querier) Curve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]Point, error) {
+	rows, err := q.db.Query(ctx, `SELECT "time", value FROM `+qualify(q.schema, "curve")+`($1, $2, $3, $4, $5, $6)`,
+		k.Action, nullable(k.Subject), from, to, step, nullable(k.Kind))
+	if err != nil {
+		return nil, fmt.Errorf("curve %s: %w", k, err)
+	}
+	defer rows.Close()
+	var out []Point
+	for rows.Next() {
+		var p Point
+		if err := rows.Scan(&p.Time, &p.Value); err != nil {
+			return nil, fmt.Errorf("curve %s: %w", k, err)
+		}
+		p.Time = p.Time.UTC()
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("curve %s: %w", k, err)
+	}
+	return out, nil
+}
+
+// Ranked is one row of a top-N answer.
+type Ranked struct {
+	Kind, Subject string
+	Value         int64
+}
+
+// Top returns the n subjects with the most events of the action in [from,
+// to); zero from and to rank by all-time totals.
+func (q *Querier) Top(ctx context.Context, action, kind string, from, to time.Time, n int) ([]Ranked, error) {
+	var f, t any
+	if !from.IsZero() || !to.IsZero() {
+		f, t = from, to
+		if to.IsZero() {
+			t = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+		}
+	}
+	rows, err := q.db.Query(ctx, `SELECT kind, subject, value FROM `+qualify(q.schema, "top")+`($1, $2, $3, $4, $5)`,
+		action, f, t, n, nullable(kind))
+	if err != nil {
+		return nil, fmt.Errorf("top %s: %w", action, err)
+	}
+	defer rows.Close()
+	var out []Ranked
+	for rows.Next() {
+		var r Ranked
+		if err := rows.Scan(&r.Kind, &r.Subject, &r.Value); err != nil {
+			return nil, fmt.Errorf("top %s: %w", action, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("top %s: %w", action, err)
+	}
+	return out, nil
+}
+
+// Total returns every event of k ever counted (late ones included).
+func (q *Querier) Total(ctx context.Context, k Key) (int64, error) {
+	var n int64
+	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "total")+`($1, $2, $3)`,
+		k.Action, nullable(k.Subject), nullable(k.Kind)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("total %s: %w", k, err)
+	}
+	return n, nil
+}
+
+// Late returns the events that arrived after every tier covering their time
+// had expired (counted in totals, in no bucket).
+func (q *Querier) Late(ctx context.Context, action string) (int64, error) {
+	var n int64
+	err := q.db.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+qualify(q.schema, "history_late")+
+		` WHERE $1 = '' OR action = $1`, action).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("late events %s: %w", action, err)
+	}
+	return n, nil
+}
+
+// Actions returns every action with its total.
+func (q *Querier) Actions(ctx context.Context) ([]Ranked, error) {
+	rows, err := q.db.Query(ctx, `SELECT action, value FROM `+qualify(q.schema, "actions")+`()`)
+	if err != nil {
+		return nil, fmt.Errorf("actions: %w", err)
+	}
+	defer rows.Close()
+	var out []Ranked
+	for rows.Next() {
+		var r Ranked
+		if err := rows.Scan(&r.Subject, &r.Value); err != nil {
+			return nil, fmt.Errorf("actions: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,332 @@
+package history
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"floodgate/aggregator"
+)
+
+// SinkConfig configures a Sink. Zero values take the defaults named per field.
+type SinkConfig struct {
+	// DB is the PostgreSQL pool. Required.
+	DB DB
+	// Group is the consumer group whose offsets the sink stores, e.g.
+	// "floodgate-history". Required.
+	Group string
+	// Schema holds history's tables and functions. Default "floodgate".
+	Schema string
+	// OffsetsTable is "schema.table" of the offsets store (columns
+	// consumer_group, topic, partition, next_offset, updated_at; unique on the
+	// first three). Default "floodgate.consumer_offsets".
+	OffsetsTable string
+	// Ladder is stored when the database holds none yet (the roller owns it
+	// afterwards). Default DefaultLadder.
+	Ladder Ladder
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the sink's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports the first problem with c.
+func (c *SinkConfig) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("history sink config: no database")
+	case c.Group == "":
+		return errors.New("history sink config: no consumer group")
+	}
+	if c.OffsetsTable != "" {
+		if _, err := parseTable(c.OffsetsTable); err != nil {
+			return fmt.Errorf("history sink config: offsets %w", err)
+		}
+	}
+	if c.Ladder != nil {
+		if err := c.Ladder.Validate(); err != nil {
+			return fmt.Errorf("history sink config: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *SinkConfig) setDefaults() {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.OffsetsTable == "" {
+		c.OffsetsTable = DefaultOffsetsTable
+	}
+	if c.Ladder == nil {
+		c.Ladder, _ = ParseLadder(DefaultLadder)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Sink writes batches of events into minute buckets (or, for late events,
+// into whichever tier now covers their time), totals, and the partition's next
+// offset, all in one statement: a batch is applied exactly once.
+type Sink struct {
+	cfg       SinkConfig
+	applySQL  string
+	resumeSQL string
+	log       *slog.Logger
+	metrics   *sinkMetrics
+
+	mu    sync.Mutex
+	parts map[time.Time]bool // 1m partitions known to exist, by day
+}
+
+var _ aggregator.Sink = (*Sink)(nil)
+
+// NewSink checks cfg, stores the ladder if the database has none, and
+// returns a Sink ready for an aggregator.Group.
+func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	offsets, _ := parseTable(cfg.OffsetsTable)
+	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg:      cfg,
+		applySQL: applySQL(cfg.Schema, offsets),
+		resumeSQL: `SELECT next_offset FROM ` + offsets +
+			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3`,
+		log:     cfg.Logger.With("group", cfg.Group),
+		metrics: m,
+		parts:   map[time.Time]bool{},
+	}
+	if err := EnsureLadder(ctx, cfg.DB, cfg.Schema, cfg.Ladder, true); err != nil {
+		return nil, fmt.Errorf("history sink: %w", err)
+	}
+	return s, nil
+}
+
+// Resume returns the stored next offset of the partition.
+func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, bool, error) {
+	var next int64
+	err := s.cfg.DB.QueryRow(ctx, s.resumeSQL, s.cfg.Group, topic, partition).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("history resume group=%s topic=%s partition=%d: %w", s.cfg.Group, topic, partition, err)
+	}
+	return next, true, nil
+}
+
+// OffsetConflictError is returned for a batch that neither continues the
+// stored offset nor lies wholly before it: a stale owner, or a gap (events
+// deleted by Kafka retention before history read them). Nothing was written.
+type OffsetConflictError struct {
+	Topic       string
+	Partition   int
+	First, Last int64
+	Stored      int64
+}
+
+func (e *OffsetConflictError) Error() string {
+	return fmt.Sprintf("history: batch %s/%d [%d, %d] does not continue the stored next offset %d",
+		e.Topic, e.Partition, e.First, e.Last, e.Stored)
+}
+
+// key is one (action, subject, kind, minute) bucket of a batch.
+type key struct {
+	action, subject, kind string
+	minute                int64 // Unix seconds of the minute start
+}
+
+// Apply sums the batch into minute buckets and writes them, the totals and
+// the partition's next offset in one statement. A batch the store already
+// holds is a no-op.
+func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
+	start := time.Now()
+	sums := make(map[key]int64, len(b.Records))
+	var events int64
+	for _, r := range b.Records {
+		e := r.Event
+		n := e.N
+		if n == 0 {
+			n = 1
+		}
+		sums[key{e.Action, e.Subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}] += n
+		events += n
+	}
+	keys := make([]key, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(strings.Compare(a.action, b.action), strings.Compare(a.subject, b.subject),
+			strings.Compare(a.kind, b.kind), cmp.Compare(a.minute, b.minute))
+	})
+	actions := make([]string, len(keys))
+	subjects := make([]string, len(keys))
+	kinds := make([]string, len(keys))
+	minutes := make([]time.Time, len(keys))
+	ns := make([]int64, len(keys))
+	for i, k := range keys {
+		actions[i], subjects[i], kinds[i] = k.action, k.subject, k.kind
+		minutes[i] = time.Unix(k.minute, 0).UTC()
+		ns[i] = sums[k]
+	}
+	if err := s.ensurePartitions(ctx, minutes); err != nil {
+		return fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
+	}
+
+	// One round trip, one implicit transaction: the routing lock, then the
+	// statement.
+	batch := &pgx.Batch{}
+	batch.Queue(lockRouteShared, s.cfg.Schema)
+	batch.Queue(s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
+		actions, subjects, kinds, minutes, ns)
+	var (
+		applied       bool
+		stored        *int64
+		written, late int64
+	)
+	br := s.cfg.DB.SendBatch(ctx, batch)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&applied, &stored, &written, &late)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.metrics.errors.Inc()
+		return fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
+	}
+	s.metrics.seconds.Observe(time.Since(start).Seconds())
+	if !applied {
+		if stored != nil && *stored > b.Last {
+			s.metrics.batches.WithLabelValues("duplicate").Inc()
+			s.log.Debug("batch already applied", "topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "stored", *stored)
+			return nil
+		}
+		s.metrics.batches.WithLabelValues("conflict").Inc()
+		var st int64
+		if stored != nil {
+			st = *stored
+		}
+		return &OffsetConflictError{Topic: b.Topic, Partition: b.Partition, First: b.First, Last: b.Last, Stored: st}
+	}
+	s.metrics.batches.WithLabelValues("applied").Inc()
+	s.metrics.rows.Add(float64(written))
+	s.metrics.events.Add(float64(events))
+	s.metrics.offset.WithLabelValues(b.Topic, fmt.Sprint(b.Partition)).Set(float64(b.Next()))
+	if late > 0 {
+		s.metrics.late.Add(float64(late))
+		s.log.Warn("late events older than every tier's horizon: counted in totals and history_late, in no bucket",
+			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "events", late)
+	}
+	return nil
+}
+
+// ensurePartitions creates the 1m partitions (UTC days) the minutes need.
+// Rows for a missing partition would still land in the DEFAULT partition;
+// creating it first keeps that partition small.
+func (s *Sink) ensurePartitions(ctx context.Context, minutes []time.Time) error {
+	var missing []time.Time
+	s.mu.Lock()
+	for _, m := range minutes {
+		day := m.Truncate(24 * time.Hour)
+		if !s.parts[day] && !slices.Contains(missing, day) {
+			missing = append(missing, day)
+		}
+	}
+	s.mu.Unlock()
+	for _, day := range missing {
+		if _, err := s.cfg.DB.Exec(ctx, `SELECT `+qualify(s.cfg.Schema, "ensure_partition")+`('1m', $1)`, day); err != nil {
+			return fmt.Errorf("ensure 1m partition %s: %w", day.Format(time.DateOnly), err)
+		}
+		s.mu.Lock()
+		s.parts[day] = true
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// applySQL builds the batch statement. $1 group, $2 topic, $3 partition,
+// $4 first offset, $5 next offset, $6..$10 the bucket arrays (action,
+// subject, kind, minute, n). It returns (applied, stored next offset before,
+// bucket rows written, late events).
+//
+// Each minute goes to the finest tier whose rolled_to is at or below it,
+// binned to that tier's width; a minute below every watermark is late: it
+// counts in totals and history_late only.
+func applySQL(schema, offsets string) string {
+	q := func(name string) string { return qualify(schema, name) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `WITH cur AS (
+	SELECT next_offset FROM %[1]s WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3
+), off AS (
+	INSERT INTO %[1]s AS o (consumer_group, topic, "partition", next_offset, updated_at)
+	VALUES ($1, $2, $3, $5, now())
+	ON CONFLICT (consumer_group, topic, "partition") DO UPDATE
+		SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at
+		WHERE o.next_offset = $4
+	RETURNING 1
+), tiers AS (
+	SELECT step, position, rolled_to FROM %[2]s
+), r AS (
+	SELECT u.a, u.s, u.k, u.m, u.n,
+		(SELECT t.step FROM tiers t WHERE u.m >= t.rolled_to ORDER BY t.position LIMIT 1) AS step
+	FROM unnest($6::text[], $7::text[], $8::text[], $9::timestamptz[], $10::bigint[]) AS u(a, s, k, m, n)
+	WHERE EXISTS (SELECT 1 FROM off)
+)`, offsets, q("history_tiers"))
+	var written []string
+	for _, st := range steps {
+		cte := "w_" + st.Name
+		fmt.Fprintf(&b, `, %[1]s AS (
+	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n)
+	SELECT a, s, k, date_bin('%[3]d seconds', m, timestamptz '2000-01-03 00:00:00+00'), sum(n)
+	FROM r WHERE step = '%[4]s' GROUP BY 1, 2, 3, 4
+	ON CONFLICT (action, subject, kind, bucket) DO UPDATE SET n = b.n + EXCLUDED.n
+	RETURNING 1
+)`, cte, q(st.Table()), int64(st.Width/time.Second), st.Name)
+		written = append(written, "(SELECT count(*) FROM "+cte+")")
+	}
+	fmt.Fprintf(&b, `, tot AS (
+	INSERT INTO %[1]s AS t (action, subject, kind, n, first_at, last_at)
+	SELECT a, s, k, sum(n), min(m), max(m) FROM r GROUP BY 1, 2, 3
+	ON CONFLICT (action, subject, kind) DO UPDATE
+		SET n = t.n + EXCLUDED.n, first_at = least(t.first_at, EXCLUDED.first_at),
+			last_at = greatest(t.last_at, EXCLUDED.last_at), updated_at = now()
+), late AS (
+	INSERT INTO %[2]s AS l (action, subject, kind, n, first_at, last_at)
+	SELECT a, s, k, sum(n), min(m), max(m) FROM r WHERE step IS NULL GROUP BY 1, 2, 3
+	ON CONFLICT (action, subject, kind) DO UPDATE
+		SET n = l.n + EXCLUDED.n, first_at = least(l.first_at, EXCLUDED.first_at),
+			last_at = greatest(l.last_at, EXCLUDED.last_at), reported_at = now()
+)
+SELECT EXISTS (SELECT 1 FROM off), (SELECT next_offset FROM cur),
+	%[3]s,
+	(SELECT coalesce(sum(n), 0) FROM r WHERE step IS NULL)::bigint`,
+		q("history_totals"), q("history_late"), strings.Join(written, " + "))
+	return b.String()
+}

@@ -1,0 +1,116 @@
+package history_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/history"
+	"floodgate/history/internal/testdb"
+)
+
+func newSink(t *testing.T, schema string, db history.DB) *history.Sink {
+	t.Helper()
+	s, err := history.NewSink(context.Background(), history.SinkConfig{
+		DB: db, Group: "test-history", Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func rec(off int64, action, kind, subject string, ts time.Time, n int64) aggregator.Record {
+	return aggregator.Record{Offset: off, Event: event.Event{V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: subject, TS: ts, N: n}}
+}
+
+func TestSinkAppliesOnce(t *testing.T) {
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t, pool)
+	ctx := context.Background()
+	s := newSink(t, schema, pool)
+	q := history.NewQuerier(pool, schema)
+
+	if _, ok, err := s.Resume(ctx, "t", 3); err != nil || ok {
+		t.Fatalf("Resume on an empty store = ok %v, err %v; want not ok", ok, err)
+	}
+	t0 := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
+	b1 := aggregator.Batch{Topic: "t", Partition: 3, First: 10, Last: 14, Records: []aggregator.Record{
+		rec(10, "visit", "ip", "1.2.3.4", t0, 1),
+		rec(11, "visit", "ip", "1.2.3.4", t0.Add(20*time.Second), 2), // same minute
+		rec(12, "visit", "ip", "1.2.3.4", t0.Add(time.Minute), 1),
+		rec(14, "visit", "email", "a@x", t0, 5), // offset 13 was skipped (malformed)
+	}}
+	if err := s.Apply(ctx, b1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, b1); err != nil { // replay: a no-op
+		t.Fatalf("replay: %v", err)
+	}
+	if next, ok, err := s.Resume(ctx, "t", 3); err != nil || !ok || next != 15 {
+		t.Fatalf("Resume = %d, %v, %v; want 15", next, ok, err)
+	}
+	// A stale owner's batch that overlaps the stored offset writes nothing.
+	stale := aggregator.Batch{Topic: "t", Partition: 3, First: 12, Last: 20, Records: []aggregator.Record{rec(12, "visit", "ip", "1.2.3.4", t0, 100)}}
+	var conflict *history.OffsetConflictError
+	if err := s.Apply(ctx, stale); !errors.As(err, &conflict) || conflict.Stored != 15 {
+		t.Fatalf("stale batch: err %v, want OffsetConflictError stored 15", err)
+	}
+	// A gap is refused too.
+	gap := aggregator.Batch{Topic: "t", Partition: 3, First: 30, Last: 30, Records: []aggregator.Record{rec(30, "visit", "ip", "1.2.3.4", t0, 100)}}
+	if err := s.Apply(ctx, gap); !errors.As(err, &conflict) {
+		t.Fatalf("gap: err %v, want OffsetConflictError", err)
+	}
+	// An empty batch (all skipped) still advances.
+	if err := s.Apply(ctx, aggregator.Batch{Topic: "t", Partition: 3, First: 15, Last: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if next, _, _ := s.Resume(ctx, "t", 3); next != 17 {
+		t.Fatalf("after empty batch next = %d, want 17", next)
+	}
+
+	ip := history.Key{Action: "visit", Kind: "ip", Subject: "1.2.3.4"}
+	for _, c := range []struct {
+		name string
+		k    history.Key
+		want int64
+	}{
+		{"ip", ip, 4},
+		{"email", history.Key{Action: "visit", Subject: "a@x"}, 5},
+		{"action", history.Key{Action: "visit"}, 9},
+		{"kind", history.Key{Action: "visit", Kind: "email"}, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := q.Count(ctx, c.k, t0.Add(-time.Hour), t0.Add(time.Hour))
+			if err != nil || got != c.want {
+				t.Errorf("Count = %d, %v; want %d", got, err, c.want)
+			}
+			if c.k.Kind == "" || c.k.Subject != "" {
+				tot, err := q.Total(ctx, c.k)
+				if err != nil || tot != c.want {
+					t.Errorf("Total = %d, %v; want %d", tot, err, c.want)
+				}
+			}
+		})
+	}
+	curve, err := q.Curve(ctx, ip, t0.Truncate(time.Minute), t0.Truncate(time.Minute).Add(3*time.Minute), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{3, 1, 0}
+	if len(curve) != len(want) {
+		t.Fatalf("curve = %v, want values %v", curve, want)
+	}
+	for i, p := range curve {
+		if p.Value != want[i] || !p.Time.Equal(t0.Truncate(time.Minute).Add(time.Duration(i)*time.Minute)) {
+			t.Errorf("curve[%d] = %v, want %d at +%dm", i, p, want[i], i)
+		}
+	}
+	top, err := q.Top(ctx, "visit", "", t0.Add(-time.Hour), t0.Add(time.Hour), 10)
+	if err != nil || len(top) != 2 || top[0].Subject != "a@x" || top[0].Value != 5 || top[1].Value != 4 {
+		t.Fatalf("Top = %v, %v", top, err)
+	}
+}

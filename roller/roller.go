@@ -1,0 +1,389 @@
+package roller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"floodgate/history"
+)
+
+// ErrBusy is returned by RunOnce when another roller holds the lock.
+var ErrBusy = errors.New("roller: another roller is running")
+
+// Config configures a Roller. Zero values take the defaults named per field.
+type Config struct {
+	// Pool is the PostgreSQL pool. Required. One connection is held for the
+	// length of a run (it carries the one-roller-at-a-time lock).
+	Pool *pgxpool.Pool
+	// Schema holds history's tables. Default "floodgate".
+	Schema string
+	// Ladder is the retention configuration; the roller stores it (it is
+	// the authority on horizons). Default history.DefaultLadder.
+	Ladder history.Ladder
+	// ChunkBuckets sizes a roll transaction: about this many buckets of the
+	// finer tier per key (rounded up to whole buckets of the coarser one).
+	// Default 60 (1m→5m chunks of an hour, 5m→1h of 5 hours, 1h→1d of 3
+	// days, 1d→1w of 9 weeks).
+	ChunkBuckets int
+	// ProgressEvery is the least time between two progress log lines of a
+	// long run. Default 2s.
+	ProgressEvery time.Duration
+	// Now is the clock horizons are measured from. Default time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the roller's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("roller config: no database pool")
+	case c.ChunkBuckets < 0:
+		return fmt.Errorf("roller config: chunk buckets %d is negative", c.ChunkBuckets)
+	case c.ProgressEvery < 0:
+		return fmt.Errorf("roller config: progress interval %s is negative", c.ProgressEvery)
+	}
+	if c.Ladder != nil {
+		if err := c.Ladder.Validate(); err != nil {
+			return fmt.Errorf("roller config: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Schema == "" {
+		c.Schema = history.DefaultSchema
+	}
+	if c.Ladder == nil {
+		c.Ladder, _ = history.ParseLadder(history.DefaultLadder)
+	}
+	if c.ChunkBuckets == 0 {
+		c.ChunkBuckets = 60
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 2 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Roller applies the retention ladder.
+type Roller struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// New checks cfg and returns a Roller.
+func New(cfg Config) (*Roller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Roller{cfg: cfg, log: cfg.Logger.With("schema", cfg.Schema), metrics: m}, nil
+}
+
+// TierReport is what one run did to one rung of the ladder.
+type TierReport struct {
+	From, To    string    // steps; To is "" for the last tier's expiry
+	RolledTo    time.Time // the tier's watermark after the run (zero: -infinity)
+	Chunks      int       // roll transactions committed
+	RowsMoved   int64     // rows deleted from From
+	RowsWritten int64     // rows inserted or updated in To
+	Events      int64     // sum of n moved (or expired)
+	Dropped     int       // partitions dropped
+}
+
+// Report is what one run did.
+type Report struct {
+	Now      time.Time
+	Tiers    []TierReport
+	Duration time.Duration
+}
+
+// RowsMoved sums the rows moved over tiers.
+func (r Report) RowsMoved() int64 {
+	var n int64
+	for _, t := range r.Tiers {
+		n += t.RowsMoved
+	}
+	return n
+}
+
+// Run calls RunOnce now and every interval until ctx ends. Errors are logged
+// and retried at the next tick.
+func (r *Roller) Run(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("roller: interval %s must be positive", every)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		rep, err := r.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrBusy):
+			r.log.Info("another roller is running; skipping this tick")
+		case err != nil:
+			r.log.Error("roller run failed; retrying at the next tick", "err", err)
+		default:
+			r.log.Info("roller run done", "rows_moved", rep.RowsMoved(), "took", rep.Duration.Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce rolls every tier down the ladder as of Now, then drops the
+// partitions that are wholly past their horizon. Each chunk is one
+// transaction that moves rows and raises the tier's watermark together, so a
+// run killed at any point leaves a consistent history, and running again
+// finishes the work; a finished run repeated changes nothing.
+func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
+	start := time.Now()
+	now := r.cfg.Now().UTC()
+	rep.Now = now
+	defer func() {
+		rep.Duration = time.Since(start)
+		switch {
+		case errors.Is(err, ErrBusy):
+			r.metrics.runs.WithLabelValues("busy").Inc()
+		case err != nil:
+			r.metrics.runs.WithLabelValues("error").Inc()
+		default:
+			r.metrics.runs.WithLabelValues("ok").Inc()
+			r.metrics.lastSuccess.SetToCurrentTime()
+			r.metrics.duration.Observe(rep.Duration.Seconds())
+		}
+	}()
+
+	conn, err := r.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("roller: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`,
+		r.cfg.Schema).Scan(&locked); err != nil {
+		return rep, fmt.Errorf("roller: take lock: %w", err)
+	}
+	if !locked {
+		return rep, ErrBusy
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, uerr := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, r.cfg.Schema); uerr != nil {
+			// Closing the session releases the lock for sure.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+
+	if err := history.EnsureLadder(ctx, conn, r.cfg.Schema, r.cfg.Ladder, false); err != nil {
+		return rep, fmt.Errorf("roller: %w", err)
+	}
+	// Partitions ahead, so that the sink's inserts never wait on DDL and the
+	// DEFAULT partitions stay empty.
+	for _, t := range r.cfg.Ladder {
+		for _, at := range []time.Time{now, now.Add(24 * time.Hour)} {
+			if _, err := conn.Exec(ctx, `SELECT `+r.q("ensure_partition")+`($1, $2)`, t.Name, at); err != nil {
+				return rep, fmt.Errorf("roller: create %s partition for %s: %w", t.Name, at.Format(time.RFC3339), err)
+			}
+		}
+	}
+	l := r.cfg.Ladder
+	for i := 0; i+1 < len(l); i++ {
+		tr, err := r.roll(ctx, conn, l[i], l[i+1], now)
+		rep.Tiers = append(rep.Tiers, tr)
+		if err != nil {
+			return rep, err
+		}
+	}
+	if last := l[len(l)-1]; !last.Forever() {
+		tr, err := r.expire(ctx, conn, last, now)
+		rep.Tiers = append(rep.Tiers, tr)
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (r *Roller) q(name string) string { return pgx.Identifier{r.cfg.Schema, name}.Sanitize() }
+
+// chunk returns the span of one roll transaction from a to b.
+func (r *Roller) chunk(a, b history.Tier) time.Duration {
+	want := a.Width * time.Duration(r.cfg.ChunkBuckets)
+	k := (want + b.Width - 1) / b.Width
+	return max(k, 1) * b.Width
+}
+
+// roll moves tier a's buckets older than its horizon into tier b, chunk by
+// chunk from the oldest, then drops a's partitions left empty.
+func (r *Roller) roll(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier, now time.Time) (TierReport, error) {
+	rep := TierReport{From: a.Name, To: b.Name}
+	cutoff := history.Bin(now.Add(-a.Horizon), b.Width)
+	var oldest *time.Time
+	if err := conn.QueryRow(ctx, `SELECT `+r.q("oldest_bucket")+`($1)`, a.Name).Scan(&oldest); err != nil {
+		return rep, fmt.Errorf("roller: oldest bucket of %s: %w", a.Name, err)
+	}
+	chunk := r.chunk(a, b)
+	var lo time.Time
+	if oldest != nil && oldest.Before(cutoff) {
+		lo = history.Bin(*oldest, chunk)
+	} else {
+		lo = cutoff // nothing to move; still raise the watermark
+	}
+	total := int((cutoff.Sub(lo) + chunk - 1) / chunk)
+	lastLog := time.Now()
+	for {
+		hi := lo.Add(chunk)
+		if hi.After(cutoff) || !lo.Before(cutoff) {
+			hi = cutoff
+		}
+		moved, written, events, err := r.rollChunk(ctx, conn, a, b, lo, hi)
+		if err != nil {
+			return rep, fmt.Errorf("roller: roll %s→%s [%s, %s): %w", a.Name, b.Name, lo.Format(time.RFC3339), hi.Format(time.RFC3339), err)
+		}
+		rep.Chunks++
+		rep.RowsMoved += moved
+		rep.RowsWritten += written
+		rep.Events += events
+		rep.RolledTo = hi
+		r.metrics.moved.WithLabelValues(a.Name, b.Name).Add(float64(moved))
+		r.metrics.written.WithLabelValues(a.Name, b.Name).Add(float64(written))
+		if time.Since(lastLog) >= r.cfg.ProgressEvery {
+			lastLog = time.Now()
+			r.log.Info("rolling", "from", a.Name, "to", b.Name, "chunk", rep.Chunks, "of", total,
+				"up_to", hi.Format(time.RFC3339), "rows_moved", rep.RowsMoved)
+		}
+		lo = hi
+		if !lo.Before(cutoff) {
+			break
+		}
+	}
+	dropped, err := r.dropEmpty(ctx, conn, a)
+	if err != nil {
+		return rep, err
+	}
+	rep.Dropped = dropped
+	r.log.Debug("rolled", "from", a.Name, "to", b.Name, "rolled_to", cutoff.Format(time.RFC3339),
+		"chunks", rep.Chunks, "rows_moved", rep.RowsMoved, "rows_written", rep.RowsWritten, "partitions_dropped", dropped)
+	return rep, nil
+}
+
+// rollChunk moves [lo, hi) of tier a into tier b and raises a's watermark to
+// hi, in one transaction under the exclusive routing lock.
+func (r *Roller) rollChunk(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier, lo, hi time.Time) (moved, written, events int64, err error) {
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`, r.cfg.Schema); err != nil {
+			return fmt.Errorf("routing lock: %w", err)
+		}
+		if lo.Before(hi) {
+			for _, at := range []time.Time{lo, hi.Add(-time.Microsecond)} {
+				if _, err := tx.Exec(ctx, `SELECT `+r.q("ensure_partition")+`($1, $2)`, b.Name, at); err != nil {
+					return fmt.Errorf("create %s partition: %w", b.Name, err)
+				}
+			}
+			err := tx.QueryRow(ctx, fmt.Sprintf(`WITH moved AS (
+	DELETE FROM %[1]s WHERE bucket >= $1 AND bucket < $2 RETURNING action, subject, kind, bucket, n
+), ins AS (
+	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n)
+	SELECT action, subject, kind, date_bin('%[3]d seconds', bucket, timestamptz '2000-01-03 00:00:00+00'), sum(n)
+	FROM moved GROUP BY 1, 2, 3, 4
+	ON CONFLICT (action, subject, kind, bucket) DO UPDATE SET n = b.n + EXCLUDED.n
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM ins), (SELECT coalesce(sum(n), 0)::bigint FROM moved)`,
+				r.q(a.Table()), r.q(b.Table()), int64(b.Width/time.Second)), lo, hi).Scan(&moved, &written, &events)
+			if err != nil {
+				return fmt.Errorf("move rows: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+r.q("history_tiers")+` SET rolled_to = $2, updated_at = now() WHERE step = $1 AND rolled_to < $2`, a.Name, hi); err != nil {
+			return fmt.Errorf("raise watermark: %w", err)
+		}
+		return nil
+	})
+	return moved, written, events, err
+}
+
+// dropEmpty drops tier a's partitions that end at or below its watermark and
+// hold no row.
+func (r *Roller) dropEmpty(ctx context.Context, conn *pgxpool.Conn, a history.Tier) (int, error) {
+	var dropped int
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`, r.cfg.Schema); err != nil {
+			return fmt.Errorf("routing lock: %w", err)
+		}
+		return tx.QueryRow(ctx, `SELECT `+r.q("drop_partitions")+`($1, (SELECT rolled_to FROM `+r.q("history_tiers")+` WHERE step = $1), true)`,
+			a.Name).Scan(&dropped)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("roller: drop empty %s partitions: %w", a.Name, err)
+	}
+	r.metrics.dropped.WithLabelValues(a.Name).Add(float64(dropped))
+	return dropped, nil
+}
+
+// expire drops the last tier's partitions wholly older than its horizon and
+// raises its watermark to their end: later events for that time are late.
+func (r *Roller) expire(ctx context.Context, conn *pgxpool.Conn, t history.Tier, now time.Time) (TierReport, error) {
+	rep := TierReport{From: t.Name}
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`, r.cfg.Schema); err != nil {
+			return fmt.Errorf("routing lock: %w", err)
+		}
+		var cutoff time.Time
+		if err := tx.QueryRow(ctx, `SELECT lo FROM `+r.q("partition_bounds")+`($1, $2)`, t.Name, now.Add(-t.Horizon)).Scan(&cutoff); err != nil {
+			return fmt.Errorf("cutoff: %w", err)
+		}
+		var before int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+r.q("history_expired")+` WHERE step = $1`, t.Name).Scan(&before); err != nil {
+			return fmt.Errorf("read expired: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT `+r.q("drop_partitions")+`($1, $2, false)`, t.Name, cutoff).Scan(&rep.Dropped); err != nil {
+			return fmt.Errorf("drop partitions: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint - $2 FROM `+r.q("history_expired")+` WHERE step = $1`, t.Name, before).Scan(&rep.Events); err != nil {
+			return fmt.Errorf("read expired: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+r.q("history_tiers")+` SET rolled_to = $2, updated_at = now() WHERE step = $1 AND rolled_to < $2`, t.Name, cutoff); err != nil {
+			return fmt.Errorf("raise watermark: %w", err)
+		}
+		rep.RolledTo = cutoff
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("roller: expire %s: %w", t.Name, err)
+	}
+	r.metrics.dropped.WithLabelValues(t.Name).Add(float64(rep.Dropped))
+	r.metrics.expired.WithLabelValues(t.Name).Add(float64(rep.Events))
+	if rep.Events > 0 {
+		r.log.Info("expired", "step", t.Name, "before", rep.RolledTo.Format(time.RFC3339), "events", rep.Events, "partitions", rep.Dropped)
+	}
+	return rep, nil
+}
