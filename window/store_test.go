@@ -1,0 +1,345 @@
+package window_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+const loginRules = `
+rules:
+  - name: login
+    action: login_failed
+    kinds: [ip, email]
+    limits: [2/s, 5/m, 10/h, 100/d]
+    message: slow down
+    allow: [10.0.0.0/8, ops@example.com]
+  - name: login-shadow
+    action: login_failed
+    kinds: [user]
+    limits: [2/s, 5/m]
+    shadow: true
+`
+
+type step struct {
+	at   time.Duration // event time and clock, from base
+	n    int           // events (one batch)
+	want string        // new decision's limit ("" = none)
+	// until of the new decision, from base
+	until time.Duration
+	count int64
+}
+
+// TestSeveralLimitsDenyAtTheRightMoment drives one subject through each of
+// its four windows with an injected clock: every limit denies exactly at
+// its (limit+1)th event, and the deny record expires when the window falls
+// back under the limit.
+func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
+	rdb := redisClient(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "events", partition: 3}
+	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "203.0.113.7"}
+
+	steps := []step{
+		{at: 0, n: 1},
+		{at: 500 * time.Millisecond, n: 1},
+		{at: 900 * time.Millisecond, n: 1, want: "2/1s", count: 3, until: time.Second}, // 3rd in a second
+		{at: 1500 * time.Millisecond, n: 1},                                           // second 1 holds one event
+		{at: 2 * time.Second, n: 1},                                                   // 5 in the minute: allowed
+		{at: 3 * time.Second, n: 1, want: "5/1m", count: 6, until: time.Minute},       // 6th: second 0 leaves at +60s
+		{at: 61 * time.Second, n: 1},
+		{at: 120 * time.Second, n: 1},
+		{at: 121 * time.Second, n: 1},
+		{at: 150 * time.Second, n: 1}, // 10 in the hour
+		{at: 180 * time.Second, n: 1, want: "10/1h", count: 11, until: time.Hour},
+	}
+	// Fill the day without tripping the shorter windows: 9 events an hour,
+	// one every 5 minutes, in hours 2..11. The 101st event of the day is the
+	// 90th of these, in hour 11 at minute 40.
+	for h := 2; h <= 11; h++ {
+		for j := 0; j < 9; j++ {
+			s := step{at: time.Duration(h)*time.Hour + time.Duration(j)*5*time.Minute, n: 1}
+			if h == 11 && j == 8 {
+				s.want, s.count, s.until = "100/1d", 101, 24*time.Hour
+			}
+			steps = append(steps, s)
+		}
+	}
+	for i, s := range steps {
+		now := base.Add(s.at)
+		var evs = make([]eventT, 0, s.n)
+		for k := 0; k < s.n; k++ {
+			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
+		}
+		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *window.Decision
+		for k := range res.Decisions {
+			if !res.Decisions[k].Shadow {
+				got = &res.Decisions[k]
+			}
+		}
+		if s.want == "" {
+			if got != nil {
+				t.Fatalf("step %d (+%s): unexpected decision %+v", i, s.at, *got)
+			}
+			continue
+		}
+		if got == nil {
+			t.Fatalf("step %d (+%s): no decision, want %s", i, s.at, s.want)
+		}
+		if got.Limit.String() != s.want || got.Count != s.count || !got.Until.Equal(base.Add(s.until)) || got.Rule != "login" {
+			t.Fatalf("step %d (+%s): decision %s count %d until +%s, want %s count %d until +%s",
+				i, s.at, got.Limit, got.Count, got.Until.Sub(base), s.want, s.count, s.until)
+		}
+		// The deny record says the same and expires at until (by the
+		// store's clock: its TTL is until - now).
+		d := readDeny(t, rdb, st, sub)
+		if d == nil || d.Until != got.Until || d.Limit != got.Limit || d.Count != got.Count || d.Message != "slow down" {
+			t.Fatalf("step %d: deny record %+v, decision %+v", i, d, got)
+		}
+		pttl := rdb.PTTL(ctx, st.DenyKey(sub)).Val()
+		if want := got.Until.Sub(now); pttl > want || pttl < want-2*time.Second {
+			t.Fatalf("step %d: deny PTTL %s, want about %s", i, pttl, want)
+		}
+	}
+
+	// The window sums at the end, one round trip for all four.
+	end := base.Add(11*time.Hour + 40*time.Minute)
+	states, err := st.Check(ctx, end, []window.Query{{Subject: sub, Windows: []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := states[0].Sums, []int64{1, 1, 9, 101}; !equal(got, want) {
+		t.Fatalf("sums at end = %v, want %v", got, want)
+	}
+	if states[0].Deny == nil || states[0].Deny.Limit.String() != "100/1d" {
+		t.Fatalf("Check deny = %+v", states[0].Deny)
+	}
+}
+
+func readDeny(tb testing.TB, rdb *redis.Client, st *window.Store, sub window.Subject) *window.Deny {
+	tb.Helper()
+	v, err := rdb.Get(context.Background(), st.DenyKey(sub)).Bytes()
+	if err == redis.Nil {
+		return nil
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d, err := window.ParseDeny(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+func equal(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestShadowNeverDenies: a shadow rule over its limit yields shadow
+// decisions (once per episode) but never a deny record.
+func TestShadowNeverDenies(t *testing.T) {
+	rdb := redisClient(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "events"}
+	sub := window.Subject{Action: "login_failed", Kind: "user", Subject: "alice"}
+	var shadow int
+	for i := 0; i < 20; i++ {
+		now := base.Add(time.Duration(i) * 100 * time.Millisecond)
+		res, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range res.Decisions {
+			if !d.Shadow || d.Rule != "login-shadow" {
+				t.Fatalf("decision %+v, want shadow decisions only", d)
+			}
+			shadow++
+		}
+		if d := readDeny(t, rdb, st, sub); d != nil {
+			t.Fatalf("event %d: shadow rule wrote a deny record %+v", i, d)
+		}
+	}
+	// 3rd event: 2/s exceeded (new); 6th: 5/m exceeded (a longer episode, new).
+	if shadow != 2 {
+		t.Fatalf("shadow decisions = %d, want 2 (2/s, then 5/m)", shadow)
+	}
+	if n := rdb.Exists(ctx, st.ShadowKey(sub)).Val(); n != 1 {
+		t.Fatalf("shadow record missing")
+	}
+}
+
+// TestAllowlistedNeverDenied: allowlisted subjects (exact and CIDR) are
+// counted but never denied; their neighbours are.
+func TestAllowlistedNeverDenied(t *testing.T) {
+	rdb := redisClient(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "events"}
+	subs := map[window.Subject]bool{ // subject -> allowlisted
+		{Action: "login_failed", Kind: "ip", Subject: "10.2.3.4"}:           true,
+		{Action: "login_failed", Kind: "email", Subject: "ops@example.com"}:  true,
+		{Action: "login_failed", Kind: "ip", Subject: "11.2.3.4"}:           false,
+		{Action: "login_failed", Kind: "email", Subject: "eve@example.com"}: false,
+	}
+	denied := map[window.Subject]int{}
+	for i := 0; i < 50; i++ {
+		now := base.Add(time.Duration(i) * 300 * time.Millisecond)
+		var evs []eventT
+		for s := range subs {
+			evs = append(evs, ev(s.Action, s.Kind, s.Subject, now), ev(s.Action, s.Kind, s.Subject, now))
+		}
+		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range res.Decisions {
+			denied[window.Subject{Action: d.Action, Kind: d.Kind, Subject: d.Subject}]++
+		}
+	}
+	for s, allowed := range subs {
+		if allowed && (denied[s] > 0 || readDeny(t, rdb, st, s) != nil) {
+			t.Errorf("allowlisted %v denied", s)
+		}
+		if !allowed && denied[s] == 0 {
+			t.Errorf("%v never denied", s)
+		}
+		states, err := st.Check(ctx, base.Add(49*300*time.Millisecond), []window.Query{{Subject: s, Windows: []time.Duration{time.Hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if states[0].Sums[0] != 100 {
+			t.Errorf("%v counted %d, want 100", s, states[0].Sums[0])
+		}
+	}
+}
+
+// TestExactlyOnceOffsets: a batch applied twice counts once; a batch that
+// overlaps the stored offset applies only its tail; Resume reads the offset.
+func TestExactlyOnceOffsets(t *testing.T) {
+	rdb := redisClient(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	sub := window.Subject{Action: "login_failed", Kind: "email", Subject: "a@example.com"}
+	if _, ok, err := st.Resume(ctx, "g", "events", 7); err != nil || ok {
+		t.Fatalf("Resume before any batch = %v, %v", ok, err)
+	}
+	b := &batcher{topic: "events", partition: 7, next: 100}
+	evs := func(n int) []eventT {
+		out := make([]eventT, n)
+		for i := range out {
+			out[i] = ev(sub.Action, sub.Kind, sub.Subject, base)
+		}
+		return out
+	}
+	b1 := b.batch(evs(3)...) // 100..102
+	b2 := b.batch(evs(4)...) // 103..106
+	for i, bt := range []struct {
+		b         batchT
+		dup       bool
+		trimmed   int
+		wantCount int64
+	}{{b1, false, 0, 3}, {b1, true, 0, 3}, {b2, false, 0, 7}, {b2, true, 0, 7}} {
+		res, err := st.Apply(ctx, "g", bt.b, set, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Duplicate != bt.dup {
+			t.Fatalf("apply %d: duplicate = %v, want %v", i, res.Duplicate, bt.dup)
+		}
+		assertSum(t, st, sub, base, 24*time.Hour, bt.wantCount)
+	}
+	// A stale owner's batch 101..108 overlapping the stored offset 107:
+	// only 107 and 108 count.
+	stale := b1
+	stale.First, stale.Last, stale.Records = 101, 108, nil
+	for off := int64(101); off <= 108; off++ {
+		stale.Records = append(stale.Records, recordAt(off, ev(sub.Action, sub.Kind, sub.Subject, base)))
+	}
+	res, err := st.Apply(ctx, "g", stale, set, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Trimmed != 6 || res.Applied != 2 {
+		t.Fatalf("stale batch: trimmed %d applied %d, want 6 and 2", res.Trimmed, res.Applied)
+	}
+	assertSum(t, st, sub, base, 24*time.Hour, 9)
+	next, ok, err := st.Resume(ctx, "g", "events", 7)
+	if err != nil || !ok || next != 109 {
+		t.Fatalf("Resume = %d, %v, %v; want 109", next, ok, err)
+	}
+	// Another group keeps its own offsets.
+	if _, ok, _ := st.Resume(ctx, "other", "events", 7); ok {
+		t.Fatal("offsets leak between groups")
+	}
+}
+
+func assertSum(tb testing.TB, st *window.Store, sub window.Subject, now time.Time, w time.Duration, want int64) {
+	tb.Helper()
+	states, err := st.Check(context.Background(), now, []window.Query{{Subject: sub, Windows: []time.Duration{w}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if got := states[0].Sums[0]; got != want {
+		tb.Fatalf("sum %s of %v = %d, want %d", w, sub, got, want)
+	}
+}
+
+// TestOldCountedAndUnruledEventsSkipCounters covers the three skips.
+func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
+	rdb := redisClient(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "events"}
+	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.1"}
+	now := base.Add(48 * time.Hour)
+	bt := b.batch(
+		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour)),            // old: outside 1d
+		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour+time.Second)), // the day's first second
+		ev(sub.Action, sub.Kind, sub.Subject, now),
+		ev("visit", "link", "abc", now), // no rule
+	)
+	bt.Records[2].Counted = true
+	res, err := st.Apply(ctx, "g", bt, set, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Old != 1 || res.Applied != 1 || res.CountedByLimiter != 1 || res.NoRule != 1 || res.Subjects != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	assertSum(t, st, sub, now, 24*time.Hour, 1)
+	// The minute hash and the hour hash of the counted event exist with a
+	// TTL from the longest window (1d) plus slack; its second hash too.
+	ts := now.Add(-24*time.Hour + time.Second)
+	for _, level := range []byte{'s', 'm', 'h'} {
+		ttl := rdb.TTL(ctx, st.BucketKey(sub, level, ts)).Val()
+		if ttl <= 0 || ttl > 24*time.Hour+2*time.Hour {
+			t.Errorf("level %c TTL = %s", level, ttl)
+		}
+	}
+	_ = rules.MaxWindow
+}
