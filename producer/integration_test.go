@@ -1,0 +1,275 @@
+package producer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/event"
+	"floodgate/producer"
+	"floodgate/topics"
+)
+
+// kafkaBrokers returns the brokers of scripts/stack (FLOODGATE_BROKERS). An
+// unreachable Kafka fails the test; under -short (and without CI=true) the
+// test is skipped instead.
+func kafkaBrokers(tb testing.TB) []string {
+	tb.Helper()
+	brokers := []string{"127.0.0.1:19092"}
+	if v := os.Getenv("FLOODGATE_BROKERS"); v != "" {
+		brokers = strings.Split(v, ",")
+	}
+	if testing.Short() && os.Getenv("CI") != "true" {
+		tb.Skipf("integration test needs Kafka at %s (scripts/stack up); skipped under -short", strings.Join(brokers, ","))
+	}
+	conn, err := net.DialTimeout("tcp", brokers[0], 3*time.Second)
+	if err != nil {
+		tb.Fatalf("Kafka unreachable at %s (run scripts/stack up, or set FLOODGATE_BROKERS): %v", brokers[0], err)
+	}
+	if err := conn.Close(); err != nil {
+		tb.Fatalf("close probe connection: %v", err)
+	}
+	return brokers
+}
+
+// testTopic creates a fresh topic for one test and deletes it afterwards.
+func testTopic(tb testing.TB, brokers []string, partitions int) string {
+	tb.Helper()
+	name := fmt.Sprintf("floodgate.test.%s.%d", strings.ToLower(tb.Name()), time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(tb.Context(), time.Minute)
+	defer cancel()
+	if err := producer.EnsureTopics(ctx, brokers, producer.TopicSpec{Name: name, Partitions: partitions}); err != nil {
+		tb.Fatalf("create topic %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := topics.Delete(ctx, brokers, name); err != nil {
+			tb.Errorf("delete topic %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// readAll reads every partition of topic from the start until want
+// messages arrived, then waits a moment for unexpected extra ones.
+func readAll(tb testing.TB, brokers []string, topic string, partitions, want int) []kafka.Message {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), time.Minute)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		got  []kafka.Message
+		full = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	for p := range partitions {
+		r := kafka.NewReader(kafka.ReaderConfig{
+			Brokers: brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond,
+		})
+		wg.Go(func() {
+			defer func() {
+				if err := r.Close(); err != nil {
+					tb.Errorf("close reader partition=%d: %v", p, err)
+				}
+			}()
+			for {
+				m, err := r.ReadMessage(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						tb.Errorf("read partition=%d: %v", p, err)
+					}
+					return
+				}
+				mu.Lock()
+				got = append(got, m)
+				if len(got) == want {
+					close(full)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	select {
+	case <-full:
+		time.Sleep(500 * time.Millisecond) // room for unexpected duplicates
+	case <-ctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != want {
+		tb.Fatalf("read %d messages from %s, want %d", len(got), topic, want)
+	}
+	return got
+}
+
+func kcatProduce(tb testing.TB, brokers []string, topic string, headers []string, lines []string) {
+	tb.Helper()
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		tb.Fatalf("kcat not found (installed by scripts/stack up): %v", err)
+	}
+	args := []string{"-P", "-b", strings.Join(brokers, ","), "-t", topic, "-K", "|", "-X", "partitioner=murmur2_random"}
+	for _, h := range headers {
+		args = append(args, "-H", h)
+	}
+	ctx, cancel := context.WithTimeout(tb.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kcat, args...)
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("kcat %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+}
+
+func TestPublishAndKcatAgree(t *testing.T) {
+	brokers := kafkaBrokers(t)
+	const partitions = 12
+	topic := testTopic(t, brokers, partitions)
+
+	subjects := []event.Event{}
+	for i := range 40 {
+		subjects = append(subjects, event.Event{Kind: "ip", Subject: fmt.Sprintf("198.51.100.%d", i)})
+	}
+	for _, s := range []string{"a@example.com", "zoë@exämple.com", "x+tag@example.org", "user with spaces", "日本語"} {
+		subjects = append(subjects, event.Event{Kind: "email", Subject: s})
+	}
+	subjects = append(subjects, event.Event{Kind: "ip", Subject: "2001:db8::1"})
+
+	ts := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
+	sent := map[string]event.Event{} // by id
+	counted := map[string]bool{}     // ids published with floodgate-counted=1
+	var goEvents, goCounted []event.Event
+	var kcatLines, kcatCountedLines []string
+	for i, s := range subjects {
+		for j, source := range []string{"go", "kcat"} {
+			e := event.Event{
+				V: 1, ID: event.NewID(), Action: "login_failed." + source, Kind: s.Kind, Subject: s.Subject,
+				TS: ts.Add(time.Duration(i) * time.Millisecond), N: int64(1 + j + i%3),
+			}
+			sent[e.ID] = e
+			isCounted := i%5 == 0
+			counted[e.ID] = isCounted
+			if source == "go" {
+				if isCounted {
+					goCounted = append(goCounted, e)
+				} else {
+					goEvents = append(goEvents, e)
+				}
+				continue
+			}
+			value, err := event.Encode(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := e.Key() + "|" + string(value)
+			if isCounted {
+				kcatCountedLines = append(kcatCountedLines, line)
+			} else {
+				kcatLines = append(kcatLines, line)
+			}
+		}
+	}
+
+	p, err := producer.New(producer.Config{Brokers: brokers, Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := p.Publish(ctx, goEvents...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if err := p.PublishCounted(ctx, goCounted...); err != nil {
+		t.Fatalf("PublishCounted: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if st := p.Stats(); st.Published != int64(len(goEvents)+len(goCounted)) || st.Failed != 0 || st.Buffered != 0 {
+		t.Errorf("Stats = %+v", st)
+	}
+	kcatProduce(t, brokers, topic, nil, kcatLines)
+	kcatProduce(t, brokers, topic, []string{event.HeaderCounted + "=1"}, kcatCountedLines)
+
+	msgs := readAll(t, brokers, topic, partitions, len(sent))
+	partitionOf := map[string]int{} // key -> partition
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		e, err := event.Decode(m.Value)
+		if err != nil {
+			t.Errorf("partition %d offset %d: %v", m.Partition, m.Offset, err)
+			continue
+		}
+		if err := event.CheckKey(m.Key, e); err != nil {
+			t.Errorf("partition %d offset %d: %v", m.Partition, m.Offset, err)
+		}
+		want, ok := sent[e.ID]
+		if !ok || seen[e.ID] {
+			t.Errorf("unexpected or duplicate event %+v (known %v, seen %v)", e, ok, seen[e.ID])
+			continue
+		}
+		seen[e.ID] = true
+		if e != want {
+			t.Errorf("event read back = %+v, sent %+v", e, want)
+		}
+		if javaP := producer.Partition(m.Key, partitions); m.Partition != javaP {
+			t.Errorf("%s (%s) on partition %d, Java's default partitioner says %d", m.Key, e.Action, m.Partition, javaP)
+		}
+		if p, ok := partitionOf[string(m.Key)]; ok && p != m.Partition {
+			t.Errorf("key %s on partitions %d and %d (go and kcat disagree)", m.Key, p, m.Partition)
+		}
+		partitionOf[string(m.Key)] = m.Partition
+		var hdr []string
+		for _, h := range m.Headers {
+			hdr = append(hdr, h.Key+"="+string(h.Value))
+		}
+		wantHdr := counted[e.ID]
+		if gotHdr := len(hdr) == 1 && hdr[0] == event.HeaderCounted+"=1"; gotHdr != wantHdr || (!wantHdr && len(hdr) != 0) {
+			t.Errorf("%s (%s) headers %v, want counted=%v", m.Key, e.Action, hdr, wantHdr)
+		}
+	}
+	used := map[int]bool{}
+	for _, p := range partitionOf {
+		used[p] = true
+	}
+	if len(used) < partitions/2 {
+		t.Errorf("%d subjects used only %d of %d partitions", len(partitionOf), len(used), partitions)
+	}
+	t.Logf("%d events from Go and kcat over %d keys on %d partitions: all agree with Java's partitioner", len(msgs), len(partitionOf), len(used))
+}
+
+func TestPublishAsyncUnknownTopicSurfaces(t *testing.T) {
+	brokers := kafkaBrokers(t)
+	topic := fmt.Sprintf("floodgate.test.missing.%d", time.Now().UnixNano())
+	p, err := producer.New(producer.Config{Brokers: brokers, Topic: topic, Async: true, MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	evs := event.Split("login_failed", time.Now(), map[string]string{"ip": "203.0.113.7"})
+	pubErr := p.Publish(ctx, evs...)
+	closeErr := p.Close()
+	// The topic does not exist and is not auto-created: the failure must
+	// come back from Publish (metadata) or from Close (the batch).
+	if err := errors.Join(pubErr, closeErr); err == nil {
+		t.Fatalf("publishing to missing topic %s reported no error", topic)
+	} else {
+		t.Logf("reported: %v", err)
+	}
+}
