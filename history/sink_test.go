@@ -9,7 +9,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/history"
-	"floodgate/history/internal/testdb"
+	"floodgate/history/historytest"
 )
 
 func newSink(t *testing.T, schema string, db history.DB) *history.Sink {
@@ -28,8 +28,8 @@ func rec(off int64, action, kind, subject string, ts time.Time, n int64) aggrega
 }
 
 func TestSinkAppliesOnce(t *testing.T) {
-	pool := testdb.Pool(t)
-	schema := testdb.Schema(t, pool)
+	pool := historytest.Pool(t)
+	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
 	s := newSink(t, schema, pool)
 	q := history.NewQuerier(pool, schema)

@@ -87,6 +87,8 @@ type Roller struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+
+	afterChunk func() // test hook: called after each committed roll chunk
 }
 
 // New checks cfg and returns a Roller.
@@ -267,6 +269,9 @@ func (r *Roller) roll(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier
 		moved, written, events, err := r.rollChunk(ctx, conn, a, b, lo, hi)
 		if err != nil {
 			return rep, fmt.Errorf("roller: roll %s→%s [%s, %s): %w", a.Name, b.Name, lo.Format(time.RFC3339), hi.Format(time.RFC3339), err)
+		}
+		if r.afterChunk != nil {
+			r.afterChunk()
 		}
 		rep.Chunks++
 		rep.RowsMoved += moved

@@ -1,8 +1,8 @@
-// Package testdb gives integration tests a PostgreSQL pool of the local
+// Package historytest gives integration tests a PostgreSQL pool of the local
 // stack and a private schema holding history's migrations, so tests of
 // history, the roller and the query command never see each other's
 // watermarks or rows.
-package testdb
+package historytest
 
 import (
 	"context"
@@ -118,9 +118,9 @@ CREATE TABLE `+q+`.consumer_offsets (
 func MigrationFiles() ([]string, error) {
 	_, self, _, ok := runtime.Caller(0)
 	if !ok {
-		return nil, fmt.Errorf("testdb: cannot locate the source tree")
+		return nil, fmt.Errorf("historytest: cannot locate the source tree")
 	}
-	dir := filepath.Join(filepath.Dir(self), "..", "..", "..", "migrations")
+	dir := filepath.Join(filepath.Dir(self), "..", "..", "migrations")
 	all, err := filepath.Glob(filepath.Join(dir, "*.sql"))
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func MigrationFiles() ([]string, error) {
 	}
 	sort.Strings(out)
 	if len(out) == 0 {
-		return nil, fmt.Errorf("testdb: no history migrations under %s", dir)
+		return nil, fmt.Errorf("historytest: no history migrations under %s", dir)
 	}
 	return out, nil
 }
