@@ -1,0 +1,171 @@
+package window_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// takeStore returns a Store over the stack's Redis with a key prefix of its
+// own, deleted at the end of the test.
+func takeStore(tb testing.TB) (*window.Store, *redis.Client) {
+	tb.Helper()
+	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:16379"
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		if testing.Short() {
+			tb.Skipf("redis at %s: %v (skipped under -short)", addr, err)
+		}
+		tb.Fatalf("redis at %s: %v (start it with scripts/stack up)", addr, err)
+	}
+	prefix := fmt.Sprintf("fgtake-%d-%d", os.Getpid(), time.Now().UnixNano())
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		keys, err := rdb.Keys(ctx, prefix+":*").Result()
+		if err == nil && len(keys) > 0 {
+			err = rdb.Del(ctx, keys...).Err()
+		}
+		if err != nil {
+			tb.Errorf("clean up %s:*: %v", prefix, err)
+		}
+		if err := rdb.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st, rdb
+}
+
+func TestTakeConcurrentAdmitsExactlyTheLimit(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_000_000, 500_000_000)
+	sub := window.Subject{Action: "password_reset", Kind: "email", Subject: "a@example.com"}
+	q := []window.EvalQuery{{
+		Subject:   sub,
+		MaxWindow: time.Hour,
+		Limits: []window.EvalLimit{
+			{Limit: rules.Limit{Count: 7, Window: time.Minute}, Block: true},
+			{Limit: rules.Limit{Count: 20, Window: time.Hour}, Block: true},
+		},
+		Count: true,
+	}}
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _, err := st.Take(context.Background(), now, q, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := taken.Load(); got != 7 {
+		t.Fatalf("taken %d of 200, want exactly 7", got)
+	}
+	// The aggregator's Check reads the same buckets.
+	states, err := st.Check(context.Background(), now, []window.Query{{Subject: sub, Windows: []time.Duration{time.Minute, time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0].Sums[0] != 7 || states[0].Sums[1] != 7 {
+		t.Fatalf("Check sums %v, want [7 7]", states[0].Sums)
+	}
+	// One more is refused, and Evaluate says when it fits: all 7 events are
+	// in second now, so the minute window has room at now+60s.
+	ev, err := st.Evaluate(context.Background(), now, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Unix(now.Unix()+60, 0).UTC()
+	if ev[0].Sums[0] != 7 || !ev[0].Until[0].Equal(want) || !ev[0].Until[1].IsZero() {
+		t.Fatalf("Evaluate = sums %v until %v, want sums [7 7] until [%v 0]", ev[0].Sums, ev[0].Until, want)
+	}
+	later := now.Add(61 * time.Second)
+	ok, _, err := st.Take(context.Background(), later, q, 1)
+	if err != nil || !ok {
+		t.Fatalf("take after the minute: taken=%v err=%v, want taken", ok, err)
+	}
+}
+
+func TestTakeIsAllOrNothingAcrossSubjects(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_000_100, 0)
+	lim := []window.EvalLimit{{Limit: rules.Limit{Count: 1, Window: time.Minute}, Block: true}}
+	email := window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "email", Subject: "b@example.com"}, MaxWindow: time.Minute, Limits: lim, Count: true}
+	ip := window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "ip", Subject: "192.0.2.1"}, MaxWindow: time.Minute, Limits: lim, Count: true}
+	if ok, _, err := st.Take(context.Background(), now, []window.EvalQuery{email}, 1); err != nil || !ok {
+		t.Fatalf("first take: %v %v", ok, err)
+	}
+	ok, states, err := st.Take(context.Background(), now, []window.EvalQuery{ip, email}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		t.Fatal("take with a full email subject was taken")
+	}
+	if states[0].Sums[0] != 0 || states[1].Sums[0] != 1 {
+		t.Fatalf("sums %v %v, want 0 and 1", states[0].Sums, states[1].Sums)
+	}
+	ev, err := st.Evaluate(context.Background(), now, []window.EvalQuery{ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev[0].Sums[0] != 0 {
+		t.Fatalf("ip counted %d by a refused take", ev[0].Sums[0])
+	}
+}
+
+func TestTakeBlockedByDenyRecord(t *testing.T) {
+	st, rdb := takeStore(t)
+	now := time.Unix(1_800_000_200, 0)
+	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.9"}
+	rec := window.Deny{Rule: "login-failed", Limit: rules.Limit{Count: 5, Window: time.Minute}, Count: 6, Until: now.Add(30 * time.Second), Message: "slow down"}
+	js, err := rec.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(context.Background(), st.DenyKey(sub), js, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q := window.EvalQuery{Subject: sub, MaxWindow: time.Minute, Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 100, Window: time.Minute}, Block: true}}, Count: true}
+	for _, tc := range []struct {
+		block []string
+		want  bool
+	}{{[]string{"login-failed"}, false}, {[]string{"other"}, true}, {nil, true}} {
+		q.BlockRules = tc.block
+		ok, states, err := st.Take(context.Background(), now, []window.EvalQuery{q}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != tc.want {
+			t.Errorf("block rules %v: taken %v, want %v", tc.block, ok, tc.want)
+		}
+		if states[0].Deny == nil || states[0].Deny.Rule != "login-failed" {
+			t.Errorf("deny record not returned: %+v", states[0].Deny)
+		}
+	}
+}
