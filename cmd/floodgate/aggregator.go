@@ -3,10 +3,186 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
+
+	"floodgate/aggregator"
+	"floodgate/rules"
+	"floodgate/window"
 )
 
-// AggregatorCmd is a placeholder until its issue lands.
-type AggregatorCmd struct{}
+// AggregatorCmd runs the live consumer group (Redis counters and deny
+// records) and, unless --no-history, the history group (Postgres).
+type AggregatorCmd struct {
+	KafkaFlags
+	RedisFlags
+	HistoryFlags
 
-// Run reports that the subcommand is not built yet.
-func (c *AggregatorCmd) Run(ctx context.Context) error { return errors.New("not implemented yet") }
+	Rules          string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
+	Group          string        `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
+	HistoryGroup   string        `name:"history-group" env:"FLOODGATE_HISTORY_GROUP" default:"floodgate-history" help:"Consumer group of the history path (Postgres)."`
+	KeyPrefix      string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
+	MetricsAddr    string        `name:"metrics-addr" env:"FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
+	BatchMax       int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
+	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"50ms" help:"How long a partition keeps filling a batch."`
+	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"5s" help:"Events further ahead of this clock are dead-lettered."`
+	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
+}
+
+// Run wires the groups and serves metrics until ctx ends, then finishes the
+// batches in flight and returns.
+func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	watcher, err := rules.NewWatcher(rules.WatcherConfig{Path: c.Rules, SIGHUP: true, Logger: logger, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	logger.Info("rules loaded", "path", c.Rules, "rules", len(watcher.Current().Rules()))
+
+	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DB: c.RedisDB})
+	defer closeLogged(logger, "redis", rdb)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", c.RedisAddr, err)
+	}
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	dlq := c.writer(c.DLQTopic)
+	defer closeLogged(logger, "dead-letter writer", dlq)
+	decisions := c.writer(c.DecisionsTopic)
+	defer closeLogged(logger, "decisions writer", decisions)
+
+	live, err := window.NewSink(window.SinkConfig{
+		Store: store, Group: c.Group, Rules: watcher.Current, Decisions: decisions,
+		Logger: logger.With("sink", "live"), Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	groups := []*aggregator.Group{}
+	g, err := aggregator.NewGroup(c.groupConfig(c.Group, dlq, logger, reg), live)
+	if err != nil {
+		return err
+	}
+	groups = append(groups, g)
+
+	if c.History {
+		hsink, closer, err := c.historySink(ctx, logger.With("sink", "history"))
+		if err != nil {
+			return fmt.Errorf("history sink: %w", err)
+		}
+		if closer != nil {
+			defer closeLogged(logger, "history sink", closer)
+		}
+		// Only the live group dead-letters, so the DLQ gets each bad
+		// message once.
+		hg, err := aggregator.NewGroup(c.groupConfig(c.HistoryGroup, nil, logger, reg), hsink)
+		if err != nil {
+			return err
+		}
+		groups = append(groups, hg)
+	}
+
+	ln, err := net.Listen("tcp", c.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("metrics listener %s: %w", c.MetricsAddr, err)
+	}
+	var stopping atomic.Bool
+	srv := &http.Server{Handler: c.mux(reg, rdb, &stopping), ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("aggregator started", "metrics", "http://"+ln.Addr().String()+"/metrics",
+		"topic", c.Topic, "live_group", c.Group, "history", c.History, "key_prefix", c.KeyPrefix)
+
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics server: %w", err)
+		}
+		return nil
+	})
+	eg.Go(func() error { return watcher.Run(gctx) })
+	for _, grp := range groups {
+		eg.Go(func() error { return grp.Run(gctx) })
+	}
+	eg.Go(func() error {
+		<-gctx.Done()
+		stopping.Store(true)
+		logger.Info("stopping: finishing the batches in flight")
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	err = eg.Wait()
+	logger.Info("aggregator stopped", "err", err)
+	return err
+}
+
+func (c *AggregatorCmd) groupConfig(id string, dlq aggregator.MessageWriter, logger *slog.Logger, reg prometheus.Registerer) aggregator.Config {
+	return aggregator.Config{
+		Brokers:        c.Brokers,
+		Topic:          c.Topic,
+		GroupID:        id,
+		BatchMax:       c.BatchMax,
+		BatchWait:      c.BatchWait,
+		MaxFutureSkew:  c.MaxFutureSkew,
+		SessionTimeout: c.SessionTimeout,
+		DeadLetter:     dlq,
+		Logger:         logger,
+		Registerer:     reg,
+	}
+}
+
+// writer returns a synchronous writer keyed like the events topic.
+func (c *AggregatorCmd) writer(topic string) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(c.Brokers...),
+		Topic:        topic,
+		Balancer:     &kafka.Murmur2Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 5 * time.Millisecond,
+		WriteTimeout: 10 * time.Second,
+	}
+}
+
+func (c *AggregatorCmd) mux(reg *prometheus.Registry, rdb *redis.Client, stopping *atomic.Bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if stopping.Load() {
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+func closeLogged(logger *slog.Logger, what string, c io.Closer) {
+	if err := c.Close(); err != nil {
+		logger.Warn("close "+what, "err", err)
+	}
+}
