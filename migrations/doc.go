@@ -1,0 +1,18 @@
+// Package migrations holds floodgate's PostgreSQL schema as numbered goose
+// SQL files, embedded in the binary, and applies them.
+//
+// Files are named NNNNN_<what>.sql with sequential numbers (00001_offsets.sql,
+// 00002_history.sql, ...): add the next number, never renumber or edit an
+// applied file. Every object lives in schema floodgate, and so does goose's
+// version table (floodgate.goose_db_version). Up takes a PostgreSQL advisory
+// lock, so concurrent runs (two replicas starting) apply each file once.
+//
+//	db, err := migrations.Open(ctx, "postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable")
+//	if err != nil {
+//		return err
+//	}
+//	defer db.Close()
+//	applied, err := migrations.Up(ctx, db)
+//
+// The command line is `floodgate migrate up|status`.
+package migrations
