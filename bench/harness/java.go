@@ -1,0 +1,146 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// JavaTools runs Kafka's own performance tools (artifact kafka-tools) from
+// the classpath of the local stack's Kafka (FLOODGATE_KAFKA_CLASSPATH).
+type JavaTools struct {
+	Classpath string
+	Heap      string // -Xmx, default 512m
+}
+
+// NewJavaTools reads FLOODGATE_KAFKA_CLASSPATH.
+func NewJavaTools() (*JavaTools, error) {
+	cp := os.Getenv("FLOODGATE_KAFKA_CLASSPATH")
+	if cp == "" {
+		return nil, errors.New("FLOODGATE_KAFKA_CLASSPATH is not set: eval \"$(scripts/stack env)\"")
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		return nil, fmt.Errorf("java not found: %w", err)
+	}
+	return &JavaTools{Classpath: cp, Heap: "512m"}, nil
+}
+
+// Command returns the command line of a tool class with args, as run.
+func (j *JavaTools) Command(class string, args ...string) []string {
+	return append([]string{"java", "-Xmx" + j.Heap, "-cp", j.Classpath, class}, args...)
+}
+
+func (j *JavaTools) run(ctx context.Context, class string, args ...string) (string, error) {
+	argv := j.Command(class, args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s: %w: %s", class, err, lastLines(out.String(), 5))
+	}
+	return out.String(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// ProducerPerfResult is the final line of ProducerPerformance.
+type ProducerPerfResult struct {
+	Records     int64
+	PerSec      float64
+	P50ms       float64
+	P99ms       float64
+	CommandLine string
+}
+
+var (
+	rePerfFinal = regexp.MustCompile(`(\d+) records sent, ([\d.]+) records/sec.*?(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th`)
+)
+
+// ProducerPerformance runs org.apache.kafka.tools.ProducerPerformance and
+// parses its final summary line.
+func (j *JavaTools) ProducerPerformance(ctx context.Context, args ...string) (ProducerPerfResult, error) {
+	const class = "org.apache.kafka.tools.ProducerPerformance"
+	res := ProducerPerfResult{CommandLine: strings.Join(j.Command(class, args...), " ")}
+	out, err := j.run(ctx, class, args...)
+	if err != nil {
+		return res, err
+	}
+	m := rePerfFinal.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		return res, fmt.Errorf("ProducerPerformance: no summary line in output: %s", lastLines(out, 5))
+	}
+	last := m[len(m)-1]
+	res.Records, _ = strconv.ParseInt(last[1], 10, 64)
+	res.PerSec, _ = strconv.ParseFloat(last[2], 64)
+	res.P50ms, _ = strconv.ParseFloat(last[3], 64)
+	res.P99ms, _ = strconv.ParseFloat(last[5], 64)
+	return res, nil
+}
+
+// ConsumerPerfResult holds ConsumerPerformance's summary columns.
+type ConsumerPerfResult struct {
+	Messages    int64
+	PerSec      float64 // nMsg.sec: over the whole run, group join included
+	FetchPerSec float64 // fetch.nMsg.sec: after the group join
+	RebalanceMS float64
+	CommandLine string
+}
+
+// ConsumerPerformance runs org.apache.kafka.tools.ConsumerPerformance and
+// parses its CSV summary.
+func (j *JavaTools) ConsumerPerformance(ctx context.Context, args ...string) (ConsumerPerfResult, error) {
+	const class = "org.apache.kafka.tools.ConsumerPerformance"
+	res := ConsumerPerfResult{CommandLine: strings.Join(j.Command(class, args...), " ")}
+	out, err := j.run(ctx, class, args...)
+	if err != nil {
+		return res, err
+	}
+	var header []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "start.time") {
+			header = splitCSV(line)
+			continue
+		}
+		if header == nil || line == "" {
+			continue
+		}
+		vals := splitCSV(line)
+		if len(vals) != len(header) {
+			continue
+		}
+		col := map[string]string{}
+		for i, h := range header {
+			col[h] = vals[i]
+		}
+		res.Messages, _ = strconv.ParseInt(col["data.consumed.in.nMsg"], 10, 64)
+		res.PerSec, _ = strconv.ParseFloat(col["nMsg.sec"], 64)
+		res.FetchPerSec, _ = strconv.ParseFloat(col["fetch.nMsg.sec"], 64)
+		res.RebalanceMS, _ = strconv.ParseFloat(col["rebalance.time.ms"], 64)
+		return res, nil
+	}
+	return res, fmt.Errorf("ConsumerPerformance: no summary in output: %s", lastLines(out, 5))
+}
+
+func splitCSV(line string) []string {
+	parts := strings.Split(line, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
