@@ -85,14 +85,16 @@ type Sink struct {
 	log       *slog.Logger
 	metrics   *sinkMetrics
 
-	mu    sync.Mutex
-	parts map[time.Time]bool // 1m partitions known to exist, by day
+	mu       sync.Mutex
+	laddered bool               // the database holds a ladder
+	parts    map[time.Time]bool // 1m partitions known to exist, by day
 }
 
 var _ aggregator.Sink = (*Sink)(nil)
 
-// NewSink checks cfg, stores the ladder if the database has none, and
-// returns a Sink ready for an aggregator.Group.
+// NewSink checks cfg, stores the ladder if the database has none (now or,
+// when Postgres is down, at the first Resume or Apply), and returns a Sink
+// ready for an aggregator.Group.
 func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -112,14 +114,34 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		metrics: m,
 		parts:   map[time.Time]bool{},
 	}
-	if err := EnsureLadder(ctx, cfg.DB, cfg.Schema, cfg.Ladder, true); err != nil {
-		return nil, fmt.Errorf("history sink: %w", err)
+	if err := s.ready(ctx); err != nil {
+		// Not fatal: Postgres may be down while the aggregator starts (the
+		// live group must run regardless). Resume retries.
+		s.log.Warn("history store not ready yet; will retry", "err", err)
 	}
 	return s, nil
 }
 
+// ready stores the ladder once if the database holds none, so that every
+// minute has a tier to go to.
+func (s *Sink) ready(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.laddered {
+		return nil
+	}
+	if err := EnsureLadder(ctx, s.cfg.DB, s.cfg.Schema, s.cfg.Ladder, true); err != nil {
+		return fmt.Errorf("history sink: %w", err)
+	}
+	s.laddered = true
+	return nil
+}
+
 // Resume returns the stored next offset of the partition.
 func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, bool, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, false, err
+	}
 	var next int64
 	err := s.cfg.DB.QueryRow(ctx, s.resumeSQL, s.cfg.Group, topic, partition).Scan(&next)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -185,6 +207,9 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		actions[i], subjects[i], kinds[i] = k.action, k.subject, k.kind
 		minutes[i] = time.Unix(k.minute, 0).UTC()
 		ns[i] = sums[k]
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
 	}
 	if err := s.ensurePartitions(ctx, minutes); err != nil {
 		return fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)

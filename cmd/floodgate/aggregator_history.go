@@ -2,21 +2,111 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"floodgate/aggregator"
+	"floodgate/history"
 )
 
 // HistoryFlags configure the history consumer group (Postgres minute buckets).
 // Embedded in AggregatorCmd; owned by the history work.
+//
+// The consumer group name comes from AggregatorCmd's --history-group flag
+// (read in AfterApply): the sink stores its offsets under that name.
 type HistoryFlags struct {
 	History bool `name:"history" env:"FLOODGATE_HISTORY" default:"true" negatable:"" help:"Run the history consumer group (Postgres minute buckets)."`
+	LadderFlags
 	PostgresFlags
+
+	// Registerer receives the sink's metrics; the aggregator command sets
+	// it to the registry it serves. Nil: prometheus.DefaultRegisterer.
+	Registerer prometheus.Registerer `kong:"-"`
+
+	group string // --history-group, set by AfterApply
 }
+
+// AfterApply picks up --history-group from the command that embeds h.
+func (h *HistoryFlags) AfterApply(kctx *kong.Context) error {
+	for _, f := range kctx.Flags() {
+		if f.Name == "history-group" {
+			if s, ok := kctx.FlagValue(f).(string); ok {
+				h.group = s
+			}
+		}
+	}
+	return nil
+}
+
+// LadderFlags carry the retention ladder (docs/history.md).
+type LadderFlags struct {
+	Ladder string `name:"ladder" env:"FLOODGATE_LADDER" default:"1m:2d,5m:14d,1h:400d,1d:forever" help:"Retention ladder step:horizon,... finest first (steps 1m 5m 1h 1d 1w; horizons like 2d, 400d or forever)."`
+}
+
+func (l LadderFlags) ladder() (history.Ladder, error) {
+	ld, err := history.ParseLadder(l.Ladder)
+	if err != nil {
+		return nil, fmt.Errorf("--ladder: %w", err)
+	}
+	return ld, nil
+}
+
+// historyPool opens a pool without waiting for Postgres: connections are
+// made on use, so an outage shows up as retried errors, not a failed start.
+func historyPool(url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("--postgres-url: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	cfg.MaxConnIdleTime = time.Minute
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres pool: %w", err)
+	}
+	return pool, nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // historySink builds the history sink. The returned Closer releases its pool.
 func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (aggregator.Sink, io.Closer, error) {
-	return nil, nil, errors.New("history sink not implemented yet")
+	ladder, err := h.ladder()
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := historyPool(h.PostgresURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	group := h.group
+	if group == "" {
+		group = "floodgate-history"
+	}
+	reg := h.Registerer
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	sink, err := history.NewSink(ctx, history.SinkConfig{
+		DB:         pool,
+		Group:      group,
+		Ladder:     ladder,
+		Logger:     logger,
+		Registerer: reg,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return sink, closerFunc(func() error { pool.Close(); return nil }), nil
 }

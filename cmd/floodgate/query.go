@@ -2,11 +2,236 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"floodgate/history"
 )
 
-// QueryCmd is a placeholder until its issue lands.
-type QueryCmd struct{}
+// QueryCmd prints the answers of the dashboard SQL functions.
+type QueryCmd struct {
+	Count     QueryCountCmd     `cmd:"" help:"Events of an action (and subject) in a time range."`
+	Curve     QueryCurveCmd     `cmd:"" help:"Events per step over a time range, with a chart."`
+	Top       QueryTopCmd       `cmd:"" help:"Subjects with the most events of an action."`
+	Total     QueryTotalCmd     `cmd:"" help:"Events of an action (and subject) ever."`
+	Dashboard QueryDashboardCmd `cmd:"" help:"Totals, top subjects and curves in the terminal."`
+}
 
-// Run reports that the subcommand is not built yet.
-func (c *QueryCmd) Run(ctx context.Context) error { return errors.New("not implemented yet") }
+// queryFlags are shared by the query subcommands.
+type queryFlags struct {
+	PostgresFlags
+	Schema string `name:"schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables (tests)."`
+}
+
+func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), error) {
+	pool, err := historyPool(f.PostgresURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	return history.NewQuerier(pool, f.Schema), pool.Close, nil
+}
+
+// keyFlags select events.
+type keyFlags struct {
+	Action  string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
+	Subject string `name:"subject" short:"s" help:"Subject; empty: every subject of the action."`
+	Kind    string `name:"kind" short:"k" help:"Kind of the subject (ip, email, ...); empty: every kind."`
+}
+
+func (k keyFlags) key() history.Key {
+	return history.Key{Action: k.Action, Kind: k.Kind, Subject: k.Subject}
+}
+
+// rangeFlags select a time range: --last, or --from/--to.
+type rangeFlags struct {
+	Last string `name:"last" default:"24h" help:"Range ending now: 90m, 24h, 7d, 52w. Ignored with --from."`
+	From string `name:"from" help:"Range start (RFC 3339, 2006-01-02 15:04 or a date, UTC)."`
+	To   string `name:"to" help:"Range end, exclusive. Default: now."`
+	Now  string `name:"now" hidden:"" help:"Pretend the time is this (tests, demos)."`
+}
+
+func (r rangeFlags) now() (time.Time, error) {
+	if r.Now == "" {
+		return time.Now().UTC(), nil
+	}
+	t, err := parseTime(r.Now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--now: %w", err)
+	}
+	return t, nil
+}
+
+func (r rangeFlags) bounds() (from, to time.Time, err error) {
+	now, err := r.now()
+	if err != nil {
+		return from, to, err
+	}
+	to = now
+	if r.To != "" {
+		if to, err = parseTime(r.To); err != nil {
+			return from, to, fmt.Errorf("--to: %w", err)
+		}
+	}
+	if r.From != "" {
+		if from, err = parseTime(r.From); err != nil {
+			return from, to, fmt.Errorf("--from: %w", err)
+		}
+	} else {
+		d, err := history.ParseDuration(r.Last)
+		if err != nil {
+			return from, to, fmt.Errorf("--last: %w", err)
+		}
+		from = to.Add(-d)
+	}
+	if !from.Before(to) {
+		return from, to, fmt.Errorf("empty range [%s, %s)", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	return from, to, nil
+}
+
+// QueryCountCmd is `floodgate query count`.
+type QueryCountCmd struct {
+	queryFlags
+	keyFlags
+	rangeFlags
+}
+
+// Run prints the count.
+func (c *QueryCountCmd) Run(ctx context.Context) error {
+	from, to, err := c.bounds()
+	if err != nil {
+		return err
+	}
+	q, done, err := c.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	n, err := q.Count(ctx, c.key(), from, to)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d\t%s [%s, %s)\n", n, c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+	return nil
+}
+
+// QueryCurveCmd is `floodgate query curve`.
+type QueryCurveCmd struct {
+	queryFlags
+	keyFlags
+	rangeFlags
+	Step string `name:"step" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+}
+
+// Run prints the curve as a sparkline and one bar per step.
+func (c *QueryCurveCmd) Run(ctx context.Context) error {
+	from, to, err := c.bounds()
+	if err != nil {
+		return err
+	}
+	step := history.AutoStep(to.Sub(from), 48)
+	if c.Step != "" {
+		if step, err = history.ParseDuration(c.Step); err != nil {
+			return fmt.Errorf("--step: %w", err)
+		}
+	}
+	q, done, err := c.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	points, err := q.Curve(ctx, c.key(), from, to, step)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+	return history.WriteCurve(os.Stdout, points, step)
+}
+
+// QueryTopCmd is `floodgate query top`.
+type QueryTopCmd struct {
+	queryFlags
+	rangeFlags
+	Action string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
+	Kind   string `name:"kind" short:"k" help:"Only subjects of this kind."`
+	N      int    `name:"n" short:"n" default:"10" help:"How many subjects."`
+	Ever   bool   `name:"ever" help:"Rank by all-time totals instead of a range."`
+}
+
+// Run prints the ranking.
+func (c *QueryTopCmd) Run(ctx context.Context) error {
+	var from, to time.Time
+	if !c.Ever {
+		var err error
+		if from, to, err = c.bounds(); err != nil {
+			return err
+		}
+	}
+	q, done, err := c.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.N)
+	if err != nil {
+		return err
+	}
+	if c.Ever {
+		fmt.Printf("top %d %s, all time\n", c.N, c.Action)
+	} else {
+		fmt.Printf("top %d %s [%s, %s)\n", c.N, c.Action, from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	return history.WriteTop(os.Stdout, rows)
+}
+
+// QueryTotalCmd is `floodgate query total`.
+type QueryTotalCmd struct {
+	queryFlags
+	keyFlags
+}
+
+// Run prints the total.
+func (c *QueryTotalCmd) Run(ctx context.Context) error {
+	q, done, err := c.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	n, err := q.Total(ctx, c.key())
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d\t%s, all time\n", n, c.key())
+	return nil
+}
+
+// QueryDashboardCmd is `floodgate query dashboard`.
+type QueryDashboardCmd struct {
+	queryFlags
+	Action string `name:"action" short:"a" help:"Action to detail; default: the one with the most events."`
+	N      int    `name:"n" short:"n" default:"10" help:"Subjects in the top lists."`
+	Now    string `name:"now" hidden:"" help:"Pretend the time is this (tests, demos)."`
+}
+
+// Run prints the dashboard.
+func (c *QueryDashboardCmd) Run(ctx context.Context) error {
+	now := time.Now().UTC()
+	if c.Now != "" {
+		t, err := parseTime(c.Now)
+		if err != nil {
+			return fmt.Errorf("--now: %w", err)
+		}
+		now = t
+	}
+	q, done, err := c.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	d, err := history.LoadDashboard(ctx, q, c.Action, now, c.N)
+	if err != nil {
+		return err
+	}
+	return d.Write(os.Stdout)
+}

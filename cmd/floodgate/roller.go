@@ -3,10 +3,133 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"floodgate/roller"
 )
 
-// RollerCmd is a placeholder until its issue lands.
-type RollerCmd struct{}
+// RollerCmd applies the retention ladder to history.
+type RollerCmd struct {
+	Once RollerOnceCmd `cmd:"" help:"Roll history down the ladder once and exit (fails if another roller holds the lock)."`
+	Run  RollerRunCmd  `cmd:"" help:"Roll history down the ladder every interval until stopped."`
+}
 
-// Run reports that the subcommand is not built yet.
-func (c *RollerCmd) Run(ctx context.Context) error { return errors.New("not implemented yet") }
+// rollerFlags are shared by the roller subcommands.
+type rollerFlags struct {
+	LadderFlags
+	PostgresFlags
+	Schema string `name:"schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables (tests)."`
+	Now    string `name:"now" help:"Pretend the time is this (RFC 3339 or 2006-01-02 15:04), for tests and backfills. Default: the clock."`
+}
+
+func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error) {
+	ladder, err := f.ladder()
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now
+	if f.Now != "" {
+		t, err := parseTime(f.Now)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--now: %w", err)
+		}
+		now = func() time.Time { return t }
+	}
+	pool, err := historyPool(f.PostgresURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := roller.New(roller.Config{
+		Pool: pool, Schema: f.Schema, Ladder: ladder, Now: now,
+		Logger: logger.With("component", "roller"), Registerer: prometheus.DefaultRegisterer,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return r, pool.Close, nil
+}
+
+// RollerOnceCmd is `floodgate roller once`.
+type RollerOnceCmd struct {
+	rollerFlags
+}
+
+
+// Run rolls once and prints what moved.
+func (c *RollerOnceCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	r, closePool, err := c.build(logger)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+	rep, err := r.RunOnce(ctx)
+	if errors.Is(err, roller.ErrBusy) {
+		return fmt.Errorf("%w; nothing done", err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("roller: as of %s, took %s\n", rep.Now.Format(time.RFC3339), rep.Duration.Round(time.Millisecond))
+	for _, t := range rep.Tiers {
+		rolled := "-infinity"
+		if !t.RolledTo.IsZero() {
+			rolled = t.RolledTo.Format(time.RFC3339)
+		}
+		if t.To == "" {
+			fmt.Printf("  %-3s expired before %s: %d events, %d partitions dropped\n", t.From, rolled, t.Events, t.Dropped)
+			continue
+		}
+		fmt.Printf("  %-3s → %-3s rolled up to %s: %d rows → %d rows (%d events) in %d chunks, %d partitions dropped\n",
+			t.From, t.To, rolled, t.RowsMoved, t.RowsWritten, t.Events, t.Chunks, t.Dropped)
+	}
+	return nil
+}
+
+// RollerRunCmd is `floodgate roller run`.
+type RollerRunCmd struct {
+	rollerFlags
+	Every       time.Duration `name:"every" env:"FLOODGATE_ROLLER_EVERY" default:"1m" help:"Interval between runs."`
+	MetricsAddr string        `name:"metrics-addr" env:"FLOODGATE_ROLLER_METRICS_ADDR" default:"" help:"Serve Prometheus /metrics on this address (e.g. :9103); empty: off."`
+}
+
+// Run rolls every interval until the context ends.
+func (c *RollerRunCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	r, closePool, err := c.build(logger)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+	if c.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", c.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.Handler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		logger.Info("roller metrics", "addr", ln.Addr().String())
+	}
+	return r.Run(ctx, c.Every)
+}
+
+// parseTime reads RFC 3339, "2006-01-02 15:04[:05]" or a date, in UTC.
+func parseTime(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04", time.DateOnly} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2026-01-02T15:04:05Z), 2026-01-02 15:04 or 2026-01-02", s)
+}
