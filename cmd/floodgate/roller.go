@@ -63,7 +63,6 @@ type RollerOnceCmd struct {
 	rollerFlags
 }
 
-
 // Run rolls once and prints what moved.
 func (c *RollerOnceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	r, closePool, err := c.build(logger)
