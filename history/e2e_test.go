@@ -1,0 +1,247 @@
+package history_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/history"
+	"floodgate/history/historytest"
+	"floodgate/producer"
+)
+
+// The crash test runs the history consumer in a child process: this test
+// binary re-executed with FLOODGATE_HISTORY_CHILD set.
+func TestMain(m *testing.M) {
+	if os.Getenv("FLOODGATE_HISTORY_CHILD") == "1" {
+		if err := runChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "history child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runChild runs a history group until killed.
+func runChild() error {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("FLOODGATE_POSTGRES_URL"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	schema := os.Getenv("FGTEST_SCHEMA")
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: os.Getenv("FGTEST_GROUP"), Schema: schema,
+		OffsetsTable: schema + ".consumer_offsets", Logger: logger})
+	if err != nil {
+		return err
+	}
+	return runGroup(ctx, s, strings.Split(os.Getenv("FLOODGATE_BROKERS"), ","), os.Getenv("FGTEST_TOPIC"), os.Getenv("FGTEST_GROUP"), logger)
+}
+
+func runGroup(ctx context.Context, s aggregator.Sink, brokers []string, topic, group string, logger *slog.Logger) error {
+	g, err := aggregator.NewGroup(aggregator.Config{
+		Brokers: brokers, Topic: topic, GroupID: group,
+		BatchMax: 1000, BatchWait: 20 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond,
+		Logger: logger,
+	}, s)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}
+
+// produced tracks what a test published.
+type produced struct {
+	total  atomic.Int64
+	perKey map[string]int64 // action|kind|subject, written by one goroutine
+}
+
+func publish(t *testing.T, ctx context.Context, p *producer.Publisher, prod *produced, evs []event.Event) {
+	t.Helper()
+	if err := p.Publish(ctx, evs...); err != nil {
+		t.Errorf("publish: %v", err)
+		return
+	}
+	for _, e := range evs {
+		prod.perKey[e.Action+"|"+e.Kind+"|"+e.Subject] += e.N
+		prod.total.Add(e.N)
+	}
+}
+
+func randomEvents(r *rand.Rand, n int, now time.Time, span time.Duration) []event.Event {
+	out := make([]event.Event, n)
+	for i := range out {
+		out[i] = event.Event{
+			ID: event.NewID(), Action: []string{"visit", "login_failed", "signup"}[r.IntN(3)],
+			Kind: []string{"ip", "user"}[r.IntN(2)], Subject: fmt.Sprintf("k%03d", r.IntN(200)),
+			TS: now.Add(-time.Duration(r.Int64N(int64(span)))), N: 1 + r.Int64N(3),
+		}
+	}
+	return out
+}
+
+// waitTotals waits until history's totals reach want, then checks every key.
+func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var got int64
+	for {
+		err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(n), 0)::bigint FROM `+pgx.Identifier{schema, "history_totals"}.Sanitize()).Scan(&got)
+		if err == nil && got >= prod.total.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history totals %d after %s, produced %d (err %v)", got, within, prod.total.Load(), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // anything more would be a double count
+	rows, err := pool.Query(context.Background(), `SELECT action, kind, subject, n FROM `+pgx.Identifier{schema, "history_totals"}.Sanitize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := map[string]int64{}
+	for rows.Next() {
+		var a, k, s string
+		var n int64
+		if err := rows.Scan(&a, &k, &s, &n); err != nil {
+			t.Fatal(err)
+		}
+		seen[a+"|"+k+"|"+s] = n
+	}
+	bad := 0
+	for key, want := range prod.perKey {
+		if seen[key] != want && bad < 10 {
+			bad++
+			t.Errorf("total %s = %d, produced %d", key, seen[key], want)
+		}
+	}
+	if len(seen) != len(prod.perKey) {
+		t.Errorf("%d keys in history, %d produced", len(seen), len(prod.perKey))
+	}
+	var bucketSum int64
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(n), 0)::bigint FROM `+pgx.Identifier{schema, "buckets"}.Sanitize()).Scan(&bucketSum); err != nil {
+		t.Fatal(err)
+	}
+	if bucketSum != prod.total.Load() {
+		t.Errorf("buckets hold %d events, produced %d", bucketSum, prod.total.Load())
+	}
+}
+
+func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
+	pool := historytest.Pool(t)
+	brokers := historytest.Brokers(t)
+	schema := historytest.Schema(t, pool)
+	topic := historytest.Topic(t, brokers, 6)
+	group := "fgtest-history-crash-" + schema
+	ctx := context.Background()
+
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "FLOODGATE_HISTORY_CHILD=1", "FGTEST_SCHEMA="+schema, "FGTEST_TOPIC="+topic,
+			"FGTEST_GROUP="+group, "FLOODGATE_BROKERS="+strings.Join(brokers, ","), "FLOODGATE_POSTGRES_URL="+historytest.URL())
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	p, err := producer.New(producer.Config{Brokers: brokers, Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	prod := &produced{perKey: map[string]int64{}}
+	r := rand.New(rand.NewPCG(7, 7))
+	now := time.Now().Truncate(time.Minute)
+	child := start()
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	const kills = 3
+	for k := 0; k <= kills; k++ {
+		// Events flow for a while, then the consumer dies mid-stream.
+		stop := time.Now().Add(time.Duration(1500+r.IntN(1500)) * time.Millisecond)
+		for time.Now().Before(stop) {
+			publish(t, ctx, p, prod, randomEvents(r, 200, now, 6*time.Hour))
+			time.Sleep(10 * time.Millisecond)
+		}
+		if k == kills {
+			break
+		}
+		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = child.Wait()
+		t.Logf("killed the consumer after %d events", prod.total.Load())
+		child = start()
+	}
+	waitTotals(t, pool, schema, prod, 60*time.Second)
+	t.Logf("%d events produced, history totals and buckets agree after %d SIGKILLs", prod.total.Load(), kills)
+}
+
+func TestPostgresOutageLosesNothing(t *testing.T) {
+	brokers := historytest.Brokers(t)
+	// A private server: stopping the stack's would break the tests of
+	// everyone sharing it.
+	pg := historytest.StartPostgres(t)
+	pool := pg.Pool(t)
+	schema := historytest.Schema(t, pool)
+	topic := historytest.Topic(t, brokers, 3)
+	group := "fgtest-history-outage-" + schema
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runGroup(ctx, s, brokers, topic, group, logger) }()
+
+	p, err := producer.New(producer.Config{Brokers: brokers, Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	prod := &produced{perKey: map[string]int64{}}
+	r := rand.New(rand.NewPCG(8, 8))
+	now := time.Now().Truncate(time.Minute)
+	burst := func(d time.Duration) {
+		for stop := time.Now().Add(d); time.Now().Before(stop); {
+			publish(t, ctx, p, prod, randomEvents(r, 100, now, 2*time.Hour))
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	burst(time.Second)
+	pg.Stop(t)
+	before := prod.total.Load()
+	burst(3 * time.Second)
+	t.Logf("%d events produced while Postgres was down", prod.total.Load()-before)
+	pg.Start(t)
+	burst(time.Second)
+	waitTotals(t, pool, schema, prod, 60*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
