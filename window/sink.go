@@ -102,6 +102,13 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 			Help: "Failed writes of decisions to the decisions topic (the deny records are in Redis regardless).",
 		}),
 	}
+	// Export every series from the start, so rates work from the first scrape.
+	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule"} {
+		s.events.WithLabelValues(r)
+	}
+	for _, r := range []string{"applied", "duplicate", "trimmed"} {
+		s.batches.WithLabelValues(r)
+	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{s.events, s.denies, s.batches, s.pubErrs} {
 			if err := cfg.Registerer.Register(c); err != nil {

@@ -1,0 +1,568 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/topics"
+	"floodgate/window"
+)
+
+// These tests run the real binary against the stack (scripts/stack up):
+// FLOODGATE_BROKERS and FLOODGATE_REDIS_ADDR, with the stack's defaults.
+// They fail when a service is down, and skip only under -short.
+
+func stackBrokers(tb testing.TB) []string {
+	tb.Helper()
+	b := os.Getenv("FLOODGATE_BROKERS")
+	if b == "" {
+		b = "127.0.0.1:19092"
+	}
+	brokers := strings.Split(b, ",")
+	conn, err := net.DialTimeout("tcp", brokers[0], 3*time.Second)
+	if err != nil {
+		if testing.Short() {
+			tb.Skipf("kafka at %s: %v (skipped under -short)", brokers[0], err)
+		}
+		tb.Fatalf("kafka at %s: %v (start it with scripts/stack up)", brokers[0], err)
+	}
+	conn.Close()
+	return brokers
+}
+
+func stackRedis(tb testing.TB) *redis.Client {
+	tb.Helper()
+	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:16379"
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		if testing.Short() {
+			tb.Skipf("redis at %s: %v (skipped under -short)", addr, err)
+		}
+		tb.Fatalf("redis at %s: %v (start it with scripts/stack up)", addr, err)
+	}
+	tb.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// liveEnv is one test's private world: topics, group, key prefix, binary.
+type liveEnv struct {
+	t                        *testing.T
+	brokers                  []string
+	rdb                      *redis.Client
+	bin, dir                 string
+	topic, dlq, decisions    string
+	group, prefix, rulesPath string
+	store                    *window.Store
+	partitions               int
+	mu                       sync.Mutex
+	produced                 map[string]int64 // subject -> events
+	extraArgs                []string
+}
+
+func newLiveEnv(t *testing.T, partitions int, rulesYAML string) *liveEnv {
+	t.Helper()
+	brokers := stackBrokers(t)
+	rdb := stackRedis(t)
+	dir := t.TempDir()
+	id := fmt.Sprintf("%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), time.Now().UnixNano()%1e9)
+	e := &liveEnv{
+		t: t, brokers: brokers, rdb: rdb, dir: dir,
+		bin:   filepath.Join(dir, "floodgate"),
+		topic: "fgtest." + id, dlq: "fgtest." + id + ".dlq", decisions: "fgtest." + id + ".decisions",
+		group:      "fgtest-live-" + id,
+		prefix:     "fgtest-" + id,
+		rulesPath:  filepath.Join(dir, "rules.yaml"),
+		partitions: partitions,
+		produced:   map[string]int64{},
+	}
+	build := exec.Command("go", "build", "-o", e.bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(e.rulesPath, []byte(rulesYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := topics.Ensure(ctx, brokers,
+		topics.Spec{Name: e.topic, Partitions: partitions},
+		topics.Spec{Name: e.dlq, Partitions: 1},
+		topics.Spec{Name: e.decisions, Partitions: 1},
+	); err != nil {
+		t.Fatalf("create topics: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := topics.Delete(ctx, brokers, e.topic, e.dlq, e.decisions); err != nil {
+			t.Logf("delete topics: %v", err)
+		}
+		deleteKeys(t, rdb, e.prefix)
+	})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store = st
+	return e
+}
+
+func deleteKeys(tb testing.TB, rdb *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) > 0 {
+		rdb.Unlink(ctx, keys...)
+	}
+}
+
+// proc is one running aggregator.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+	name string
+}
+
+func (e *liveEnv) start(name string) *proc {
+	e.t.Helper()
+	args := append([]string{"aggregator", "--no-history",
+		"--topic", e.topic, "--dlq-topic", e.dlq, "--decisions-topic", e.decisions,
+		"--group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath,
+		"--metrics-addr", "127.0.0.1:0", "--session-timeout", "6s", "--batch-wait", "20ms",
+		"--log-level", "debug",
+	}, e.extraArgs...)
+	cmd := exec.Command(e.bin, args...)
+	cmd.Env = append(os.Environ(), "FLOODGATE_BROKERS="+strings.Join(e.brokers, ","), "FLOODGATE_REDIS_ADDR="+e.rdb.Options().Addr)
+	logf, err := os.Create(filepath.Join(e.dir, name+".log"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan error, 1), name: name}
+	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	e.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.done
+		}
+		if e.t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			e.t.Logf("---- %s log (tail) ----\n%s", name, b)
+		}
+	})
+	return p
+}
+
+func (p *proc) kill(tb testing.TB) {
+	tb.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		tb.Fatal(err)
+	}
+	<-p.done
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop(tb testing.TB) {
+	tb.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		tb.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			tb.Fatalf("%s: graceful stop: %v", p.name, err)
+		}
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("%s: no exit 30s after SIGTERM", p.name)
+	}
+}
+
+func (e *liveEnv) writer() *kafka.Writer {
+	return &kafka.Writer{
+		Addr: kafka.TCP(e.brokers...), Topic: e.topic, Balancer: &kafka.Murmur2Balancer{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+	}
+}
+
+// produce writes n valid events round-robin over subjects and records them.
+func (e *liveEnv) produce(ctx context.Context, w *kafka.Writer, action string, subjects []string, n int, offset int) {
+	e.t.Helper()
+	msgs := make([]kafka.Message, 0, n)
+	counts := map[string]int64{}
+	for i := 0; i < n; i++ {
+		s := subjects[(offset+i)%len(subjects)]
+		ev := event.Event{ID: event.NewID(), Action: action, Kind: "k", Subject: s, TS: time.Now()}
+		v, err := event.Encode(ev)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
+		counts[s]++
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		e.t.Fatalf("produce: %v", err)
+	}
+	e.mu.Lock()
+	for s, c := range counts {
+		e.produced[s] += c
+	}
+	e.mu.Unlock()
+}
+
+// counters reads every produced subject's 1-day window in one round trip.
+func (e *liveEnv) counters(action string) (map[string]int64, error) {
+	e.mu.Lock()
+	var qs []window.Query
+	for s := range e.produced {
+		qs = append(qs, window.Query{Subject: window.Subject{Action: action, Kind: "k", Subject: s}, Windows: []time.Duration{24 * time.Hour}})
+	}
+	e.mu.Unlock()
+	states, err := e.store.Check(context.Background(), time.Now(), qs)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for i, q := range qs {
+		out[q.Subject.Subject] = states[i].Sums[0]
+	}
+	return out, nil
+}
+
+// waitExact waits until every subject's counter equals its produced count
+// and fails if a counter ever exceeds it (a double count) or time runs out.
+func (e *liveEnv) waitExact(action string, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last map[string]int64
+	for {
+		got, err := e.counters(action)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		last = got
+		e.mu.Lock()
+		exact, total, counted := true, int64(0), int64(0)
+		for s, want := range e.produced {
+			total += want
+			counted += got[s]
+			if got[s] > want {
+				e.mu.Unlock()
+				e.t.Fatalf("subject %s counted %d, produced %d: double count", s, got[s], want)
+			}
+			if got[s] != want {
+				exact = false
+			}
+		}
+		e.mu.Unlock()
+		if exact {
+			e.t.Logf("all %d subjects exact: %d events counted once", len(got), total)
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("after %s: %d of %d events counted; counters %v, produced %v", timeout, counted, total, last, e.produced)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// checkOffsets verifies the stored next offset of every partition equals
+// its end: everything consumed, nothing skipped past.
+func (e *liveEnv) checkOffsets() {
+	e.t.Helper()
+	conn, err := kafka.DialLeader(context.Background(), "tcp", e.brokers[0], e.topic, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	conn.Close()
+	client := &kafka.Client{Addr: kafka.TCP(e.brokers...)}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := 0; p < e.partitions; p++ {
+		req.Topics[e.topic] = append(req.Topics[e.topic], kafka.LastOffsetOf(p))
+	}
+	resp, err := client.ListOffsets(context.Background(), req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, po := range resp.Topics[e.topic] {
+		next, ok, err := e.store.Resume(context.Background(), e.group, e.topic, po.Partition)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if po.LastOffset > 0 && (!ok || next != po.LastOffset) {
+			e.t.Errorf("partition %d: stored next offset %d (ok=%v), log end %d", po.Partition, next, ok, po.LastOffset)
+		}
+	}
+}
+
+const countRules = `
+rules:
+  - name: count
+    action: crash
+    kinds: [k]
+    limits: [100000000/1d]
+`
+
+func subjects(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "u" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// TestAggregatorCrashExactlyOnce SIGKILLs the aggregator several times while
+// events flow; at the end every subject's counter equals the events
+// produced for it.
+func TestAggregatorCrashExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newLiveEnv(t, 6, countRules)
+	ctx := context.Background()
+	w := e.writer()
+	defer w.Close()
+	subs := subjects(40)
+
+	p := e.start("run0")
+	const kills = 4
+	sent := 0
+	for round := 0; round < kills; round++ {
+		// Produce for ~2.5s, killing mid-stream.
+		for i := 0; i < 25; i++ {
+			e.produce(ctx, w, "crash", subs, 80, sent)
+			sent += 80
+			if i == 15 {
+				p.kill(t)
+				t.Logf("round %d: SIGKILLed after %d events", round, sent)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		p = e.start(fmt.Sprintf("run%d", round+1))
+	}
+	e.produce(ctx, w, "crash", subs, 500, sent)
+	e.waitExact("crash", 90*time.Second)
+	p.stop(t)
+	e.checkOffsets()
+}
+
+// TestAggregatorRebalanceExactlyOnce runs two members of one group and stops
+// one midway: its partitions move to the other and the counters stay exact.
+func TestAggregatorRebalanceExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newLiveEnv(t, 6, countRules)
+	ctx := context.Background()
+	w := e.writer()
+	defer w.Close()
+	subs := subjects(40)
+
+	a := e.start("a")
+	b := e.start("b")
+	sent := 0
+	for i := 0; i < 60; i++ {
+		e.produce(ctx, w, "crash", subs, 50, sent)
+		sent += 50
+		if i == 30 {
+			a.stop(t)
+			t.Logf("member a stopped after %d events", sent)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.waitExact("crash", 90*time.Second)
+	b.stop(t)
+	e.checkOffsets()
+}
+
+// TestAggregatorPoisonAndDecisions mixes garbage and half-valid messages
+// into the stream: each reaches the DLQ with its reason, the valid events
+// around them are counted, and a subject over its limit gets one deny
+// record and one decision on the decisions topic.
+func TestAggregatorPoisonAndDecisions(t *testing.T) {
+	t.Parallel()
+	e := newLiveEnv(t, 3, countRules+`
+  - name: hot
+    action: hot
+    kinds: [k]
+    limits: [3/1m]
+    message: too hot
+`)
+	ctx := context.Background()
+	w := e.writer()
+	defer w.Close()
+	p := e.start("run")
+	subs := subjects(10)
+
+	now := time.Now()
+	valid := func(s string) []byte {
+		v, _ := event.Encode(event.Event{ID: event.NewID(), Action: "crash", Kind: "k", Subject: s, TS: now})
+		return v
+	}
+	poison := []struct {
+		key, value string
+		reason     string
+	}{
+		{"k:u1", "not json at all", event.ReasonInvalidJSON},
+		{"k:u1", "\xff\xfe\x00garbage", event.ReasonInvalidJSON},
+		{"k:u2", `[1,2,3]`, event.ReasonInvalidJSON},
+		{"k:u2", `{"v":1,"id":"x1","action":"crash","kind":"k","subject":"u2"}`, event.ReasonMissingField},
+		{"k:u3", `{"v":2,"id":"x2","action":"crash","kind":"k","subject":"u3","ts":1}`, event.ReasonUnsupportedVersion},
+		{"k:u3", `{"v":1,"id":"x3","action":"Crash!","kind":"k","subject":"u3","ts":` + strconv.FormatInt(now.UnixMilli(), 10) + `}`, event.ReasonInvalidField},
+		{"k:u4", `{"v":1,"id":"x4","action":"crash","kind":"k","subject":"u4","ts":` + strconv.FormatInt(now.UnixMilli(), 10) + `,"n":0}`, event.ReasonOutOfRange},
+		{"k:other", string(valid("u5")), aggregator.ReasonKeyMismatch},
+		{"k:u6", `{"v":1,"id":"x6","action":"crash","kind":"k","subject":"u6","ts":` + strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10) + `}`, aggregator.ReasonFutureTimestamp},
+	}
+	var msgs []kafka.Message
+	for i := 0; i < 30; i++ {
+		s := subs[i%len(subs)]
+		msgs = append(msgs, kafka.Message{Key: []byte("k:" + s), Value: valid(s)})
+		e.produced[s]++
+		if i < len(poison) {
+			msgs = append(msgs, kafka.Message{Key: []byte(poison[i].key), Value: []byte(poison[i].value)})
+		}
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	e.waitExact("crash", 60*time.Second)
+
+	// The DLQ holds each poison message once, with its reason and source.
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.dlq, Partition: 0, MaxWait: 200 * time.Millisecond})
+	defer r.Close()
+	want := map[string]string{}
+	for _, pm := range poison {
+		want[pm.value] = pm.reason
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for len(want) > 0 {
+		m, err := r.ReadMessage(rctx)
+		if err != nil {
+			t.Fatalf("read DLQ: %v; still missing %v", err, want)
+		}
+		h := headers(m)
+		reason, ok := want[string(m.Value)]
+		if !ok {
+			t.Fatalf("unexpected DLQ message %q (reason %s)", m.Value, h[aggregator.HeaderDLQReason])
+		}
+		if h[aggregator.HeaderDLQReason] != reason || h[aggregator.HeaderDLQTopic] != e.topic || h[aggregator.HeaderDLQOffset] == "" {
+			t.Fatalf("DLQ message %q: headers %v, want reason %s from %s", m.Value, h, reason, e.topic)
+		}
+		delete(want, string(m.Value))
+	}
+
+	// A hot subject: 5 events against 3/1m -> one deny record, one decision.
+	hot := window.Subject{Action: "hot", Kind: "k", Subject: "h1"}
+	for i := 0; i < 5; i++ {
+		v, _ := event.Encode(event.Event{ID: event.NewID(), Action: "hot", Kind: "k", Subject: "h1", TS: time.Now()})
+		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("k:h1"), Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dr := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.decisions, Partition: 0, MaxWait: 200 * time.Millisecond})
+	defer dr.Close()
+	m, err := dr.ReadMessage(rctx)
+	if err != nil {
+		t.Fatalf("read decisions: %v", err)
+	}
+	var d window.Decision
+	if err := json.Unmarshal(m.Value, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Subject != "h1" || d.Rule != "hot" || d.Limit.String() != "3/1m" || d.Count < 4 || d.Shadow || d.Until.Before(time.Now()) {
+		t.Fatalf("decision %s", m.Value)
+	}
+	states, err := e.store.Check(ctx, time.Now(), []window.Query{{Subject: hot, Windows: []time.Duration{time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0].Deny == nil || states[0].Deny.Message != "too hot" || states[0].Sums[0] != 5 {
+		t.Fatalf("hot subject state: deny %+v sum %v", states[0].Deny, states[0].Sums)
+	}
+	// Only one decision: later batches re-deny without re-publishing.
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	if m2, err := dr.ReadMessage(sctx); err == nil {
+		t.Fatalf("second decision published: %s", m2.Value)
+	}
+	p.stop(t)
+	metricsOK(t, e)
+}
+
+func headers(m kafka.Message) map[string]string {
+	out := map[string]string{}
+	for _, h := range m.Headers {
+		out[h.Key] = string(h.Value)
+	}
+	return out
+}
+
+// metricsOK runs a fresh instance and reads /healthz and /metrics.
+func metricsOK(t *testing.T, e *liveEnv) {
+	t.Helper()
+	p := e.start("metrics")
+	addr := ""
+	deadline := time.Now().Add(20 * time.Second)
+	for addr == "" && time.Now().Before(deadline) {
+		b, _ := os.ReadFile(filepath.Join(e.dir, "metrics.log"))
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if i := strings.Index(sc.Text(), "metrics=http://"); i >= 0 {
+				addr = strings.Fields(sc.Text()[i+len("metrics="):])[0]
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatal("no metrics address logged")
+	}
+	base := strings.TrimSuffix(addr, "/metrics")
+	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "floodgate_live_events_total"} {
+		resp, err := httpGet(base + path)
+		if err != nil || !strings.Contains(resp, want) {
+			t.Fatalf("GET %s: %v; body lacks %q", path, err, want)
+		}
+	}
+	p.stop(t)
+}
+
+func httpGet(url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
