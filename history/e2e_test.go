@@ -244,4 +244,3 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
