@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
@@ -24,6 +25,14 @@ type Store interface {
 }
 
 var _ Store = (*window.Store)(nil)
+
+// Keys deletes the live keys before a Reset rebuild; *redis.Client has it.
+type Keys interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	Unlink(ctx context.Context, keys ...string) *redis.IntCmd
+}
+
+var _ Keys = (*redis.Client)(nil)
 
 // Config configures Rebuild.
 type Config struct {
@@ -46,6 +55,14 @@ type Config struct {
 	// batches are then no-ops (the store already holds them), so Force only
 	// matters after the offsets were deleted on purpose. Default false.
 	Force bool
+	// Reset first deletes every key under Prefix (counters, deny records,
+	// offsets of every partition) and then replays every partition. Use it
+	// when the live aggregator kept running after Redis came back empty: it
+	// has stored new offsets and partial counters since, which a plain
+	// rebuild would leave alone. Requires Keys and Prefix. Default false.
+	Reset  bool
+	Keys   Keys
+	Prefix string
 	// BatchMax caps the events in one Apply. Default 5000.
 	BatchMax int
 	// Parallel is how many partitions replay at once. Default 4.
@@ -69,6 +86,8 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: no window store")
 	case c.Rules == nil:
 		return errors.New("rebuild config: no rules")
+	case c.Reset && (c.Keys == nil || c.Prefix == ""):
+		return errors.New("rebuild config: reset needs the redis keys client and the key prefix")
 	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0:
 		return errors.New("rebuild config: since, batch max and parallel must not be negative")
 	}
@@ -97,6 +116,7 @@ func (c *Config) setDefaults() {
 type Result struct {
 	Partitions int           // partitions replayed
 	Skipped    int           // partitions whose offset Redis still held
+	Deleted    int64         // keys deleted by Reset
 	Messages   int64         // Kafka messages read
 	Events     int64         // events counted into buckets
 	Invalid    int64         // malformed messages skipped (the DLQ has them)
@@ -114,6 +134,13 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	start := cfg.Now()
 	res := Result{From: start.Add(-cfg.Since)}
 
+	if cfg.Reset {
+		n, err := deletePrefix(ctx, cfg.Keys, cfg.Prefix)
+		res.Deleted = n
+		if err != nil {
+			return res, err
+		}
+	}
 	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
 	parts, err := partitions(ctx, client, cfg.Topic)
 	if err != nil {
@@ -284,4 +311,29 @@ func replay(ctx context.Context, cfg *Config, p int, from, end int64) (partResul
 		}
 	}
 	return pr, flush()
+}
+
+// deletePrefix unlinks every key matching prefix+":*".
+func deletePrefix(ctx context.Context, keys Keys, prefix string) (int64, error) {
+	var (
+		cursor  uint64
+		deleted int64
+	)
+	for {
+		batch, next, err := keys.Scan(ctx, cursor, prefix+":*", 1000).Result()
+		if err != nil {
+			return deleted, fmt.Errorf("rebuild: scan %s:*: %w", prefix, err)
+		}
+		if len(batch) > 0 {
+			n, err := keys.Unlink(ctx, batch...).Result()
+			if err != nil {
+				return deleted, fmt.Errorf("rebuild: unlink %d keys of %s:*: %w", len(batch), prefix, err)
+			}
+			deleted += n
+		}
+		if next == 0 {
+			return deleted, nil
+		}
+		cursor = next
+	}
 }

@@ -1,0 +1,93 @@
+// Command floodbench runs floodgate's benchmark (make bench) and fault suite
+// (make chaos) against the local stack. It wires flags to the benchmark and
+// faults packages and holds no logic of its own.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"floodgate/bench/benchmark"
+	"floodgate/bench/faults"
+)
+
+// Stack locates the local stack (see `scripts/stack env`).
+type Stack struct {
+	Brokers     []string `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:","`
+	RedisAddr   string   `name:"redis-addr" env:"FLOODGATE_REDIS_ADDR" default:"127.0.0.1:16379"`
+	PostgresURL string   `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable"`
+	Bin         string   `name:"bin" required:"" help:"floodgate binary under test."`
+	Repo        string   `name:"repo" default:"." help:"Repository root."`
+	WorkDir     string   `name:"workdir" help:"Logs and generated files (default: a temp dir)."`
+}
+
+// ChaosCmd runs the fault suite.
+type ChaosCmd struct {
+	Stack
+	Rate     float64  `name:"rate" default:"2000" help:"Background load, events/s."`
+	Subjects int      `name:"subjects" default:"300" help:"Subjects per scenario."`
+	Kills    int      `name:"kills" default:"3" help:"SIGKILLs of the aggregator."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,redis)."`
+	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
+}
+
+// Run runs the suite; it fails when a scenario failed.
+func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
+	rows, err := faults.Run(ctx, faults.Config{
+		Bin: c.Bin, Repo: c.Repo, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
+		WorkDir: c.WorkDir, Rate: c.Rate, Subjects: c.Subjects, Kills: c.Kills, Only: c.Only, Out: c.Out, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range rows {
+		if !r.Pass {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d fault scenarios failed", failed, len(rows))
+	}
+	return nil
+}
+
+// BenchCmd runs the benchmark.
+type BenchCmd struct {
+	Stack
+	benchmark.Options
+	Out string `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
+}
+
+// Run runs the benchmark and writes the summary.
+func (c *BenchCmd) Run(ctx context.Context, log *slog.Logger) error {
+	return benchmark.Run(ctx, benchmark.Config{
+		Bin: c.Bin, Repo: c.Repo, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
+		WorkDir: c.WorkDir, Options: c.Options, Out: c.Out, Logger: log,
+	})
+}
+
+type cli struct {
+	Chaos ChaosCmd `cmd:"" help:"Fault suite → docs/faults.md."`
+	Bench BenchCmd `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c, kong.Name("floodbench"), kong.UsageOnError())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	kctx.Bind(log)
+	if err := kctx.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "floodbench %s: %v\n", kctx.Command(), err)
+		os.Exit(1)
+	}
+}
