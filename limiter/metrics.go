@@ -1,0 +1,83 @@
+package limiter
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics of the limiter, registered by New when Config.Registerer is set.
+type metrics struct {
+	checks        *prometheus.CounterVec
+	denies        *prometheus.CounterVec
+	shadowDenies  *prometheus.CounterVec
+	invalid       *prometheus.CounterVec
+	cacheHits     prometheus.Counter
+	cacheMisses   prometheus.Counter
+	cacheSize     prometheus.GaugeFunc
+	redis         *prometheus.HistogramVec
+	failures      *prometheus.CounterVec
+	publishErrors *prometheus.CounterVec
+	counted       prometheus.Counter
+	requests      *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_checks_total",
+			Help: "Decisions by operation (check, take) and result (allowed, denied, degraded_allowed, degraded_denied).",
+		}, []string{"op", "result"}),
+		denies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_denies_total",
+			Help: "Denied decisions by the rule that denied (empty in closed failure mode).",
+		}, []string{"rule"}),
+		shadowDenies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_shadow_denies_total",
+			Help: "Would-be denials of shadow rules, by rule.",
+		}, []string{"rule"}),
+		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_invalid_requests_total",
+			Help: "Requests refused as malformed, by operation.",
+		}, []string{"op"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_cache_hits_total",
+			Help: "Decisions answered from the in-process deny cache without Redis.",
+		}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_cache_misses_total",
+			Help: "Decisions that went to Redis.",
+		}),
+		redis: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_limiter_redis_seconds",
+			Help:    "Latency of the limiter's Redis round trips by operation (check, take), failures included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}, []string{"op"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_failure_mode_total",
+			Help: "Answers given by the failure mode, by mode (open, closed) and reason (timeout, error).",
+		}, []string{"mode", "reason"}),
+		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_publish_errors_total",
+			Help: "Take events the publisher refused, by kind (counted: already in Redis; uncounted).",
+		}, []string{"kind"}),
+		counted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_strict_counted_total",
+			Help: "Events counted in Redis by strict-mode takes.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_requests_total",
+			Help: "Requests by surface (connect, http, rls) and outcome (ok, over_limit, invalid, unauthenticated, error).",
+		}, []string{"surface", "outcome"}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.cacheHits, m.cacheMisses,
+		m.redis, m.failures, m.publishErrors, m.counted, m.requests}
+	if m.cacheSize != nil {
+		cs = append(cs, m.cacheSize)
+	}
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

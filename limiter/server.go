@@ -1,0 +1,234 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"floodgate/gen/floodgate/v1/floodgatev1connect"
+)
+
+// Defaults of ServerConfig.
+const (
+	DefaultHTTPAddr        = "127.0.0.1:8080"
+	DefaultRLSAddr         = "127.0.0.1:8081"
+	DefaultMaxRequestBytes = 64 << 10
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Limiter decides. Required.
+	Limiter *Limiter
+	// HTTPAddr serves Connect (gRPC, gRPC-Web, HTTP/JSON; HTTP/2 without
+	// TLS), /v1/check, /v1/take, /healthz, /readyz and /metrics. Default
+	// 127.0.0.1:8080; port 0 picks a free port.
+	HTTPAddr string
+	// RLSAddr serves Envoy's RateLimitService over gRPC. Default
+	// 127.0.0.1:8081; "off" disables it.
+	RLSAddr string
+	// RLSMode: RLSCheck (default) or RLSTake.
+	RLSMode RLSMode
+	// AuthToken, when set, is required as "Authorization: Bearer <token>"
+	// on Connect, /v1/* and RLS calls (not on health and metrics).
+	AuthToken string
+	// MaxRequestBytes bounds request bodies and RPC messages. Default 64 KiB.
+	MaxRequestBytes int64
+	// Gatherer serves /metrics. Nil: no /metrics.
+	Gatherer prometheus.Gatherer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first problem with c.
+func (c *ServerConfig) Validate() error {
+	switch {
+	case c.Limiter == nil:
+		return errors.New("limiter server: nil limiter")
+	case c.MaxRequestBytes < 0:
+		return fmt.Errorf("limiter server: max request bytes %d is negative", c.MaxRequestBytes)
+	case c.RLSMode != RLSCheck && c.RLSMode != RLSTake:
+		return fmt.Errorf("limiter server: unknown rls mode %d", c.RLSMode)
+	}
+	for _, a := range []string{c.HTTPAddr, c.RLSAddr} {
+		if a == "" || a == "off" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("limiter server: address %q: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// Server serves a Limiter's three surfaces.
+type Server struct {
+	cfg     ServerConfig
+	log     *slog.Logger
+	handler http.Handler
+	httpSrv *http.Server
+	grpcSrv *grpc.Server
+	httpLn  net.Listener
+	rlsLn   net.Listener
+	wg      sync.WaitGroup
+	errs    chan error
+}
+
+// NewServer validates cfg and builds the handlers; Start listens.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.RLSAddr == "" {
+		cfg.RLSAddr = DefaultRLSAddr
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, errs: make(chan error, 2)}
+	l := cfg.Limiter
+
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(cfg.MaxRequestBytes))}
+	if cfg.AuthToken != "" {
+		opts = append(opts, connect.WithInterceptors(authInterceptor(cfg.AuthToken, l.m)))
+	}
+	path, rpc := floodgatev1connect.NewLimiterHandler(&connectService{l: l}, opts...)
+	mux := http.NewServeMux()
+	mux.Handle(path, rpc)
+	mux.Handle("/v1/check", bearerAuth(cfg.AuthToken, l.m, &httpHandler{l: l, maxBytes: cfg.MaxRequestBytes}))
+	mux.Handle("/v1/take", bearerAuth(cfg.AuthToken, l.m, &httpHandler{l: l, take: true, maxBytes: cfg.MaxRequestBytes}))
+	mux.HandleFunc("/healthz", healthz)
+	mux.Handle("/readyz", readyz(l))
+	if cfg.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	s.handler = mux
+
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // h2c: plain gRPC clients
+	s.httpSrv = &http.Server{
+		Handler:           mux,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+
+	if cfg.RLSAddr != "off" {
+		gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes))}
+		if cfg.AuthToken != "" {
+			gopts = append(gopts, grpc.UnaryInterceptor(grpcAuth(cfg.AuthToken, l.m)))
+		}
+		s.grpcSrv = grpc.NewServer(gopts...)
+		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode})
+	}
+	return s, nil
+}
+
+// Handler returns the HTTP handler (Connect, /v1/*, health, metrics).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on both addresses and serves in the background; errors of
+// the serving goroutines are returned by Shutdown (and Err).
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen http %s: %w", s.cfg.HTTPAddr, err)
+	}
+	s.httpLn = ln
+	if s.grpcSrv != nil {
+		rln, err := net.Listen("tcp", s.cfg.RLSAddr)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("listen rls %s: %w", s.cfg.RLSAddr, err)
+		}
+		s.rlsLn = rln
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.errs <- fmt.Errorf("serve http %s: %w", s.httpLn.Addr(), err)
+		}
+	}()
+	if s.grpcSrv != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpcSrv.Serve(s.rlsLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				s.errs <- fmt.Errorf("serve rls %s: %w", s.rlsLn.Addr(), err)
+			}
+		}()
+	}
+	s.log.Info("limiter serving", "http", s.HTTPAddr(), "rls", s.RLSAddr())
+	return nil
+}
+
+// Err yields an error when a listener fails while serving.
+func (s *Server) Err() <-chan error { return s.errs }
+
+// HTTPAddr returns the bound HTTP address (after Start).
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// RLSAddr returns the bound RLS address, "" when disabled or not started.
+func (s *Server) RLSAddr() string {
+	if s.rlsLn == nil {
+		return ""
+	}
+	return s.rlsLn.Addr().String()
+}
+
+// Shutdown stops accepting, lets requests in flight finish until ctx ends,
+// then closes whatever is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var errs []error
+	if s.grpcSrv != nil {
+		done := make(chan struct{})
+		go func() { s.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpcSrv.Stop()
+		}
+	}
+	if err := s.httpSrv.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
+		if cerr := s.httpSrv.Close(); cerr != nil {
+			errs = append(errs, cerr)
+		}
+	}
+	s.wg.Wait()
+	for {
+		select {
+		case err := <-s.errs:
+			errs = append(errs, err)
+		default:
+			return errors.Join(errs...)
+		}
+	}
+}
