@@ -3,10 +3,140 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"floodgate/producer"
+	"floodgate/producer/loadgen"
 )
 
-// ProduceCmd is a placeholder until its issue lands.
-type ProduceCmd struct{}
+// ProduceCmd publishes events: NDJSON from stdin, or synthetic load.
+type ProduceCmd struct {
+	KafkaFlags
+	TopicPartitions
+	NoCreateTopics bool `name:"no-create-topics" help:"Do not create the topics first."`
 
-// Run reports that the subcommand is not built yet.
-func (c *ProduceCmd) Run(ctx context.Context) error { return errors.New("not implemented yet") }
+	Stdin    bool          `name:"stdin" help:"Read NDJSON events from stdin, one per line (v, id and ts are filled in when missing); bad lines are reported and skipped."`
+	Count    int64         `name:"count" help:"Stop after N events."`
+	Duration time.Duration `name:"duration" help:"Stop after this long."`
+	Rate     float64       `name:"rate" default:"0" help:"Events per second; 0 = as fast as possible."`
+
+	Subjects int           `name:"subjects" default:"10000" help:"Synthetic: distinct subjects (Zipf-skewed: a few are hot)."`
+	Actions  []string      `name:"actions" default:"login_failed" sep:"," help:"Synthetic: actions, chosen uniformly."`
+	Kind     string        `name:"kind" default:"ip" help:"Synthetic: kind of the subjects (ip, email, or any name)."`
+	Zipf     float64       `name:"zipf" default:"1.1" help:"Synthetic: Zipf exponent s (> 1); higher is more skewed."`
+	Backfill time.Duration `name:"backfill" help:"Synthetic: spread event times uniformly over the past D (e.g. 72h)."`
+	TSFrom   time.Time     `name:"ts-from" help:"Synthetic: spread event times over [ts-from, ts-to) (RFC 3339)."`
+	TSTo     time.Time     `name:"ts-to" help:"Synthetic: end of --ts-from's range (default now)."`
+	Seed     uint64        `name:"seed" help:"Synthetic: seed of subjects, actions and times (0 = random). Event ids are always random."`
+
+	Acks        string        `name:"acks" default:"all" enum:"all,one,none" help:"Required acknowledgements."`
+	Compression string        `name:"compression" default:"lz4" enum:"lz4,snappy,zstd,gzip,none" help:"Batch compression."`
+	Linger      time.Duration `name:"linger" default:"5ms" help:"How long a batch waits to fill."`
+	BatchSize   int           `name:"batch-size" default:"5000" help:"Most events per partition batch."`
+	MaxBuffered int           `name:"max-buffered" default:"250000" help:"Most events in flight (bounds memory: about 0.5 KB each)."`
+	Progress    time.Duration `name:"progress" default:"1s" help:"Progress line interval on stderr; 0 = none."`
+
+	stdin  io.Reader `kong:"-"`
+	stderr io.Writer `kong:"-"`
+}
+
+// Run creates the topics, then pumps events into a Publisher until the
+// count, duration, end of stdin or interrupt, and flushes.
+func (c *ProduceCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
+	stdin, stderr := c.stdin, c.stderr
+	if stdin == nil {
+		stdin = os.Stdin
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	if !c.Stdin && c.Count == 0 && c.Duration == 0 {
+		return errors.New("nothing to do: give --stdin, or --count and/or --duration for synthetic load")
+	}
+	var src loadgen.Source
+	if c.Stdin {
+		src = loadgen.NewNDJSON(stdin)
+	} else {
+		gen, err := loadgen.NewSynthetic(loadgen.SyntheticConfig{
+			Subjects: c.Subjects, Actions: c.Actions, Kind: c.Kind, ZipfS: c.Zipf,
+			Backfill: c.Backfill, TSFrom: c.TSFrom, TSTo: c.TSTo, Seed: c.Seed,
+		}, time.Now())
+		if err != nil {
+			return err
+		}
+		log.Info("synthetic load", "subjects", c.Subjects, "actions", c.Actions, "kind", c.Kind, "zipf", c.Zipf, "seed", gen.Seed())
+		src = gen
+	}
+	if !c.NoCreateTopics {
+		if _, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, time.Minute); err != nil {
+			return err
+		}
+	}
+
+	pub, err := producer.New(producer.Config{
+		Brokers: c.Brokers, Topic: c.Topic,
+		BatchTimeout: c.Linger, BatchSize: c.BatchSize, RequiredAcks: c.Acks, Compression: c.Compression,
+		MaxBuffered: c.MaxBuffered, Async: true, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	pump, err := loadgen.NewPump(loadgen.PumpConfig{
+		Count: c.Count, Duration: c.Duration, Rate: c.Rate,
+		OnBadInput: func(err error) { log.Warn("skipped bad input", "err", err) },
+	}, src, pub)
+	if err != nil {
+		return errors.Join(err, pub.Close())
+	}
+
+	start := time.Now()
+	stopProgress := c.startProgress(stderr, start, pump, pub)
+	runErr := pump.Run(ctx)
+	closeErr := pub.Close() // flushes, even after an interrupt
+	stopProgress()
+
+	elapsed := time.Since(start)
+	st, counts := pub.Stats(), pump.Counts()
+	fmt.Fprintf(stderr, "produce: done: %d events acknowledged in %s (%.0f/s), %d failed, %d bad input lines; topic %s\n",
+		st.Published, elapsed.Round(time.Millisecond), float64(st.Published)/elapsed.Seconds(), st.Failed, counts.Bad, c.Topic)
+	if err := errors.Join(runErr, closeErr); err != nil {
+		return err
+	}
+	if counts.Bad > 0 {
+		return fmt.Errorf("%d bad input lines skipped", counts.Bad)
+	}
+	return nil
+}
+
+// startProgress prints a progress line every c.Progress until stopped.
+func (c *ProduceCmd) startProgress(w io.Writer, start time.Time, pump *loadgen.Pump, pub *producer.Publisher) (stop func()) {
+	if c.Progress <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(c.Progress)
+		defer t.Stop()
+		var lastAcked int64
+		last := start
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				st, counts := pub.Stats(), pump.Counts()
+				rate := float64(st.Published-lastAcked) / now.Sub(last).Seconds()
+				lastAcked, last = st.Published, now
+				fmt.Fprintf(w, "produce: %s sent %d, acked %d (%.0f/s), in flight %d, errors %d (failed %d, bad lines %d)\n",
+					now.Sub(start).Round(time.Second), counts.Sent, st.Published, rate, st.Buffered, st.Failed+counts.Bad, st.Failed, counts.Bad)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}

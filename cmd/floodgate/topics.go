@@ -2,11 +2,66 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"floodgate/topics"
 )
 
-// TopicsCmd is a placeholder until its issue lands.
-type TopicsCmd struct{}
+// TopicsCmd creates floodgate's topics; existing ones are left as they are.
+type TopicsCmd struct {
+	KafkaFlags
+	TopicPartitions
+	Timeout time.Duration `name:"timeout" default:"60s" help:"Give up after this long."`
 
-// Run reports that the subcommand is not built yet.
-func (c *TopicsCmd) Run(ctx context.Context) error { return errors.New("not implemented yet") }
+	out io.Writer `kong:"-"`
+}
+
+// TopicPartitions are the partition counts used when a topic is created.
+type TopicPartitions struct {
+	Partitions          int `name:"partitions" default:"12" help:"Partitions of the events topic, if it is created."`
+	DLQPartitions       int `name:"dlq-partitions" default:"3" help:"Partitions of the dead-letter topic, if it is created."`
+	DecisionsPartitions int `name:"decisions-partitions" default:"3" help:"Partitions of the decisions topic, if it is created."`
+	ReplicationFactor   int `name:"replication-factor" default:"0" help:"Replication factor of created topics; 0 = the broker's default."`
+}
+
+func (p TopicPartitions) specs(k KafkaFlags) []topics.Spec {
+	specs := topics.Defaults(k.Topic, k.DLQTopic, k.DecisionsTopic)
+	for i, n := range []int{p.Partitions, p.DLQPartitions, p.DecisionsPartitions} {
+		specs[i].Partitions = n
+		specs[i].ReplicationFactor = p.ReplicationFactor
+	}
+	return specs
+}
+
+// ensureTopics creates the topics and logs what it found.
+func ensureTopics(ctx context.Context, log *slog.Logger, k KafkaFlags, p TopicPartitions, timeout time.Duration) ([]topics.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := topics.Ensure(ctx, k.Brokers, p.specs(k)...)
+	for _, r := range res {
+		if r.Partitions != 0 && r.Partitions != r.Wanted {
+			log.Warn("topic exists with another partition count; left as it is", "topic", r.Name, "partitions", r.Partitions, "flag", r.Wanted)
+		}
+	}
+	return res, err
+}
+
+// Run creates the topics and prints one line per topic.
+func (c *TopicsCmd) Run(ctx context.Context, log *slog.Logger) error {
+	out := c.out
+	if out == nil {
+		out = os.Stdout
+	}
+	res, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, c.Timeout)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		fmt.Fprintln(out, r)
+	}
+	return nil
+}
