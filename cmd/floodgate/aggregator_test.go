@@ -233,9 +233,7 @@ func (e *liveEnv) produce(ctx context.Context, w *kafka.Writer, action string, s
 		msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
 		counts[s]++
 	}
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		e.t.Fatalf("produce: %v", err)
-	}
+	writeAll(e.t, ctx, w, msgs)
 	e.mu.Lock()
 	for s, c := range counts {
 		e.produced[s] += c
@@ -396,6 +394,11 @@ func TestAggregatorRebalanceExactlyOnce(t *testing.T) {
 		if i == 30 {
 			a.stop(t)
 			t.Logf("member a stopped after %d events", sent)
+			for _, name := range []string{"a", "b"} {
+				if b, _ := os.ReadFile(filepath.Join(e.dir, name+".log")); !bytes.Contains(b, []byte("partition started")) {
+					t.Fatalf("member %s never owned a partition: the group was not shared", name)
+				}
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -451,9 +454,7 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 			msgs = append(msgs, kafka.Message{Key: []byte(poison[i].key), Value: []byte(poison[i].value)})
 		}
 	}
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	writeAll(t, ctx, w, msgs)
 	e.waitExact("crash", 60*time.Second)
 
 	// The DLQ holds each poison message once, with its reason and source.
@@ -485,9 +486,7 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 	hot := window.Subject{Action: "hot", Kind: "k", Subject: "h1"}
 	for i := 0; i < 5; i++ {
 		v, _ := event.Encode(event.Event{ID: event.NewID(), Action: "hot", Kind: "k", Subject: "h1", TS: time.Now()})
-		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("k:h1"), Value: v}); err != nil {
-			t.Fatal(err)
-		}
+		writeAll(t, ctx, w, []kafka.Message{{Key: []byte("k:h1"), Value: v}})
 	}
 	dr := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.decisions, Partition: 0, MaxWait: 200 * time.Millisecond})
 	defer dr.Close()
@@ -517,6 +516,33 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 	}
 	p.stop(t)
 	metricsOK(t, e)
+}
+
+// writeAll writes msgs, retrying only the messages that failed (a fresh
+// topic's metadata can lag behind its creation), so each lands exactly once.
+func writeAll(tb testing.TB, ctx context.Context, w *kafka.Writer, msgs []kafka.Message) {
+	tb.Helper()
+	for attempt := 0; ; attempt++ {
+		err := w.WriteMessages(ctx, msgs...)
+		if err == nil {
+			return
+		}
+		var failed []kafka.Message
+		if werrs, ok := err.(kafka.WriteErrors); ok {
+			for i, e := range werrs {
+				if e != nil {
+					failed = append(failed, msgs[i])
+				}
+			}
+		} else {
+			failed = msgs // nothing was written
+		}
+		if attempt == 20 {
+			tb.Fatalf("produce: %v", err)
+		}
+		msgs = failed
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func headers(m kafka.Message) map[string]string {
