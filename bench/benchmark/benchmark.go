@@ -3,13 +3,33 @@ package benchmark
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/aggregator"
+	"floodgate/bench/harness"
+	"floodgate/history"
 )
 
 // Options are the benchmark's tunables (flags of floodbench bench).
 type Options struct {
-	Events int `name:"events" default:"200000" help:"Events per throughput run."`
-	Runs   int `name:"runs" default:"3" help:"Runs per figure (the median is reported)."`
+	Events    int           `name:"events" default:"200000" help:"Events per throughput run."`
+	Runs      int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
+	Subjects  int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
+	Probes    int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
+	LimiterD  time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
+	SkipSlow  bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
+	PartCount int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
 }
 
 // Config configures Run.
@@ -20,5 +40,455 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Run runs the benchmark.
-func Run(ctx context.Context, cfg Config) error { return errors.New("not yet") }
+func (c *Config) validate() error {
+	if c.Bin == "" || c.Repo == "" || len(c.Brokers) == 0 || c.RedisAddr == "" || c.PostgresURL == "" {
+		return errors.New("bench config: bin, repo, brokers, redis address and postgres url are required")
+	}
+	if c.Events <= 0 || c.Runs <= 0 {
+		return errors.New("bench config: events and runs must be positive")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.WorkDir == "" {
+		d, err := os.MkdirTemp("", "floodgate-bench-")
+		if err != nil {
+			return err
+		}
+		c.WorkDir = d
+	}
+	return nil
+}
+
+// Producer settings shared by floodgate produce and ProducerPerformance.
+const (
+	acks        = "all"
+	lingerMS    = 5
+	batchBytes  = 1 << 20 // producer.DefaultBatchBytes: kafka-go caps a batch by bytes like Java's batch.size
+	batchEvents = 5000
+	compression = "lz4"
+)
+
+// Results is everything measured, for the report.
+type Results struct {
+	Machine      harness.Machine
+	LoadStart    string
+	LoadEnd      string
+	Events       int
+	Runs         int
+	RecordSize   int
+	Produce      []float64 // events/s per run
+	ProduceCmd   string
+	JavaProduce  []float64
+	JavaCmd      string
+	JavaConsume  []float64 // fetch.nMsg.sec
+	JavaConsCmd  string
+	Live         []float64
+	LiveCmd      string
+	History      []float64
+	HistoryRows  []float64 // rows/s
+	RedisCmds    []float64 // per event
+	RedisBytes   []float64 // per subject
+	Subjects     []int
+	LatRate      float64 // target rate
+	LatAchieved  float64
+	LatP50       time.Duration
+	LatP99       time.Duration
+	LatMax       time.Duration
+	LatN         int
+	LatMissed    int
+	LimiterTable string
+	LimiterCmd   string
+	RollerRows   int64
+	RollerTook   time.Duration
+	RollerCmd    string
+	RollerErr    string
+	Curve        []float64 // ms per query
+	CurveCmd     string
+	CurveErr     string
+	RSS          map[string]int64
+	Errors       []string
+}
+
+type bench struct {
+	cfg    Config
+	id     string
+	kafka  *harness.Kafka
+	java   *harness.JavaTools
+	rdb    *redis.Client
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	res    *Results
+	rules  string
+	topics []string
+}
+
+// Run runs every step and rewrites the summary block of cfg.Out.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	java, err := harness.NewJavaTools()
+	if err != nil {
+		return err
+	}
+	b := &bench{
+		cfg: cfg, id: strconv.FormatInt(time.Now().Unix()%1_000_000_000, 36),
+		kafka: harness.NewKafka(cfg.Brokers), java: java, log: cfg.Logger,
+		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}},
+	}
+	b.res.LoadStart = harness.LoadAvg()
+	b.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	defer b.rdb.Close()
+	if b.pool, err = pgxpool.New(ctx, cfg.PostgresURL); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer b.pool.Close()
+	b.rules = filepath.Join(cfg.WorkDir, "bench-rules.yaml")
+	if err := os.WriteFile(b.rules, []byte(benchRules), 0o644); err != nil {
+		return err
+	}
+	defer b.cleanup()
+
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"producer", b.producer},
+		{"java-producer", b.javaProducer},
+		{"java-consumer", b.javaConsumer},
+		{"live", b.live},
+		{"history", b.history},
+		{"latency", b.latency},
+		{"limiter", b.limiter},
+		{"roller", b.roller},
+	}
+	for _, st := range steps {
+		if st.name == "roller" && cfg.SkipSlow {
+			continue
+		}
+		b.log.Info("bench: step", "step", st.name, "load1", harness.Load1())
+		if err := st.fn(ctx); err != nil {
+			b.log.Error("bench: step failed", "step", st.name, "err", err)
+			b.res.Errors = append(b.res.Errors, st.name+": "+err.Error())
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	b.res.LoadEnd = harness.LoadAvg()
+	b.res.Machine = harness.DescribeMachine(cfg.Repo)
+	body := Render(b.res)
+	fmt.Println(body)
+	if cfg.Out != "" {
+		return harness.ReplaceBlock(cfg.Out, "bench:summary", "Benchmarks", body)
+	}
+	return nil
+}
+
+const benchRules = `# make bench rules (generated): the example rules' shapes on bench actions.
+rules:
+  - name: bench-visit
+    action: bench_visit
+    kinds: [ip]
+    limits: [50/s, 600/m, 20000/h]
+    shadow: true
+  - name: bench-login
+    action: bench_login
+    kinds: [ip]
+    limits: [2/s, 5/m, 10/h, 100/d]
+  - name: bench-probe
+    action: bench_probe
+    kinds: [ip]
+    limits: [2/m]
+`
+
+func (b *bench) topic(name string) (string, error) {
+	t := "floodgate.bench." + b.id + "." + name
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.kafka.CreateTopic(ctx, t, b.cfg.PartCount); err != nil {
+		return "", err
+	}
+	b.topics = append(b.topics, t)
+	return t, nil
+}
+
+func (b *bench) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if len(b.topics) > 0 {
+		if err := b.kafka.DeleteTopics(ctx, b.topics...); err != nil {
+			b.log.Warn("bench: delete topics", "err", err)
+		}
+	}
+	if err := harness.DeletePrefix(ctx, b.rdb, "bench"+b.id); err != nil {
+		b.log.Warn("bench: delete redis keys", "err", err)
+	}
+	for i := 0; i < b.cfg.Runs+2; i++ {
+		_ = harness.DeletePrefix(ctx, b.rdb, fmt.Sprintf("bench%sr%d", b.id, i))
+	}
+	if _, err := b.pool.Exec(ctx, `DELETE FROM floodgate.consumer_offsets WHERE consumer_group LIKE $1`, "bench-"+b.id+"-%"); err != nil {
+		b.log.Warn("bench: delete offsets", "err", err)
+	}
+}
+
+func (b *bench) peak(name string, p *harness.Proc) {
+	if p != nil && p.PeakRSS() > b.res.RSS[name] {
+		b.res.RSS[name] = p.PeakRSS()
+	}
+}
+
+var reProduced = regexp.MustCompile(`acknowledged in \S+ \(([\d.]+)/s\)`)
+
+func (b *bench) produceArgs(topic string, n int, seed int) []string {
+	return []string{"produce", "--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", topic, "--no-create-topics",
+		"--count", strconv.Itoa(n), "--subjects", strconv.Itoa(b.cfg.Subjects), "--actions", "bench_visit,bench_login",
+		"--kind", "ip", "--seed", strconv.Itoa(seed), "--acks", acks, "--compression", compression,
+		"--linger", strconv.Itoa(lingerMS) + "ms", "--batch-size", strconv.Itoa(batchEvents), "--progress", "0"}
+}
+
+// producer: floodgate produce --count N into a fresh topic, Runs times.
+// The first topic is the pre-filled input of the consumer runs.
+func (b *bench) producer(ctx context.Context) error {
+	for i := 0; i < b.cfg.Runs; i++ {
+		t, err := b.topic("p" + strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		args := b.produceArgs(t, b.cfg.Events, i+1)
+		b.res.ProduceCmd = "floodgate " + strings.Join(args, " ")
+		start := time.Now()
+		p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+		wall := time.Since(start)
+		b.peak("floodgate produce", p)
+		if err != nil {
+			return err
+		}
+		rate := float64(b.cfg.Events) / wall.Seconds()
+		if m := reProduced.FindStringSubmatch(harness.TailFile(p.LogPath, 5)); m != nil {
+			rate, _ = strconv.ParseFloat(m[1], 64)
+		}
+		b.res.Produce = append(b.res.Produce, rate)
+	}
+	// The record size of the Java runs: the mean value size of our events.
+	var total, n int
+	start, _ := b.kafka.StartOffsets(ctx, b.topics[0])
+	to := map[int]int64{}
+	for p, s := range start {
+		to[p] = s + 20
+	}
+	err := b.kafka.ReadRange(ctx, b.topics[0], start, to, func(m kafkaMessage) { total += len(m.Value); n++ })
+	if err != nil || n == 0 {
+		return fmt.Errorf("sample event sizes: %v (%d read)", err, n)
+	}
+	b.res.RecordSize = (total + n/2) / n
+	return nil
+}
+
+func (b *bench) javaProducer(ctx context.Context) error {
+	if b.res.RecordSize == 0 {
+		b.res.RecordSize = 170
+	}
+	for i := 0; i < b.cfg.Runs; i++ {
+		t, err := b.topic("j" + strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		r, err := b.java.ProducerPerformance(ctx, "--topic", t, "--num-records", strconv.Itoa(b.cfg.Events),
+			"--record-size", strconv.Itoa(b.res.RecordSize), "--throughput", "-1",
+			"--producer-props", "bootstrap.servers="+strings.Join(b.cfg.Brokers, ","), "acks="+acks,
+			"linger.ms="+strconv.Itoa(lingerMS), "batch.size="+strconv.Itoa(batchBytes), "compression.type="+compression)
+		b.res.JavaCmd = strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1)
+		if err != nil {
+			return err
+		}
+		b.res.JavaProduce = append(b.res.JavaProduce, r.PerSec)
+	}
+	return nil
+}
+
+func (b *bench) javaConsumer(ctx context.Context) error {
+	if len(b.topics) == 0 {
+		return errors.New("no pre-filled topic")
+	}
+	for i := 0; i < b.cfg.Runs; i++ {
+		r, err := b.java.ConsumerPerformance(ctx, "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
+			"--topic", b.topics[0], "--messages", strconv.Itoa(b.cfg.Events), "--timeout", "60000",
+			"--group", fmt.Sprintf("bench-%s-java-%d", b.id, i))
+		b.res.JavaConsCmd = strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1)
+		if err != nil {
+			return err
+		}
+		b.res.JavaConsume = append(b.res.JavaConsume, r.FetchPerSec)
+	}
+	return nil
+}
+
+// live: a fresh `floodgate aggregator --no-history` group over the
+// pre-filled topic; events/s from its first applied batch to its last.
+func (b *bench) live(ctx context.Context) error {
+	if len(b.topics) == 0 {
+		return errors.New("no pre-filled topic")
+	}
+	for i := 0; i < b.cfg.Runs; i++ {
+		prefix := fmt.Sprintf("bench%sr%d", b.id, i)
+		addr, err := harness.FreePort()
+		if err != nil {
+			return err
+		}
+		args := []string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
+			"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
+			"--group", fmt.Sprintf("bench-%s-live-%d", b.id, i), "--key-prefix", prefix,
+			"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}
+		b.res.LiveCmd = "floodgate " + strings.Join(args, " ")
+		b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
+		before, err := harness.ReadRedisInfo(ctx, b.rdb)
+		if err != nil {
+			return err
+		}
+		p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+		if err != nil {
+			return err
+		}
+		rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+		after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
+		serr := p.Stop(15 * time.Second)
+		b.peak("floodgate aggregator --no-history", p)
+		if err != nil {
+			return err
+		}
+		if ierr != nil {
+			return ierr
+		}
+		if serr != nil {
+			return serr
+		}
+		subs, err := harness.CountTags(ctx, b.rdb, prefix)
+		if err != nil {
+			return err
+		}
+		b.res.Live = append(b.res.Live, rate)
+		// Only the aggregator talks to this Redis during the run (plus our two INFO pairs).
+		cmds := after.TotalCalls("info") - before.TotalCalls("info")
+		b.res.RedisCmds = append(b.res.RedisCmds, float64(cmds)/float64(b.cfg.Events))
+		b.res.Subjects = append(b.res.Subjects, subs)
+		if subs > 0 {
+			b.res.RedisBytes = append(b.res.RedisBytes, float64(after.UsedMemory-before.UsedMemory)/float64(subs))
+		}
+		if err := harness.DeletePrefix(ctx, b.rdb, prefix); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitMetric polls a counter until it reaches want and returns the rate
+// between its first non-zero sample and the sample that reached want.
+func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want float64) (float64, error) {
+	deadline := time.Now().Add(10 * time.Minute)
+	var t0 time.Time
+	var v0 float64
+	for time.Now().Before(deadline) {
+		if !p.Alive() {
+			return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+		}
+		s, err := harness.Scrape(ctx, url)
+		now := time.Now()
+		if err == nil {
+			v := s.Sum(name)
+			if v > 0 && t0.IsZero() {
+				t0, v0 = now, v
+			}
+			if v >= want {
+				if now.Sub(t0) <= 0 || v-v0 <= 0 {
+					return 0, fmt.Errorf("%s: reached %v in one poll: too few events to time", name, want)
+				}
+				return (v - v0) / now.Sub(t0).Seconds(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return 0, fmt.Errorf("%s did not reach %v", name, want)
+}
+
+// history: the history group (aggregator.Group + history.Sink, exactly
+// what `floodgate aggregator` wires) in this process, over the pre-filled
+// topic; events/s from the first stored offset to the last.
+func (b *bench) history(ctx context.Context) error {
+	if len(b.topics) == 0 {
+		return errors.New("no pre-filled topic")
+	}
+	for i := 0; i < b.cfg.Runs; i++ {
+		group := fmt.Sprintf("bench-%s-hist-%d", b.id, i)
+		reg := prometheus.NewRegistry()
+		sink, err := history.NewSink(ctx, history.SinkConfig{DB: b.pool, Group: group, Registerer: reg, Logger: b.log})
+		if err != nil {
+			return err
+		}
+		g, err := aggregator.NewGroup(aggregator.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
+		if err != nil {
+			return err
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(gctx) }()
+		var t0 time.Time
+		var v0 int64
+		var rate float64
+		var werr error
+		for deadline := time.Now().Add(10 * time.Minute); ; {
+			var v int64
+			err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM floodgate.consumer_offsets WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
+			now := time.Now()
+			if err == nil && v > 0 && t0.IsZero() {
+				t0, v0 = now, v
+			}
+			if err == nil && v >= int64(b.cfg.Events) {
+				if now.Sub(t0) > 0 && v > v0 {
+					rate = float64(v-v0) / now.Sub(t0).Seconds()
+				} else {
+					werr = errors.New("history: all events in one poll: too few to time")
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				werr = errors.New("history group did not finish in 10 minutes")
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		rows := gatherCounter(reg, "floodgate_history_bucket_rows_written_total")
+		cancel()
+		<-done
+		if werr != nil {
+			return werr
+		}
+		b.res.History = append(b.res.History, rate)
+		if !t0.IsZero() {
+			b.res.HistoryRows = append(b.res.HistoryRows, rows*rate/float64(b.cfg.Events))
+		}
+	}
+	return nil
+}
+
+func gatherCounter(reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var t float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			t += m.GetCounter().GetValue()
+		}
+	}
+	return t
+}

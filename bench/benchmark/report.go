@@ -1,0 +1,120 @@
+package benchmark
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"floodgate/bench/harness"
+)
+
+func runs(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = harness.Human(x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// Render returns the summary block of docs/benchmarks.md.
+func Render(r *Results) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	m := r.Machine
+	w("## Summary (`make bench`)\n\n")
+	w("Written by `make bench` (scripts/bench → `floodbench bench`); do not edit this block by hand — the\n")
+	w("per-part sections below it are their authors'.\n\n")
+	w("Measured %s on %d × %s, %s RAM, Linux %s, %s, commit `%s`, with the local stack (scripts/stack: one\n",
+		m.Date.Format("2006-01-02 15:04 UTC"), m.CPUs, m.CPUModel, m.MemTotal, m.Kernel, m.GoVer, m.Commit)
+	w("Kafka KRaft broker, Redis and PostgreSQL on loopback, all sharing those cores with floodgate and the load).\n")
+	w("Load average (1, 5, 15 min) at the start: %s; at the end: %s.", r.LoadStart, r.LoadEnd)
+	if l := firstLoad(r.LoadStart); l > float64(m.CPUs) {
+		w(" **The machine was loaded (load > cores) — treat the figures as lower bounds.**")
+	}
+	w("\n\nThroughput figures are the median of %d runs of %d events each (the runs are listed); each ceiling is\n", r.Runs, r.Events)
+	w("Kafka's own Java tool, measured in the same run on the same broker.\n\n")
+	w("| what | floodgate | ceiling (same broker, same run) | ratio | runs |\n|---|--:|--:|--:|---|\n")
+	w("| producer events/s (`floodgate produce`, acks=all, lz4, linger 5 ms) | %s | %s (ProducerPerformance, %d-byte records) | %s | ours %s; Java %s |\n",
+		harness.Human(harness.Median(r.Produce)), harness.Human(harness.Median(r.JavaProduce)), r.RecordSize,
+		ratio(harness.Median(r.Produce), harness.Median(r.JavaProduce)), runs(r.Produce), runs(r.JavaProduce))
+	w("| aggregator live events/s (Redis) | %s | %s (ConsumerPerformance fetch.nMsg.sec) | %s | ours %s; Java %s |\n",
+		harness.Human(harness.Median(r.Live)), harness.Human(harness.Median(r.JavaConsume)),
+		ratio(harness.Median(r.Live), harness.Median(r.JavaConsume)), runs(r.Live), runs(r.JavaConsume))
+	w("| aggregator history events/s (Postgres) | %s | %s (same) | %s | %s |\n",
+		harness.Human(harness.Median(r.History)), harness.Human(harness.Median(r.JavaConsume)),
+		ratio(harness.Median(r.History), harness.Median(r.JavaConsume)), runs(r.History))
+	w("| event-to-deny latency p50 / p99 (max) at %s events/s offered, %s achieved (half the live maximum) | %s / %s (%s) | — | — | %d probes, %d missed |\n",
+		harness.Human(r.LatRate), harness.Human(r.LatAchieved), harness.Ms(r.LatP50), harness.Ms(r.LatP99), harness.Ms(r.LatMax), r.LatN, r.LatMissed)
+	w("| Redis commands per event (INFO commandstats delta / events, live run) | %.4f | — | — | %s |\n",
+		harness.Median(r.RedisCmds), fmtF(r.RedisCmds, "%.4f"))
+	w("| Redis bytes per active subject (used_memory delta / distinct subjects) | %s | — | — | %s; subjects %v |\n",
+		harness.Human(harness.Median(r.RedisBytes)), runs(r.RedisBytes), r.Subjects)
+	w("| Postgres bucket rows/s written (history run) | %s | — | — | %s |\n", harness.Human(harness.Median(r.HistoryRows)), runs(r.HistoryRows))
+	if r.RollerErr == "" && r.RollerTook > 0 {
+		w("| roller rows/s (`floodgate roller once`) | %s | — | — | %d rows in %s |\n",
+			harness.Human(float64(r.RollerRows)/r.RollerTook.Seconds()), r.RollerRows, r.RollerTook)
+	} else {
+		w("| roller rows/s | not measured | — | — | %s |\n", orNone(r.RollerErr, fmt.Sprintf("nothing due to roll (%d rows in %s)", r.RollerRows, r.RollerTook)))
+	}
+	if len(r.Curve) > 0 {
+		w("| one-year curve query, daily step (`floodgate query curve`, whole process) | %.0f ms | — | — | %s ms |\n", harness.Median(r.Curve), fmtF(r.Curve, "%.0f"))
+	} else {
+		w("| one-year curve query | not measured | — | — | %s |\n", r.CurveErr)
+	}
+	w("\nPeak RSS (VmHWM, sampled every 100 ms and just before the process ends):\n\n| process | peak RSS |\n|---|--:|\n")
+	names := make([]string, 0, len(r.RSS))
+	for n := range r.RSS {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w("| %s | %s |\n", n, harness.MiB(r.RSS[n]))
+	}
+	if r.LimiterTable != "" {
+		w("\nLimiter lookups (`floodgate limiter bench`, the limiter engineer's load generator, %s per run):\n\n%s\n", "3s", r.LimiterTable)
+	}
+	if len(r.Errors) > 0 {
+		w("\nSteps that failed in this run:\n\n")
+		for _, e := range r.Errors {
+			w("- %s\n", e)
+		}
+	}
+	w("\nHow each figure is taken:\n\n")
+	w("- producer: wall time of `%s` as it reports it (events acknowledged / time); ceiling: `%s` with --record-size the mean size of our JSON events (read back from the topic). Java's payload is random letters and unkeyed (sticky partitioner); ours is keyed JSON (murmur2).\n", r.ProduceCmd, r.JavaCmd)
+	w("- live: a fresh group of `%s` over the first producer topic (pre-filled with %d events); the rate is taken from its first to its last counted message (floodgate_aggregator_messages_in_total), so the group join is excluded, as ConsumerPerformance's fetch.nMsg.sec excludes it: `%s`.\n", r.LiveCmd, r.Events, r.JavaConsCmd)
+	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total.\n")
+	w("- latency: the live aggregator under paced background load at half the live median; each probe publishes 3 events for a fresh subject over a 2/m rule and polls Redis (window.Store.Check, every 2 ms) until the deny record is there; time from the Publish call.\n")
+	w("- Redis: INFO commandstats (all commands but INFO) and used_memory before and after the live run; subjects are the distinct hash tags under the run's key prefix.\n")
+	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
+	_ = time.Second
+	return b.String()
+}
+
+func fmtF(xs []float64, f string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(f, x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s, alt string) string {
+	if s != "" {
+		return s
+	}
+	return alt
+}
+
+func firstLoad(s string) float64 {
+	var f float64
+	fmt.Sscanf(s, "%f", &f)
+	return f
+}
