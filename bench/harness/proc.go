@@ -78,6 +78,11 @@ func Start(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.waitErr = err
+		// The kernel's own peak for the exited process (wait4 rusage,
+		// KiB on Linux) covers what sampling missed.
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > p.peakKB {
+			p.peakKB = ru.Maxrss
+		}
 		p.mu.Unlock()
 		_ = f.Close()
 		close(p.done)
