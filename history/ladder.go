@@ -183,8 +183,10 @@ func parseDuration(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("%q: want a number and a unit m, h, d or w (e.g. 14d), or forever", s)
 }
 
+// formatDuration writes horizons in days (or hours, minutes), as people
+// configure them: 14d rather than 2w.
 func formatDuration(d time.Duration) string {
-	for _, u := range units {
+	for _, u := range units[1:] {
 		if d%u.d == 0 {
 			return strconv.FormatInt(int64(d/u.d), 10) + u.suffix
 		}
