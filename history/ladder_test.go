@@ -12,7 +12,7 @@ func TestParseLadder(t *testing.T) {
 	}{
 		{in: DefaultLadder, want: DefaultLadder},
 		{in: " 1m:2d , 5m:14d,1h:400d,1d:forever ", want: DefaultLadder},
-		{in: "1m:1d,5m:3d,1h:7d,1d:52w,1w:forever", want: "1m:1d,5m:3d,1h:7d,1d:52w,1w:forever"},
+		{in: "1m:1d,5m:3d,1h:7d,1d:52w,1w:forever", want: "1m:1d,5m:3d,1h:7d,1d:364d,1w:forever"},
 		{in: "1m:90m,5m:1d", want: "1m:90m,5m:1d"},
 		{in: "1m:forever", want: "1m:forever"},
 		{in: "", err: "empty"},
