@@ -181,16 +181,16 @@ func (d Decision) RetryAfter() time.Duration {
 // Limiter decides. It is safe for concurrent use; its three surfaces
 // (Connect, HTTP, Envoy RLS) all call Check and Take.
 type Limiter struct {
-	store     Store
-	rules     func() *rules.Set
-	pub       Publisher
-	timeout   time.Duration
-	mode      FailureMode
-	maxSubj   int
-	now       func() time.Time
-	log       *slog.Logger
-	cache     *denyCache
-	m         *metrics
+	store   Store
+	rules   func() *rules.Set
+	pub     Publisher
+	timeout time.Duration
+	mode    FailureMode
+	maxSubj int
+	now     func() time.Time
+	log     *slog.Logger
+	cache   *denyCache
+	m       *metrics
 }
 
 // New validates cfg and returns a Limiter.
@@ -506,16 +506,28 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, d Decisi
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		reason = "timeout"
 	}
-	l.m.failures.WithLabelValues(l.mode.String(), reason).Inc()
 	l.log.Warn("limiter: redis failed, answering with the failure mode",
 		"op", op, "action", req.Action, "mode", l.mode.String(), "err", err)
 	d.Degraded = true
-	if l.mode == FailClosed {
+	strict := false
+	if op == "take" {
+		set := l.rules()
+		for _, s := range req.Subjects {
+			for _, r := range set.Match(req.Action, s.Kind) {
+				strict = strict || r.Strict
+			}
+		}
+	}
+	// A strict rule promises zero overshoot: its takes fail closed whatever
+	// the mode (the script may even have counted before the timeout).
+	if l.mode == FailClosed || strict {
 		d.Allowed = false
 		d.Denial = &Denial{Message: "rate limiter unavailable; try again later", Until: d.Time.Add(degradedRetry), RetryAfter: degradedRetry}
+		l.m.failures.WithLabelValues("closed", reason).Inc()
 		l.m.checks.WithLabelValues(op, "degraded_denied").Inc()
 		return d
 	}
+	l.m.failures.WithLabelValues("open", reason).Inc()
 	l.m.checks.WithLabelValues(op, "degraded_allowed").Inc()
 	if op == "take" {
 		// Not counted in Redis: publish every subject uncounted, so the

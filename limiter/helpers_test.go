@@ -1,0 +1,240 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/limiter"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// testRules: several limits per rule, a shadow rule, an allowlist and a
+// strict rule.
+const testRules = `
+rules:
+  - name: login-failed
+    action: login_failed
+    kinds: [ip, email]
+    limits: [5/1m, 10/1h]
+    message: Too many failed logins. Try again later.
+    allow: [10.0.0.0/8, ops@example.com]
+  - name: visit
+    action: visit
+    kinds: [ip]
+    limits: [3/1m]
+    shadow: true
+    message: Too many visits.
+  - name: password-reset
+    action: password_reset
+    kinds: [email]
+    limits: [10/1m, 20/1h]
+    strict: true
+    message: A reset mail was sent recently.
+`
+
+func redisAddr() string {
+	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:16379"
+}
+
+// redisClient connects to the stack's Redis; it fails the test when Redis is
+// down, except under -short.
+func redisClient(tb testing.TB, addr string) *redis.Client {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: 1})
+	tb.Cleanup(func() {
+		if err := rdb.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return rdb
+}
+
+func liveRedis(tb testing.TB) *redis.Client {
+	tb.Helper()
+	rdb := redisClient(tb, redisAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		if testing.Short() {
+			tb.Skipf("redis at %s: %v (skipped under -short)", redisAddr(), err)
+		}
+		tb.Fatalf("redis at %s: %v (start it with scripts/stack up)", redisAddr(), err)
+	}
+	return rdb
+}
+
+var prefixSeq atomic.Int64
+
+// testStore returns a Store with a key prefix of this test's own, whose keys
+// are deleted at the end.
+func testStore(tb testing.TB, rdb *redis.Client) *window.Store {
+	tb.Helper()
+	p := fmt.Sprintf("fglim-%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, prefixSeq.Add(1))
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		keys, err := rdb.Keys(ctx, p+":*").Result()
+		if err == nil && len(keys) > 0 {
+			err = rdb.Del(ctx, keys...).Err()
+		}
+		if err != nil {
+			tb.Errorf("clean up %s:*: %v", p, err)
+		}
+	})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: p})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
+func mustRules(tb testing.TB, yaml string) *rules.Set {
+	tb.Helper()
+	set, err := rules.Parse([]byte(yaml))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return set
+}
+
+// env is a limiter over the real Redis, served on loopback ports.
+type env struct {
+	rdb   *redis.Client
+	store *window.Store
+	set   *rules.Set
+	lim   *limiter.Limiter
+	srv   *limiter.Server
+	pub   *recorder
+	calls *countingStore
+	offs  int64
+}
+
+type envOpt func(*limiter.Config, *limiter.ServerConfig)
+
+func newEnv(tb testing.TB, opts ...envOpt) *env {
+	tb.Helper()
+	e := &env{rdb: liveRedis(tb), pub: &recorder{}}
+	e.store = testStore(tb, e.rdb)
+	e.set = mustRules(tb, testRules)
+	e.calls = &countingStore{Store: e.store}
+	cfg := limiter.Config{Store: e.calls, Rules: func() *rules.Set { return e.set }, Publisher: e.pub, CacheSize: -1,
+		// Functional tests share a loaded 2-core machine: the 50ms default
+		// is for production; TestFailureModeWithinTimeout tests it.
+		Timeout: 2 * time.Second}
+	scfg := limiter.ServerConfig{HTTPAddr: "127.0.0.1:0", RLSAddr: "127.0.0.1:0"}
+	for _, o := range opts {
+		o(&cfg, &scfg)
+	}
+	lim, err := limiter.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.lim = lim
+	scfg.Limiter = lim
+	srv, err := limiter.NewServer(scfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			tb.Error(err)
+		}
+	})
+	e.srv = srv
+	return e
+}
+
+func withCache(n int) envOpt {
+	return func(c *limiter.Config, _ *limiter.ServerConfig) { c.CacheSize = n }
+}
+
+// apply counts events through the aggregator's own write path (window
+// Store.Apply: buckets and deny records), n events of a subject at ts.
+func (e *env) apply(tb testing.TB, action, kind, subject string, n int, ts time.Time) {
+	tb.Helper()
+	b := aggregator.Batch{Topic: "t", Partition: 0, First: e.offs}
+	for range n {
+		b.Records = append(b.Records, aggregator.Record{Offset: e.offs, Event: event.Event{
+			V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: subject, TS: ts, N: 1,
+		}})
+		e.offs++
+	}
+	b.Last = e.offs - 1
+	if _, err := e.store.Apply(context.Background(), "test", b, e.set, ts); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// countingStore counts the round trips that reach the Store.
+type countingStore struct {
+	limiter.Store
+	n atomic.Int64
+}
+
+func (c *countingStore) Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery) ([]window.EvalState, error) {
+	c.n.Add(1)
+	return c.Store.Evaluate(ctx, now, qs)
+}
+
+func (c *countingStore) Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error) {
+	c.n.Add(1)
+	return c.Store.Take(ctx, now, qs, n)
+}
+
+// recorder keeps published events in memory (the end-to-end test uses the
+// real producer).
+type recorder struct {
+	mu             sync.Mutex
+	plain, counted []event.Event
+}
+
+func (r *recorder) Publish(_ context.Context, evs ...event.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.plain = append(r.plain, evs...)
+	return nil
+}
+
+func (r *recorder) PublishCounted(_ context.Context, evs ...event.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counted = append(r.counted, evs...)
+	return nil
+}
+
+// h2cClient speaks HTTP/2 without TLS, as plain gRPC clients do.
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+type rulesSet = rules.Set
+
+// testStoreNoCleanup is a Store over a Redis that is not there.
+func testStoreNoCleanup(tb testing.TB, rdb *redis.Client) *window.Store {
+	tb.Helper()
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: "fglim-dead"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
