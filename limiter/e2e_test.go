@@ -1,0 +1,166 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/limiter"
+	"floodgate/producer"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+func brokers() []string {
+	if b := os.Getenv("FLOODGATE_BROKERS"); b != "" {
+		return strings.Split(b, ",")
+	}
+	return []string{"127.0.0.1:19092"}
+}
+
+// The whole live path: events produced to Kafka, counted by the aggregator
+// (consumer group + window sink) into Redis, make the limiter deny over
+// HTTP; strict takes published by the limiter with the counted header are
+// not counted a second time by the aggregator.
+func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Kafka and Redis (skipped under -short)")
+	}
+	rdb := liveRedis(t)
+	store := testStore(t, rdb)
+	set := mustRules(t, testRules)
+	bs := brokers()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	topic := fmt.Sprintf("test.limiter.e2e.%d", time.Now().UnixNano())
+	kc := &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}
+	res, err := kc.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 2, ReplicationFactor: 1}}})
+	if err != nil {
+		t.Fatalf("kafka at %v: create topic: %v (start it with scripts/stack up)", bs, err)
+	}
+	if err := res.Errors[topic]; err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	t.Cleanup(func() {
+		if _, err := kc.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
+			t.Logf("delete topic %s: %v", topic, err)
+		}
+	})
+
+	sink, err := window.NewSink(window.SinkConfig{Store: store, Group: "e2e", Rules: func() *rules.Set { return set }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-limiter-" + topic, BatchWait: 10 * time.Millisecond}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- group.Run(gctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("aggregator: %v", err)
+		}
+	}()
+
+	pub, err := producer.New(producer.Config{Brokers: bs, Topic: topic, BatchTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := pub.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	lim, err := limiter.New(limiter.Config{Store: store, Rules: func() *rules.Set { return set }, Publisher: pub, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := limiter.NewServer(limiter.ServerConfig{Limiter: lim, HTTPAddr: "127.0.0.1:0", RLSAddr: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Shutdown(context.Background()) }()
+
+	// Strict takes first: published with the counted header.
+	for i := range 3 {
+		d, err := lim.Take(ctx, limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: "e2e@example.com"}}})
+		if err != nil || !d.Allowed || !d.Counted {
+			t.Fatalf("take %d: %+v %v", i, d, err)
+		}
+	}
+	// Then a login attack from one IP, produced like any application would.
+	now := time.Now()
+	var evs []event.Event
+	for range 6 {
+		evs = append(evs, event.Event{ID: event.NewID(), Action: "login_failed", Kind: "ip", Subject: "203.0.113.99", TS: now})
+	}
+	if err := pub.Publish(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + srv.HTTPAddr() + "/v1/check?action=login_failed&ip=203.0.113.99"
+	var last int
+	for ctx.Err() == nil {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		last = resp.StatusCode
+		if last == http.StatusTooManyRequests {
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last != http.StatusTooManyRequests {
+		t.Fatalf("never denied: last status %d", last)
+	}
+	// Wait until the aggregator has applied every message of the topic,
+	// the counted ones included: the strict subject's count is still 3.
+	lo, err := kc.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0), kafka.LastOffsetOf(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, po := range lo.Topics[topic] {
+		if po.Error != nil {
+			t.Fatal(po.Error)
+		}
+		for {
+			next, ok, err := sink.Resume(ctx, topic, po.Partition)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if po.LastOffset == 0 || (ok && next >= po.LastOffset) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("partition %d: aggregator at %d, end %d", po.Partition, next, po.LastOffset)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	d, err := lim.Check(ctx, limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: "e2e@example.com"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Limits) == 0 || d.Limits[0].Count != 3 {
+		t.Fatalf("strict subject after the aggregator: %+v, want count 3 (counted once)", d.Limits)
+	}
+}
