@@ -71,7 +71,7 @@ func stackRedis(tb testing.TB) *redis.Client {
 
 // liveEnv is one test's private world: topics, group, key prefix, binary.
 type liveEnv struct {
-	t                        *testing.T
+	t                        testing.TB
 	brokers                  []string
 	rdb                      *redis.Client
 	bin, dir                 string
@@ -86,10 +86,21 @@ type liveEnv struct {
 
 func newLiveEnv(t *testing.T, partitions int, rulesYAML string) *liveEnv {
 	t.Helper()
+	return newLiveEnvTB(t, partitions, rulesYAML)
+}
+
+func newLiveEnvTB(t testing.TB, partitions int, rulesYAML string) *liveEnv {
+	t.Helper()
 	brokers := stackBrokers(t)
 	rdb := stackRedis(t)
 	dir := t.TempDir()
-	id := fmt.Sprintf("%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), time.Now().UnixNano()%1e9)
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
+	id := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
 	e := &liveEnv{
 		t: t, brokers: brokers, rdb: rdb, dir: dir,
 		bin:   filepath.Join(dir, "floodgate"),
@@ -301,11 +312,20 @@ func (e *liveEnv) waitExact(action string, timeout time.Duration) {
 // its end: everything consumed, nothing skipped past.
 func (e *liveEnv) checkOffsets() {
 	e.t.Helper()
-	conn, err := kafka.DialLeader(context.Background(), "tcp", e.brokers[0], e.topic, 0)
-	if err != nil {
-		e.t.Fatal(err)
+	for part, end := range e.logEnds() {
+		next, ok, err := e.store.Resume(context.Background(), e.group, e.topic, part)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if end > 0 && (!ok || next != end) {
+			e.t.Errorf("partition %d: stored next offset %d (ok=%v), log end %d", part, next, ok, end)
+		}
 	}
-	conn.Close()
+}
+
+// logEnds returns each partition's log end offset.
+func (e *liveEnv) logEnds() map[int]int64 {
+	e.t.Helper()
 	client := &kafka.Client{Addr: kafka.TCP(e.brokers...)}
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 	for p := 0; p < e.partitions; p++ {
@@ -315,15 +335,14 @@ func (e *liveEnv) checkOffsets() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	out := map[int]int64{}
 	for _, po := range resp.Topics[e.topic] {
-		next, ok, err := e.store.Resume(context.Background(), e.group, e.topic, po.Partition)
-		if err != nil {
-			e.t.Fatal(err)
+		if po.Error != nil {
+			e.t.Fatalf("list offsets partition %d: %v", po.Partition, po.Error)
 		}
-		if po.LastOffset > 0 && (!ok || next != po.LastOffset) {
-			e.t.Errorf("partition %d: stored next offset %d (ok=%v), log end %d", po.Partition, next, ok, po.LastOffset)
-		}
+		out[po.Partition] = po.LastOffset
 	}
+	return out
 }
 
 const countRules = `

@@ -1,0 +1,105 @@
+package window_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+)
+
+// redisCalls sums the calls of every command in INFO commandstats. Commands
+// run by scripts count too, so the delta over a run is the Redis work done.
+// The stack's Redis is shared: run benchmarks while nothing else uses it.
+func redisCalls(tb testing.TB, rdb *redis.Client) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		_, stats, _ := strings.Cut(line, ":")
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// BenchmarkStoreApply measures the live sink's Redis side: batches of 1000
+// events under the design notes' login rule (2/s, 5/m, 10/h, 100/d), from a
+// pool of subjects with Zipf-distributed activity. It reports events/s and
+// Redis commands per event (INFO commandstats deltas, script-internal calls
+// included; the EVALSHA itself is one).
+//
+//	go test ./window -run '^$' -bench StoreApply -benchtime 200x
+func BenchmarkStoreApply(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		subjects uint64
+	}{
+		{"subjects=100", 100},
+		{"subjects=10k", 10_000},
+		{"subjects=1M", 1_000_000},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rdb := redisClient(b)
+			st := newStore(b, rdb)
+			set := mustRules(b, loginRules)
+			rng := rand.New(rand.NewPCG(1, 2))
+			zipf := rand.NewZipf(rng, 1.1, 1, tc.subjects-1)
+			const batchSize = 1000
+			clock := time.Now()
+			batches := make([]aggregator.Batch, 0, 64)
+			bt := &batcher{topic: "bench"}
+			for i := 0; i < cap(batches); i++ {
+				evs := make([]event.Event, batchSize)
+				for k := range evs {
+					clock = clock.Add(time.Millisecond)
+					evs[k] = ev("login_failed", "ip", "10."+strconv.FormatUint(zipf.Uint64(), 10), clock)
+				}
+				batches = append(batches, bt.batch(evs...))
+			}
+			ctx := context.Background()
+			calls0 := redisCalls(b, rdb)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				// Re-apply the prepared batches with fresh offsets.
+				src := batches[i%len(batches)]
+				bb := bt.batch()
+				bb.First, bb.Last = bt.next, bt.next+int64(len(src.Records))-1
+				bb.Records = make([]aggregator.Record, len(src.Records))
+				for k, r := range src.Records {
+					r.Offset = bb.First + int64(k)
+					bb.Records[k] = r
+				}
+				bt.next = bb.Last + 1
+				now := src.Records[len(src.Records)-1].Event.TS
+				if _, err := st.Apply(ctx, "bench", bb, set, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			calls := redisCalls(b, rdb) - calls0 - 1 // less our own INFO
+			events := float64(b.N * batchSize)
+			b.ReportMetric(events/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(calls)/events, "redis-cmds/event")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
