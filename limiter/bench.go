@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -254,15 +255,21 @@ func benchHTTP(ctx context.Context, client *http.Client, base, scenario string, 
 	if err != nil {
 		return Decision{}, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	var body struct {
+		Degraded bool `json:"degraded"`
+	}
+	derr := json.NewDecoder(resp.Body).Decode(&body)
 	if err := resp.Body.Close(); err != nil {
 		return Decision{}, err
 	}
+	if derr != nil {
+		return Decision{}, fmt.Errorf("http %d: body: %w", resp.StatusCode, derr)
+	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return Decision{Allowed: true}, nil
+		return Decision{Allowed: true, Degraded: body.Degraded}, nil
 	case http.StatusTooManyRequests:
-		return Decision{}, nil
+		return Decision{Degraded: body.Degraded}, nil
 	}
 	return Decision{}, fmt.Errorf("http %d", resp.StatusCode)
 }
@@ -336,11 +343,11 @@ func WriteBenchText(w io.Writer, rs []BenchResult) {
 
 // WriteBenchMarkdown prints results as a Markdown table.
 func WriteBenchMarkdown(w io.Writer, rs []BenchResult) {
-	fmt.Fprintln(w, "| surface | scenario | concurrency | lookups/s | p50 | p99 | p99.9 | errors |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| surface | scenario | concurrency | lookups/s | p50 | p99 | p99.9 | errors | degraded |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %s | %s | %s | %d |\n", r.Surface, r.Scenario, r.Concurrency, r.PerSec,
-			fmtLat(r.P50), fmtLat(r.P99), fmtLat(r.P999), r.Errors)
+		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %s | %s | %s | %d | %d |\n", r.Surface, r.Scenario, r.Concurrency, r.PerSec,
+			fmtLat(r.P50), fmtLat(r.P99), fmtLat(r.P999), r.Errors, r.Degraded)
 	}
 }
 
