@@ -97,7 +97,7 @@ func (c *RollerOnceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 type RollerRunCmd struct {
 	rollerFlags
 	Every       time.Duration `name:"every" env:"FLOODGATE_ROLLER_EVERY" default:"1m" help:"Interval between runs."`
-	MetricsAddr string        `name:"metrics-addr" env:"FLOODGATE_ROLLER_METRICS_ADDR" default:"" help:"Serve Prometheus /metrics on this address (e.g. :9103); empty: off."`
+	MetricsAddr string        `name:"metrics-addr" env:"FLOODGATE_ROLLER_METRICS_ADDR" default:"" help:"Serve Prometheus /metrics and /healthz on this address (e.g. :9103); empty: off."`
 }
 
 // Run rolls every interval until the context ends.
@@ -114,6 +114,7 @@ func (c *RollerRunCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
