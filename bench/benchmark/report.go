@@ -58,7 +58,7 @@ func Render(r *Results) string {
 	w("| Redis bytes per active subject (used_memory delta / distinct subjects) | %s | — | — | %s; subjects %v |\n",
 		harness.Human(harness.Median(r.RedisBytes)), runs(r.RedisBytes), r.Subjects)
 	w("| Postgres bucket rows/s written (history run) | %s | — | — | %s |\n", harness.Human(harness.Median(r.HistoryRows)), runs(r.HistoryRows))
-	if r.RollerErr == "" && r.RollerTook > 0 {
+	if r.RollerErr == "" && r.RollerTook > 0 && r.RollerRows > 0 {
 		w("| roller rows/s (`floodgate roller once`) | %s | — | — | %d rows in %s |\n",
 			harness.Human(float64(r.RollerRows)/r.RollerTook.Seconds()), r.RollerRows, r.RollerTook)
 	} else {
@@ -69,7 +69,7 @@ func Render(r *Results) string {
 	} else {
 		w("| one-year curve query | not measured | — | — | %s |\n", r.CurveErr)
 	}
-	w("\nPeak RSS (VmHWM, sampled every 100 ms and just before the process ends):\n\n| process | peak RSS |\n|---|--:|\n")
+	w("\nPeak RSS (VmHWM from /proc/PID/status, sampled every 5 ms for the first 2 s, then every 100 ms and just before the process is stopped):\n\n| process | peak RSS |\n|---|--:|\n")
 	names := make([]string, 0, len(r.RSS))
 	for n := range r.RSS {
 		names = append(names, n)

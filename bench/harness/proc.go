@@ -78,11 +78,6 @@ func Start(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.waitErr = err
-		// The kernel's own peak for the exited process (wait4 rusage,
-		// KiB on Linux) covers what sampling missed.
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > p.peakKB {
-			p.peakKB = ru.Maxrss
-		}
 		p.mu.Unlock()
 		_ = f.Close()
 		close(p.done)
@@ -109,15 +104,20 @@ func Run(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 	return p, nil
 }
 
+// sample reads VmHWM every 5 ms for the first two seconds (short-lived
+// commands), then every SampleEvery. wait4's ru_maxrss is no substitute:
+// it includes the forked copy of this (large) process before exec.
 func (p *Proc) sample() {
-	t := time.NewTicker(p.cfg.SampleEvery)
-	defer t.Stop()
 	for {
 		p.readHWM()
+		every := p.cfg.SampleEvery
+		if time.Since(p.Started) < 2*time.Second {
+			every = 5 * time.Millisecond
+		}
 		select {
 		case <-p.done:
 			return
-		case <-t.C:
+		case <-time.After(every):
 		}
 	}
 }

@@ -1,0 +1,71 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseMetricsSum(t *testing.T) {
+	in := `# HELP x
+floodgate_aggregator_messages_in_total{group="a"} 10
+floodgate_aggregator_messages_in_total{group="b"} 5
+floodgate_rules_reloads_total{result="error"} 2
+floodgate_rules_loaded 3
+`
+	s, err := ParseMetrics(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"floodgate_aggregator_messages_in_total", nil, 15},
+		{"floodgate_aggregator_messages_in_total", []string{`group="a"`}, 10},
+		{"floodgate_rules_reloads_total", []string{`result="error"`}, 2},
+		{"floodgate_rules_loaded", nil, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.Sum(tc.name, tc.labels...); got != tc.want {
+				t.Fatalf("Sum(%s, %v) = %v, want %v", tc.name, tc.labels, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReplaceBlockKeepsOthersSections(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.md")
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\n## Limiter\n\ntheirs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"one", "two"} {
+		if err := ReplaceBlock(path, "bench:summary", "Benchmarks", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(path)
+	got := string(b)
+	if strings.Contains(got, "one") || !strings.Contains(got, "two") || !strings.Contains(got, "## Limiter\n\ntheirs") {
+		t.Fatalf("unexpected file:\n%s", got)
+	}
+	if strings.Index(got, "two") > strings.Index(got, "## Limiter") {
+		t.Fatalf("summary not at the top:\n%s", got)
+	}
+}
+
+func TestMedianQuantile(t *testing.T) {
+	if m := Median([]float64{3, 1, 2}); m != 2 {
+		t.Fatalf("median %v", m)
+	}
+	ds := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if q := Quantile(ds, 0.5); q != 5 {
+		t.Fatalf("p50 %v", q)
+	}
+	if q := Quantile(ds, 0.99); q != 10 {
+		t.Fatalf("p99 %v", q)
+	}
+}

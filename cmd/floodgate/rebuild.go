@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/recovery"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// RebuildCmd rebuilds the live Redis counters from Kafka after Redis lost
+// them (see package recovery and docs/faults.md). Run it with the live
+// aggregator stopped. Wire it into CLI as `Rebuild RebuildCmd \`cmd:""\“.
+type RebuildCmd struct {
+	KafkaFlags
+	RedisFlags
+
+	Rules     string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's."`
+	Group     string        `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path."`
+	KeyPrefix string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
+	Since     time.Duration `name:"since" help:"How far back to replay (default: the longest rule window + 1m)."`
+	Reset     bool          `name:"reset" help:"Delete every key under the prefix first and replay every partition (the aggregator kept running after Redis came back)."`
+}
+
+// Run replays the topic into Redis and reports what it did.
+func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	set, err := rules.Load(c.Rules)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DB: c.RedisDB})
+	defer closeLogged(logger, "redis", rdb)
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix})
+	if err != nil {
+		return err
+	}
+	res, err := recovery.Rebuild(ctx, recovery.Config{
+		Brokers: c.Brokers, Topic: c.Topic, Group: c.Group, Store: store, Rules: set, Since: c.Since,
+		Reset: c.Reset, Keys: rdb, Prefix: c.KeyPrefix, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("rebuild: %d partitions replayed (%d skipped, %d keys reset): %d messages, %d events counted, %d malformed, from %s, in %s\n",
+		res.Partitions, res.Skipped, res.Deleted, res.Messages, res.Events, res.Invalid, res.From.Format(time.RFC3339), res.Took.Round(time.Millisecond))
+	return nil
+}
