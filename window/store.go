@@ -38,6 +38,11 @@ type StoreConfig struct {
 	// racing an expiry, or a limiter whose clock is slightly behind, still
 	// finds whole windows. Default 1m.
 	Slack time.Duration
+	// MaxSubjects caps the distinct subjects of one apply script run. A
+	// batch with more is applied as several runs over consecutive offset
+	// ranges, each atomic with its own offset, so that no script blocks
+	// Redis (and the limiter's lookups) for long. Default 500.
+	MaxSubjects int
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
 }
@@ -49,6 +54,7 @@ type Store struct {
 	rdb     Redis
 	prefix  string
 	slack   time.Duration
+	maxSub  int
 	apply   *redis.Script
 	check   *redis.Script
 	resume  *redis.Script
@@ -72,10 +78,17 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 	if cfg.Slack == 0 {
 		cfg.Slack = time.Minute
 	}
+	if cfg.MaxSubjects < 0 {
+		return nil, fmt.Errorf("window store: max subjects %d is negative", cfg.MaxSubjects)
+	}
+	if cfg.MaxSubjects == 0 {
+		cfg.MaxSubjects = 500
+	}
 	s := &Store{
 		rdb:    rdb,
 		prefix: cfg.Prefix,
 		slack:  cfg.Slack,
+		maxSub: cfg.MaxSubjects,
 		// The shebang makes Redis refuse the whole script up front when it
 		// is out of memory, instead of failing half-way through a batch.
 		apply:  redis.NewScript("#!lua\n" + LuaLib + applyBody),
@@ -221,6 +234,58 @@ type profileLimit struct {
 // no rule, and Counted events (the limiter's strict mode counted them) are
 // not added; subjects with Counted events are still evaluated.
 func (s *Store) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time) (ApplyResult, error) {
+	chunks := s.split(b)
+	if len(chunks) == 1 {
+		return s.applyChunk(ctx, group, b, set, now)
+	}
+	total := ApplyResult{Duplicate: true}
+	for _, c := range chunks {
+		res, err := s.applyChunk(ctx, group, c, set, now)
+		if err != nil {
+			return total, err
+		}
+		total.Duplicate = total.Duplicate && res.Duplicate
+		total.Trimmed += res.Trimmed
+		total.Gap += res.Gap
+		total.Applied += res.Applied
+		total.Old += res.Old
+		total.CountedByLimiter += res.CountedByLimiter
+		total.NoRule += res.NoRule
+		total.Subjects += res.Subjects
+		total.Decisions = append(total.Decisions, res.Decisions...)
+	}
+	return total, nil
+}
+
+// split cuts b into batches of consecutive offsets with at most maxSub
+// distinct subjects each. Together they cover b's offsets exactly.
+func (s *Store) split(b aggregator.Batch) []aggregator.Batch {
+	var out []aggregator.Batch
+	cur := aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.First}
+	seen := map[Subject]struct{}{}
+	start := 0
+	for i := range b.Records {
+		e := &b.Records[i].Event
+		sub := Subject{e.Action, e.Kind, e.Subject}
+		if _, ok := seen[sub]; ok {
+			continue
+		}
+		if len(seen) == s.maxSub {
+			cur.Records = b.Records[start:i]
+			cur.Last = b.Records[i].Offset - 1
+			out = append(out, cur)
+			cur = aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.Records[i].Offset}
+			start = i
+			clear(seen)
+		}
+		seen[sub] = struct{}{}
+	}
+	cur.Records = b.Records[start:]
+	cur.Last = b.Last
+	return append(out, cur)
+}
+
+func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time) (ApplyResult, error) {
 	trimmed := 0
 	for {
 		res, trimTo, err := s.applyOnce(ctx, group, b, set, now)

@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -342,4 +343,40 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 		}
 	}
 	_ = rules.MaxWindow
+}
+
+// TestApplySplitsLargeBatches: a batch with more distinct subjects than
+// MaxSubjects is applied as several consecutive-offset runs, still exactly
+// once, including the offsets after its last record (dead letters).
+func TestApplySplitsLargeBatches(t *testing.T) {
+	rdb := redisClient(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: testPrefix(t, rdb), MaxSubjects: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "events", partition: 1}
+	var evs []eventT
+	for i := 0; i < 60; i++ {
+		evs = append(evs, ev("login_failed", "email", "u"+strconv.Itoa(i%20)+"@example.com", base))
+	}
+	bt := b.batch(evs...)
+	bt.Last += 3 // three dead-lettered messages at the end
+	for round := 0; round < 2; round++ {
+		res, err := st.Apply(ctx, "g", bt, set, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Duplicate != (round == 1) {
+			t.Fatalf("round %d: duplicate = %v", round, res.Duplicate)
+		}
+		for i := 0; i < 20; i++ {
+			sub := window.Subject{Action: "login_failed", Kind: "email", Subject: "u" + strconv.Itoa(i) + "@example.com"}
+			assertSum(t, st, sub, base, time.Hour, 3)
+		}
+	}
+	if next, ok, err := st.Resume(ctx, "g", "events", 1); err != nil || !ok || next != bt.Last+1 {
+		t.Fatalf("Resume = %d, %v, %v; want %d", next, ok, err, bt.Last+1)
+	}
 }
