@@ -461,7 +461,7 @@ type Query struct {
 
 // State answers a Query.
 type State struct {
-	Deny *Deny    // nil when the subject has no deny record
+	Deny *Deny   // nil when the subject has no deny record
 	Sums []int64 // events in each window ending with now's second, in Query order
 }
 

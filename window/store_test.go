@@ -52,9 +52,9 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 		{at: 0, n: 1},
 		{at: 500 * time.Millisecond, n: 1},
 		{at: 900 * time.Millisecond, n: 1, want: "2/1s", count: 3, until: time.Second}, // 3rd in a second
-		{at: 1500 * time.Millisecond, n: 1},                                           // second 1 holds one event
-		{at: 2 * time.Second, n: 1},                                                   // 5 in the minute: allowed
-		{at: 3 * time.Second, n: 1, want: "5/1m", count: 6, until: time.Minute},       // 6th: second 0 leaves at +60s
+		{at: 1500 * time.Millisecond, n: 1},                                            // second 1 holds one event
+		{at: 2 * time.Second, n: 1},                                                    // 5 in the minute: allowed
+		{at: 3 * time.Second, n: 1, want: "5/1m", count: 6, until: time.Minute},        // 6th: second 0 leaves at +60s
 		{at: 61 * time.Second, n: 1},
 		{at: 120 * time.Second, n: 1},
 		{at: 121 * time.Second, n: 1},
@@ -201,7 +201,7 @@ func TestAllowlistedNeverDenied(t *testing.T) {
 	b := &batcher{topic: "events"}
 	subs := map[window.Subject]bool{ // subject -> allowlisted
 		{Action: "login_failed", Kind: "ip", Subject: "10.2.3.4"}:           true,
-		{Action: "login_failed", Kind: "email", Subject: "ops@example.com"}:  true,
+		{Action: "login_failed", Kind: "email", Subject: "ops@example.com"}: true,
 		{Action: "login_failed", Kind: "ip", Subject: "11.2.3.4"}:           false,
 		{Action: "login_failed", Kind: "email", Subject: "eve@example.com"}: false,
 	}
@@ -319,7 +319,7 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.1"}
 	now := base.Add(48 * time.Hour)
 	bt := b.batch(
-		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour)),            // old: outside 1d
+		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour)),             // old: outside 1d
 		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour+time.Second)), // the day's first second
 		ev(sub.Action, sub.Kind, sub.Subject, now),
 		ev("visit", "link", "abc", now), // no rule
