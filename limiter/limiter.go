@@ -452,7 +452,9 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 			d.Limits = append(d.Limits, lim)
 		}
 		if subjDeny != nil {
-			if l.cache != nil {
+			if l.cache != nil && n == 1 {
+				// A denial of n > 1 slots ends later than one of a single
+				// slot: only single-slot denials are cached.
 				l.cache.put(cacheKey(req.Action, p.sub), *subjDeny, set, now)
 			}
 			deny = pick(deny, subjDeny)

@@ -57,18 +57,36 @@ type EvalState struct {
 // marked count if nothing blocks: all in one run, so concurrent takes can
 // never both pass the last slot.
 //
-//	ARGV: prefix, now_ms, n, take, slack, nsubjects,
+// Callers pass their own clock. Scripts run in arrival order, not clock
+// order, so a take stamped second T may run after one stamped T+1: every
+// window sum therefore also counts the events of the next Ahead seconds,
+// which keeps takes exact for clock differences up to Ahead (and for
+// goroutines of one process racing across a second boundary).
+//
+//	ARGV: prefix, now_ms, n, take, slack, nsubjects, ahead,
 //	      {tag, maxw, count, nblock, rule*nblock, nlimits, {limit, w, block}*nlimits}*nsubjects
 //
 // Returns {taken, {deny JSON or false, {sum, until_sec}*nlimits}*nsubjects}.
 const evalBody = `
+-- events in seconds now+1 .. now+ahead (second buckets always exist): what
+-- callers whose clocks run ahead of this one have already counted
+local function fg_ahead(c, p, tag, now, ahead)
+  if ahead < 1 then return 0 end
+  local segs = {}
+  fg_segs_s(segs, now + 1, now + ahead)
+  local s = 0
+  for i = 1, #segs do s = s + fg_seg_sum(c, p, tag, segs[i]) end
+  return s
+end
+
 local a = ARGV
 local p = a[1]
 local now_ms = tonumber(a[2])
 local now = math.floor(now_ms / 1000)
 local n, take, slack = tonumber(a[3]), a[4] == '1', tonumber(a[5])
 local nsub = tonumber(a[6])
-local i = 7
+local ahead = tonumber(a[7])
+local i = 8
 local out = {}
 local blocked = false
 local subs = {}
@@ -78,6 +96,7 @@ for s = 1, nsub do
   local block = {}
   for b = 1, nb do block[a[i]] = true; i = i + 1 end
   local c = {}
+  local early = fg_ahead(c, p, tag, now, ahead)
   local deny = redis.call('GET', p .. ':' .. tag .. ':deny')
   local row = {deny}
   if deny and take and nb > 0 then
@@ -88,7 +107,7 @@ for s = 1, nsub do
   for l = 1, nl do
     local lim, w, blk = tonumber(a[i]), tonumber(a[i + 1]), a[i + 2] == '1'
     i = i + 3
-    local sum = fg_sum(c, p, tag, now, w)
+    local sum = fg_sum(c, p, tag, now, w) + early
     local u = 0
     if sum + n > lim then
       u = fg_until(c, p, tag, now, w, sum + n - lim)
@@ -111,6 +130,10 @@ end
 return {taken, out}
 `
 
+// Ahead is how far past now Evaluate and Take count events (see evalBody):
+// the clock difference between limiters that strict mode tolerates.
+const Ahead = 5 * time.Second
+
 // The scripts are immutable; redis.Script only caches their SHA.
 var (
 	evalScript = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + evalBody)
@@ -118,7 +141,7 @@ var (
 )
 
 // Evaluate answers queries in one round trip: each subject's deny record,
-// the sum of each limit's window and, for limits that one more event would
+// the sum of each limit's window (plus events up to Ahead past now) and, for limits that one more event would
 // exceed, when it would fit again. It writes nothing.
 func (s *Store) Evaluate(ctx context.Context, now time.Time, qs []EvalQuery) ([]EvalState, error) {
 	_, st, err := s.run(ctx, evalScript, "evaluate", now, qs, 1, false)
@@ -151,7 +174,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, op string, now ti
 	if take {
 		tk = 1
 	}
-	args = append(args, s.prefix, now.UnixMilli(), n, tk, int64(s.slack/time.Second), len(qs))
+	args = append(args, s.prefix, now.UnixMilli(), n, tk, int64(s.slack/time.Second), len(qs), int64(Ahead/time.Second))
 	for _, q := range qs {
 		cnt := 0
 		if q.Count {

@@ -169,3 +169,34 @@ func TestTakeBlockedByDenyRecord(t *testing.T) {
 		}
 	}
 }
+
+// Takes run in arrival order, not clock order: a take stamped one second
+// earlier than the takes that filled the limit must still be refused.
+func TestTakeCountsEventsAheadOfItsClock(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_000_359, 900_000_000) // a minute boundary follows
+	q := []window.EvalQuery{{
+		Subject:   window.Subject{Action: "reset", Kind: "email", Subject: "skew@example.com"},
+		MaxWindow: time.Minute,
+		Limits:    []window.EvalLimit{{Limit: rules.Limit{Count: 3, Window: time.Minute}, Block: true}},
+		Count:     true,
+	}}
+	later := now.Add(2 * time.Second)
+	for i := range 3 {
+		if ok, _, err := st.Take(context.Background(), later, q, 1); err != nil || !ok {
+			t.Fatalf("take %d: %v %v", i, ok, err)
+		}
+	}
+	ok, states, err := st.Take(context.Background(), now, q, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok || states[0].Sums[0] != 3 {
+		t.Fatalf("take behind the clock: taken=%v sums=%v, want refused with 3", ok, states[0].Sums)
+	}
+	// Beyond Ahead, the events are not counted (they are in another window).
+	ok, _, err = st.Take(context.Background(), later.Add(-window.Ahead-time.Second), q, 1)
+	if err != nil || !ok {
+		t.Fatalf("take more than Ahead behind: taken=%v err=%v, want taken", ok, err)
+	}
+}
