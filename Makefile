@@ -5,6 +5,7 @@ stack:
 
 test:
 	scripts/stack up && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
+	go test ./event -run='^$$' -fuzz=FuzzDecode -fuzztime=15s
 
 demo:
 	scripts/stack up && scripts/demo
