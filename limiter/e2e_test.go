@@ -43,12 +43,21 @@ func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 
 	topic := fmt.Sprintf("test.limiter.e2e.%d", time.Now().UnixNano())
 	kc := &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}
-	res, err := kc.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 2, ReplicationFactor: 1}}})
-	if err != nil {
-		t.Fatalf("kafka at %v: create topic: %v (start it with scripts/stack up)", bs, err)
+	// The broker is shared with fault tests that restart it: retry a while.
+	var err error
+	for try := 0; ; try++ {
+		var res *kafka.CreateTopicsResponse
+		res, err = kc.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 2, ReplicationFactor: 1}}})
+		if err == nil {
+			err = res.Errors[topic]
+		}
+		if err == nil || try == 30 {
+			break
+		}
+		time.Sleep(time.Second)
 	}
-	if err := res.Errors[topic]; err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
+	if err != nil {
+		t.Fatalf("kafka at %v: create topic %s: %v (start it with scripts/stack up)", bs, topic, err)
 	}
 	t.Cleanup(func() {
 		if _, err := kc.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
