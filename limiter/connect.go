@@ -119,10 +119,14 @@ func DecisionToProto(d Decision) *floodgatev1.TakeResponse {
 }
 
 func denialToProto(d Denial) *floodgatev1.Denial {
-	return &floodgatev1.Denial{
-		Rule: d.Rule, Kind: d.Kind, Subject: d.Subject, Limit: d.Limit, Window: durationpb.New(d.Window),
+	p := &floodgatev1.Denial{
+		Rule: d.Rule, Kind: d.Kind, Subject: d.Subject, Limit: d.Limit,
 		Count: d.Count, Message: d.Message, RetryAfter: durationpb.New(d.RetryAfter), Shadow: d.Shadow,
 	}
+	if d.Window > 0 {
+		p.Window = durationpb.New(d.Window)
+	}
+	return p
 }
 
 // DecisionFromProto converts the wire form back; now is the time the
