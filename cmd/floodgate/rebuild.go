@@ -15,7 +15,7 @@ import (
 
 // RebuildCmd rebuilds the live Redis counters from Kafka after Redis lost
 // them (see package recovery and docs/faults.md). Run it with the live
-// aggregator stopped. Wire it into CLI as `Rebuild RebuildCmd \`cmd:""\“.
+// aggregator stopped.
 type RebuildCmd struct {
 	KafkaFlags
 	RedisFlags
