@@ -41,7 +41,7 @@ type StoreConfig struct {
 	// MaxSubjects caps the distinct subjects of one apply script run. A
 	// batch with more is applied as several runs over consecutive offset
 	// ranges, each atomic with its own offset, so that no script blocks
-	// Redis (and the limiter's lookups) for long. Default 500.
+	// Redis (and the limiter's lookups) for long. Default 1000.
 	MaxSubjects int
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
@@ -82,7 +82,7 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		return nil, fmt.Errorf("window store: max subjects %d is negative", cfg.MaxSubjects)
 	}
 	if cfg.MaxSubjects == 0 {
-		cfg.MaxSubjects = 500
+		cfg.MaxSubjects = 1000
 	}
 	s := &Store{
 		rdb:    rdb,

@@ -34,7 +34,7 @@ type AggregatorCmd struct {
 	Group          string        `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
 	HistoryGroup   string        `name:"history-group" env:"FLOODGATE_HISTORY_GROUP" default:"floodgate-history" help:"Consumer group of the history path (Postgres)."`
 	KeyPrefix      string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
-	MaxSubjects    int           `name:"max-subjects" env:"FLOODGATE_MAX_SUBJECTS" default:"500" help:"Most distinct subjects per Redis script run; larger batches are split (bounds how long a script blocks Redis)."`
+	MaxSubjects    int           `name:"max-subjects" env:"FLOODGATE_MAX_SUBJECTS" default:"1000" help:"Most distinct subjects per Redis script run; larger batches are split (bounds how long a script blocks Redis)."`
 	MetricsAddr    string        `name:"metrics-addr" env:"FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
 	BatchMax       int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
 	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"50ms" help:"How long a partition keeps filling a batch."`
