@@ -87,6 +87,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	groups = append(groups, g)
 
 	if c.History {
+		c.HistoryFlags.Registerer = reg
 		hsink, closer, err := c.historySink(ctx, logger.With("sink", "history"))
 		if err != nil {
 			return fmt.Errorf("history sink: %w", err)
