@@ -156,6 +156,9 @@ func NewGroup(cfg Config, sink Sink) (*Group, error) {
 // cancellation each worker finishes the batch it holds (apply and commit)
 // before Run returns, so a graceful stop loses and repeats nothing.
 func (g *Group) Run(ctx context.Context) error {
+	if err := g.checkTopic(ctx); err != nil {
+		return err
+	}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                     g.cfg.GroupID,
 		Brokers:                g.cfg.Brokers,
@@ -199,8 +202,11 @@ func (g *Group) Run(ctx context.Context) error {
 		}
 		g.log.Info("assigned", "generation", gen.ID, "partitions", ids)
 		g.metrics.generations.Inc()
+		began := time.Now()
 		// Workers stop when the generation ends (rebalance) or when ctx ends
-		// (shutdown); either way they finish their current batch first.
+		// (shutdown); either way they finish their current batch first. Any
+		// function given to gen.Start that returns ends the generation for
+		// the whole group, so workers return only when told to stop.
 		var wg sync.WaitGroup
 		for _, p := range parts {
 			wg.Add(1)
@@ -210,13 +216,50 @@ func (g *Group) Run(ctx context.Context) error {
 				w.run(ctx, genCtx)
 			})
 		}
+		if len(parts) == 0 {
+			// More members than partitions: stay an idle member until the
+			// next rebalance rather than rejoining at once, which would
+			// force a rebalance on every member.
+			wg.Add(1)
+			gen.Start(func(genCtx context.Context) {
+				defer wg.Done()
+				select {
+				case <-genCtx.Done():
+				case <-ctx.Done():
+				}
+			})
+		}
 		// Wait for this generation's workers. When ctx ends they return after
 		// their last batch; the deferred Close then leaves the group.
 		wg.Wait()
 		if ctx.Err() != nil {
 			return nil
 		}
+		if time.Since(began) < g.cfg.RetryBackoff {
+			// A generation that ended at once (the coordinator moving, a
+			// topic deleted under us) must not turn into a join loop.
+			if !sleep(ctx, g.cfg.RetryBackoff) {
+				return nil
+			}
+		}
 	}
+}
+
+// checkTopic fails fast with a clear error when the topic does not exist:
+// the broker does not auto-create it, and a group over a missing topic would
+// otherwise rejoin forever with nothing assigned.
+func (g *Group) checkTopic(ctx context.Context) error {
+	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
+	if err != nil {
+		return fmt.Errorf("group %s: read metadata of topic %s: %w", g.cfg.GroupID, g.cfg.Topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name == g.cfg.Topic && t.Error == nil && len(t.Partitions) > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("group %s: topic %s does not exist (create it with `floodgate topics`)", g.cfg.GroupID, g.cfg.Topic)
 }
 
 // worker owns one partition for the life of one generation.
@@ -269,11 +312,24 @@ func (w *worker) run(ctx, genCtx context.Context) {
 	}
 	w.log.Info("partition started", "offset", next)
 	lag := g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
+	backoff := g.cfg.RetryBackoff
 	for {
-		msgs := w.fetch(stop, r)
-		if len(msgs) == 0 {
-			return // stopped
+		msgs, err := w.fetch(stop, r)
+		if stop.Err() != nil {
+			return
 		}
+		if err != nil {
+			// Leader moves and broker restarts are transient: returning
+			// would end the generation for every member.
+			g.metrics.errors.WithLabelValues("fetch").Inc()
+			w.log.Warn("fetch failed; retrying", "err", err, "backoff", backoff)
+			if !sleep(stop, backoff) {
+				return
+			}
+			backoff = min(backoff*2, g.cfg.MaxRetryBackoff)
+			continue
+		}
+		backoff = g.cfg.RetryBackoff
 		b, dead := w.batch(msgs)
 		lag.Set(float64(msgs[len(msgs)-1].HighWaterMark - b.Next()))
 		// Past this point the batch is applied even if stop fires.
@@ -313,14 +369,11 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 }
 
 // fetch blocks for the first message, then gathers more for up to BatchWait
-// or BatchMax messages. An empty result means stop fired before any message.
-func (w *worker) fetch(stop context.Context, r *kafka.Reader) []kafka.Message {
+// or BatchMax messages.
+func (w *worker) fetch(stop context.Context, r *kafka.Reader) ([]kafka.Message, error) {
 	first, err := r.FetchMessage(stop)
 	if err != nil {
-		if stop.Err() == nil {
-			w.log.Warn("fetch", "err", err)
-		}
-		return nil
+		return nil, err
 	}
 	msgs := []kafka.Message{first}
 	fill, cancel := context.WithTimeout(stop, w.g.cfg.BatchWait)
@@ -334,7 +387,7 @@ func (w *worker) fetch(stop context.Context, r *kafka.Reader) []kafka.Message {
 		}
 		msgs = append(msgs, m)
 	}
-	return msgs
+	return msgs, nil
 }
 
 // batch decodes msgs into a Batch, and the dead letters of the messages that

@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
@@ -243,5 +245,83 @@ func TestGroupResumesFromSinkOffset(t *testing.T) {
 	}
 	if sink.replays != 0 {
 		t.Errorf("%d batches were redelivered below the sink offset", sink.replays)
+	}
+}
+
+func TestGroupMissingTopicIsAClearError(t *testing.T) {
+	bs := brokers(t)
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: "no.such.topic." + strconv.FormatInt(time.Now().UnixNano(), 36), GroupID: "missing"}, newOffsetSink())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = g.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Run on a missing topic: %v, want a 'does not exist' error", err)
+	}
+}
+
+// TestGroupIdleMembersDoNotStorm runs three members over one partition: two
+// get nothing and must wait quietly for the next rebalance. Any function
+// given to Generation.Start that returns ends the generation for the whole
+// group, so an idle member or a worker that gave up would rebalance every
+// member in a loop; this guards that the group settles in one generation.
+func TestGroupIdleMembersDoNotStorm(t *testing.T) {
+	bs := brokers(t)
+	topic := createTopic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sink := newOffsetSink()
+	var regs []*prometheus.Registry
+	var wg sync.WaitGroup
+	runCtx, stop := context.WithCancel(ctx)
+	for range 3 {
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
+		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "idle-" + topic, Registerer: reg}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.Run(runCtx); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	for i := range 50 {
+		ev := event.Event{ID: "idle-" + strconv.Itoa(i), Action: "visit", Kind: "link", Subject: "x", TS: time.Now()}
+		v, _ := event.Encode(ev)
+		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(ev.Key()), Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for sink.count() < 50 && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second) // a storm would join dozens of generations here
+	stop()
+	wg.Wait()
+	for i, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "floodgate_aggregator_generations_total" {
+				n := mf.GetMetric()[0].GetCounter().GetValue()
+				t.Logf("member %d joined %v generations", i, n)
+				if n > 4 {
+					t.Errorf("member %d joined %v generations in a few seconds: a rebalance storm", i, n)
+				}
+			}
+		}
+	}
+	if sink.count() != 50 {
+		t.Fatalf("applied %d, want 50", sink.count())
 	}
 }
