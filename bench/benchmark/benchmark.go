@@ -91,6 +91,7 @@ type Results struct {
 	RedisBytes   []float64 // per subject
 	Subjects     []int
 	LatRate      float64 // target rate
+	LatHalvings  int     // times the rate was halved from half the live maximum
 	LatAchieved  float64
 	LatP50       time.Duration
 	LatP99       time.Duration

@@ -30,19 +30,40 @@ func (b *bench) latency(ctx context.Context) error {
 	if maxRate == 0 {
 		return errors.New("no live throughput measured")
 	}
-	b.res.LatRate = maxRate / 2
-	t, err := b.topic("lat")
+	// The live maximum is measured draining a backlog with no producer
+	// beside it; on a small machine half of it, with the load generator
+	// competing for the same cores, may not be sustainable. A backlog shows
+	// as missed probes or seconds of latency: then halve the rate and
+	// measure again, and report the rate that was actually held.
+	rate := maxRate / 2
+	for attempt := 0; ; attempt++ {
+		if err := b.latencyAt(ctx, rate, attempt); err != nil {
+			return err
+		}
+		b.res.LatHalvings = attempt
+		if (b.res.LatMissed == 0 && b.res.LatP50 < 2*time.Second) || attempt == 3 {
+			return nil
+		}
+		rate /= 2
+	}
+}
+
+// latencyAt measures at one rate; each attempt has its own topic, group and
+// key prefix, so no backlog or deny record carries over.
+func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) error {
+	b.res.LatRate = rate
+	t, err := b.topic(fmt.Sprintf("lat%d", attempt))
 	if err != nil {
 		return err
 	}
-	prefix := "bench" + b.id
+	prefix := fmt.Sprintf("bench%s-%d", b.id, attempt)
 	addr, err := harness.FreePort()
 	if err != nil {
 		return err
 	}
 	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
 		"--topic", t, "--dlq-topic", t + ".dlq", "--decisions-topic", t + ".decisions",
-		"--group", "bench-" + b.id + "-lat", "--key-prefix", prefix,
+		"--group", fmt.Sprintf("bench-%s-lat%d", b.id, attempt), "--key-prefix", prefix,
 		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}
 	b.topics = append(b.topics, t+".dlq", t+".decisions")
 	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-latency", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
