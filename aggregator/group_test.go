@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,44 +15,8 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/stacktest"
 )
-
-func brokers(t testing.TB) []string {
-	t.Helper()
-	b := os.Getenv("FLOODGATE_BROKERS")
-	if b == "" {
-		b = "127.0.0.1:19092"
-	}
-	conn, err := net.DialTimeout("tcp", b, 2*time.Second)
-	if err != nil {
-		if testing.Short() {
-			t.Skipf("kafka at %s: %v (start it with scripts/stack up)", b, err)
-		}
-		t.Fatalf("kafka at %s: %v (start it with scripts/stack up)", b, err)
-	}
-	conn.Close()
-	return []string{b}
-}
-
-// createTopic makes a fresh topic for one test and deletes it afterwards.
-func createTopic(t testing.TB, brokers []string, partitions int) string {
-	t.Helper()
-	topic := fmt.Sprintf("test.aggregator.%s.%d", t.Name(), time.Now().UnixNano())
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	ctx := context.Background()
-	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{
-		{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	if err := res.Errors[topic]; err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	t.Cleanup(func() {
-		_, _ = c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
-	})
-	return topic
-}
 
 // offsetSink is an in-memory sink with the same compare-and-set on offsets
 // that the real sinks implement, so the test sees exactly what the runner
@@ -103,9 +65,9 @@ func (s *offsetSink) count() int {
 }
 
 func TestGroupDeliversEveryEventOnceAndDeadLettersPoison(t *testing.T) {
-	bs := brokers(t)
-	topic := createTopic(t, bs, 4)
-	dlqTopic := createTopic(t, bs, 1)
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 4)
+	dlqTopic := stacktest.Topic(t, bs, 1)
 	now := time.Now()
 
 	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll}
@@ -195,9 +157,9 @@ func TestGroupDeliversEveryEventOnceAndDeadLettersPoison(t *testing.T) {
 // second run starts where the sink stands, so nothing is applied twice even
 // though the first run's Kafka commits are advisory.
 func TestGroupResumesFromSinkOffset(t *testing.T) {
-	bs := brokers(t)
-	topic := createTopic(t, bs, 2)
-	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond}
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 2)
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -249,7 +211,7 @@ func TestGroupResumesFromSinkOffset(t *testing.T) {
 }
 
 func TestGroupMissingTopicIsAClearError(t *testing.T) {
-	bs := brokers(t)
+	bs := stacktest.Brokers(t)
 	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: "no.such.topic." + strconv.FormatInt(time.Now().UnixNano(), 36), GroupID: "missing"}, newOffsetSink())
 	if err != nil {
 		t.Fatal(err)
@@ -268,8 +230,8 @@ func TestGroupMissingTopicIsAClearError(t *testing.T) {
 // group, so an idle member or a worker that gave up would rebalance every
 // member in a loop; this guards that the group settles in one generation.
 func TestGroupIdleMembersDoNotStorm(t *testing.T) {
-	bs := brokers(t)
-	topic := createTopic(t, bs, 1)
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sink := newOffsetSink()

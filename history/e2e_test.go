@@ -21,6 +21,7 @@ import (
 	"floodgate/history"
 	"floodgate/history/historytest"
 	"floodgate/producer"
+	"floodgate/stacktest"
 )
 
 // The crash test runs the history consumer in a child process: this test
@@ -148,16 +149,16 @@ func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced,
 
 func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
 	pool := historytest.Pool(t)
-	brokers := historytest.Brokers(t)
+	brokers := stacktest.Brokers(t)
 	schema := historytest.Schema(t, pool)
-	topic := historytest.Topic(t, brokers, 6)
+	topic := stacktest.Topic(t, brokers, 6)
 	group := "fgtest-history-crash-" + schema
 	ctx := context.Background()
 
 	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "FLOODGATE_HISTORY_CHILD=1", "FGTEST_SCHEMA="+schema, "FGTEST_TOPIC="+topic,
-			"FGTEST_GROUP="+group, "FLOODGATE_BROKERS="+strings.Join(brokers, ","), "FLOODGATE_POSTGRES_URL="+historytest.URL())
+			"FGTEST_GROUP="+group, "FLOODGATE_BROKERS="+strings.Join(brokers, ","), "FLOODGATE_POSTGRES_URL="+pool.Config().ConnString())
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -198,13 +199,13 @@ func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
 }
 
 func TestPostgresOutageLosesNothing(t *testing.T) {
-	brokers := historytest.Brokers(t)
+	brokers := stacktest.Brokers(t)
 	// A private server: stopping the stack's would break the tests of
 	// everyone sharing it.
 	pg := historytest.StartPostgres(t)
 	pool := pg.Pool(t)
 	schema := historytest.Schema(t, pool)
-	topic := historytest.Topic(t, brokers, 3)
+	topic := stacktest.Topic(t, brokers, 3)
 	group := "fgtest-history-outage-" + schema
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

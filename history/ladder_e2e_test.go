@@ -18,6 +18,7 @@ import (
 	"floodgate/history"
 	"floodgate/history/historytest"
 	"floodgate/producer"
+	"floodgate/stacktest"
 )
 
 // buildBinary builds cmd/floodgate once per test.
@@ -36,9 +37,9 @@ func buildBinary(t *testing.T) string {
 // --now`, and checks the ladder and every count against what was produced.
 func TestEndToEndLadder(t *testing.T) {
 	pool := historytest.Pool(t)
-	brokers := historytest.Brokers(t)
+	brokers := stacktest.Brokers(t)
 	schema := historytest.Schema(t, pool)
-	topic := historytest.Topic(t, brokers, 4)
+	topic := stacktest.Topic(t, brokers, 4)
 	group := "fgtest-history-e2e-" + schema
 	bin := buildBinary(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,7 +86,7 @@ func TestEndToEndLadder(t *testing.T) {
 	floodgate := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "FLOODGATE_POSTGRES_URL="+historytest.URL(), "FLOODGATE_HISTORY_SCHEMA="+schema, "FLOODGATE_LADDER="+ladder)
+		cmd.Env = append(os.Environ(), "FLOODGATE_POSTGRES_URL="+pool.Config().ConnString(), "FLOODGATE_HISTORY_SCHEMA="+schema, "FLOODGATE_LADDER="+ladder)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("floodgate %s: %v\n%s", strings.Join(args, " "), err, out)

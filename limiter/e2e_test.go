@@ -2,10 +2,7 @@ package limiter_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,54 +13,24 @@ import (
 	"floodgate/limiter"
 	"floodgate/producer"
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
-
-func brokers() []string {
-	if b := os.Getenv("FLOODGATE_BROKERS"); b != "" {
-		return strings.Split(b, ",")
-	}
-	return []string{"127.0.0.1:19092"}
-}
 
 // The whole live path: events produced to Kafka, counted by the aggregator
 // (consumer group + window sink) into Redis, make the limiter deny over
 // HTTP; strict takes published by the limiter with the counted header are
 // not counted a second time by the aggregator.
 func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Kafka and Redis (skipped under -short)")
-	}
 	rdb := liveRedis(t)
 	store := testStore(t, rdb)
 	set := mustRules(t, testRules)
-	bs := brokers()
+	bs := stacktest.Brokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	topic := fmt.Sprintf("test.limiter.e2e.%d", time.Now().UnixNano())
+	topic := stacktest.Topic(t, bs, 2)
 	kc := &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}
-	// The broker is shared with fault tests that restart it: retry a while.
-	var err error
-	for try := 0; ; try++ {
-		var res *kafka.CreateTopicsResponse
-		res, err = kc.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 2, ReplicationFactor: 1}}})
-		if err == nil {
-			err = res.Errors[topic]
-		}
-		if err == nil || try == 30 {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	if err != nil {
-		t.Fatalf("kafka at %v: create topic %s: %v (start it with scripts/stack up)", bs, topic, err)
-	}
-	t.Cleanup(func() {
-		if _, err := kc.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
-			t.Logf("delete topic %s: %v", topic, err)
-		}
-	})
 
 	sink, err := window.NewSink(window.SinkConfig{Store: store, Group: "e2e", Rules: func() *rules.Set { return set }})
 	if err != nil {

@@ -2,9 +2,7 @@ package limiter_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"floodgate/event"
 	"floodgate/limiter"
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
 
@@ -43,15 +42,8 @@ rules:
     message: A reset mail was sent recently.
 `
 
-func redisAddr() string {
-	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:16379"
-}
-
-// redisClient connects to the stack's Redis; it fails the test when Redis is
-// down, except under -short.
+// redisClient is a client with the options the limiter tests need (a large
+// pool, context timeouts, fast dials, one retry), closed at the end.
 func redisClient(tb testing.TB, addr string) *redis.Client {
 	tb.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: 1})
@@ -63,38 +55,19 @@ func redisClient(tb testing.TB, addr string) *redis.Client {
 	return rdb
 }
 
+// liveRedis is redisClient over the stack's Redis; the test fails when Redis
+// is down (skips under -short), as stacktest decides.
 func liveRedis(tb testing.TB) *redis.Client {
 	tb.Helper()
-	rdb := redisClient(tb, redisAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		if testing.Short() {
-			tb.Skipf("redis at %s: %v (skipped under -short)", redisAddr(), err)
-		}
-		tb.Fatalf("redis at %s: %v (start it with scripts/stack up)", redisAddr(), err)
-	}
-	return rdb
+	stacktest.Redis(tb)
+	return redisClient(tb, stacktest.RedisAddr())
 }
-
-var prefixSeq atomic.Int64
 
 // testStore returns a Store with a key prefix of this test's own, whose keys
 // are deleted at the end.
 func testStore(tb testing.TB, rdb *redis.Client) *window.Store {
 	tb.Helper()
-	p := fmt.Sprintf("fglim-%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, prefixSeq.Add(1))
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		keys, err := rdb.Keys(ctx, p+":*").Result()
-		if err == nil && len(keys) > 0 {
-			err = rdb.Del(ctx, keys...).Err()
-		}
-		if err != nil {
-			tb.Errorf("clean up %s:*: %v", p, err)
-		}
-	})
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: p})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"floodgate/migrations"
+	"floodgate/stacktest"
 )
 
 var fileName = regexp.MustCompile(`^(\d{5})_[a-z0-9_]+\.sql$`)
@@ -48,21 +48,6 @@ func TestFilesSequential(t *testing.T) {
 			t.Errorf("%s: no -- +goose Up annotation", name)
 		}
 	}
-}
-
-// postgresURL returns FLOODGATE_POSTGRES_URL (default: scripts/stack's). An
-// unreachable database fails the test; under -short (and without CI=true)
-// the test is skipped instead.
-func postgresURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("FLOODGATE_POSTGRES_URL")
-	if u == "" {
-		u = "postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable"
-	}
-	if testing.Short() && os.Getenv("CI") != "true" {
-		tb.Skip("integration test needs PostgreSQL (scripts/stack up); skipped under -short")
-	}
-	return u
 }
 
 // tempDatabase creates an empty database on the stack's server, dropped
@@ -100,7 +85,7 @@ func tempDatabase(tb testing.TB, baseURL string) string {
 }
 
 func TestUpTwiceAndStatus(t *testing.T) {
-	dbURL := tempDatabase(t, postgresURL(t))
+	dbURL := tempDatabase(t, stacktest.PostgresURL(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	db, err := migrations.Open(ctx, dbURL)
@@ -181,7 +166,7 @@ func TestUpTwiceAndStatus(t *testing.T) {
 }
 
 func TestUpConcurrent(t *testing.T) {
-	dbURL := tempDatabase(t, postgresURL(t))
+	dbURL := tempDatabase(t, stacktest.PostgresURL(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	files, _ := fs.Glob(migrations.FS(), "*.sql")

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -17,49 +15,8 @@ import (
 
 	"floodgate/event"
 	"floodgate/producer"
-	"floodgate/topics"
+	"floodgate/stacktest"
 )
-
-// kafkaBrokers returns the brokers of scripts/stack (FLOODGATE_BROKERS). An
-// unreachable Kafka fails the test; under -short (and without CI=true) the
-// test is skipped instead.
-func kafkaBrokers(tb testing.TB) []string {
-	tb.Helper()
-	brokers := []string{"127.0.0.1:19092"}
-	if v := os.Getenv("FLOODGATE_BROKERS"); v != "" {
-		brokers = strings.Split(v, ",")
-	}
-	if testing.Short() && os.Getenv("CI") != "true" {
-		tb.Skipf("integration test needs Kafka at %s (scripts/stack up); skipped under -short", strings.Join(brokers, ","))
-	}
-	conn, err := net.DialTimeout("tcp", brokers[0], 3*time.Second)
-	if err != nil {
-		tb.Fatalf("Kafka unreachable at %s (run scripts/stack up, or set FLOODGATE_BROKERS): %v", brokers[0], err)
-	}
-	if err := conn.Close(); err != nil {
-		tb.Fatalf("close probe connection: %v", err)
-	}
-	return brokers
-}
-
-// testTopic creates a fresh topic for one test and deletes it afterwards.
-func testTopic(tb testing.TB, brokers []string, partitions int) string {
-	tb.Helper()
-	name := fmt.Sprintf("floodgate.test.%s.%d", strings.ToLower(tb.Name()), time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(tb.Context(), time.Minute)
-	defer cancel()
-	if err := producer.EnsureTopics(ctx, brokers, producer.TopicSpec{Name: name, Partitions: partitions}); err != nil {
-		tb.Fatalf("create topic %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := topics.Delete(ctx, brokers, name); err != nil {
-			tb.Errorf("delete topic %s: %v", name, err)
-		}
-	})
-	return name
-}
 
 // readAll reads every partition of topic from the start until want
 // messages arrived, then waits a moment for unexpected extra ones.
@@ -137,9 +94,9 @@ func kcatProduce(tb testing.TB, brokers []string, topic string, headers []string
 }
 
 func TestPublishAndKcatAgree(t *testing.T) {
-	brokers := kafkaBrokers(t)
+	brokers := stacktest.Brokers(t)
 	const partitions = 12
-	topic := testTopic(t, brokers, partitions)
+	topic := stacktest.Topic(t, brokers, partitions)
 
 	subjects := []event.Event{}
 	for i := range 40 {
@@ -254,7 +211,7 @@ func TestPublishAndKcatAgree(t *testing.T) {
 }
 
 func TestPublishAsyncUnknownTopicSurfaces(t *testing.T) {
-	brokers := kafkaBrokers(t)
+	brokers := stacktest.Brokers(t)
 	topic := fmt.Sprintf("floodgate.test.missing.%d", time.Now().UnixNano())
 	p, err := producer.New(producer.Config{Brokers: brokers, Topic: topic, Async: true, MaxAttempts: 2})
 	if err != nil {

@@ -3,39 +3,16 @@ package topics_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"floodgate/stacktest"
 	"floodgate/topics"
 )
 
-// kafkaBrokers returns the brokers of scripts/stack (FLOODGATE_BROKERS). An
-// unreachable Kafka fails the test; under -short (and without CI=true) the
-// test is skipped instead.
-func kafkaBrokers(tb testing.TB) []string {
-	tb.Helper()
-	brokers := []string{"127.0.0.1:19092"}
-	if v := os.Getenv("FLOODGATE_BROKERS"); v != "" {
-		brokers = strings.Split(v, ",")
-	}
-	if testing.Short() && os.Getenv("CI") != "true" {
-		tb.Skipf("integration test needs Kafka at %s (scripts/stack up); skipped under -short", strings.Join(brokers, ","))
-	}
-	conn, err := net.DialTimeout("tcp", brokers[0], 3*time.Second)
-	if err != nil {
-		tb.Fatalf("Kafka unreachable at %s (run scripts/stack up, or set FLOODGATE_BROKERS): %v", brokers[0], err)
-	}
-	if err := conn.Close(); err != nil {
-		tb.Fatalf("close probe connection: %v", err)
-	}
-	return brokers
-}
-
 func TestEnsureIdempotent(t *testing.T) {
-	brokers := kafkaBrokers(t)
+	brokers := stacktest.Brokers(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	prefix := fmt.Sprintf("floodgate.test.topics.%d", time.Now().UnixNano())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
 
@@ -100,7 +101,7 @@ func floorDiv(a, b int64) int64 {
 // exactly; against a millisecond sliding log the documented bound must hold,
 // and the disagreement rate is printed.
 func TestAccuracyAgainstSlidingLog(t *testing.T) {
-	rdb := redisClient(t)
+	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, `
 rules:

@@ -12,6 +12,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/stacktest"
 )
 
 // redisCalls sums the calls of every command in INFO commandstats. Commands
@@ -56,7 +57,7 @@ func BenchmarkStoreApply(b *testing.B) {
 		{"subjects=1M", 1_000_000},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			rdb := redisClient(b)
+			rdb := stacktest.Redis(b)
 			st := newStore(b, rdb)
 			set := mustRules(b, loginRules)
 			rng := rand.New(rand.NewPCG(1, 2))

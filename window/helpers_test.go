@@ -1,11 +1,7 @@
 package window_test
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,67 +10,13 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
 
-// redisClient connects to the stack's Redis (FLOODGATE_REDIS_ADDR, default
-// 127.0.0.1:16379). It fails the test when Redis is down, except under -short.
-func redisClient(tb testing.TB) *redis.Client {
-	tb.Helper()
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:16379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		if testing.Short() {
-			tb.Skipf("redis at %s: %v (skipped under -short)", addr, err)
-		}
-		tb.Fatalf("redis at %s: %v (start it with scripts/stack up)", addr, err)
-	}
-	tb.Cleanup(func() {
-		if err := rdb.Close(); err != nil {
-			tb.Error(err)
-		}
-	})
-	return rdb
-}
-
-var prefixSeq atomic.Int64
-
-// testPrefix returns a key prefix unique to this test run and deletes its
-// keys at the end: other engineers' tests share this Redis.
-func testPrefix(tb testing.TB, rdb *redis.Client) string {
-	tb.Helper()
-	p := fmt.Sprintf("fgtest-%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, prefixSeq.Add(1))
-	tb.Cleanup(func() { deletePrefix(tb, rdb, p) })
-	return p
-}
-
-func deletePrefix(tb testing.TB, rdb *redis.Client, p string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, p+":*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 500 {
-			rdb.Unlink(ctx, keys...)
-			keys = keys[:0]
-		}
-	}
-	if len(keys) > 0 {
-		rdb.Unlink(ctx, keys...)
-	}
-	if err := iter.Err(); err != nil {
-		tb.Errorf("clean up keys %s:*: %v", p, err)
-	}
-}
-
 func newStore(tb testing.TB, rdb *redis.Client) *window.Store {
 	tb.Helper()
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: testPrefix(tb, rdb)})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
 
@@ -41,7 +42,7 @@ type step struct {
 // its (limit+1)th event, and the deny record expires when the window falls
 // back under the limit.
 func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
-	rdb := redisClient(t)
+	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
@@ -159,7 +160,7 @@ func equal(a, b []int64) bool {
 // TestShadowNeverDenies: a shadow rule over its limit yields shadow
 // decisions (once per episode) but never a deny record.
 func TestShadowNeverDenies(t *testing.T) {
-	rdb := redisClient(t)
+	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
@@ -194,7 +195,7 @@ func TestShadowNeverDenies(t *testing.T) {
 // TestAllowlistedNeverDenied: allowlisted subjects (exact and CIDR) are
 // counted but never denied; their neighbours are.
 func TestAllowlistedNeverDenied(t *testing.T) {
-	rdb := redisClient(t)
+	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
@@ -240,7 +241,7 @@ func TestAllowlistedNeverDenied(t *testing.T) {
 // TestExactlyOnceOffsets: a batch applied twice counts once; a batch that
 // overlaps the stored offset applies only its tail; Resume reads the offset.
 func TestExactlyOnceOffsets(t *testing.T) {
-	rdb := redisClient(t)
+	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
@@ -311,7 +312,7 @@ func assertSum(tb testing.TB, st *window.Store, sub window.Subject, now time.Tim
 
 // TestOldCountedAndUnruledEventsSkipCounters covers the three skips.
 func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
-	rdb := redisClient(t)
+	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
@@ -349,8 +350,8 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 // MaxSubjects is applied as several consecutive-offset runs, still exactly
 // once, including the offsets after its last record (dead letters).
 func TestApplySplitsLargeBatches(t *testing.T) {
-	rdb := redisClient(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: testPrefix(t, rdb), MaxSubjects: 7})
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), MaxSubjects: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package window_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
 
@@ -19,34 +18,14 @@ import (
 // own, deleted at the end of the test.
 func takeStore(tb testing.TB) (*window.Store, *redis.Client) {
 	tb.Helper()
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:16379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		if testing.Short() {
-			tb.Skipf("redis at %s: %v (skipped under -short)", addr, err)
-		}
-		tb.Fatalf("redis at %s: %v (start it with scripts/stack up)", addr, err)
-	}
-	prefix := fmt.Sprintf("fgtake-%d-%d", os.Getpid(), time.Now().UnixNano())
+	stacktest.Redis(tb) // Redis answers, or the test fails (skips under -short)
+	rdb := redis.NewClient(&redis.Options{Addr: stacktest.RedisAddr(), PoolSize: 64})
 	tb.Cleanup(func() {
-		ctx := context.Background()
-		keys, err := rdb.Keys(ctx, prefix+":*").Result()
-		if err == nil && len(keys) > 0 {
-			err = rdb.Del(ctx, keys...).Err()
-		}
-		if err != nil {
-			tb.Errorf("clean up %s:*: %v", prefix, err)
-		}
 		if err := rdb.Close(); err != nil {
 			tb.Error(err)
 		}
 	})
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -20,35 +20,25 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"floodgate/stacktest"
 )
 
-// DefaultURL is the stack's database (scripts/stack env).
-const DefaultURL = "postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable"
-
-// URL returns FLOODGATE_POSTGRES_URL or DefaultURL.
-func URL() string {
-	if u := os.Getenv("FLOODGATE_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return DefaultURL
-}
-
-// Pool connects to URL(). It skips under -short and fails when the database
-// does not answer: the integration tests need the real stack.
+// Pool connects to the stack's database (stacktest.PostgresURL: the test
+// fails when it does not answer, skips only under -short) and closes the
+// pool when the test ends.
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("integration test: needs PostgreSQL (scripts/stack up)")
-	}
+	url := stacktest.PostgresURL(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, URL())
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		tb.Fatalf("postgres %s: %v", URL(), err)
+		tb.Fatalf("postgres %s: %v", url, err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		tb.Fatalf("postgres %s does not answer (scripts/stack up): %v", URL(), err)
+		tb.Fatalf("postgres %s does not answer (start it with scripts/stack up): %v", url, err)
 	}
 	tb.Cleanup(pool.Close)
 	return pool
