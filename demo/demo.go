@@ -181,6 +181,9 @@ loop:
 			m.Sum("floodgate_aggregator_lag_messages", `group="floodgate-history"`),
 			denies-lastDenies, denies, shadows, probe.check(ctx, sc.attacking.Load()))
 		lastSent, lastDenies = sent, denies
+		for _, line := range dec.takeFresh() {
+			fmt.Fprintln(out, line)
+		}
 	}
 	tick.Stop()
 	if err := pub.Close(); err != nil {
@@ -438,6 +441,7 @@ type decisions struct {
 	denies  int
 	shadows int
 	byRule  map[string]map[string]bool // rule -> subjects
+	fresh   []string                   // first decisions of each rule and kind, not yet printed
 }
 
 func watchDecisions(ctx context.Context, brokers []string, topic string) *decisions {
@@ -486,7 +490,32 @@ func (d *decisions) add(dec window.Decision) {
 	if d.byRule[rule] == nil {
 		d.byRule[rule] = map[string]bool{}
 	}
-	d.byRule[rule][dec.Kind+":"+dec.Subject] = true
+	sub := dec.Kind + ":" + dec.Subject
+	if !d.kindSeen(rule, dec.Kind) {
+		d.fresh = append(d.fresh, fmt.Sprintf("       deny  %-26s %-28s count %d, until %s",
+			rule, sub, dec.Count, dec.Until.Format("2006-01-02 15:04:05")))
+	}
+	d.byRule[rule][sub] = true
+}
+
+// kindSeen reports whether rule already denied a subject of kind: the demo
+// prints the first deny of each rule and kind as it happens, not all of them.
+func (d *decisions) kindSeen(rule, kind string) bool {
+	for s := range d.byRule[rule] {
+		if strings.HasPrefix(s, kind+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// takeFresh returns the decisions to print now.
+func (d *decisions) takeFresh() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.fresh
+	d.fresh = nil
+	return f
 }
 
 func (d *decisions) counts() (denies, shadows int) {
