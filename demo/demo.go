@@ -636,7 +636,7 @@ func reportLive(ctx context.Context, out io.Writer, cfg Config, sc *scenario) er
 	for i, ip := range subs {
 		verdict := "allowed"
 		if d := states[i].Deny; d != nil {
-			verdict = fmt.Sprintf("denied by %s %d/%s until %s", d.Rule, d.Limit.Count, rules.FormatWindow(d.Limit.Window), d.Until.Format("15:04:05"))
+			verdict = fmt.Sprintf("denied by %s %d/%s until %s", d.Rule, d.Limit.Count, rules.FormatWindow(d.Limit.Window), d.Until.Format("2006-01-02 15:04:05"))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", ip, sc.bySub["login_failed ip:"+ip], states[i].Sums[0], verdict)
 	}
