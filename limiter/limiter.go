@@ -294,6 +294,10 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		l.m.invalid.WithLabelValues(op).Inc()
 		return Decision{}, err
 	}
+	// A subject named twice (ip=a&ip=a, query and body, repeated Envoy
+	// descriptor entries) is one subject: decided, counted and published
+	// once.
+	req.Subjects = dedupSubjects(req.Subjects)
 	now := l.now()
 	set := l.rules()
 	plans := make([]plan, 0, len(req.Subjects))
@@ -626,6 +630,34 @@ func detail(e *event.Error) string {
 		return e.Detail
 	}
 	return e.Reason
+}
+
+// dedupSubjects returns subs without repeated (kind, subject) pairs, in
+// first-seen order. subs itself is not modified.
+func dedupSubjects(subs []Subject) []Subject {
+	for i := 1; i < len(subs); i++ {
+		for j := 0; j < i; j++ {
+			if subs[i] == subs[j] {
+				return dedupFrom(subs, i)
+			}
+		}
+	}
+	return subs
+}
+
+// dedupFrom copies subs without duplicates; subs[:i] has none.
+func dedupFrom(subs []Subject, i int) []Subject {
+	out := append(make([]Subject, 0, len(subs)-1), subs[:i]...)
+next:
+	for _, s := range subs[i+1:] {
+		for _, o := range out {
+			if s == o {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func cacheKey(action string, s Subject) string {

@@ -537,3 +537,75 @@ func TestBadRequestsAndAuth(t *testing.T) {
 		t.Errorf("no subjects: %v", err)
 	}
 }
+
+// A subject named twice in one request (ip=a&ip=a, query plus body, repeated
+// Envoy descriptor entries) is one subject: a strict take admits exactly the
+// limit, and every take publishes one event per distinct subject.
+func TestDuplicateSubjectsDecidedOnce(t *testing.T) {
+	e := newEnv(t, func(_ *limiter.Config, s *limiter.ServerConfig) { s.RLSMode = limiter.RLSTake })
+	ctx := context.Background()
+	dup := []limiter.Subject{{Kind: "email", Subject: "dup@example.com"}, {Kind: "email", Subject: "dup@example.com"}}
+	admitted := 0
+	for range 20 {
+		d, err := e.lim.Take(ctx, limiter.Request{Action: "password_reset", Subjects: dup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	d, err := e.lim.Check(ctx, limiter.Request{Action: "password_reset", Subjects: dup[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pub.mu.Lock()
+	counted := len(e.pub.counted)
+	e.pub.mu.Unlock()
+	if admitted != 10 || d.Limits[0].Count != 10 || counted != 10 {
+		t.Fatalf("strict 10/1m: admitted %d, Redis sum %d, counted events published %d; want 10 each", admitted, d.Limits[0].Count, counted)
+	}
+
+	// Non-strict take: one uncounted event for the aggregator, not two.
+	if _, err := e.lim.Take(ctx, limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: "192.0.2.9"}, {Kind: "ip", Subject: "192.0.2.9"}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.pub.mu.Lock()
+	plain := len(e.pub.plain)
+	e.pub.mu.Unlock()
+	if plain != 1 {
+		t.Errorf("non-strict take with the ip twice published %d events, want 1", plain)
+	}
+
+	// HTTP ip=a&ip=a: one event.
+	resp, err := http.Post("http://"+e.srv.HTTPAddr()+"/v1/take?action=login_failed&ip=192.0.2.10&ip=192.0.2.10", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	e.pub.mu.Lock()
+	plain = len(e.pub.plain)
+	e.pub.mu.Unlock()
+	if resp.StatusCode != 200 || plain != 2 {
+		t.Errorf("POST /v1/take ip=a&ip=a: %d, %d events published in all; want 200 and 2", resp.StatusCode, plain)
+	}
+
+	// Envoy RLS take mode, the same entry in two descriptors: each
+	// descriptor gets the (same) answer, the subject is counted once.
+	rls := rlsClient(t, e.srv.RLSAddr())
+	req := &rlsv3.RateLimitRequest{Domain: "password_reset", Descriptors: []*commonv3.RateLimitDescriptor{
+		descriptor("email", "rls@example.com"), descriptor("email", "rls@example.com")}}
+	for i := range 11 {
+		rr, err := rls.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i == 10 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if rr.OverallCode != want || len(rr.Statuses) != 2 || rr.Statuses[0].Code != want || rr.Statuses[1].Code != want {
+			t.Fatalf("RLS take %d: %v, want %v for both descriptors", i+1, rr, want)
+		}
+	}
+}

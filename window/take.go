@@ -121,9 +121,15 @@ for s = 1, nsub do
 end
 local taken = 0
 if take and not blocked then
+  -- a subject queried twice is counted once: every row checked sum + n,
+  -- so counting n per row would overshoot
+  local done = {}
   for s = 1, nsub do
     local sub = subs[s]
-    if sub[3] then fg_incr(p, sub[1], {[now] = n}, sub[2], now, slack) end
+    if sub[3] and not done[sub[1]] then
+      done[sub[1]] = true
+      fg_incr(p, sub[1], {[now] = n}, sub[2], now, slack)
+    end
   end
   taken = 1
 end
@@ -152,7 +158,8 @@ func (s *Store) Evaluate(ctx context.Context, now time.Time, qs []EvalQuery) ([]
 // would go over with n more events and no blocking deny record exists, n is
 // added at now to the buckets of every subject marked Count (at the levels
 // of its MaxWindow, as the aggregator adds events), and taken is true;
-// otherwise nothing is written. States hold the sums before the take.
+// otherwise nothing is written. States hold the sums before the take. A
+// subject in several queries is counted once (each query is checked for n).
 //
 // The caller publishes the event with the event.HeaderCounted header so the
 // aggregator records its history without counting it again.

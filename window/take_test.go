@@ -179,3 +179,33 @@ func TestTakeCountsEventsAheadOfItsClock(t *testing.T) {
 		t.Fatalf("take more than Ahead behind: taken=%v err=%v, want taken", ok, err)
 	}
 }
+
+// A subject in two queries of one take is counted once: every row checks
+// sum+n against the limit, so counting n per row would overshoot.
+func TestTakeDuplicateSubjectCountedOnce(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_001_000, 0)
+	q := window.EvalQuery{
+		Subject:   window.Subject{Action: "reset", Kind: "ip", Subject: "192.0.2.50"},
+		MaxWindow: time.Minute,
+		Limits:    []window.EvalLimit{{Limit: rules.Limit{Count: 5, Window: time.Minute}, Block: true}},
+		Count:     true,
+	}
+	admitted := 0
+	for range 10 {
+		ok, _, err := st.Take(context.Background(), now, []window.EvalQuery{q, q}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			admitted++
+		}
+	}
+	ev, err := st.Evaluate(context.Background(), now, []window.EvalQuery{q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admitted != 5 || ev[0].Sums[0] != 5 {
+		t.Fatalf("admitted %d takes, window sum %d; want 5 and 5 (limit 5/1m)", admitted, ev[0].Sums[0])
+	}
+}
