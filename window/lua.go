@@ -216,8 +216,12 @@ end
 //	      nprofiles, {maxw, nlimits, {rule, count, w, shadow}*nlimits}*nprofiles,
 //	      nsubjects, {tag, profile, eval_sec, nincs, {sec, n}*nincs}*nsubjects
 //
+// Each subject is evaluated at eval_sec (max of now and its latest event)
+// and, when that lies ahead of now, at now too; per kind (deny, shadow) the
+// exceeded limit with the latest until wins.
+//
 // Returns {0, previous next offset or -1, {subject, limit, count, until_ms,
-// shadow}* of NEW decisions} when applied, {1, next} when the batch is
+// shadow, eval_sec}* of NEW decisions} when applied, {1, next} when the batch is
 // already held, {2, next} when only its tail is new (the caller trims and
 // retries).
 const applyBody = `
@@ -272,13 +276,21 @@ for s = 1, nsub do
   local sub = subjects[s]
   local c = {}
   local best = {}
-  for l, lim in ipairs(sub.prof.limits) do
-    local count = fg_sum(c, p, sub.tag, sub.e, lim[3])
-    if count > lim[2] then
-      local u = fg_until(c, p, sub.tag, sub.e, lim[3], count - lim[2])
-      local kind = lim[4] and 'shadow' or 'deny'
-      if best[kind] == nil or u > best[kind].u then
-        best[kind] = {l = l, lim = lim, count = count, u = u}
+  -- at the subject's latest event and, when that lies ahead (within the
+  -- accepted skew), at now too: a window shorter than the skew evaluated
+  -- only at the future second would miss the batch's events of now (on
+  -- equal until, the later evaluation's decision is kept)
+  local at = {sub.e}
+  if sub.e > now then at[2] = now end
+  for _, t in ipairs(at) do
+    for l, lim in ipairs(sub.prof.limits) do
+      local count = fg_sum(c, p, sub.tag, t, lim[3])
+      if count > lim[2] then
+        local u = fg_until(c, p, sub.tag, t, lim[3], count - lim[2])
+        local kind = lim[4] and 'shadow' or 'deny'
+        if best[kind] == nil or u > best[kind].u then
+          best[kind] = {l = l, lim = lim, count = count, u = u, t = t}
+        end
       end
     end
   end
@@ -303,6 +315,7 @@ for s = 1, nsub do
         out[#out + 1] = b.count
         out[#out + 1] = u_ms
         out[#out + 1] = kind == 'shadow' and 1 or 0
+        out[#out + 1] = b.t
       end
     end
   end

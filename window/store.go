@@ -400,7 +400,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	if prev := out[1]; prev >= 0 && b.First > prev {
 		res.Gap = b.First - prev
 	}
-	for i := 2; i+4 < len(out); i += 5 {
+	for i := 2; i+5 < len(out); i += 6 {
 		ps := order[out[i]-1]
 		l := profs[ps.profile].limits[out[i+1]-1]
 		res.Decisions = append(res.Decisions, Decision{
@@ -413,7 +413,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			Until:   time.UnixMilli(out[i+3]).UTC(),
 			Shadow:  out[i+4] == 1,
 			Message: l.rule.Message,
-			TS:      time.Unix(ps.eval, 0).UTC(),
+			TS:      time.Unix(out[i+5], 0).UTC(),
 		})
 	}
 	return res, -1, nil

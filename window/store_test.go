@@ -381,3 +381,46 @@ func TestApplySplitsLargeBatches(t *testing.T) {
 		t.Fatalf("Resume = %d, %v, %v; want %d", next, ok, err, bt.Last+1)
 	}
 }
+
+// One event slightly ahead of the clock (accepted skew) must not hide the
+// batch's short-window deny: the subject is evaluated at now as well as at
+// its latest event.
+func TestFutureEventDoesNotMaskShortWindowDeny(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: burst
+    action: login_failed
+    kinds: [ip]
+    limits: [2/1s]
+`)
+	now := base.Add(100 * time.Millisecond) // the deny record lives 900ms
+	for _, skew := range []time.Duration{0, time.Second, 3 * time.Second} {
+		b := &batcher{topic: "t" + skew.String()}
+		sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "192.0.2." + strconv.Itoa(int(skew/time.Second)+1)}
+		var evs []eventT
+		for range 10 {
+			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
+		}
+		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(skew)))
+		res, err := st.Apply(context.Background(), "g", b.batch(evs...), set, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Decisions) != 1 {
+			t.Fatalf("skew %s: %d decisions, want 1", skew, len(res.Decisions))
+		}
+		d := res.Decisions[0]
+		wantCount, wantUntil := int64(10), base.Add(time.Second)
+		if skew == 0 {
+			wantCount = 11
+		}
+		if d.Count != wantCount || !d.Until.Equal(wantUntil) || !d.TS.Equal(base) {
+			t.Errorf("skew %s: decision count %d until %s ts %s; want %d, %s, %s", skew, d.Count, d.Until, d.TS, wantCount, wantUntil, base)
+		}
+		if rec := readDeny(t, rdb, st, sub); rec == nil || !rec.Until.Equal(wantUntil) {
+			t.Errorf("skew %s: deny record %+v, want until %s", skew, rec, wantUntil)
+		}
+	}
+}
