@@ -268,7 +268,11 @@ type worker struct {
 	gen       *kafka.Generation
 	partition int
 	committed int64 // the group's committed offset at assignment
-	log       *slog.Logger
+	// next is the offset the partition stands at: where it resumed, then
+	// each applied batch's Next. Negative until known (resuming from the
+	// start of the log).
+	next int64
+	log  *slog.Logger
 }
 
 func (w *worker) run(ctx, genCtx context.Context) {
@@ -300,12 +304,16 @@ func (w *worker) run(ctx, genCtx context.Context) {
 		MaxBytes:      16 << 20,
 		MaxWait:       250 * time.Millisecond,
 		QueueCapacity: 4096,
+		// Never read past the last stable offset: records of a transaction
+		// still open are not events yet.
+		IsolationLevel: kafka.ReadCommitted,
 	})
 	defer func() {
 		if err := r.Close(); err != nil {
 			w.log.Warn("close reader", "err", err)
 		}
 	}()
+	w.next = next
 	if err := r.SetOffset(next); err != nil {
 		w.log.Error("set offset", "offset", next, "err", err)
 		return
@@ -337,6 +345,7 @@ func (w *worker) run(ctx, genCtx context.Context) {
 		if !w.deadLetter(stop, work, dead) || !w.apply(stop, work, b) {
 			return
 		}
+		w.next = b.Next()
 		w.commit(b)
 		if stop.Err() != nil {
 			return
@@ -400,10 +409,21 @@ func (w *worker) batch(msgs []kafka.Message) (Batch, []kafka.Message) {
 		Last:      msgs[len(msgs)-1].Offset,
 		Records:   make([]Record, 0, len(msgs)),
 	}
+	if w.next >= 0 && w.next < b.First {
+		// Offsets the log holds no message for (transaction markers,
+		// compaction, retention) belong to this batch: the sinks then see
+		// contiguous batches and never mistake a hole in the log for a
+		// missing batch.
+		b.First = w.next
+	}
 	var dead []kafka.Message
 	now := w.g.cfg.Now()
 	for i := range msgs {
 		m := &msgs[i]
+		if isControlRecord(m) {
+			w.g.metrics.control.Inc()
+			continue
+		}
 		ev, derr := w.decode(m, now)
 		if derr != nil {
 			w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
@@ -518,6 +538,16 @@ func (w *worker) commit(b Batch) {
 	if err != nil {
 		w.log.Debug("commit offsets (advisory)", "offset", b.Next(), "err", err)
 	}
+}
+
+// isControlRecord reports whether m is a transaction marker. kafka-go hands
+// the commit and abort markers of transactional producers to readers as if
+// they were messages; their key is a 2-byte version 0 and a 2-byte type
+// (0 abort, 1 commit) and their value 6 bytes, a shape no "kind:subject"
+// key can have, so skipping them can never skip an event.
+func isControlRecord(m *kafka.Message) bool {
+	k := m.Key
+	return len(k) == 4 && len(m.Value) == 6 && k[0] == 0 && k[1] == 0 && k[2] == 0 && k[3] <= 1
 }
 
 func counted(hs []kafka.Header) bool {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,4 +288,112 @@ func TestGroupIdleMembersDoNotStorm(t *testing.T) {
 	if sink.count() != 50 {
 		t.Fatalf("applied %d, want 50", sink.count())
 	}
+}
+
+// TestGroupSkipsTransactionMarkers feeds the group a topic written in
+// transactions by Kafka's own Java producer. kafka-go returns each commit
+// marker as if it were a message; the group must skip them (not dead-letter
+// them as garbage) and still cover their offsets. The payloads are random
+// bytes, so exactly the 600 records, and nothing else, reach the DLQ.
+func TestGroupSkipsTransactionMarkers(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	cp := os.Getenv("FLOODGATE_KAFKA_CLASSPATH")
+	if cp == "" {
+		t.Fatal("FLOODGATE_KAFKA_CLASSPATH is not set: run under `eval \"$(scripts/stack env)\"` (make test does)")
+	}
+	topic := stacktest.Topic(t, bs, 2)
+	dlqTopic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const records = 600
+	java := exec.CommandContext(ctx, "java", "-Xmx256m", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance",
+		"--topic", topic, "--num-records", strconv.Itoa(records), "--record-size", "40", "--throughput", "-1",
+		"--transactional-id", "markers-"+topic, "--transaction-duration-ms", "20",
+		"--producer-props", "bootstrap.servers="+strings.Join(bs, ","), "acks=all")
+	if out, err := java.CombinedOutput(); err != nil {
+		t.Fatalf("ProducerPerformance: %v\n%s", err, out)
+	}
+	end := map[int]int64{}
+	var total int64
+	for p := range 2 {
+		conn, err := kafka.DialLeader(ctx, "tcp", bs[0], topic, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := conn.ReadLastOffset()
+		conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		end[p] = last
+		total += last
+	}
+	dlq := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: dlqTopic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer dlq.Close()
+	sink := newOffsetSink()
+	reg := prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "markers-" + topic,
+		DeadLetter: dlq, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	caughtUp := func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for p, e := range end {
+			if sink.next[p] < e {
+				return false
+			}
+		}
+		return true
+	}
+	for !caughtUp() && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !caughtUp() {
+		t.Fatalf("sink at %v, want the end offsets %v", sink.next, end)
+	}
+	markers := metricValue(t, reg, "floodgate_aggregator_transaction_markers_total")
+	if want := float64(total - records); markers != want {
+		t.Errorf("skipped %v transaction markers, want %v (end offsets %v, %d records)", markers, want, end, records)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: bs, Topic: dlqTopic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	for i := range records {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("dead letter %d of %d: %v", i, records, err)
+		}
+		if len(m.Key) == 4 {
+			t.Fatalf("a transaction marker was dead-lettered: key %x", m.Key)
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer rcancel()
+	if m, err := r.ReadMessage(rctx); err == nil {
+		t.Fatalf("more than %d dead letters: extra key %x value %x", records, m.Key, m.Value)
+	}
+	t.Logf("end offsets %v: %d records, %v markers skipped, %d dead letters", end, records, markers, records)
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	applied      prometheus.Counter
 	deadLettered prometheus.Counter
 	invalid      *prometheus.CounterVec
+	control      prometheus.Counter
 	errors       *prometheus.CounterVec
 	generations  prometheus.Counter
 	batchSize    prometheus.Histogram
@@ -30,6 +31,8 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_events_applied_total", Help: "Valid events handed to the sink and applied.", ConstLabels: labels}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_dead_lettered_total", Help: "Malformed messages written to the dead-letter topic.", ConstLabels: labels}),
+		control: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_transaction_markers_total", Help: "Transaction commit/abort markers skipped (kafka-go returns them as messages).", ConstLabels: labels}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_invalid_total", Help: "Malformed messages by reason.", ConstLabels: labels}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -18,8 +18,10 @@ type Record struct {
 
 // Batch is a run of consecutive offsets [First, Last] of one partition. Every
 // offset in the run is covered, including messages that were dead-lettered or
-// skipped and so have no Record: applying the batch advances the partition to
-// Last+1 whatever Records holds.
+// skipped and so have no Record, and offsets the log holds no message for
+// (transaction markers, compacted or deleted records): applying the batch
+// advances the partition to Last+1 whatever Records holds, and each batch of
+// a worker starts where the previous one ended.
 type Batch struct {
 	Topic     string
 	Partition int
