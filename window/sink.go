@@ -127,9 +127,18 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 // Apply implements aggregator.Sink. Publishing decisions is best effort: a
 // failure is logged and counted but does not fail the batch, whose effect
 // (counters, offsets, deny records) is already durable in Redis.
+//
+// When a batch applied in several script runs fails partway, the decisions
+// of the runs that succeeded are published (and their events counted in
+// the metrics) before the error is returned: the retry finds those runs
+// applied and would never report them again.
 func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	res, err := s.cfg.Store.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now())
 	if err != nil {
+		s.countEvents(res)
+		if perr := s.publish(ctx, res.Decisions); perr != nil {
+			return errors.Join(err, perr)
+		}
 		return err
 	}
 	if res.Duplicate {
@@ -146,15 +155,25 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	if res.Gap > 0 {
 		s.log.Warn("offset gap: the batch starts after the stored offset", "partition", b.Partition, "first", b.First, "gap", res.Gap)
 	}
+	s.countEvents(res)
+	return s.publish(ctx, res.Decisions)
+}
+
+func (s *Sink) countEvents(res ApplyResult) {
 	s.events.WithLabelValues("applied").Add(float64(res.Applied))
 	s.events.WithLabelValues("old").Add(float64(res.Old))
 	s.events.WithLabelValues("counted_by_limiter").Add(float64(res.CountedByLimiter))
 	s.events.WithLabelValues("no_rule").Add(float64(res.NoRule))
-	if len(res.Decisions) == 0 {
+}
+
+// publish logs, counts and publishes new decisions (best effort: a failed
+// write is logged and counted, not returned).
+func (s *Sink) publish(ctx context.Context, decisions []Decision) error {
+	if len(decisions) == 0 {
 		return nil
 	}
-	msgs := make([]kafka.Message, 0, len(res.Decisions))
-	for _, d := range res.Decisions {
+	msgs := make([]kafka.Message, 0, len(decisions))
+	for _, d := range decisions {
 		s.denies.WithLabelValues(d.Rule, fmt.Sprint(d.Shadow)).Inc()
 		s.log.Info("deny", "action", d.Action, "kind", d.Kind, "subject", d.Subject, "rule", d.Rule,
 			"limit", d.Limit.String(), "count", d.Count, "until", d.Until, "shadow", d.Shadow)

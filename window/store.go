@@ -233,6 +233,12 @@ type profileLimit struct {
 // Events older than the longest window of their rules, events that match
 // no rule, and Counted events (the limiter's strict mode counted them) are
 // not added; subjects with Counted events are still evaluated.
+//
+// A batch with more than MaxSubjects subjects is applied in several script
+// runs. When one fails, the result holds what the runs before it did, their
+// decisions included, along with the error: a retry finds those runs
+// applied already and will not report their decisions again, so the caller
+// must publish them now.
 func (s *Store) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time) (ApplyResult, error) {
 	chunks := s.split(b)
 	if len(chunks) == 1 {
@@ -386,7 +392,8 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	out, err := s.apply.Run(ctx, s.rdb, nil, args...).Int64Slice()
 	s.observe("apply", start)
 	if err != nil {
-		return res, -1, fmt.Errorf("apply batch group=%s topic=%s partition=%d offsets=%d-%d: %w", group, b.Topic, b.Partition, b.First, b.Last, err)
+		// Whether the script ran is unknown: report nothing of it.
+		return ApplyResult{}, -1, fmt.Errorf("apply batch group=%s topic=%s partition=%d offsets=%d-%d: %w", group, b.Topic, b.Partition, b.First, b.Last, err)
 	}
 	if len(out) < 2 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)

@@ -2,11 +2,17 @@ package window_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
 	"floodgate/rules"
 	"floodgate/stacktest"
@@ -422,5 +428,81 @@ rules:
 		if rec := readDeny(t, rdb, st, sub); rec == nil || !rec.Until.Equal(wantUntil) {
 			t.Errorf("skew %s: deny record %+v, want until %s", skew, rec, wantUntil)
 		}
+	}
+}
+
+// flakyRedis fails the failAt-th script call (EvalSha) once.
+type flakyRedis struct {
+	*redis.Client
+	calls, failAt atomic.Int32
+}
+
+func (f *flakyRedis) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if f.calls.Add(1) == f.failAt.Load() {
+		c := redis.NewCmd(ctx)
+		c.SetErr(errors.New("injected failure"))
+		return c
+	}
+	return f.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// decisionLog is a MessageWriter that keeps the decisions' keys.
+type decisionLog struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (d *decisionLog) WriteMessages(_ context.Context, msgs ...kafka.Message) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, m := range msgs {
+		d.keys = append(d.keys, string(m.Key))
+	}
+	return nil
+}
+
+// A batch applied in several script runs whose second run fails: the first
+// run's decisions are published with the error, since the retry finds that
+// run applied and reports only the rest. Every decision is published once.
+func TestSinkPublishesDecisionsOfAPartlyAppliedBatch(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	f := &flakyRedis{Client: rdb}
+	f.failAt.Store(2)
+	st, err := window.NewStore(f, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), MaxSubjects: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: a
+    kinds: [ip]
+    limits: [1/1m]
+`)
+	log := &decisionLog{}
+	sink, err := window.NewSink(window.SinkConfig{Store: st, Group: "g", Rules: func() *rules.Set { return set },
+		Decisions: log, Now: func() time.Time { return base }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []eventT
+	for i := range 4 {
+		ip := "192.0.2." + strconv.Itoa(i)
+		evs = append(evs, ev("a", "ip", ip, base), ev("a", "ip", ip, base))
+	}
+	b := (&batcher{topic: "t"}).batch(evs...)
+	if err := sink.Apply(context.Background(), b); err == nil {
+		t.Fatal("first attempt: no error, want the injected failure")
+	}
+	if got := len(log.keys); got != 2 {
+		t.Fatalf("first attempt published %d decisions, want the first run's 2", got)
+	}
+	if err := sink.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(log.keys)
+	want := []string{"ip:192.0.2.0", "ip:192.0.2.1", "ip:192.0.2.2", "ip:192.0.2.3"}
+	if !slices.Equal(log.keys, want) {
+		t.Fatalf("decisions published %v, want %v", log.keys, want)
 	}
 }
