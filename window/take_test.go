@@ -209,3 +209,37 @@ func TestTakeDuplicateSubjectCountedOnce(t *testing.T) {
 		t.Fatalf("admitted %d takes, window sum %d; want 5 and 5 (limit 5/1m)", admitted, ev[0].Sums[0])
 	}
 }
+
+// When the excess lies in the seconds ahead of now, the retry time is when
+// those events leave the window, and a take then succeeds; a second earlier
+// it does not.
+func TestUntilCountsEventsAhead(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_002_000, 0)
+	q := []window.EvalQuery{{
+		Subject:   window.Subject{Action: "reset", Kind: "ip", Subject: "192.0.2.51"},
+		MaxWindow: time.Minute,
+		Limits:    []window.EvalLimit{{Limit: rules.Limit{Count: 3, Window: time.Minute}, Block: true}},
+		Count:     true,
+	}}
+	later := now.Add(4 * time.Second)
+	for range 3 {
+		if ok, _, err := st.Take(context.Background(), later, q, 1); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	ev, err := st.Evaluate(context.Background(), now, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := later.Add(time.Minute)
+	if ev[0].Sums[0] != 3 || !ev[0].Until[0].Equal(want) {
+		t.Fatalf("evaluate at now: sum %d until %s, want 3 and %s", ev[0].Sums[0], ev[0].Until[0], want)
+	}
+	if ok, _, err := st.Take(context.Background(), want.Add(-time.Second), q, 1); err != nil || ok {
+		t.Fatalf("take a second before the retry time: taken=%v err=%v, want refused", ok, err)
+	}
+	if ok, _, err := st.Take(context.Background(), want, q, 1); err != nil || !ok {
+		t.Fatalf("take at the retry time: taken=%v err=%v, want taken", ok, err)
+	}
+}
