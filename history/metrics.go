@@ -22,7 +22,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	m := &sinkMetrics{
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_history_batches_total", ConstLabels: labels,
-			Help: "History batches by result: applied, duplicate (already stored, no-op), conflict (offset gap or stale owner, not written).",
+			Help: "History batches by result: applied, duplicate (already stored, no-op), trimmed (head already stored: the tail is then applied), conflict (offset gap, not written).",
 		}, []string{"result"}),
 		rows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_history_bucket_rows_written_total", ConstLabels: labels,

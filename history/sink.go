@@ -153,9 +153,11 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 	return next, true, nil
 }
 
-// OffsetConflictError is returned for a batch that neither continues the
-// stored offset nor lies wholly before it: a stale owner, or a gap (events
-// deleted by Kafka retention before history read them). Nothing was written.
+// OffsetConflictError is returned for a batch that starts after the stored
+// offset: a gap (events deleted by Kafka retention before history read
+// them), or the stored offset moved back. Nothing was written. (A batch that
+// overlaps the stored offset is trimmed to its new tail and applied; one
+// wholly before it is a no-op.)
 type OffsetConflictError struct {
 	Topic       string
 	Partition   int
@@ -176,8 +178,32 @@ type key struct {
 
 // Apply sums the batch into minute buckets and writes them, the totals and
 // the partition's next offset in one statement. A batch the store already
-// holds is a no-op.
+// holds is a no-op; a batch whose head it holds (a stale owner's batch
+// overlapping the new owner's) is applied from the stored offset on.
 func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
+	for {
+		trimTo, err := s.applyOnce(ctx, b)
+		if err != nil || trimTo < 0 {
+			return err
+		}
+		// The stored offset lies in (First, Last]: only the records from it on
+		// are new. trimTo > b.First, so this ends.
+		kept := make([]aggregator.Record, 0, len(b.Records))
+		for _, r := range b.Records {
+			if r.Offset >= trimTo {
+				kept = append(kept, r)
+			}
+		}
+		s.metrics.batches.WithLabelValues("trimmed").Inc()
+		s.log.Info("batch overlaps the stored offset; applying its tail", "topic", b.Topic, "partition", b.Partition,
+			"first", b.First, "last", b.Last, "stored", trimTo, "records_dropped", len(b.Records)-len(kept))
+		b.First, b.Records = trimTo, kept
+	}
+}
+
+// applyOnce writes b, or returns trimTo >= 0 (and writes nothing) when the
+// stored next offset trimTo lies inside (b.First, b.Last].
+func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error) {
 	start := time.Now()
 	sums := make(map[key]int64, len(b.Records))
 	var events int64
@@ -209,10 +235,10 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		ns[i] = sums[k]
 	}
 	if err := s.ready(ctx); err != nil {
-		return err
+		return -1, err
 	}
 	if err := s.ensurePartitions(ctx, minutes); err != nil {
-		return fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
+		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
 	}
 
 	// One round trip, one implicit transaction: the routing lock, then the
@@ -236,21 +262,24 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	}
 	if err != nil {
 		s.metrics.errors.Inc()
-		return fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
+		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
 	}
 	s.metrics.seconds.Observe(time.Since(start).Seconds())
 	if !applied {
-		if stored != nil && *stored > b.Last {
+		switch {
+		case stored != nil && *stored > b.Last:
 			s.metrics.batches.WithLabelValues("duplicate").Inc()
 			s.log.Debug("batch already applied", "topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "stored", *stored)
-			return nil
+			return -1, nil
+		case stored != nil && *stored > b.First:
+			return *stored, nil
 		}
 		s.metrics.batches.WithLabelValues("conflict").Inc()
 		var st int64
 		if stored != nil {
 			st = *stored
 		}
-		return &OffsetConflictError{Topic: b.Topic, Partition: b.Partition, First: b.First, Last: b.Last, Stored: st}
+		return -1, &OffsetConflictError{Topic: b.Topic, Partition: b.Partition, First: b.First, Last: b.Last, Stored: st}
 	}
 	s.metrics.batches.WithLabelValues("applied").Inc()
 	s.metrics.rows.Add(float64(written))
@@ -261,7 +290,7 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		s.log.Warn("late events older than every tier's horizon: counted in totals and history_late, in no bucket",
 			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "events", late)
 	}
-	return nil
+	return -1, nil
 }
 
 // ensurePartitions creates the 1m partitions (UTC days) the minutes need.

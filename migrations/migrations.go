@@ -62,8 +62,8 @@ func Open(ctx context.Context, url string) (*sql.DB, error) {
 // in order, each in its own transaction. It returns what it applied (empty
 // when the database was up to date).
 func Up(ctx context.Context, db *sql.DB) ([]Applied, error) {
-	if _, err := db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+Schema); err != nil {
-		return nil, fmt.Errorf("migrate up: create schema %s: %w", Schema, err)
+	if err := createSchema(ctx, db); err != nil {
+		return nil, err
 	}
 	p, err := provider(db)
 	if err != nil {
@@ -87,6 +87,32 @@ func Up(ctx context.Context, db *sql.DB) ([]Applied, error) {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
 	return applied, nil
+}
+
+// createSchema creates schema floodgate if needed. Concurrent CREATE SCHEMA
+// IF NOT EXISTS race on the catalog's unique index (23505), so creators take
+// turns under a transaction-level advisory lock: a waiter's statement then
+// sees the committed schema.
+func createSchema(ctx context.Context, db *sql.DB) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate up: create schema %s: begin: %w", Schema, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.migrations.schema'))`); err != nil {
+		return fmt.Errorf("migrate up: create schema %s: lock: %w", Schema, err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+Schema); err != nil {
+		return fmt.Errorf("migrate up: create schema %s: %w", Schema, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate up: create schema %s: commit: %w", Schema, err)
+	}
+	return nil
 }
 
 // Status lists every embedded migration with whether it is applied. It

@@ -59,6 +59,7 @@ func (l LadderFlags) ladder() (history.Ladder, error) {
 
 // historyPool opens a pool without waiting for Postgres: connections are
 // made on use, so an outage shows up as retried errors, not a failed start.
+// Sessions run in UTC whatever the server's or role's TimeZone.
 func historyPool(url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -68,6 +69,9 @@ func historyPool(url string) (*pgxpool.Pool, error) {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
 	cfg.MaxConnIdleTime = time.Minute
+	// History is UTC throughout (partitions, buckets, curves); the SQL
+	// functions pin it themselves, and so does every session of ours.
+	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres pool: %w", err)
