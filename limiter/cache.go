@@ -8,16 +8,24 @@ import (
 	"floodgate/rules"
 )
 
-const cacheShards = 32
+const (
+	cacheShards = 32
+	// evictSamples bounds the entries a put into a full shard looks at.
+	evictSamples = 8
+)
 
-// denyCache holds deny decisions until each expires, so that a flood from a
-// denied subject does not reach Redis. It is a size-capped map in shards:
-// when a shard is full, expired entries go first, then arbitrary ones (Go's
-// map order). An entry holds for the rules set it was decided under only; a
-// reload makes it a miss.
+// denyCache holds deny decisions so that a flood from a denied subject does
+// not reach Redis. An entry lives until its denial ends or ttl has passed,
+// whichever is first: a deny record an operator deletes stops denying
+// within ttl. It is a size-capped map in shards: a put into a full shard
+// looks at a few entries (Go's map order starts at a random place) and
+// evicts the first stale one (expired, or of an older rules set), else the
+// one that expires soonest. An entry holds for the rules set it was decided
+// under only; a reload makes it a miss.
 type denyCache struct {
 	seed     maphash.Seed
 	perShard int
+	ttl      time.Duration
 	shards   [cacheShards]cacheShard
 }
 
@@ -29,10 +37,11 @@ type cacheShard struct {
 type cacheEntry struct {
 	d   Denial
 	set *rules.Set
+	exp time.Time // min(d.Until, cached at + ttl)
 }
 
-func newDenyCache(size int) *denyCache {
-	c := &denyCache{seed: maphash.MakeSeed(), perShard: max(size/cacheShards, 1)}
+func newDenyCache(size int, ttl time.Duration) *denyCache {
+	c := &denyCache{seed: maphash.MakeSeed(), perShard: max(size/cacheShards, 1), ttl: ttl}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]cacheEntry)
 	}
@@ -53,7 +62,7 @@ func (c *denyCache) get(key string, set *rules.Set, now time.Time) (Denial, bool
 	if !ok {
 		return Denial{}, false
 	}
-	if e.set != set || !now.Before(e.d.Until) {
+	if e.set != set || !now.Before(e.exp) {
 		s.mu.Lock()
 		if cur, ok := s.m[key]; ok && cur == e {
 			delete(s.m, key)
@@ -64,28 +73,37 @@ func (c *denyCache) get(key string, set *rules.Set, now time.Time) (Denial, bool
 	return e.d, true
 }
 
-// put caches d (which ends at d.Until) for key.
+// put caches d (which ends at d.Until) for key, for at most the cache's ttl.
 func (c *denyCache) put(key string, d Denial, set *rules.Set, now time.Time) {
 	if !now.Before(d.Until) {
 		return
+	}
+	exp := d.Until
+	if lim := now.Add(c.ttl); lim.Before(exp) {
+		exp = lim
 	}
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[key]; !ok && len(s.m) >= c.perShard {
+		var victim string
+		var soonest time.Time
+		n := 0
 		for k, e := range s.m {
-			if !now.Before(e.d.Until) || e.set != set {
-				delete(s.m, k)
-			}
-		}
-		for k := range s.m {
-			if len(s.m) < c.perShard {
+			if e.set != set || !now.Before(e.exp) {
+				victim = k
 				break
 			}
-			delete(s.m, k)
+			if n == 0 || e.exp.Before(soonest) {
+				victim, soonest = k, e.exp
+			}
+			if n++; n == evictSamples {
+				break
+			}
 		}
+		delete(s.m, victim)
 	}
-	s.m[key] = cacheEntry{d: d, set: set}
+	s.m[key] = cacheEntry{d: d, set: set, exp: exp}
 }
 
 func (c *denyCache) len() int {

@@ -63,6 +63,7 @@ func (m FailureMode) String() string {
 const (
 	DefaultTimeout     = 50 * time.Millisecond
 	DefaultCacheSize   = 100_000
+	DefaultCacheTTL    = 10 * time.Second
 	DefaultMaxSubjects = 16
 	// degradedRetry is the retry time of a denial in closed failure mode.
 	degradedRetry = time.Second
@@ -86,6 +87,10 @@ type Config struct {
 	// CacheSize bounds the in-process cache of deny decisions (entries).
 	// Default 100000; negative disables the cache.
 	CacheSize int
+	// CacheTTL caps how long a cached denial is used (it is used at most
+	// until the denial ends): a deny record deleted in Redis stops denying
+	// within CacheTTL. Default 10s.
+	CacheTTL time.Duration
 	// MaxSubjects bounds the subjects of one request. Default 16.
 	MaxSubjects int
 	// Now is the clock. Default time.Now.
@@ -107,6 +112,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limiter: timeout %s is negative", c.Timeout)
 	case c.FailureMode != FailOpen && c.FailureMode != FailClosed:
 		return fmt.Errorf("limiter: unknown failure mode %d", c.FailureMode)
+	case c.CacheTTL < 0:
+		return fmt.Errorf("limiter: cache ttl %s is negative", c.CacheTTL)
 	case c.MaxSubjects < 0:
 		return fmt.Errorf("limiter: max subjects %d is negative", c.MaxSubjects)
 	}
@@ -226,7 +233,11 @@ func New(cfg Config) (*Limiter, error) {
 		size = DefaultCacheSize
 	}
 	if size > 0 {
-		l.cache = newDenyCache(size)
+		ttl := cfg.CacheTTL
+		if ttl == 0 {
+			ttl = DefaultCacheTTL
+		}
+		l.cache = newDenyCache(size, ttl)
 		l.m.cacheSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_limiter_cache_entries",
 			Help: "Deny decisions held in the in-process cache.",
@@ -283,7 +294,9 @@ type planLimit struct {
 	allowlisted bool
 }
 
-func (p *plan) enforced(r *rules.Rule) bool { return !r.Shadow && !r.Allowed(p.sub.Subject) }
+// enforced reports whether pl can deny: not shadow, and the rule does not
+// allowlist the subject.
+func (pl *planLimit) enforced() bool { return !pl.rule.Shadow && !pl.allowlisted }
 
 func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision, error) {
 	op := "check"
@@ -321,6 +334,19 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 			plans = append(plans, p)
 		}
 	}
+	n := max(req.N, 1)
+	if take && n > 1 {
+		// n over an enforced limit's count never fits, whatever the
+		// window holds: no retry time would be true.
+		for i := range plans {
+			for _, pl := range plans[i].limits {
+				if pl.enforced() && n > pl.limit.Count {
+					l.m.invalid.WithLabelValues(op).Inc()
+					return Decision{}, invalidf("n=%d exceeds the limit %s of rule %s; it can never be admitted", n, pl.limit, pl.rule.Name)
+				}
+			}
+		}
+	}
 	d := Decision{Allowed: true, Time: now}
 	if len(plans) == 0 {
 		// Unknown action or kinds: no limits apply.
@@ -332,15 +358,21 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	}
 
 	if l.cache != nil {
+		// Of the cached denials, the one with the longest retry, as an
+		// answer from Redis would report.
+		var cached *Denial
 		for i := range plans {
 			if den, ok := l.cache.get(cacheKey(req.Action, plans[i].sub), set, now); ok {
-				den.RetryAfter = den.Until.Sub(now)
-				l.m.cacheHits.Inc()
-				l.m.checks.WithLabelValues(op, "denied").Inc()
-				l.m.denies.WithLabelValues(den.Rule).Inc()
-				d.Allowed, d.Denial, d.Cached = false, &den, true
-				return d, nil
+				cached = pick(cached, &den)
 			}
+		}
+		if cached != nil {
+			cached.RetryAfter = cached.Until.Sub(now)
+			l.m.cacheHits.Inc()
+			l.m.checks.WithLabelValues(op, "denied").Inc()
+			l.m.denies.WithLabelValues(cached.Rule).Inc()
+			d.Allowed, d.Denial, d.Cached = false, cached, true
+			return d, nil
 		}
 		l.m.cacheMisses.Inc()
 	}
@@ -356,7 +388,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		}
 		var last *rules.Rule
 		for k, pl := range p.limits {
-			enf := p.enforced(pl.rule)
+			enf := pl.enforced()
 			q.Limits[k] = window.EvalLimit{Limit: pl.limit, Block: enf}
 			if enf && pl.rule != last {
 				q.BlockRules = append(q.BlockRules, pl.rule.Name)
@@ -365,7 +397,6 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		}
 		qs[i] = q
 	}
-	n := max(req.N, 1)
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
 	start := time.Now()
 	var (
@@ -395,15 +426,16 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		var subjDeny *Denial
 		var rec *rules.Rule
 		if st.Deny != nil {
+			recAllowed := false
 			for _, pl := range p.limits {
 				if pl.rule.Name == st.Deny.Rule {
-					rec = pl.rule
+					rec, recAllowed = pl.rule, pl.allowlisted
 					break
 				}
 			}
 			// A record of a rule that is gone, or that now allowlists the
 			// subject, does not count.
-			if rec != nil && !rec.Allowed(p.sub.Subject) {
+			if rec != nil && !recAllowed {
 				den := Denial{
 					Rule: rec.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
 					Limit: st.Deny.Limit.Count, Window: st.Deny.Limit.Window, Count: st.Deny.Count,

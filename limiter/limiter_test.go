@@ -26,6 +26,8 @@ import (
 	floodgatev1 "floodgate/gen/floodgate/v1"
 	"floodgate/gen/floodgate/v1/floodgatev1connect"
 	"floodgate/limiter"
+	"floodgate/rules"
+	"floodgate/window"
 )
 
 func httpGet(t *testing.T, rawURL string, hdr map[string]string) (*http.Response, limiter.CheckResult) {
@@ -607,5 +609,86 @@ func TestDuplicateSubjectsDecidedOnce(t *testing.T) {
 		if rr.OverallCode != want || len(rr.Statuses) != 2 || rr.Statuses[0].Code != want || rr.Statuses[1].Code != want {
 			t.Fatalf("RLS take %d: %v, want %v for both descriptors", i+1, rr, want)
 		}
+	}
+}
+
+// Take(n) with n over an enforced limit's count can never be admitted: a
+// bad request (InvalidArgument over RLS), not a denial with a retry time.
+func TestTakeMoreThanTheLimitIsInvalid(t *testing.T) {
+	e := newEnv(t, func(_ *limiter.Config, s *limiter.ServerConfig) { s.RLSMode = limiter.RLSTake })
+	ctx := context.Background()
+	req := limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: "n@example.com"}}, N: 11}
+	_, err := e.lim.Take(ctx, req)
+	if limiter.ErrorCode(err) != limiter.CodeInvalid || !strings.Contains(err.Error(), "n=11 exceeds the limit 10/1m of rule password-reset") {
+		t.Fatalf("take n=11 of 10/1m: %v, want an invalid-request error", err)
+	}
+	// Check ignores n; n up to the limit is a take like any other.
+	if d, err := e.lim.Check(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("check: %+v %v", d, err)
+	}
+	req.N = 10
+	if d, err := e.lim.Take(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("take n=10 of 10/1m: %+v %v", d, err)
+	}
+	// A shadow or allowlisting rule does not limit n.
+	if _, err := e.lim.Take(ctx, limiter.Request{Action: "visit", Subjects: []limiter.Subject{{Kind: "ip", Subject: "192.0.2.1"}}, N: 4}); err != nil {
+		t.Fatalf("take n=4 under a shadow 3/1m: %v", err)
+	}
+	_, err = rlsClient(t, e.srv.RLSAddr()).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset", HitsAddend: 11,
+		Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", "n@example.com")}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("RLS take hits_addend=11: %v, want InvalidArgument", err)
+	}
+}
+
+// writeDeny stores a deny record for a subject as the aggregator would.
+func writeDeny(t *testing.T, e *env, kind, subject string, until time.Time) {
+	t.Helper()
+	d := window.Deny{Rule: "login-failed", Limit: rules.Limit{Count: 10, Window: time.Hour}, Count: 11, Until: until}
+	js, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := e.store.DenyKey(window.Subject{Action: "login_failed", Kind: kind, Subject: subject})
+	if err := e.rdb.Set(context.Background(), key, js, time.Until(until)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A cached denial is used for at most the cache TTL: an operator who
+// deletes a deny record sees it stop denying within that time. A cached
+// answer reports the denial with the longest retry of its subjects.
+func TestDenyCacheTTLAndLongestRetry(t *testing.T) {
+	var clock atomic.Int64
+	start := time.Now()
+	clock.Store(start.UnixNano())
+	e := newEnv(t, withCache(1000), func(c *limiter.Config, _ *limiter.ServerConfig) {
+		c.CacheTTL = 10 * time.Second
+		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	})
+	ctx := context.Background()
+	writeDeny(t, e, "ip", "198.51.100.7", start.Add(20*time.Minute))
+	writeDeny(t, e, "email", "ttl@example.com", start.Add(40*time.Minute))
+	req := limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: "198.51.100.7"}, {Kind: "email", Subject: "ttl@example.com"}}}
+	d, err := e.lim.Check(ctx, req)
+	if err != nil || d.Allowed || d.Cached || d.Denial.Kind != "email" {
+		t.Fatalf("first check: %+v %v, want denied by the e-mail's record", d, err)
+	}
+	d, err = e.lim.Check(ctx, req)
+	if err != nil || d.Allowed || !d.Cached || d.Denial.Kind != "email" || d.RetryAfter() <= 30*time.Minute {
+		t.Fatalf("cached check: %+v %v, want the e-mail's 40m denial", d, err)
+	}
+	for _, k := range []window.Subject{{Action: "login_failed", Kind: "ip", Subject: "198.51.100.7"}, {Action: "login_failed", Kind: "email", Subject: "ttl@example.com"}} {
+		if err := e.rdb.Del(ctx, e.store.DenyKey(k)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Store(start.Add(9 * time.Second).UnixNano())
+	if d, err = e.lim.Check(ctx, req); err != nil || d.Allowed || !d.Cached {
+		t.Fatalf("within the TTL: %+v %v, want the cached denial", d, err)
+	}
+	clock.Store(start.Add(10 * time.Second).UnixNano())
+	if d, err = e.lim.Check(ctx, req); err != nil || !d.Allowed || d.Cached {
+		t.Fatalf("after the TTL, records deleted: %+v %v, want allowed from Redis", d, err)
 	}
 }
