@@ -63,6 +63,11 @@ type Config struct {
 	Reset  bool
 	Keys   Keys
 	Prefix string
+	// MaxFutureSkew is how far ahead of Now an event time may be, as the
+	// live aggregator's setting (aggregator.Config.MaxFutureSkew): events
+	// further ahead, which the aggregator dead-letters, are skipped.
+	// Default 5s.
+	MaxFutureSkew time.Duration
 	// BatchMax caps the events in one Apply. Default 5000.
 	BatchMax int
 	// Parallel is how many partitions replay at once. Default 4.
@@ -88,8 +93,8 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: no rules")
 	case c.Reset && (c.Keys == nil || c.Prefix == ""):
 		return errors.New("rebuild config: reset needs the redis keys client and the key prefix")
-	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0:
-		return errors.New("rebuild config: since, batch max and parallel must not be negative")
+	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0 || c.MaxFutureSkew < 0:
+		return errors.New("rebuild config: since, batch max, parallel and max future skew must not be negative")
 	}
 	return nil
 }
@@ -97,6 +102,9 @@ func (c *Config) Validate() error {
 func (c *Config) setDefaults() {
 	if c.Since == 0 {
 		c.Since = c.Rules.MaxWindow() + time.Minute
+	}
+	if c.MaxFutureSkew == 0 {
+		c.MaxFutureSkew = 5 * time.Second
 	}
 	if c.BatchMax == 0 {
 		c.BatchMax = 5000
@@ -119,7 +127,7 @@ type Result struct {
 	Deleted    int64         // keys deleted by Reset
 	Messages   int64         // Kafka messages read
 	Events     int64         // events counted into buckets
-	Invalid    int64         // malformed messages skipped (the DLQ has them)
+	Invalid    int64         // malformed or too far future messages skipped (the DLQ has them)
 	Took       time.Duration // wall time
 	From       time.Time     // replay start time (now − Since)
 }
@@ -233,7 +241,7 @@ func partitions(ctx context.Context, client *kafka.Client, topic string) ([]int,
 // ranges returns, per partition, the first offset whose timestamp is at or
 // after since (the end when there is none) and the current end.
 func ranges(ctx context.Context, client *kafka.Client, topic string, parts []int, since time.Time) (from, end map[int]int64, err error) {
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
+	reqs := make([]kafka.OffsetRequest, 0, 3*len(parts))
 	for _, p := range parts {
 		reqs = append(reqs, kafka.TimeOffsetOf(p, since), kafka.LastOffsetOf(p), kafka.FirstOffsetOf(p))
 	}
@@ -297,7 +305,7 @@ func replay(ctx context.Context, cfg *Config, p int, from, end int64) (partResul
 		}
 		pr.Messages++
 		b.Last = m.Offset
-		if ev, err := event.Decode(m.Value); err != nil || event.CheckKey(m.Key, ev) != nil {
+		if ev, err := event.Decode(m.Value); err != nil || event.CheckKey(m.Key, ev) != nil || tooFarAhead(cfg, ev) {
 			pr.Invalid++
 		} else {
 			// The limiter's strict counts lived in the same Redis and are
@@ -311,6 +319,13 @@ func replay(ctx context.Context, cfg *Config, p int, from, end int64) (partResul
 		}
 	}
 	return pr, flush()
+}
+
+// tooFarAhead reports whether ev lies more than MaxFutureSkew ahead of the
+// rebuild's clock: the live aggregator dead-letters such events, so the
+// rebuild must not count them either.
+func tooFarAhead(cfg *Config, ev event.Event) bool {
+	return ev.TS.After(cfg.Now().Add(cfg.MaxFutureSkew))
 }
 
 // deletePrefix unlinks every key matching prefix+":*".
