@@ -32,6 +32,7 @@ type LimiterFlags struct {
 	Timeout       time.Duration `name:"timeout" env:"FLOODGATE_TIMEOUT" default:"50ms" help:"Redis budget of one decision; past it the failure mode answers."`
 	FailureMode   string        `name:"failure-mode" env:"FLOODGATE_FAILURE_MODE" default:"open" enum:"open,closed" help:"Answer when Redis fails or is slow: open (allow) or closed (deny)."`
 	CacheSize     int           `name:"cache-size" env:"FLOODGATE_CACHE_SIZE" default:"100000" help:"Deny decisions cached in process until they expire (negative disables)."`
+	CacheTTL      time.Duration `name:"cache-ttl" env:"FLOODGATE_CACHE_TTL" default:"10s" help:"Longest a cached denial is used before Redis is asked again (an operator's unban shows within it)."`
 	RedisPoolSize int           `name:"redis-pool-size" env:"FLOODGATE_REDIS_POOL_SIZE" default:"64" help:"Redis connections."`
 }
 
@@ -50,7 +51,7 @@ func (f *LimiterFlags) limiterConfig(store limiter.Store, set func() *rules.Set,
 		return limiter.Config{}, err
 	}
 	cfg := limiter.Config{
-		Store: store, Rules: set, Timeout: f.Timeout, FailureMode: mode, CacheSize: f.CacheSize,
+		Store: store, Rules: set, Timeout: f.Timeout, FailureMode: mode, CacheSize: f.CacheSize, CacheTTL: f.CacheTTL,
 		Logger: logger, Registerer: reg,
 	}
 	if pub != nil {
