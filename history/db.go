@@ -2,10 +2,8 @@ package history
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,6 +55,16 @@ const (
 	lockRouteShared    = `SELECT pg_advisory_xact_lock_shared(hashtext('floodgate.history'), hashtext($1 || '.route'))`
 	lockRouteExclusive = `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`
 )
+
+// LockRoute takes the routing lock of the history in schema exclusively, for
+// the rest of tx: no sink writes until tx ends. Whoever moves rows between
+// tiers or changes a watermark holds it.
+func LockRoute(ctx context.Context, tx pgx.Tx, schema string) error {
+	if _, err := tx.Exec(ctx, lockRouteExclusive, schema); err != nil {
+		return fmt.Errorf("routing lock: %w", err)
+	}
+	return nil
+}
 
 // EnsureLadder stores l as the ladder of the history in schema. An empty
 // store takes l as is. A stored ladder with the same steps takes l's
@@ -153,39 +161,4 @@ func describe[T any](xs []T, f func(T) string) string {
 		parts[i] = f(x)
 	}
 	return strings.Join(parts, ",")
-}
-
-// Watermark is a tier's stored state.
-type Watermark struct {
-	Step     string
-	Position int
-	RolledTo time.Time // zero when nothing was rolled (-infinity)
-}
-
-// Watermarks reads the stored ladder, finest first.
-func Watermarks(ctx context.Context, db DB, schema string) ([]Watermark, error) {
-	rows, err := db.Query(ctx, `SELECT step, position, nullif(rolled_to, '-infinity') FROM `+qualify(schema, "history_tiers")+` ORDER BY position`)
-	if err != nil {
-		return nil, fmt.Errorf("read watermarks: %w", err)
-	}
-	defer rows.Close()
-	var out []Watermark
-	for rows.Next() {
-		var w Watermark
-		var rolled *time.Time
-		if err := rows.Scan(&w.Step, &w.Position, &rolled); err != nil {
-			return nil, fmt.Errorf("read watermarks: %w", err)
-		}
-		if rolled != nil {
-			w.RolledTo = rolled.UTC()
-		}
-		out = append(out, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read watermarks: %w", err)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("read watermarks: no ladder stored (run the roller or the history sink once)")
-	}
-	return out, nil
 }

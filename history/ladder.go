@@ -162,9 +162,6 @@ func stepByName(name string) (Step, bool) {
 	return Step{}, false
 }
 
-// AllSteps returns every step history has a table for, finest first.
-func AllSteps() []Step { return append([]Step(nil), steps...) }
-
 var units = []struct {
 	suffix string
 	d      time.Duration
@@ -183,8 +180,8 @@ func parseDuration(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("%q: want a number and a unit m, h, d or w (e.g. 14d), or forever", s)
 }
 
-// formatDuration writes horizons in days (or hours, minutes), as people
-// configure them: 14d rather than 2w.
+// formatDuration writes horizons and curve steps in days (or hours,
+// minutes), as people configure them: 14d rather than 2w.
 func formatDuration(d time.Duration) string {
 	for _, u := range units[1:] {
 		if d%u.d == 0 {

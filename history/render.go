@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,7 +56,7 @@ func WriteCurve(w io.Writer, points []Point, step time.Duration) error {
 	if step%(24*time.Hour) == 0 {
 		layout = time.DateOnly
 	}
-	if _, err := fmt.Fprintf(w, "%s  total %d, peak %d, step %s\n", Sparkline(points), sum, hi, formatStep(step)); err != nil {
+	if _, err := fmt.Fprintf(w, "%s  total %d, peak %d, step %s\n", Sparkline(points), sum, hi, formatDuration(step)); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -78,15 +77,6 @@ func WriteTop(w io.Writer, rows []Ranked) error {
 		fmt.Fprintf(tw, "%2d.\t%s:%s\t%d\t%s\n", i+1, r.Kind, r.Subject, r.Value, bar(r.Value, hi, 30))
 	}
 	return tw.Flush()
-}
-
-func formatStep(d time.Duration) string {
-	for _, u := range units {
-		if d%u.d == 0 {
-			return strconv.FormatInt(int64(d/u.d), 10) + u.suffix
-		}
-	}
-	return d.String()
 }
 
 // ParseDuration reads a positive span written like the ladder's horizons:

@@ -330,6 +330,10 @@ func mod(a, b int64) int64 {
 // subject, kind, minute, n). It returns (applied, stored next offset before,
 // bucket rows written, late events).
 //
+// Every upsert inserts in key order (ORDER BY), so concurrent batches take
+// their row locks in the same order and cannot deadlock; the Go sort of the
+// arrays does not survive GROUP BY.
+//
 // Each minute goes to the finest tier whose rolled_to is at or below it,
 // binned to that tier's width; a minute below every watermark is late: it
 // counts in totals and history_late only.
@@ -359,7 +363,7 @@ func applySQL(schema, offsets string) string {
 		fmt.Fprintf(&b, `, %[1]s AS (
 	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n)
 	SELECT a, s, k, date_bin('%[3]d seconds', m, timestamptz '2000-01-03 00:00:00+00'), sum(n)
-	FROM r WHERE step = '%[4]s' GROUP BY 1, 2, 3, 4
+	FROM r WHERE step = '%[4]s' GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
 	ON CONFLICT (action, subject, kind, bucket) DO UPDATE SET n = b.n + EXCLUDED.n
 	RETURNING 1
 )`, cte, q(st.Table()), int64(st.Width/time.Second), st.Name)
@@ -367,13 +371,13 @@ func applySQL(schema, offsets string) string {
 	}
 	fmt.Fprintf(&b, `, tot AS (
 	INSERT INTO %[1]s AS t (action, subject, kind, n, first_at, last_at)
-	SELECT a, s, k, sum(n), min(m), max(m) FROM r GROUP BY 1, 2, 3
+	SELECT a, s, k, sum(n), min(m), max(m) FROM r GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
 	ON CONFLICT (action, subject, kind) DO UPDATE
 		SET n = t.n + EXCLUDED.n, first_at = least(t.first_at, EXCLUDED.first_at),
 			last_at = greatest(t.last_at, EXCLUDED.last_at), updated_at = now()
 ), late AS (
 	INSERT INTO %[2]s AS l (action, subject, kind, n, first_at, last_at)
-	SELECT a, s, k, sum(n), min(m), max(m) FROM r WHERE step IS NULL GROUP BY 1, 2, 3
+	SELECT a, s, k, sum(n), min(m), max(m) FROM r WHERE step IS NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
 	ON CONFLICT (action, subject, kind) DO UPDATE
 		SET n = l.n + EXCLUDED.n, first_at = least(l.first_at, EXCLUDED.first_at),
 			last_at = greatest(l.last_at, EXCLUDED.last_at), reported_at = now()

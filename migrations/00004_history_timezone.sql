@@ -1,5 +1,6 @@
--- History: partitions and curves independent of the session TimeZone
--- (docs/history.md, docs/dashboards.md).
+-- History: partitions and curves independent of the session TimeZone, and
+-- drop_partitions that locks only when it drops (docs/history.md,
+-- docs/dashboards.md).
 --
 -- 00002's partition_bounds added '1 day', '7 days' or '1 month' to a UTC
 -- bound in the session's time zone: in a session outside UTC a partition
@@ -29,8 +30,68 @@ $$;
 
 ALTER FUNCTION floodgate.ensure_partition(text, timestamptz) SET TimeZone = 'UTC';
 ALTER FUNCTION floodgate.partitions(text) SET TimeZone = 'UTC';
-ALTER FUNCTION floodgate.drop_partitions(text, timestamptz, boolean) SET TimeZone = 'UTC';
 ALTER FUNCTION floodgate.oldest_bucket(text) SET TimeZone = 'UTC';
+
+-- drop_partitions: as in 00002, but the parent table is locked only when some
+-- partition ends at or before p_before.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION floodgate.drop_partitions(p_step text, p_before timestamptz, p_require_empty boolean)
+RETURNS int LANGUAGE plpgsql SET TimeZone = 'UTC' AS $$
+DECLARE
+    r       record;
+    parent  text := 'bucket_' || p_step;
+    dropped int := 0;
+    has     boolean;
+    en      bigint;
+    er      bigint;
+    tn      bigint := 0;
+    tr      bigint := 0;
+BEGIN
+    IF floodgate.is_hypertable(p_step) THEN
+        IF NOT p_require_empty THEN
+            EXECUTE format('SELECT coalesce(sum(n), 0), count(*) FROM floodgate.%I WHERE bucket < $1', parent)
+                INTO tn, tr USING p_before;
+        ELSE
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM floodgate.%I WHERE bucket < $1)', parent) INTO has USING p_before;
+            IF has THEN RETURN 0; END IF;
+        END IF;
+        EXECUTE format('DELETE FROM floodgate.%I WHERE bucket < $1', parent) USING p_before;
+        EXECUTE format('SELECT count(*) FROM drop_chunks(%L, older_than => $1)', 'floodgate.' || parent)
+            INTO dropped USING p_before;
+    ELSE
+        -- Parent first, as readers lock it: no lock-order deadlock with them.
+        -- Only when there is something to drop: the lock waits for every
+        -- reader (a long dashboard query) and blocks every writer meanwhile.
+        IF EXISTS (SELECT 1 FROM floodgate.partitions(p_step) WHERE hi <= p_before) THEN
+            EXECUTE format('LOCK TABLE floodgate.%I IN ACCESS EXCLUSIVE MODE', parent);
+            FOR r IN SELECT * FROM floodgate.partitions(p_step) WHERE hi <= p_before LOOP
+                IF p_require_empty THEN
+                    EXECUTE format('SELECT EXISTS (SELECT 1 FROM floodgate.%I)', r.name) INTO has;
+                    CONTINUE WHEN has;
+                ELSE
+                    EXECUTE format('SELECT coalesce(sum(n), 0), count(*) FROM floodgate.%I', r.name) INTO en, er;
+                    tn := tn + en;
+                    tr := tr + er;
+                END IF;
+                EXECUTE format('DROP TABLE floodgate.%I', r.name);
+                dropped := dropped + 1;
+            END LOOP;
+        END IF;
+        IF NOT p_require_empty THEN
+            EXECUTE format('WITH d AS (DELETE FROM floodgate.%I WHERE bucket < $1 RETURNING n) SELECT coalesce(sum(n), 0), count(*) FROM d',
+                           parent || '_default') INTO en, er USING p_before;
+            tn := tn + en;
+            tr := tr + er;
+        END IF;
+    END IF;
+    IF tr > 0 THEN
+        INSERT INTO floodgate.history_expired AS e (step, before, n, rows) VALUES (p_step, p_before, tn, tr)
+        ON CONFLICT (step, before) DO UPDATE SET n = e.n + EXCLUDED.n, rows = e.rows + EXCLUDED.rows, expired_at = now();
+    END IF;
+    RETURN dropped;
+END
+$$;
+-- +goose StatementEnd
 
 -- curve: as in 00003, with the step normalised to seconds (a '1 day' step is
 -- 86400 s, never a calendar day) and the series generated in UTC.
@@ -66,9 +127,62 @@ $$;
 -- +goose Down
 ALTER FUNCTION floodgate.ensure_partition(text, timestamptz) RESET TimeZone;
 ALTER FUNCTION floodgate.partitions(text) RESET TimeZone;
-ALTER FUNCTION floodgate.drop_partitions(text, timestamptz, boolean) RESET TimeZone;
 ALTER FUNCTION floodgate.oldest_bucket(text) RESET TimeZone;
 -- The definitions of 00002 and 00003.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION floodgate.drop_partitions(p_step text, p_before timestamptz, p_require_empty boolean)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    r       record;
+    parent  text := 'bucket_' || p_step;
+    dropped int := 0;
+    has     boolean;
+    en      bigint;
+    er      bigint;
+    tn      bigint := 0;
+    tr      bigint := 0;
+BEGIN
+    IF floodgate.is_hypertable(p_step) THEN
+        IF NOT p_require_empty THEN
+            EXECUTE format('SELECT coalesce(sum(n), 0), count(*) FROM floodgate.%I WHERE bucket < $1', parent)
+                INTO tn, tr USING p_before;
+        ELSE
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM floodgate.%I WHERE bucket < $1)', parent) INTO has USING p_before;
+            IF has THEN RETURN 0; END IF;
+        END IF;
+        EXECUTE format('DELETE FROM floodgate.%I WHERE bucket < $1', parent) USING p_before;
+        EXECUTE format('SELECT count(*) FROM drop_chunks(%L, older_than => $1)', 'floodgate.' || parent)
+            INTO dropped USING p_before;
+    ELSE
+        -- Parent first, as readers lock it: no lock-order deadlock with them.
+        EXECUTE format('LOCK TABLE floodgate.%I IN ACCESS EXCLUSIVE MODE', parent);
+        FOR r IN SELECT * FROM floodgate.partitions(p_step) WHERE hi <= p_before LOOP
+            IF p_require_empty THEN
+                EXECUTE format('SELECT EXISTS (SELECT 1 FROM floodgate.%I)', r.name) INTO has;
+                CONTINUE WHEN has;
+            ELSE
+                EXECUTE format('SELECT coalesce(sum(n), 0), count(*) FROM floodgate.%I', r.name) INTO en, er;
+                tn := tn + en;
+                tr := tr + er;
+            END IF;
+            EXECUTE format('DROP TABLE floodgate.%I', r.name);
+            dropped := dropped + 1;
+        END LOOP;
+        IF NOT p_require_empty THEN
+            EXECUTE format('WITH d AS (DELETE FROM floodgate.%I WHERE bucket < $1 RETURNING n) SELECT coalesce(sum(n), 0), count(*) FROM d',
+                           parent || '_default') INTO en, er USING p_before;
+            tn := tn + en;
+            tr := tr + er;
+        END IF;
+    END IF;
+    IF tr > 0 THEN
+        INSERT INTO floodgate.history_expired AS e (step, before, n, rows) VALUES (p_step, p_before, tn, tr)
+        ON CONFLICT (step, before) DO UPDATE SET n = e.n + EXCLUDED.n, rows = e.rows + EXCLUDED.rows, expired_at = now();
+    END IF;
+    RETURN dropped;
+END
+$$;
+-- +goose StatementEnd
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION floodgate.partition_bounds(p_step text, p_at timestamptz, OUT lo timestamptz, OUT hi timestamptz)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$

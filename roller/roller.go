@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,6 +37,12 @@ type Config struct {
 	// ProgressEvery is the least time between two progress log lines of a
 	// long run. Default 2s.
 	ProgressEvery time.Duration
+	// LockTimeout bounds each wait for a table lock in the roller's
+	// transactions (lock_timeout), so that a long reader of a bucket table
+	// makes the roller give up (dropping partitions waits for the next run; a
+	// roll chunk fails the run, retried at the next tick) instead of queueing
+	// every sink write behind it. Default 2s.
+	LockTimeout time.Duration
 	// Now is the clock horizons are measured from. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -52,6 +60,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("roller config: chunk buckets %d is negative", c.ChunkBuckets)
 	case c.ProgressEvery < 0:
 		return fmt.Errorf("roller config: progress interval %s is negative", c.ProgressEvery)
+	case c.LockTimeout < 0:
+		return fmt.Errorf("roller config: lock timeout %s is negative", c.LockTimeout)
 	}
 	if c.Ladder != nil {
 		if err := c.Ladder.Validate(); err != nil {
@@ -73,6 +83,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 2 * time.Second
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = 2 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -236,6 +249,23 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 
 func (r *Roller) q(name string) string { return pgx.Identifier{r.cfg.Schema, name}.Sanitize() }
 
+// begin starts a transaction whose lock waits are bounded by LockTimeout.
+func (r *Roller) begin(ctx context.Context, conn *pgxpool.Conn, f func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`,
+			strconv.FormatInt(max(r.cfg.LockTimeout.Milliseconds(), 1), 10)); err != nil {
+			return fmt.Errorf("set lock_timeout: %w", err)
+		}
+		return f(tx)
+	})
+}
+
+// lockTimedOut reports whether err is a lock wait that hit lock_timeout.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
 // chunk returns the span of one roll transaction from a to b.
 func (r *Roller) chunk(a, b history.Tier) time.Duration {
 	want := a.Width * time.Duration(r.cfg.ChunkBuckets)
@@ -248,8 +278,14 @@ func (r *Roller) chunk(a, b history.Tier) time.Duration {
 func (r *Roller) roll(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier, now time.Time) (TierReport, error) {
 	rep := TierReport{From: a.Name, To: b.Name}
 	cutoff := history.Bin(now.Add(-a.Horizon), b.Width)
+	// Start at the watermark (the previous runs rolled everything below it),
+	// or at the oldest row when rows lie below it (after a ladder change):
+	// never walk the empty chunks between a partition's start and the
+	// watermark again.
 	var oldest *time.Time
-	if err := conn.QueryRow(ctx, `SELECT `+r.q("oldest_bucket")+`($1)`, a.Name).Scan(&oldest); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT CASE WHEN o.b IS NULL OR o.b >= t.rolled_to
+		OR EXISTS (SELECT 1 FROM `+r.q(a.Table())+` WHERE bucket < t.rolled_to) THEN o.b ELSE t.rolled_to END
+FROM `+r.q("history_tiers")+` t, LATERAL (SELECT `+r.q("oldest_bucket")+`($1) AS b) o WHERE t.step = $1`, a.Name).Scan(&oldest); err != nil {
 		return rep, fmt.Errorf("roller: oldest bucket of %s: %w", a.Name, err)
 	}
 	chunk := r.chunk(a, b)
@@ -303,9 +339,9 @@ func (r *Roller) roll(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier
 // rollChunk moves [lo, hi) of tier a into tier b and raises a's watermark to
 // hi, in one transaction under the exclusive routing lock.
 func (r *Roller) rollChunk(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier, lo, hi time.Time) (moved, written, events int64, err error) {
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`, r.cfg.Schema); err != nil {
-			return fmt.Errorf("routing lock: %w", err)
+	err = r.begin(ctx, conn, func(tx pgx.Tx) error {
+		if err := history.LockRoute(ctx, tx, r.cfg.Schema); err != nil {
+			return err
 		}
 		if lo.Before(hi) {
 			for _, at := range []time.Time{lo, hi.Add(-time.Microsecond)} {
@@ -318,7 +354,7 @@ func (r *Roller) rollChunk(ctx context.Context, conn *pgxpool.Conn, a, b history
 ), ins AS (
 	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n)
 	SELECT action, subject, kind, date_bin('%[3]d seconds', bucket, timestamptz '2000-01-03 00:00:00+00'), sum(n)
-	FROM moved GROUP BY 1, 2, 3, 4
+	FROM moved GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 -- row locks in key order, as the sink's
 	ON CONFLICT (action, subject, kind, bucket) DO UPDATE SET n = b.n + EXCLUDED.n
 	RETURNING 1
 )
@@ -337,16 +373,21 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM ins), (SELECT coalesc
 }
 
 // dropEmpty drops tier a's partitions that end at or below its watermark and
-// hold no row.
+// hold no row. It needs no routing lock: no sink writes into a tier below its
+// watermark (a sink statement routes by the watermarks of every roll chunk
+// committed before it), and drop_partitions locks the table before checking
+// that a partition is empty. When a reader holds the table past LockTimeout,
+// the drop waits for the next run.
 func (r *Roller) dropEmpty(ctx context.Context, conn *pgxpool.Conn, a history.Tier) (int, error) {
 	var dropped int
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`, r.cfg.Schema); err != nil {
-			return fmt.Errorf("routing lock: %w", err)
-		}
+	err := r.begin(ctx, conn, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT `+r.q("drop_partitions")+`($1, (SELECT rolled_to FROM `+r.q("history_tiers")+` WHERE step = $1), true)`,
 			a.Name).Scan(&dropped)
 	})
+	if lockTimedOut(err) {
+		r.log.Info("bucket table busy; dropping its empty partitions at the next run", "step", a.Name, "lock_timeout", r.cfg.LockTimeout)
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("roller: drop empty %s partitions: %w", a.Name, err)
 	}
@@ -358,9 +399,9 @@ func (r *Roller) dropEmpty(ctx context.Context, conn *pgxpool.Conn, a history.Ti
 // raises its watermark to their end: later events for that time are late.
 func (r *Roller) expire(ctx context.Context, conn *pgxpool.Conn, t history.Tier, now time.Time) (TierReport, error) {
 	rep := TierReport{From: t.Name}
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`, r.cfg.Schema); err != nil {
-			return fmt.Errorf("routing lock: %w", err)
+	err := r.begin(ctx, conn, func(tx pgx.Tx) error {
+		if err := history.LockRoute(ctx, tx, r.cfg.Schema); err != nil {
+			return err
 		}
 		var cutoff time.Time
 		if err := tx.QueryRow(ctx, `SELECT lo FROM `+r.q("partition_bounds")+`($1, $2)`, t.Name, now.Add(-t.Horizon)).Scan(&cutoff); err != nil {

@@ -332,3 +332,98 @@ func TestRollerLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A finished run followed by one an hour later walks only the new hour, and
+// rows left below a watermark are still moved.
+func TestRollerStartsAtTheWatermark(t *testing.T) {
+	e := newEnv(t, testLadder)
+	ctx := context.Background()
+	e.apply(t, spread(2000, 10, 7))
+	if _, err := e.roller(t, testLadder, now).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.roller(t, testLadder, now.Add(time.Hour)).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range rep.Tiers {
+		// 1m→5m chunks are 30 minutes, 5m→1h 3 hours, 1h→1d a day.
+		if tr.To != "" && tr.Chunks > 3 {
+			t.Errorf("%s→%s: %d chunks an hour after a finished run, want at most 3 (from the watermark)", tr.From, tr.To, tr.Chunks)
+		}
+	}
+	// A row below the 1m watermark (as after a ladder change) is moved.
+	stray := now.Add(-5 * 24 * time.Hour).Truncate(time.Minute)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{e.schema, "bucket_1m"}.Sanitize()+` VALUES ('visit', 'stray', 'ip', $1, 3)`, stray); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.roller(t, testLadder, now.Add(time.Hour)).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var left int64
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.schema, "bucket_1m"}.Sanitize()+` WHERE subject = 'stray'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.q.Count(ctx, history.Key{Action: "visit", Subject: "stray"}, stray.Add(-time.Hour), stray.Add(time.Hour)); left != 0 || err != nil || n != 3 {
+		t.Fatalf("stray row below the watermark: %d left in 1m, count %d, %v; want moved, 3", left, n, err)
+	}
+}
+
+// A long reader of the bucket tables does not block a run with nothing to
+// drop, and makes a run with something to drop skip the drop, not wait.
+func TestRollerDoesNotWaitForReaders(t *testing.T) {
+	e := newEnv(t, testLadder)
+	ctx := context.Background()
+	e.apply(t, spread(500, 10, 11))
+	if _, err := e.roller(t, testLadder, now).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	read := func() pgx.Tx {
+		t.Helper()
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []string{"1m", "5m", "1h", "1d"} {
+			if _, err := tx.Exec(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.schema, "bucket_" + step}.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tx
+	}
+	run := func(lockTimeout time.Duration) (Report, time.Duration) {
+		t.Helper()
+		r := e.roller(t, testLadder, now)
+		r.cfg.LockTimeout = lockTimeout
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		rep, err := r.RunOnce(rctx)
+		if err != nil {
+			t.Fatalf("run while a reader holds the bucket tables: %v", err)
+		}
+		return rep, time.Since(start)
+	}
+
+	// Nothing to drop: no table lock is even asked for.
+	tx := read()
+	if _, took := run(10 * time.Second); took > 5*time.Second {
+		t.Fatalf("a run with nothing to drop took %s behind a reader", took)
+	}
+	_ = tx.Rollback(ctx)
+
+	// An empty 1m partition below the watermark: the drop waits for a run
+	// without reader.
+	if _, err := e.pool.Exec(ctx, `SELECT `+pgx.Identifier{e.schema, "ensure_partition"}.Sanitize()+`('1m', $1)`, now.Add(-9*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	tx = read()
+	rep, took := run(200 * time.Millisecond)
+	_ = tx.Rollback(ctx)
+	if rep.Tiers[0].Dropped != 0 || took > 5*time.Second {
+		t.Fatalf("run behind a reader: dropped %d in %s, want 0 and no wait", rep.Tiers[0].Dropped, took)
+	}
+	if rep, _ := run(10 * time.Second); rep.Tiers[0].Dropped != 1 {
+		t.Fatalf("run without reader dropped %d 1m partitions, want 1", rep.Tiers[0].Dropped)
+	}
+}
