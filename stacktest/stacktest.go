@@ -268,3 +268,28 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// RedisCalls sums the calls of every command in INFO commandstats, commands
+// run by scripts included, so its delta over a benchmark is the Redis work
+// done. The stack's Redis is shared: benchmark while nothing else uses it.
+func RedisCalls(tb testing.TB, rdb *redis.Client) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("redis INFO commandstats: %v", err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		_, stats, _ := strings.Cut(line, ":")
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}

@@ -4,41 +4,13 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/stacktest"
 )
-
-// redisCalls sums the calls of every command in INFO commandstats. Commands
-// run by scripts count too, so the delta over a run is the Redis work done.
-// The stack's Redis is shared: run benchmarks while nothing else uses it.
-func redisCalls(tb testing.TB, rdb *redis.Client) int64 {
-	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") {
-			continue
-		}
-		_, stats, _ := strings.Cut(line, ":")
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
 
 // BenchmarkStoreApply measures the live sink's Redis side: batches of 1000
 // events under the design notes' login rule (2/s, 5/m, 10/h, 100/d), from a
@@ -75,7 +47,7 @@ func BenchmarkStoreApply(b *testing.B) {
 				batches = append(batches, bt.batch(evs...))
 			}
 			ctx := context.Background()
-			calls0 := redisCalls(b, rdb)
+			calls0 := stacktest.RedisCalls(b, rdb)
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
@@ -96,7 +68,7 @@ func BenchmarkStoreApply(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			calls := redisCalls(b, rdb) - calls0 - 1 // less our own INFO
+			calls := stacktest.RedisCalls(b, rdb) - calls0 - 1 // less our own INFO
 			events := float64(b.N * batchSize)
 			b.ReportMetric(events/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(calls)/events, "redis-cmds/event")

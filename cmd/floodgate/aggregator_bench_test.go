@@ -4,14 +4,13 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/event"
+	"floodgate/stacktest"
 )
 
 // BenchmarkAggregatorEndToEnd measures the live path as deployed: events
@@ -69,7 +68,7 @@ rules:
 		}
 	}
 	ends := e.logEnds()
-	calls0 := redisCallsTotal(b, e.rdb)
+	calls0 := stacktest.RedisCalls(b, e.rdb)
 	p := e.start("bench")
 	// Time from the first stored offset to the last.
 	var first time.Time
@@ -98,31 +97,9 @@ rules:
 		time.Sleep(20 * time.Millisecond)
 	}
 	elapsed := time.Since(first)
-	calls := redisCallsTotal(b, e.rdb) - calls0
+	calls := stacktest.RedisCalls(b, e.rdb) - calls0
 	p.stop(b)
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(calls)/float64(n), "redis-cmds/event")
 	b.ReportMetric(0, "ns/op")
-}
-
-func redisCallsTotal(tb testing.TB, rdb *redis.Client) int64 {
-	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") {
-			continue
-		}
-		_, stats, _ := strings.Cut(line, ":")
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				total += c
-			}
-		}
-	}
-	return total
 }
