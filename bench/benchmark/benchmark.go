@@ -23,13 +23,14 @@ import (
 
 // Options are the benchmark's tunables (flags of floodbench bench).
 type Options struct {
-	Events    int           `name:"events" default:"200000" help:"Events per throughput run."`
-	Runs      int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
-	Subjects  int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
-	Probes    int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
-	LimiterD  time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
-	SkipSlow  bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
-	PartCount int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
+	Events       int           `name:"events" default:"200000" help:"Events per throughput run."`
+	Runs         int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
+	Subjects     int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
+	Probes       int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
+	ModerateRate float64       `name:"moderate-rate" default:"5000" help:"Events/s of the second latency run, below saturation."`
+	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
+	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
+	PartCount    int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
 }
 
 // Config configures Run.
@@ -90,14 +91,9 @@ type Results struct {
 	RedisCmds    []float64 // per event
 	RedisBytes   []float64 // per subject
 	Subjects     []int
-	LatRate      float64 // target rate
+	Lat          Latency // at half the live maximum (or lower: LatHalvings)
 	LatHalvings  int     // times the rate was halved from half the live maximum
-	LatAchieved  float64
-	LatP50       time.Duration
-	LatP99       time.Duration
-	LatMax       time.Duration
-	LatN         int
-	LatMissed    int
+	LatModerate  Latency // at ModerateRate: what a deployment below saturation sees
 	LimiterTable string
 	LimiterCmd   string
 	RollerRows   int64
@@ -161,6 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"live", b.live},
 		{"history", b.history},
 		{"latency", b.latency},
+		{"latency at a moderate rate", b.latencyModerate},
 		{"limiter", b.limiter},
 		{"roller", b.roller},
 	}
@@ -492,4 +489,12 @@ func gatherCounter(reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return t
+}
+
+// Latency is one event-to-deny measurement: background load at Rate, and
+// probes timed from their Publish call to their deny record.
+type Latency struct {
+	Rate, Achieved float64 // events/s offered and acknowledged
+	P50, P99, Max  time.Duration
+	N, Missed      int // probes denied in time, probes never denied
 }

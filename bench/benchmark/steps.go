@@ -37,29 +37,38 @@ func (b *bench) latency(ctx context.Context) error {
 	// measure again, and report the rate that was actually held.
 	rate := maxRate / 2
 	for attempt := 0; ; attempt++ {
-		if err := b.latencyAt(ctx, rate, attempt); err != nil {
+		l, err := b.latencyAt(ctx, rate, attempt)
+		if err != nil {
 			return err
 		}
-		b.res.LatHalvings = attempt
-		if (b.res.LatMissed == 0 && b.res.LatP50 < 2*time.Second) || attempt == 3 {
+		b.res.Lat, b.res.LatHalvings = l, attempt
+		if (l.Missed == 0 && l.P50 < 2*time.Second) || attempt == 3 {
 			return nil
 		}
 		rate /= 2
 	}
 }
 
+// latencyModerate measures at a fixed rate well below saturation: the
+// latency of a deployment that is not running flat out.
+func (b *bench) latencyModerate(ctx context.Context) error {
+	l, err := b.latencyAt(ctx, b.cfg.ModerateRate, 9)
+	b.res.LatModerate = l
+	return err
+}
+
 // latencyAt measures at one rate; each attempt has its own topic, group and
 // key prefix, so no backlog or deny record carries over.
-func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) error {
-	b.res.LatRate = rate
+func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Latency, error) {
+	l := Latency{Rate: rate}
 	t, err := b.topic(fmt.Sprintf("lat%d", attempt))
 	if err != nil {
-		return err
+		return l, err
 	}
 	prefix := fmt.Sprintf("bench%s-%d", b.id, attempt)
 	addr, err := harness.FreePort()
 	if err != nil {
-		return err
+		return l, err
 	}
 	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
 		"--topic", t, "--dlq-topic", t + ".dlq", "--decisions-topic", t + ".decisions",
@@ -68,28 +77,28 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) error 
 	b.topics = append(b.topics, t+".dlq", t+".decisions")
 	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-latency", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {
-		return err
+		return l, err
 	}
 	defer func() {
 		_ = p.Stop(15 * time.Second)
 		b.peak("floodgate aggregator --no-history", p)
 	}()
 	if err := harness.WaitHTTP(ctx, "http://"+addr+"/metrics", 30*time.Second); err != nil {
-		return err
+		return l, err
 	}
 	rdb := b.rdb
 	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix})
 	if err != nil {
-		return err
+		return l, err
 	}
 	pub, err := producer.New(producer.Config{Brokers: b.cfg.Brokers, Topic: t})
 	if err != nil {
-		return err
+		return l, err
 	}
 	defer pub.Close()
 	probePub, err := producer.New(producer.Config{Brokers: b.cfg.Brokers, Topic: t})
 	if err != nil {
-		return err
+		return l, err
 	}
 	defer probePub.Close()
 
@@ -100,7 +109,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) error 
 	loadStart := time.Now()
 	go func() {
 		defer wg.Done()
-		tally = harness.RunLoad(lctx, pub, harness.LoadConfig{Rate: b.res.LatRate, Action: "bench_visit", Kind: "ip",
+		tally = harness.RunLoad(lctx, pub, harness.LoadConfig{Rate: rate, Action: "bench_visit", Kind: "ip",
 			SubjectPrefix: "10.9.", Subjects: b.cfg.Subjects, Workers: 8, Batch: 500})
 	}()
 	// Let the group join and the load settle.
@@ -121,7 +130,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) error 
 		if err := probePub.Publish(ctx, evs...); err != nil {
 			stopLoad()
 			wg.Wait()
-			return err
+			return l, err
 		}
 		q := []window.Query{{Subject: window.Subject{Action: "bench_probe", Kind: "ip", Subject: sub}, Windows: []time.Duration{time.Minute}}}
 		seen := false
@@ -142,15 +151,15 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) error 
 	stopLoad()
 	wg.Wait()
 	acked, _ := tally.Snapshot()
-	b.res.LatAchieved = float64(acked) / time.Since(loadStart).Seconds()
+	l.Achieved = float64(acked) / time.Since(loadStart).Seconds()
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-	b.res.LatN, b.res.LatMissed = len(lats), missed
-	b.res.LatP50 = harness.Quantile(lats, 0.50)
-	b.res.LatP99 = harness.Quantile(lats, 0.99)
+	l.N, l.Missed = len(lats), missed
+	l.P50 = harness.Quantile(lats, 0.50)
+	l.P99 = harness.Quantile(lats, 0.99)
 	if len(lats) > 0 {
-		b.res.LatMax = lats[len(lats)-1]
+		l.Max = lats[len(lats)-1]
 	}
-	return nil
+	return l, nil
 }
 
 // limiter: the limiter engineer's load generator, `floodgate limiter bench`.
