@@ -23,8 +23,11 @@ package window
 //	fg_split(a, b, w)                   -> segments covering seconds [a, b] in time order,
 //	                                       coarsest levels a window of w seconds may use
 //	fg_sum(c, p, tag, now, w)           -> events in the window of w seconds ending with second now
-//	fg_until(c, p, tag, now, w, excess) -> first second t > now at which that window has
-//	                                       dropped excess events (exact to the second)
+//	fg_until(c, p, tag, now, w, excess, ahead)
+//	                                    -> first second t > now at which that window, plus
+//	                                       the seconds up to now+ahead (events of callers whose
+//	                                       clocks run ahead; 0 or nil for none), has dropped
+//	                                       excess events (exact to the second)
 //	fg_incr(p, tag, incs, maxw, now, slack)
 //	                                    -> add incs (table second->count) at every level maxw
 //	                                       needs; new hashes expire when no window can read them
@@ -47,32 +50,14 @@ local function fg_hash(c, key)
   return t
 end
 
--- whole seconds a..b: segments of s-hashes
-local function fg_segs_s(out, a, b)
+-- units a..b of a level (seconds, minutes or hours by number) as segments
+-- of its hashes, each hash holding per units (60 seconds of a minute, 60
+-- minutes of an hour, 24 hours of a day)
+local function fg_segs(out, level, per, a, b)
   while a <= b do
-    local m = math.floor(a / 60)
-    local e = math.min(b, m * 60 + 59)
-    out[#out + 1] = {'s', m, a - m * 60, e - m * 60}
-    a = e + 1
-  end
-end
-
--- whole minutes a..b (minute numbers): segments of m-hashes
-local function fg_segs_m(out, a, b)
-  while a <= b do
-    local h = math.floor(a / 60)
-    local e = math.min(b, h * 60 + 59)
-    out[#out + 1] = {'m', h, a - h * 60, e - h * 60}
-    a = e + 1
-  end
-end
-
--- whole hours a..b (hour numbers): segments of h-hashes
-local function fg_segs_h(out, a, b)
-  while a <= b do
-    local d = math.floor(a / 24)
-    local e = math.min(b, d * 24 + 23)
-    out[#out + 1] = {'h', d, a - d * 24, e - d * 24}
+    local n = math.floor(a / per)
+    local e = math.min(b, n * per + per - 1)
+    out[#out + 1] = {level, n, a - n * per, e - n * per}
     a = e + 1
   end
 end
@@ -82,10 +67,10 @@ local function fg_segs_sm(out, a, b, useM)
   if a > b then return end
   local m1 = math.ceil(a / 60)
   local m2 = math.floor((b + 1) / 60) - 1
-  if not useM or m1 > m2 then fg_segs_s(out, a, b) return end
-  fg_segs_s(out, a, m1 * 60 - 1)
-  fg_segs_m(out, m1, m2)
-  fg_segs_s(out, (m2 + 1) * 60, b)
+  if not useM or m1 > m2 then fg_segs(out, 's', 60, a, b) return end
+  fg_segs(out, 's', 60, a, m1 * 60 - 1)
+  fg_segs(out, 'm', 60, m1, m2)
+  fg_segs(out, 's', 60, (m2 + 1) * 60, b)
 end
 
 local function fg_split(a, b, w)
@@ -95,7 +80,7 @@ local function fg_split(a, b, w)
   local h2 = math.floor((b + 1) / 3600) - 1
   if h1 > h2 then fg_segs_sm(out, a, b, true) return out end
   fg_segs_sm(out, a, h1 * 3600 - 1, true)
-  fg_segs_h(out, h1, h2)
+  fg_segs(out, 'h', 24, h1, h2)
   fg_segs_sm(out, (h2 + 1) * 3600, b, true)
   return out
 end
@@ -150,8 +135,9 @@ fg_walk = function(c, p, tag, seg, need)
   return got, nil
 end
 
-local function fg_until(c, p, tag, now, w, excess)
+local function fg_until(c, p, tag, now, w, excess, ahead)
   local segs = fg_split(now - w + 1, now, w)
+  if ahead and ahead > 0 then fg_segs(segs, 's', 60, now + 1, now + ahead) end
   local need = excess
   for i = 1, #segs do
     local got, sec = fg_walk(c, p, tag, segs[i], need)

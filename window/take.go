@@ -73,25 +73,10 @@ const evalBody = `
 local function fg_ahead(c, p, tag, now, ahead)
   if ahead < 1 then return 0 end
   local segs = {}
-  fg_segs_s(segs, now + 1, now + ahead)
+  fg_segs(segs, 's', 60, now + 1, now + ahead)
   local s = 0
   for i = 1, #segs do s = s + fg_seg_sum(c, p, tag, segs[i]) end
   return s
-end
-
--- fg_until over the window and the ahead seconds: the sum counts both, so
--- the excess can be completed by an event ahead of now, which leaves the
--- window at its second + w
-local function fg_until_ahead(c, p, tag, now, w, excess, ahead)
-  local segs = fg_split(now - w + 1, now, w)
-  if ahead > 0 then fg_segs_s(segs, now + 1, now + ahead) end
-  local need = excess
-  for i = 1, #segs do
-    local got, sec = fg_walk(c, p, tag, segs[i], need)
-    if sec then return sec + w end
-    need = need - got
-  end
-  return now + w
 end
 
 local a = ARGV
@@ -125,7 +110,7 @@ for s = 1, nsub do
     local sum = fg_sum(c, p, tag, now, w) + early
     local u = 0
     if sum + n > lim then
-      u = fg_until_ahead(c, p, tag, now, w, sum + n - lim, ahead)
+      u = fg_until(c, p, tag, now, w, sum + n - lim, ahead)
       if blk then blocked = true end
     end
     row[#row + 1] = sum
