@@ -12,14 +12,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
 	"floodgate/aggregator"
-	"floodgate/rules"
 	"floodgate/window"
 )
 
@@ -45,14 +43,11 @@ type AggregatorCmd struct {
 // Run wires the groups and serves metrics until ctx ends, then finishes the
 // batches in flight and returns.
 func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	watcher, err := rules.NewWatcher(rules.WatcherConfig{Path: c.Rules, SIGHUP: true, Logger: logger, Registerer: reg})
+	reg := newRegistry()
+	watcher, err := watchRules(c.Rules, logger, reg)
 	if err != nil {
 		return err
 	}
-	logger.Info("rules loaded", "path", c.Rules, "rules", len(watcher.Current().Rules()))
 
 	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DB: c.RedisDB})
 	defer closeLogged(logger, "redis", rdb)

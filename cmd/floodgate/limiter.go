@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
@@ -76,14 +75,11 @@ type LimiterServeCmd struct {
 
 // Run serves until ctx ends, then drains requests in flight.
 func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	watcher, err := rules.NewWatcher(rules.WatcherConfig{Path: c.Rules, SIGHUP: true, Logger: logger, Registerer: reg})
+	reg := newRegistry()
+	watcher, err := watchRules(c.Rules, logger, reg)
 	if err != nil {
 		return err
 	}
-	logger.Info("rules loaded", "path", c.Rules, "rules", len(watcher.Current().Rules()))
 
 	rdb := c.redis()
 	defer closeLogged(logger, "redis", rdb)

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"floodgate/rules"
+)
+
+// newRegistry is a long-running process's metrics registry, with the Go
+// runtime and process collectors every one of them exports.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// watchRules loads the rules file and keeps reloading it on change and on
+// SIGHUP; a bad file at start is an error, a bad file later keeps the last
+// good rules.
+func watchRules(path string, logger *slog.Logger, reg prometheus.Registerer) (*rules.Watcher, error) {
+	w, err := rules.NewWatcher(rules.WatcherConfig{Path: path, SIGHUP: true, Logger: logger, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("rules loaded", "path", path, "rules", len(w.Current().Rules()))
+	return w, nil
+}
