@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 func listen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
@@ -37,43 +40,49 @@ func Scrape(ctx context.Context, url string) (Sample, error) {
 	return ParseMetrics(resp.Body)
 }
 
-// ParseMetrics parses the Prometheus text format, keeping every sample line.
+// ParseMetrics parses the Prometheus text format into one value per series.
+// Counters, gauges and untyped metrics keep their name; histograms and
+// summaries give their _sum and _count series.
 func ParseMetrics(r io.Reader) (Sample, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
 	s := Sample{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The value follows the last space outside the labels.
-		end := strings.LastIndexByte(line, '}')
-		rest := line
-		if end >= 0 {
-			rest = line[end+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		series := line
-		if end >= 0 {
-			series = line[:end+1]
-		} else {
-			series = strings.Fields(line)[0]
-			fields = fields[1:]
-			if len(fields) == 0 {
-				continue
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := seriesLabels(m.GetLabel())
+			switch {
+			case m.Counter != nil:
+				s[name+labels] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				s[name+labels] = m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				s[name+labels] = m.GetUntyped().GetValue()
+			case m.Histogram != nil:
+				s[name+"_sum"+labels] = m.GetHistogram().GetSampleSum()
+				s[name+"_count"+labels] = float64(m.GetHistogram().GetSampleCount())
+			case m.Summary != nil:
+				s[name+"_sum"+labels] = m.GetSummary().GetSampleSum()
+				s[name+"_count"+labels] = float64(m.GetSummary().GetSampleCount())
 			}
 		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		s[series] = v
 	}
-	return s, sc.Err()
+	return s, nil
+}
+
+// seriesLabels writes labels as the text format does: {k="v",...}, or
+// nothing without labels.
+func seriesLabels(ls []*dto.LabelPair) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.GetName() + "=" + strconv.Quote(l.GetValue())
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // Sum adds every series of a metric name whose labels contain all of the
