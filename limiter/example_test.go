@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"floodgate/limitapi"
 	"floodgate/limiter"
 )
 
@@ -24,7 +25,7 @@ func ExampleSetHeaders() {
 		},
 	}
 	h := http.Header{}
-	limiter.SetHeaders(h, d)
+	limitapi.SetHeaders(h, d)
 	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))
 	fmt.Println("RateLimit:", h.Get("RateLimit"))
 	fmt.Println("Retry-After:", h.Get("Retry-After"))

@@ -25,12 +25,13 @@ import (
 
 	floodgatev1 "floodgate/gen/floodgate/v1"
 	"floodgate/gen/floodgate/v1/floodgatev1connect"
+	"floodgate/limitapi"
 	"floodgate/limiter"
 	"floodgate/rules"
 	"floodgate/window"
 )
 
-func httpGet(t *testing.T, rawURL string, hdr map[string]string) (*http.Response, limiter.CheckResult) {
+func httpGet(t *testing.T, rawURL string, hdr map[string]string) (*http.Response, limitapi.CheckResult) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
 	if err != nil {
@@ -48,7 +49,7 @@ func httpGet(t *testing.T, rawURL string, hdr map[string]string) (*http.Response
 			t.Error(err)
 		}
 	}()
-	var body limiter.CheckResult
+	var body limitapi.CheckResult
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatalf("GET %s: body: %v", rawURL, err)
 	}
@@ -129,9 +130,9 @@ func TestSurfacesDenyOverLimit(t *testing.T) {
 		t.Errorf("remaining %v, want 1m:3 1h:8", rem)
 	}
 	// nginx auth_request wants 403.
-	resp, _ = httpGet(t, checkURL(e, "action", "login_failed", "ip", ip), map[string]string{limiter.HeaderDenyStatus: "403"})
+	resp, _ = httpGet(t, checkURL(e, "action", "login_failed", "ip", ip), map[string]string{limitapi.HeaderDenyStatus: "403"})
 	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("with %s: 403: got %d", limiter.HeaderDenyStatus, resp.StatusCode)
+		t.Errorf("with %s: 403: got %d", limitapi.HeaderDenyStatus, resp.StatusCode)
 	}
 
 	// Connect, over the gRPC protocol on h2c and over Connect JSON.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"floodgate/limitapi"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -81,7 +83,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		outcome = "over_limit"
 		h := http.Header{}
-		SetHeaders(h, d)
+		limitapi.SetHeaders(h, d)
 		for k, vs := range h {
 			for _, v := range vs {
 				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
@@ -109,7 +111,7 @@ func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rls
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.DurationUntilReset = durationpb.New(roundUp(den.RetryAfter))
 		if den.Rule != "" {
-			st.CurrentLimit = rlsLimit(policyName(den.Rule, den.Kind, den.Window), den.Limit, den.Window)
+			st.CurrentLimit = rlsLimit(limitapi.PolicyName(den.Rule, den.Kind, den.Window), den.Limit, den.Window)
 		}
 		return st
 	}
@@ -132,7 +134,7 @@ func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rls
 		}
 	}
 	if best != nil {
-		st.CurrentLimit = rlsLimit(policyName(best.Rule, best.Kind, best.Window), best.Limit, best.Window)
+		st.CurrentLimit = rlsLimit(limitapi.PolicyName(best.Rule, best.Kind, best.Window), best.Limit, best.Window)
 		if !best.Exceeded {
 			st.LimitRemaining = uint32(min(best.Remaining, int64(^uint32(0))))
 		}
@@ -161,7 +163,7 @@ func rlsLimit(name string, count int64, w time.Duration) *rlsv3.RateLimitRespons
 }
 
 func roundUp(d time.Duration) time.Duration {
-	return time.Duration(retrySeconds(d)) * time.Second
+	return time.Duration(limitapi.RetrySeconds(d)) * time.Second
 }
 
 // errorToGRPC maps limiter errors to gRPC status codes.

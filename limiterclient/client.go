@@ -1,11 +1,11 @@
 // Package limiterclient is the Go client of the floodgate limiter: Check and
 // Take over gRPC (HTTP/2 without TLS, the default) or the Connect protocol,
-// returning limiter.Decision.
+// returning limitapi.Decision.
 //
 //	c, err := limiterclient.New(limiterclient.Config{BaseURL: "http://127.0.0.1:8080"})
 //	if err != nil { ... }
-//	d, err := c.Check(ctx, limiter.Request{Action: "login_failed",
-//		Subjects: []limiter.Subject{{Kind: "ip", Subject: ip}, {Kind: "email", Subject: email}}})
+//	d, err := c.Check(ctx, limitapi.Request{Action: "login_failed",
+//		Subjects: []limitapi.Subject{{Kind: "ip", Subject: ip}, {Kind: "email", Subject: email}}})
 //	if err == nil && !d.Allowed {
 //		// d.Denial.Message, d.RetryAfter()
 //	}
@@ -23,7 +23,7 @@ import (
 
 	floodgatev1 "floodgate/gen/floodgate/v1"
 	"floodgate/gen/floodgate/v1/floodgatev1connect"
-	"floodgate/limiter"
+	"floodgate/limitapi"
 )
 
 // Config configures a Client.
@@ -55,7 +55,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Client calls a limiter. It is safe for concurrent use.
+// Client calls a limitapi. It is safe for concurrent use.
 type Client struct {
 	rpc     floodgatev1connect.LimiterClient
 	token   string
@@ -94,32 +94,32 @@ func New(cfg Config) (*Client, error) {
 }
 
 // Check asks whether req may happen now; it counts nothing.
-func (c *Client) Check(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+func (c *Client) Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r := connect.NewRequest(&floodgatev1.CheckRequest{Action: req.Action, Subjects: limiter.SubjectsToProto(req.Subjects)})
+	r := connect.NewRequest(&floodgatev1.CheckRequest{Action: req.Action, Subjects: limitapi.SubjectsToProto(req.Subjects)})
 	c.auth(r.Header())
 	res, err := c.rpc.Check(ctx, r)
 	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("limiter check %s: %w", req.Action, err)
+		return limitapi.Decision{}, fmt.Errorf("limiter check %s: %w", req.Action, err)
 	}
 	m := res.Msg
-	return limiter.DecisionFromProto(&floodgatev1.TakeResponse{
+	return limitapi.DecisionFromProto(&floodgatev1.TakeResponse{
 		Allowed: m.Allowed, Denial: m.Denial, Limits: m.Limits, ShadowDenials: m.ShadowDenials, Degraded: m.Degraded,
 	}, time.Now()), nil
 }
 
-// Take checks and counts req (strict mode; see limiter.Limiter.Take).
-func (c *Client) Take(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+// Take checks and counts req (strict mode; see limitapi.Limiter.Take).
+func (c *Client) Take(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r := connect.NewRequest(&floodgatev1.TakeRequest{Action: req.Action, Subjects: limiter.SubjectsToProto(req.Subjects), N: req.N, Id: req.ID})
+	r := connect.NewRequest(&floodgatev1.TakeRequest{Action: req.Action, Subjects: limitapi.SubjectsToProto(req.Subjects), N: req.N, Id: req.ID})
 	c.auth(r.Header())
 	res, err := c.rpc.Take(ctx, r)
 	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("limiter take %s: %w", req.Action, err)
+		return limitapi.Decision{}, fmt.Errorf("limiter take %s: %w", req.Action, err)
 	}
-	return limiter.DecisionFromProto(res.Msg, time.Now()), nil
+	return limitapi.DecisionFromProto(res.Msg, time.Now()), nil
 }
 
 func (c *Client) auth(h http.Header) {

@@ -7,7 +7,7 @@
 //	mw, err := limitermw.New(limitermw.Config{
 //		Checker:   lc,
 //		Action:    "login_failed",
-//		Subjects:  func(r *http.Request) []limiter.Subject { return []limiter.Subject{{Kind: "ip", Subject: limitermw.ClientIP(r)}, {Kind: "email", Subject: r.FormValue("email")}} },
+//		Subjects:  func(r *http.Request) []limitapi.Subject { return []limitapi.Subject{{Kind: "ip", Subject: limitermw.ClientIP(r)}, {Kind: "email", Subject: r.FormValue("email")}} },
 //		Publisher: pub,
 //		// Count only failed logins.
 //		Publish: func(r *http.Request, status int) bool { return status == http.StatusUnauthorized },
@@ -25,15 +25,14 @@ import (
 	"time"
 
 	"floodgate/event"
-	"floodgate/limiter"
+	"floodgate/limitapi"
 )
 
 // Checker decides; *limiterclient.Client and *limiter.Limiter implement it.
 type Checker interface {
-	Check(ctx context.Context, req limiter.Request) (limiter.Decision, error)
+	Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error)
 }
 
-var _ Checker = (*limiter.Limiter)(nil)
 
 // Publisher publishes access events; *producer.Publisher implements it.
 type Publisher interface {
@@ -48,7 +47,7 @@ type Config struct {
 	Action string
 	// Subjects returns the request's features. Default: the client IP
 	// (kind "ip", from RemoteAddr). Empty subjects are dropped.
-	Subjects func(r *http.Request) []limiter.Subject
+	Subjects func(r *http.Request) []limitapi.Subject
 	// Publisher receives the access event after the handler, one event per
 	// subject. Nil: nothing is published.
 	Publisher Publisher
@@ -82,8 +81,8 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 		return nil, err
 	}
 	if cfg.Subjects == nil {
-		cfg.Subjects = func(r *http.Request) []limiter.Subject {
-			return []limiter.Subject{{Kind: "ip", Subject: ClientIP(r)}}
+		cfg.Subjects = func(r *http.Request) []limitapi.Subject {
+			return []limitapi.Subject{{Kind: "ip", Subject: ClientIP(r)}}
 		}
 	}
 	if cfg.Now == nil {
@@ -94,14 +93,14 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var subs []limiter.Subject
+			var subs []limitapi.Subject
 			for _, s := range cfg.Subjects(r) {
 				if s.Subject != "" {
 					subs = append(subs, s)
 				}
 			}
 			if len(subs) > 0 {
-				d, err := cfg.Checker.Check(r.Context(), limiter.Request{Action: cfg.Action, Subjects: subs})
+				d, err := cfg.Checker.Check(r.Context(), limitapi.Request{Action: cfg.Action, Subjects: subs})
 				switch {
 				case err != nil && cfg.FailClosed:
 					cfg.Logger.Warn("limitermw: check failed, refusing", "action", cfg.Action, "err", err)
@@ -110,13 +109,13 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 				case err != nil:
 					cfg.Logger.Warn("limitermw: check failed, letting the request through", "action", cfg.Action, "err", err)
 				case !d.Allowed:
-					limiter.SetHeaders(w.Header(), d)
+					limitapi.SetHeaders(w.Header(), d)
 					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(http.StatusTooManyRequests)
-					_ = json.NewEncoder(w).Encode(limiter.Result(d)) // the client may be gone
+					_ = json.NewEncoder(w).Encode(limitapi.Result(d)) // the client may be gone
 					return
 				default:
-					limiter.SetHeaders(w.Header(), d)
+					limitapi.SetHeaders(w.Header(), d)
 				}
 			}
 			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}

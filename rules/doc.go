@@ -4,13 +4,11 @@
 // describes the format.
 //
 // A rules file is validated whole at load; errors carry the line and reason.
-// A Watcher reloads on SIGHUP and on file change and keeps the last good set
-// when a new file is refused:
+// Package rules/reload keeps a file's rules in force across edits.
 //
-//	w, err := rules.NewWatcher(rules.WatcherConfig{Path: "examples/rules.yaml", SIGHUP: true})
+//	set, err := rules.Load("examples/rules.yaml")
 //	if err != nil { ... }
-//	go w.Run(ctx)
-//	for _, r := range w.Current().Match("login_failed", "ip") {
+//	for _, r := range set.Match("login_failed", "ip") {
 //		if r.Allowed(ip) { continue }
 //		for _, l := range r.Limits { ... } // l.Count events per l.Window
 //	}

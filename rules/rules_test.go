@@ -1,12 +1,10 @@
 package rules
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -179,96 +177,3 @@ func writeFile(tb testing.TB, path, content string) {
 	}
 }
 
-const ruleA = "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n"
-const ruleB = "rules:\n  - name: b\n    action: x\n    kinds: [ip]\n    limits: [2/s]\n"
-const ruleC = "rules:\n  - name: c\n    action: x\n    kinds: [ip]\n    limits: [3/s]\n"
-
-func waitRule(tb testing.TB, w *Watcher, name string) {
-	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if w.Current().Rule(name) != nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	tb.Fatalf("rule %q not loaded; current rules %v", name, w.Current().Rules()[0].Name)
-}
-
-func TestWatcherReloads(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "rules.yaml")
-	writeFile(t, p, ruleA)
-	w, err := NewWatcher(WatcherConfig{Path: p, SIGHUP: true, Debounce: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	time.Sleep(50 * time.Millisecond) // let Run add its watches
-
-	// In-place write.
-	writeFile(t, p, ruleB)
-	waitRule(t, w, "b")
-
-	// A bad file keeps the last good rules.
-	writeFile(t, p, "rules:\n  - name: bad\n    limits: [1/x]\n")
-	time.Sleep(200 * time.Millisecond)
-	if w.Current().Rule("b") == nil {
-		t.Fatal("bad file replaced the last good rules")
-	}
-
-	// Editor-style: write a temp file and rename it over the original.
-	tmp := filepath.Join(dir, ".rules.yaml.swp")
-	writeFile(t, tmp, ruleC)
-	if err := os.Rename(tmp, p); err != nil {
-		t.Fatal(err)
-	}
-	waitRule(t, w, "c")
-
-	// SIGHUP reloads even when fsnotify is not told (write, then wait for
-	// the write's own reload, then overwrite while checking via HUP).
-	writeFile(t, p, ruleA)
-	waitRule(t, w, "a")
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if w.Current().Rule("a") == nil {
-		t.Fatal("SIGHUP lost the rules")
-	}
-}
-
-func TestWatcherRefusesBadInitialFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "rules.yaml")
-	writeFile(t, p, "rules: 5\n")
-	if _, err := NewWatcher(WatcherConfig{Path: p}); err == nil {
-		t.Fatal("bad initial file accepted")
-	}
-}
-
-func TestWatcherSIGHUP(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "rules.yaml")
-	writeFile(t, p, ruleA)
-	w, err := NewWatcher(WatcherConfig{Path: p, SIGHUP: true, Debounce: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
-	time.Sleep(50 * time.Millisecond)
-	writeFile(t, p, ruleB) // fsnotify fires, but the debounce is an hour
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	waitRule(t, w, "b")
-}

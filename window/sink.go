@@ -30,7 +30,7 @@ type SinkConfig struct {
 	// key names it). Required.
 	Group string
 	// Rules returns the rules in force; called once per batch. Required
-	// (rules.Watcher.Current).
+	// (reload.Watcher.Current).
 	Rules func() *rules.Set
 	// Decisions receives each new deny and shadow decision as JSON (see
 	// Decision.MarshalJSON), keyed "kind:subject". Nil: not published.

@@ -162,13 +162,18 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	return l, nil
 }
 
-// limiter: the limiter engineer's load generator, `floodgate limiter bench`.
+// limiter: the limiter's load generator, `floodbench limiter` (this
+// binary, run as its own process so its peak RSS is its own).
 func (b *bench) limiter(ctx context.Context) error {
-	args := []string{"limiter", "bench", "--redis-addr", b.cfg.RedisAddr, "--key-prefix", "bench" + b.id,
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("limiter bench: find floodbench: %w", err)
+	}
+	args := []string{"limiter", "--redis-addr", b.cfg.RedisAddr, "--key-prefix", "bench" + b.id,
 		"--duration", b.cfg.LimiterD.String(), "--concurrency", "1,16,64", "--markdown"}
-	b.res.LimiterCmd = "floodgate " + strings.Join(args, " ")
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: "limiter-bench", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
-	b.peak("floodgate limiter bench (limiter + its load generator)", p)
+	b.res.LimiterCmd = "floodbench " + strings.Join(args, " ")
+	p, err := harness.Run(ctx, harness.ProcConfig{Name: "limiter-bench", Bin: self, Args: args, LogDir: b.cfg.WorkDir})
+	b.peak("floodbench limiter (limiter + its load generator)", p)
 	if err != nil {
 		return err
 	}

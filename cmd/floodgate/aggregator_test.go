@@ -497,9 +497,13 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 
 // writeAll writes msgs, retrying only the messages that failed (a fresh
 // topic's metadata can lag behind its creation), so each lands exactly once.
+// writeAll writes msgs, retrying the failed ones for up to 30 s: a writer's
+// metadata cache (kafka-go refreshes it every 6 s) may not know a topic
+// created moments ago.
 func writeAll(tb testing.TB, ctx context.Context, w *kafka.Writer, msgs []kafka.Message) {
 	tb.Helper()
-	for attempt := 0; ; attempt++ {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		err := w.WriteMessages(ctx, msgs...)
 		if err == nil {
 			return
@@ -514,7 +518,7 @@ func writeAll(tb testing.TB, ctx context.Context, w *kafka.Writer, msgs []kafka.
 		} else {
 			failed = msgs // nothing was written
 		}
-		if attempt == 20 {
+		if time.Now().After(deadline) {
 			tb.Fatalf("produce: %v", err)
 		}
 		msgs = failed

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +19,6 @@ import (
 // LimiterCmd serves limiter lookups (default) or measures them.
 type LimiterCmd struct {
 	Serve LimiterServeCmd `cmd:"" default:"withargs" help:"Serve lookups over Connect/gRPC and HTTP (--http-addr) and Envoy RLS (--rls-addr)."`
-	Bench LimiterBenchCmd `cmd:"" help:"Measure lookups/s and latency against the local Redis (docs/benchmarks.md)."`
 }
 
 // LimiterFlags are the decision settings shared by serve and bench.
@@ -143,45 +140,4 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	err = errors.Join(err, srv.Shutdown(sctx))
 	logger.Info("limiter stopped", "err", err)
 	return err
-}
-
-// LimiterBenchCmd runs the load generator of limiter.Bench against the
-// configured Redis, with its own rules and a throw-away key prefix.
-type LimiterBenchCmd struct {
-	LimiterFlags
-	Duration    time.Duration `name:"duration" default:"3s" help:"Length of each run."`
-	Concurrency []int         `name:"concurrency" default:"1,16,64" sep:"," help:"Concurrent callers of each run."`
-	Scenarios   []string      `name:"scenarios" default:"allowed,denied,strict" sep:"," help:"allowed, denied (denied and cached), strict (Take)."`
-	Surfaces    []string      `name:"surfaces" default:"inproc,http" sep:"," help:"inproc (Limiter calls) and/or http (GET /v1/check, POST /v1/take on loopback)."`
-	Markdown    bool          `name:"markdown" help:"Print a Markdown table (for docs/benchmarks.md)."`
-}
-
-// Run measures and prints.
-func (c *LimiterBenchCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	rdb := c.redis()
-	defer closeLogged(logger, "redis", rdb)
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err := rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("redis %s: %w", c.RedisAddr, err)
-	}
-	mode, err := limiter.ParseFailureMode(c.FailureMode)
-	if err != nil {
-		return err
-	}
-	res, err := limiter.Bench(ctx, limiter.BenchConfig{
-		Redis: rdb, KeyPrefix: fmt.Sprintf("%s-bench-%d", c.KeyPrefix, time.Now().UnixNano()),
-		Duration: c.Duration, Concurrency: c.Concurrency, Scenarios: c.Scenarios, Surfaces: c.Surfaces,
-		Timeout: c.Timeout, FailureMode: mode, CacheSize: c.CacheSize, Logger: logger,
-	})
-	if err != nil {
-		return err
-	}
-	if c.Markdown {
-		limiter.WriteBenchMarkdown(os.Stdout, res)
-	} else {
-		limiter.WriteBenchText(os.Stdout, res)
-	}
-	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"floodgate/rules"
+	"floodgate/rules/reload"
 )
 
 // newRegistry is a long-running process's metrics registry, with the Go
@@ -20,8 +20,8 @@ func newRegistry() *prometheus.Registry {
 // watchRules loads the rules file and keeps reloading it on change and on
 // SIGHUP; a bad file at start is an error, a bad file later keeps the last
 // good rules.
-func watchRules(path string, logger *slog.Logger, reg prometheus.Registerer) (*rules.Watcher, error) {
-	w, err := rules.NewWatcher(rules.WatcherConfig{Path: path, SIGHUP: true, Logger: logger, Registerer: reg})
+func watchRules(path string, logger *slog.Logger, reg prometheus.Registerer) (*reload.Watcher, error) {
+	w, err := reload.NewWatcher(reload.WatcherConfig{Path: path, SIGHUP: true, Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

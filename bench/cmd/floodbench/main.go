@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/redis/go-redis/v9"
 
 	"floodgate/bench/benchmark"
 	"floodgate/bench/faults"
+	"floodgate/bench/limiterbench"
 )
 
 // Stack locates the local stack (see `scripts/stack env`).
@@ -73,9 +76,41 @@ func (c *BenchCmd) Run(ctx context.Context, log *slog.Logger) error {
 	})
 }
 
+// LimiterCmd measures limiter lookups in process and over HTTP against the
+// stack's Redis, under a throw-away key prefix.
+type LimiterCmd struct {
+	RedisAddr   string        `name:"redis-addr" env:"FLOODGATE_REDIS_ADDR" default:"127.0.0.1:16379"`
+	KeyPrefix   string        `name:"key-prefix" default:"bench" help:"Prefix of the keys the run seeds (a timestamp is appended)."`
+	Duration    time.Duration `name:"duration" default:"3s" help:"Length of each run."`
+	Concurrency []int         `name:"concurrency" default:"1,16,64" sep:"," help:"Concurrent callers of each run."`
+	Scenarios   []string      `name:"scenarios" default:"allowed,denied,strict" sep:"," help:"allowed, denied (denied and cached), strict (Take)."`
+	Surfaces    []string      `name:"surfaces" default:"inproc,http" sep:"," help:"inproc (Limiter calls) and/or http (GET /v1/check, POST /v1/take on loopback)."`
+	Markdown    bool          `name:"markdown" help:"Print a Markdown table (for docs/benchmarks.md)."`
+}
+
+// Run measures and prints.
+func (c *LimiterCmd) Run(ctx context.Context, log *slog.Logger) error {
+	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second})
+	defer rdb.Close()
+	res, err := limiterbench.Run(ctx, limiterbench.Config{
+		Redis: rdb, KeyPrefix: fmt.Sprintf("%s-%d", c.KeyPrefix, time.Now().UnixNano()),
+		Duration: c.Duration, Concurrency: c.Concurrency, Scenarios: c.Scenarios, Surfaces: c.Surfaces, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if c.Markdown {
+		limiterbench.WriteMarkdown(os.Stdout, res)
+	} else {
+		limiterbench.WriteText(os.Stdout, res)
+	}
+	return nil
+}
+
 type cli struct {
-	Chaos ChaosCmd `cmd:"" help:"Fault suite → docs/faults.md."`
-	Bench BenchCmd `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
+	Chaos   ChaosCmd   `cmd:"" help:"Fault suite → docs/faults.md."`
+	Bench   BenchCmd   `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
+	Limiter LimiterCmd `cmd:"" help:"Limiter lookups/s and latency (one of the benchmark's steps)."`
 }
 
 func main() {

@@ -1,4 +1,4 @@
-package limiter
+package limitapi
 
 import (
 	"net/http"
@@ -53,7 +53,7 @@ func SetHeaders(h http.Header, d Decision) {
 		cur.WriteString(strconv.FormatInt(t, 10))
 	}
 	if den := d.Denial; den != nil && den.Rule != "" {
-		add(policyName(den.Rule, den.Kind, den.Window), den.Limit, int64(den.Window/time.Second), 0, retrySeconds(den.RetryAfter))
+		add(PolicyName(den.Rule, den.Kind, den.Window), den.Limit, int64(den.Window/time.Second), 0, RetrySeconds(den.RetryAfter))
 	}
 	for _, l := range d.Limits {
 		if l.Shadow || l.Allowlisted {
@@ -63,18 +63,20 @@ func SetHeaders(h http.Header, d Decision) {
 		if l.Exceeded {
 			r = 0
 		}
-		add(policyName(l.Rule, l.Kind, l.Window), l.Limit, int64(l.Window/time.Second), r, retrySeconds(l.ResetAfter))
+		add(PolicyName(l.Rule, l.Kind, l.Window), l.Limit, int64(l.Window/time.Second), r, RetrySeconds(l.ResetAfter))
 	}
 	if pol.Len() > 0 {
 		h.Set(HeaderRateLimitPolicy, pol.String())
 		h.Set(HeaderRateLimit, cur.String())
 	}
 	if !d.Allowed {
-		h.Set(HeaderRetryAfter, strconv.FormatInt(max(retrySeconds(d.RetryAfter()), 1), 10))
+		h.Set(HeaderRetryAfter, strconv.FormatInt(max(RetrySeconds(d.RetryAfter()), 1), 10))
 	}
 }
 
-func policyName(rule, kind string, w time.Duration) string {
+// PolicyName names a limit in the RateLimit fields and Envoy answers:
+// "<rule>/<kind>/<window>".
+func PolicyName(rule, kind string, w time.Duration) string {
 	return rule + "/" + kind + "/" + rules.FormatWindow(w)
 }
 

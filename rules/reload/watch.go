@@ -1,4 +1,4 @@
-package rules
+package reload
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"floodgate/rules"
 )
 
 // WatcherConfig configures a Watcher.
@@ -28,7 +30,7 @@ type WatcherConfig struct {
 	// SIGHUP reloads on the HUP signal. Default false (the command sets it).
 	SIGHUP bool
 	// OnReload, when set, is called with each new Set after it was installed.
-	OnReload func(*Set)
+	OnReload func(*rules.Set)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives floodgate_rules_reloads_total{result} and
@@ -41,11 +43,15 @@ type WatcherConfig struct {
 // good rules stay in force.
 type Watcher struct {
 	cfg     WatcherConfig
-	cur     atomic.Pointer[Set]
+	cur     atomic.Pointer[rules.Set]
 	last    []byte // content of the current set's file
 	mu      sync.Mutex
 	reloads *prometheus.CounterVec
 	loaded  prometheus.Gauge
+	// watching is closed once Run watches the file and, when configured,
+	// SIGHUP: a change or signal before that point would go unnoticed.
+	watching chan struct{}
+	once     sync.Once
 }
 
 // NewWatcher loads the file once; a bad file is an error here, since there is
@@ -61,7 +67,8 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 		cfg.Logger = slog.Default()
 	}
 	w := &Watcher{
-		cfg: cfg,
+		cfg:      cfg,
+		watching: make(chan struct{}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_rules_reloads_total",
 			Help: "Rules file reloads by result (ok, error).",
@@ -91,18 +98,18 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 }
 
 // Current returns the rules in force. Safe for concurrent use.
-func (w *Watcher) Current() *Set { return w.cur.Load() }
+func (w *Watcher) Current() *rules.Set { return w.cur.Load() }
 
-func (w *Watcher) install(s *Set, data []byte) {
+func (w *Watcher) install(s *rules.Set, data []byte) {
 	w.cur.Store(s)
 	w.last = data
 	w.loaded.Set(float64(len(s.Rules())))
 }
 
-func parseFile(path string, data []byte) (*Set, error) {
-	s, err := Parse(data)
+func parseFile(path string, data []byte) (*rules.Set, error) {
+	s, err := rules.Parse(data)
 	if err != nil {
-		var e *Error
+		var e *rules.Error
 		if errors.As(err, &e) {
 			e.File = path
 		}
@@ -110,6 +117,10 @@ func parseFile(path string, data []byte) (*Set, error) {
 	}
 	return s, nil
 }
+
+// Watching is closed once Run has started watching the file and, when
+// configured, SIGHUP.
+func (w *Watcher) Watching() <-chan struct{} { return w.watching }
 
 // Reload reads the file again. On error the current rules stay; the error is
 // returned and logged. An unchanged file is a no-op.
@@ -133,7 +144,7 @@ func (w *Watcher) Reload() error {
 	}
 	w.install(s, data)
 	w.reloads.WithLabelValues("ok").Inc()
-	w.cfg.Logger.Info("rules reloaded", "path", w.cfg.Path, "rules", len(s.Rules()), "max_window", FormatWindow(s.MaxWindow()))
+	w.cfg.Logger.Info("rules reloaded", "path", w.cfg.Path, "rules", len(s.Rules()), "max_window", rules.FormatWindow(s.MaxWindow()))
 	if w.cfg.OnReload != nil {
 		w.cfg.OnReload(s)
 	}
@@ -159,6 +170,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
+	w.once.Do(func() { close(w.watching) })
 	base := filepath.Base(w.cfg.Path)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

@@ -1,4 +1,7 @@
-package limiter
+// Package limiterbench measures the limiter in process and over HTTP
+// against a real Redis (make bench): lookups per second and latency per
+// scenario, surface and concurrency.
+package limiterbench
 
 import (
 	"context"
@@ -15,12 +18,13 @@ import (
 	"sync"
 	"time"
 
+	"floodgate/limiter"
 	"floodgate/rules"
 	"floodgate/window"
 )
 
-// BenchConfig configures Bench.
-type BenchConfig struct {
+// Config configures Run.
+type Config struct {
 	// Redis runs the window scripts. Required; the client must honour
 	// context deadlines (go-redis: ContextTimeoutEnabled).
 	Redis window.Redis
@@ -42,13 +46,13 @@ type BenchConfig struct {
 	Surfaces []string
 	// Limiter settings.
 	Timeout     time.Duration
-	FailureMode FailureMode
+	FailureMode limiter.FailureMode
 	CacheSize   int
 	Logger      *slog.Logger
 }
 
-// BenchResult is one run.
-type BenchResult struct {
+// Result is one run.
+type Result struct {
 	Surface, Scenario string
 	Concurrency       int
 	Ops, Errors       int64
@@ -80,9 +84,9 @@ rules:
 
 const benchSubjects = 10_000
 
-// Bench measures the limiter against a real Redis: lookups per second and
+// Run measures the limiter against a real Redis: lookups per second and
 // latency percentiles for each surface, scenario and concurrency.
-func Bench(ctx context.Context, cfg BenchConfig) ([]BenchResult, error) {
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Redis == nil || cfg.KeyPrefix == "" {
 		return nil, errors.New("bench: redis and key prefix are required")
 	}
@@ -112,20 +116,20 @@ func Bench(ctx context.Context, cfg BenchConfig) ([]BenchResult, error) {
 	if err := benchSeed(ctx, store, set); err != nil {
 		return nil, err
 	}
-	lim, err := New(Config{
+	lim, err := limiter.New(limiter.Config{
 		Store: store, Rules: func() *rules.Set { return set }, Timeout: cfg.Timeout,
 		FailureMode: cfg.FailureMode, CacheSize: cfg.CacheSize, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	var out []BenchResult
+	var out []Result
 	for _, surface := range cfg.Surfaces {
-		var do func(ctx context.Context, scenario string, rng *rand.Rand) (Decision, error)
+		var do func(ctx context.Context, scenario string, rng *rand.Rand) (limiter.Decision, error)
 		var stop func()
 		switch surface {
 		case "inproc":
-			do = func(ctx context.Context, scenario string, rng *rand.Rand) (Decision, error) {
+			do = func(ctx context.Context, scenario string, rng *rand.Rand) (limiter.Decision, error) {
 				req := benchRequest(scenario, rng)
 				if scenario == "strict" {
 					return lim.Take(ctx, req)
@@ -134,7 +138,7 @@ func Bench(ctx context.Context, cfg BenchConfig) ([]BenchResult, error) {
 			}
 			stop = func() {}
 		case "http":
-			srv, err := NewServer(ServerConfig{Limiter: lim, HTTPAddr: "127.0.0.1:0", RLSAddr: "off", Logger: cfg.Logger})
+			srv, err := limiter.NewServer(limiter.ServerConfig{Limiter: lim, HTTPAddr: "127.0.0.1:0", RLSAddr: "off", Logger: cfg.Logger})
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +147,7 @@ func Bench(ctx context.Context, cfg BenchConfig) ([]BenchResult, error) {
 			}
 			client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
 			base := "http://" + srv.HTTPAddr()
-			do = func(ctx context.Context, scenario string, rng *rand.Rand) (Decision, error) {
+			do = func(ctx context.Context, scenario string, rng *rand.Rand) (limiter.Decision, error) {
 				return benchHTTP(ctx, client, base, scenario, rng)
 			}
 			stop = func() {
@@ -226,18 +230,18 @@ func benchSubject(kind string, i int) string {
 	return "user" + strconv.Itoa(i) + "@example.com"
 }
 
-func benchRequest(scenario string, rng *rand.Rand) Request {
+func benchRequest(scenario string, rng *rand.Rand) limiter.Request {
 	i := rng.IntN(benchSubjects)
 	switch scenario {
 	case "denied":
-		return Request{Action: "blocked", Subjects: []Subject{{Kind: "ip", Subject: "192.0.2.66"}}}
+		return limiter.Request{Action: "blocked", Subjects: []limiter.Subject{{Kind: "ip", Subject: "192.0.2.66"}}}
 	case "strict":
-		return Request{Action: "password_reset", Subjects: []Subject{{Kind: "email", Subject: benchSubject("email", i)}}}
+		return limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: benchSubject("email", i)}}}
 	}
-	return Request{Action: "login_failed", Subjects: []Subject{{Kind: "ip", Subject: benchSubject("ip", i)}, {Kind: "email", Subject: benchSubject("email", i)}}}
+	return limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: benchSubject("ip", i)}, {Kind: "email", Subject: benchSubject("email", i)}}}
 }
 
-func benchHTTP(ctx context.Context, client *http.Client, base, scenario string, rng *rand.Rand) (Decision, error) {
+func benchHTTP(ctx context.Context, client *http.Client, base, scenario string, rng *rand.Rand) (limiter.Decision, error) {
 	req := benchRequest(scenario, rng)
 	q := url.Values{"action": {req.Action}}
 	for _, s := range req.Subjects {
@@ -249,33 +253,33 @@ func benchHTTP(ctx context.Context, client *http.Client, base, scenario string, 
 	}
 	hreq, err := http.NewRequestWithContext(ctx, method, base+path+q.Encode(), nil)
 	if err != nil {
-		return Decision{}, err
+		return limiter.Decision{}, err
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {
-		return Decision{}, err
+		return limiter.Decision{}, err
 	}
 	var body struct {
 		Degraded bool `json:"degraded"`
 	}
 	derr := json.NewDecoder(resp.Body).Decode(&body)
 	if err := resp.Body.Close(); err != nil {
-		return Decision{}, err
+		return limiter.Decision{}, err
 	}
 	if derr != nil {
-		return Decision{}, fmt.Errorf("http %d: body: %w", resp.StatusCode, derr)
+		return limiter.Decision{}, fmt.Errorf("http %d: body: %w", resp.StatusCode, derr)
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return Decision{Allowed: true, Degraded: body.Degraded}, nil
+		return limiter.Decision{Allowed: true, Degraded: body.Degraded}, nil
 	case http.StatusTooManyRequests:
-		return Decision{Degraded: body.Degraded}, nil
+		return limiter.Decision{Degraded: body.Degraded}, nil
 	}
-	return Decision{}, fmt.Errorf("http %d", resp.StatusCode)
+	return limiter.Decision{}, fmt.Errorf("http %d", resp.StatusCode)
 }
 
 // benchRun calls op from c goroutines for d and measures each call.
-func benchRun(ctx context.Context, c int, d time.Duration, op func(context.Context, *rand.Rand) (bool, error)) BenchResult {
+func benchRun(ctx context.Context, c int, d time.Duration, op func(context.Context, *rand.Rand) (bool, error)) Result {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	lats := make([][]time.Duration, c)
@@ -311,7 +315,7 @@ func benchRun(ctx context.Context, c int, d time.Duration, op func(context.Conte
 	wg.Wait()
 	elapsed := time.Since(start)
 	var all []time.Duration
-	r := BenchResult{Concurrency: c, Elapsed: elapsed}
+	r := Result{Concurrency: c, Elapsed: elapsed}
 	for w := range c {
 		all = append(all, lats[w]...)
 		r.Errors += errCount[w]
@@ -332,8 +336,8 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(i, len(sorted)-1)]
 }
 
-// WriteBenchText prints results as aligned text.
-func WriteBenchText(w io.Writer, rs []BenchResult) {
+// WriteText prints results as aligned text.
+func WriteText(w io.Writer, rs []Result) {
 	fmt.Fprintf(w, "%-7s %-8s %5s %12s %10s %10s %10s %8s %8s\n", "surface", "scenario", "conc", "lookups/s", "p50", "p99", "p99.9", "errors", "degraded")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%-7s %-8s %5d %12.0f %10s %10s %10s %8d %8d\n", r.Surface, r.Scenario, r.Concurrency, r.PerSec,
@@ -341,8 +345,8 @@ func WriteBenchText(w io.Writer, rs []BenchResult) {
 	}
 }
 
-// WriteBenchMarkdown prints results as a Markdown table.
-func WriteBenchMarkdown(w io.Writer, rs []BenchResult) {
+// WriteMarkdown prints results as a Markdown table.
+func WriteMarkdown(w io.Writer, rs []Result) {
 	fmt.Fprintln(w, "| surface | scenario | concurrency | lookups/s | p50 | p99 | p99.9 | errors | degraded |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {

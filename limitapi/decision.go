@@ -1,0 +1,77 @@
+package limitapi
+
+import "time"
+
+// Subject is one feature of a request: its kind ("ip") and value.
+type Subject struct {
+	Kind, Subject string
+}
+
+// Request asks about an action happening now to some subjects.
+type Request struct {
+	Action   string
+	Subjects []Subject
+	// N is how many events Take counts; 0 means 1. Check ignores it.
+	N int64
+	// ID is the event id Take publishes; empty means new random ids.
+	ID string
+}
+
+// Limit is the state of one limit of one matching rule for one subject.
+type Limit struct {
+	Rule, Kind, Subject string
+	Limit               int64         // allowed events per window
+	Window              time.Duration // sliding window
+	Count               int64         // events in the window now
+	Remaining           int64         // max(Limit-Count, 0)
+	// ResetAfter is when one more event fits again if Exceeded; otherwise
+	// an upper bound of when the whole quota is back (Window when Count > 0).
+	ResetAfter  time.Duration
+	Shadow      bool // the rule never denies
+	Strict      bool // the rule counts through Take
+	Exceeded    bool // one more event (N for Take) would go over, or a deny record says so
+	Allowlisted bool // the subject is on the rule's allowlist: never denied
+}
+
+// Denial says why a request is (or for a shadow rule, would be) denied.
+type Denial struct {
+	Rule, Kind, Subject string
+	Limit               int64
+	Window              time.Duration
+	Count               int64
+	Message             string
+	Until               time.Time     // when one more event fits again
+	RetryAfter          time.Duration // Until minus the decision time
+	Shadow              bool
+}
+
+// Decision answers a Request.
+type Decision struct {
+	Allowed bool
+	// Denial is set when denied: the enforced denial with the longest
+	// retry. In closed failure mode it names no rule.
+	Denial        *Denial
+	Limits        []Limit  // every limit of every matching rule (partial when Cached)
+	ShadowDenials []Denial // shadow rules that would deny
+	Degraded      bool     // Redis failed or timed out: the failure mode answered
+	Cached        bool     // denied from the in-process cache, Redis not asked
+	Counted       bool     // Take counted strict subjects in Redis
+	Time          time.Time
+}
+
+// RetryAfter returns the denial's retry time, 0 when allowed.
+func (d Decision) RetryAfter() time.Duration {
+	if d.Denial == nil {
+		return 0
+	}
+	return d.Denial.RetryAfter
+}
+
+// RetrySeconds rounds a retry time up to whole seconds, at least 1 when
+// positive (the Retry-After and RateLimit "t" values).
+func RetrySeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
