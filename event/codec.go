@@ -14,7 +14,8 @@ import (
 //
 //	{"v":1,"id":"...","action":"...","kind":"...","subject":"...","ts":<epoch ms>,"n":<count>}
 //
-// A zero V or N is written as its default (Version, 1). TS is written in
+// with "attrs":{"<kind>":"<value>",...} (keys sorted) after "n" when the
+// event has attrs. A zero V or N is written as its default (Version, 1). TS is written in
 // whole Unix milliseconds. Errors are *Error.
 func Encode(e Event) ([]byte, error) {
 	if err := e.Validate(); err != nil {
@@ -39,6 +40,18 @@ func Encode(e Event) ([]byte, error) {
 	b = strconv.AppendInt(b, e.TS.UnixMilli(), 10)
 	b = append(b, `,"n":`...)
 	b = strconv.AppendInt(b, n, 10)
+	if len(e.Attrs) > 0 {
+		b = append(b, `,"attrs":{`...)
+		for i, k := range sortedKeys(e.Attrs) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, e.Attrs[k])
+		}
+		b = append(b, '}')
+	}
 	b = append(b, '}')
 	if len(b) > MaxSize {
 		return nil, &Error{Reason: ReasonTooLarge, Detail: fmt.Sprintf("encoded event is %d bytes, limit %d", len(b), MaxSize)}
@@ -73,13 +86,14 @@ func appendString(b []byte, s string) []byte {
 // wire is the JSON shape Decode reads. Pointers tell absent from zero where
 // the difference matters; unknown fields are ignored.
 type wire struct {
-	V       vField  `json:"v"`
-	ID      string  `json:"id"`
-	Action  string  `json:"action"`
-	Kind    string  `json:"kind"`
-	Subject string  `json:"subject"`
-	TS      tsField `json:"ts"`
-	N       *int64  `json:"n"`
+	V       vField            `json:"v"`
+	ID      string            `json:"id"`
+	Action  string            `json:"action"`
+	Kind    string            `json:"kind"`
+	Subject string            `json:"subject"`
+	TS      tsField           `json:"ts"`
+	N       *int64            `json:"n"`
+	Attrs   map[string]string `json:"attrs"`
 }
 
 // vField parses "v" so that a bad version is told apart from a bad type
@@ -217,6 +231,12 @@ func Decode(value []byte) (Event, error) {
 			return Event{}, err
 		}
 	}
+	if len(w.Attrs) == 0 {
+		w.Attrs = nil // "attrs":{} reads as none
+	}
+	if err := checkAttrs(w.Attrs); err != nil {
+		return Event{}, err
+	}
 	return Event{
 		V:       Version,
 		ID:      w.ID,
@@ -225,5 +245,6 @@ func Decode(value []byte) (Event, error) {
 		Subject: w.Subject,
 		TS:      time.UnixMilli(w.TS.ms).UTC(),
 		N:       n,
+		Attrs:   w.Attrs,
 	}, nil
 }

@@ -29,6 +29,8 @@ const (
 	MaxNameLen = 64
 	// MaxSubjectLen is the longest subject, in bytes of UTF-8.
 	MaxSubjectLen = 256
+	// MaxAttrs is the most related features (attrs) one event may carry.
+	MaxAttrs = 8
 	// MaxN is the largest count one event may carry.
 	MaxN = 1_000_000
 	// MinTSMillis is the earliest accepted event time, 2000-01-01T00:00:00Z,
@@ -54,6 +56,12 @@ type Event struct {
 	Subject string    // feature value, e.g. "203.0.113.7"; 1..256 bytes of UTF-8, no control characters
 	TS      time.Time // event time, required, in [2000-01-01, 2200-01-01)
 	N       int64     // count, 1..MaxN; 0 means 1
+	// Attrs are related features of the same access, kind -> value, e.g.
+	// {"email": "a@example.com"} on an event of kind "ip": what distinct-count
+	// rules and unique-visitor history count. Optional; keys follow the kind
+	// rules, values the subject rules, at most MaxAttrs. Readers that ignore
+	// them stay correct: the event's own count does not depend on them.
+	Attrs map[string]string
 }
 
 // Key returns the Kafka message key of e: "<kind>:<subject>". Kind cannot
@@ -88,7 +96,7 @@ func (e Event) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return checkAttrs(e.Attrs)
 }
 
 // NewID returns a new unique event id: 128 random bits as 32 lowercase hex
@@ -195,6 +203,36 @@ func checkSubject(s string) error {
 		i += size
 	}
 	return nil
+}
+
+// checkAttrs holds attrs to the kind and subject rules, so that an attr can
+// be counted, keyed and stored exactly like a subject.
+func checkAttrs(attrs map[string]string) error {
+	if len(attrs) > MaxAttrs {
+		return &Error{Reason: ReasonInvalidField, Field: "attrs", Detail: fmt.Sprintf("%d attrs, limit %d", len(attrs), MaxAttrs)}
+	}
+	for _, k := range sortedKeys(attrs) {
+		if err := checkName("attrs", k); err != nil {
+			e := err.(*Error)
+			e.Detail = "key " + e.Detail
+			return e
+		}
+		if err := checkSubject(attrs[k]); err != nil {
+			e := err.(*Error)
+			e.Field = "attrs." + k
+			return e
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func checkTSMillis(ms int64) error {

@@ -2,6 +2,7 @@ package event_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"v 2 with other types", `{"v":2,"id":7,"ts":{}}`, event.ReasonUnsupportedVersion, "v"},
 		{"v string", `{"v":"1","id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonInvalidField, "v"},
 		{"v float", `{"v":1.5,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonInvalidField, "v"},
+		{"attrs not an object", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":[1]}`, event.ReasonInvalidField, "attrs"},
+		{"attrs value not a string", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":5}}`, event.ReasonInvalidField, "attrs"},
+		{"attrs bad key", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"E-mail":"x"}}`, event.ReasonInvalidField, "attrs"},
+		{"attrs empty value", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":""}}`, event.ReasonMissingField, "attrs.email"},
+		{"attrs control char", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":"a\u0000"}}`, event.ReasonInvalidField, "attrs.email"},
+		{"attrs too many", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"a":"1","b":"1","c":"1","d":"1","e":"1","f":"1","g":"1","h":"1","i":"1"}}`, event.ReasonInvalidField, "attrs"},
 		{"id absent", `{"v":1,"action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonMissingField, "id"},
 		{"id empty", `{"v":1,"id":"","action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonMissingField, "id"},
 		{"id number", `{"v":1,"id":12,"action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonInvalidField, "id"},
@@ -138,6 +145,14 @@ func TestDecodeAccepts(t *testing.T) {
 			func() event.Event { e := base; e.ID, e.Kind, e.Subject = `e"1`, "ua", `a "b" \c`; return e }()},
 		{"n max", `{"v":1,"id":"e1","action":"login_failed","kind":"ip","subject":"203.0.113.7","ts":1700000000123,"n":1000000}`,
 			func() event.Event { e := base; e.N = event.MaxN; return e }()},
+		{"attrs", `{"v":1,"id":"e1","action":"login_failed","kind":"ip","subject":"203.0.113.7","ts":1700000000123,"n":2,"attrs":{"email":"a@example.com","ua":"curl \"8\""}}`,
+			func() event.Event {
+				e := base
+				e.Attrs = map[string]string{"email": "a@example.com", "ua": `curl "8"`}
+				return e
+			}()},
+		{"attrs empty reads as none", `{"v":1,"id":"e1","action":"login_failed","kind":"ip","subject":"203.0.113.7","ts":1700000000123,"n":2,"attrs":{}}`, base},
+		{"attrs null", `{"v":1,"id":"e1","action":"login_failed","kind":"ip","subject":"203.0.113.7","ts":1700000000123,"n":2,"attrs":null}`, base},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,7 +160,7 @@ func TestDecodeAccepts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Decode = %+v, want %+v", got, tt.want)
 			}
 			if got.TS.Location() != time.UTC {
@@ -164,6 +179,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 		{"defaults", event.Event{ID: event.NewID(), Action: "login_failed", Kind: "ip", Subject: "2001:db8::1", TS: ts}},
 		{"full", goodEvent()},
 		{"escapes", event.Event{V: 1, ID: `a"b\c`, Action: "x.y-z_0", Kind: "ua", Subject: `Mozilla "5.0" \ <&> ` + "\u2028", TS: ts, N: 7}},
+		{"attrs", event.Event{ID: "a1", Action: "visit", Kind: "link", Subject: "abc", TS: ts, Attrs: map[string]string{"ip": "198.51.100.4", "user": `u"1`}}},
 		{"max lengths", event.Event{ID: strings.Repeat("~", 64), Action: strings.Repeat("a", 64), Kind: strings.Repeat("k", 64), Subject: strings.Repeat(`"`, 256), TS: ts, N: event.MaxN}},
 	}
 	for _, tt := range tests {
@@ -182,7 +198,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 				want.N = 1
 			}
 			want.TS = time.UnixMilli(tt.in.TS.UnixMilli()).UTC()
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("round trip = %+v, want %+v", got, want)
 			}
 		})
@@ -317,6 +333,8 @@ func FuzzDecode(f *testing.F) {
 		`{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":"2024-01-02T03:04:05\u002e5Z","n":3}`,
 		`{"v":1,"id":"x","action":"a","kind":"email","subject":"zoë@exämple.com\u2028","ts":946684800000}`,
 		`{"v":1,"ID":"x","Action":"a","KIND":"k","subject":"\"\\","ts":7258118399999,"n":1000000,"x":null}`,
+		`{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":"a@b","ip":"::1"}}`,
+		`{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"E":"x"}}`,
 		`{"v":2}`, `[]`, `null`, `{"ts":1e3}`, `{"v":1,"ts":"1970-01-01T00:00:00Z"}`,
 	}
 	for _, s := range seeds {
@@ -342,7 +360,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Decode(Encode(%+v)) = %v; encoded %s", e, err, b)
 		}
-		if again != e {
+		if !reflect.DeepEqual(again, e) {
 			t.Fatalf("round trip changed the event:\n got %+v\nwant %+v", again, e)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -181,7 +182,7 @@ func TestPublishAndKcatAgree(t *testing.T) {
 			continue
 		}
 		seen[e.ID] = true
-		if e != want {
+		if !reflect.DeepEqual(e, want) {
 			t.Errorf("event read back = %+v, sent %+v", e, want)
 		}
 		if javaP := producer.Partition(m.Key, partitions); m.Partition != javaP {
