@@ -62,9 +62,11 @@ func Brokers(tb testing.TB) []string {
 }
 
 // RedisAddr returns FLOODGATE_REDIS_ADDR or DefaultRedisAddr. It does not
-// check that Redis answers: Redis does.
+// check that Redis answers: Redis does. Several addresses are a cluster's
+// seeds (`scripts/stack env --cluster`), not a single node's: then it is
+// DefaultRedisAddr, and the cluster is ClusterRedis's.
 func RedisAddr() string {
-	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" {
+	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" && !strings.Contains(a, ",") {
 		return a
 	}
 	return DefaultRedisAddr
