@@ -26,7 +26,7 @@ func (c *DemoCmd) Run(ctx context.Context) error {
 		return fmt.Errorf("demo: find own binary: %w", err)
 	}
 	return demo.Run(ctx, demo.Config{
-		Bin: bin, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
+		Bin: bin, Brokers: c.Brokers, RedisAddr: c.RedisAddr[0], PostgresURL: c.PostgresURL,
 		Rules: c.Rules, Decisions: c.DecisionsTopic, Duration: c.Duration, VisitRate: c.VisitRate,
 	})
 }
