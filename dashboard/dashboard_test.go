@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -249,6 +250,22 @@ func TestBadParameters(t *testing.T) {
 			var v map[string]any
 			if err := json.Unmarshal(body, &v); err != nil || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s: not JSON: %s", tc.path, body)
+			}
+		}
+	}
+}
+
+// The serving binary embeds the dashboard but links no browser driver,
+// harness or example.
+func TestServingBinaryLinksNoTestCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", servicetest.Floodgate).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, bad := range []string{"github.com/chromedp/", "floodgate/bench", "floodgate/examples", "floodgate/dashboard/dashboardtest", "floodgate/stacktest", "floodgate/demo"} {
+			if strings.HasPrefix(dep, bad) {
+				t.Errorf("floodgate links %s", dep)
 			}
 		}
 	}

@@ -31,7 +31,6 @@ type CLI struct {
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
 	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
-	Demo       DemoCmd       `cmd:"" help:"Run the end-to-end demo on the local stack (make demo)."`
 	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
 }
 
