@@ -183,7 +183,7 @@ func startServices(ctx context.Context, cfg Config, topic, prefix, logDir string
 		{Name: "aggregator", Bin: cfg.Floodgate, Args: []string{"aggregator", "--metrics-addr", addrs[0]}},
 		{Name: "limiter", Bin: cfg.Floodgate, Args: []string{"limiter", "serve", "--http-addr", addrs[1], "--rls-addr", addrs[2]}},
 		{Name: "roller", Bin: cfg.Floodgate, Args: []string{"roller", "run", "--every", "15s"}},
-		{Name: "dashboard", Bin: cfg.Floodgate, Args: []string{"dashboard", "--addr", addrs[4], "--refresh", "2s"}},
+		{Name: "dashboard", Bin: cfg.Floodgate, Args: []string{"dashboard", "--addr", addrs[4], "--refresh", "2s", "--recent", "12"}},
 		// The demo plays the proxy in front of the shortener: its visitors
 		// are named by X-Forwarded-For.
 		{Name: "shortener", Bin: cfg.Shortener, Args: []string{"--addr", addrs[3], "--limiter-url", s.limiter, "--trusted-proxies", "127.0.0.1/32"}},
