@@ -154,9 +154,15 @@ func TestNginxAuthRequest(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for n := 1; ; n++ {
 		last = visit("198.51.100.9")
-		if last.status == http.StatusTooManyRequests {
-			t.Logf("denied at visit %d", n)
+		if last.status == http.StatusTooManyRequests && last.body == nil {
+			t.Logf("denied by nginx at visit %d", n)
 			break
+		}
+		// The shortener checks too: when the deny lands between nginx's
+		// check and its own, its JSON 429 comes through nginx. The next
+		// request meets the deny in nginx.
+		if last.status == http.StatusTooManyRequests && last.body["rule"] == "link-visit" {
+			continue
 		}
 		if last.status != http.StatusFound {
 			t.Fatalf("visit %d: %d %s", n, last.status, last.raw)
