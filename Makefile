@@ -1,4 +1,4 @@
-.PHONY: stack test demo bench chaos build down fuzz
+.PHONY: stack test demo screenshot bench chaos build down fuzz
 
 stack:
 	scripts/stack up
@@ -9,6 +9,10 @@ test:
 
 demo:
 	scripts/stack up && scripts/demo
+
+# The README's screenshot of the dashboard, taken by the demo in Chromium.
+screenshot:
+	scripts/stack up && scripts/demo --stay=no --screenshot docs/img/dashboard.png
 
 bench:
 	scripts/stack up && scripts/bench

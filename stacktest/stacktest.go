@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -362,4 +363,37 @@ func RedisCalls(tb testing.TB, rdb *redis.Client) int64 {
 		}
 	}
 	return total
+}
+
+// Nginx returns the path of Debian's nginx (scripts/stack up installs it),
+// for tests that run it as a private process in front of a service.
+func Nginx(tb testing.TB) string {
+	tb.Helper()
+	return program(tb, "nginx", "/usr/sbin/nginx")
+}
+
+// Chromium returns the path of Debian's chromium (scripts/stack up installs
+// it), for tests that load pages in a headless browser.
+func Chromium(tb testing.TB) string {
+	tb.Helper()
+	return program(tb, "Chromium", "chromium", "/usr/bin/chromium")
+}
+
+// program finds the first of names on PATH (or as an absolute path): a
+// missing program is a missing service, failed or skipped by the same rule.
+func program(tb testing.TB, what string, names ...string) string {
+	tb.Helper()
+	var err error
+	for _, n := range names {
+		var p string
+		if p, err = exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s is not installed (%v); install it with scripts/stack up", what, err)
+	if testing.Short() && os.Getenv("CI") != "true" {
+		tb.Skip(msg + "; skipped under -short")
+	}
+	tb.Fatal(msg)
+	return ""
 }
