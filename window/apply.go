@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"floodgate/aggregator"
+	"floodgate/event"
 	"floodgate/rules"
 )
 
@@ -141,7 +142,13 @@ type pendingSubject struct {
 	latest  int64 // its latest event, Unix ms
 	added   int64 // events of the batch, counted or not
 	incs    map[int64]int64
+	seen    map[seenKey]int64 // distinct values of the batch -> latest second
+	bev     []bucketEvent     // events for its buckets, in arrival order
 }
+
+type seenKey struct{ kind, value string }
+
+type bucketEvent struct{ us, n int64 }
 
 // applyOnce returns trimTo >= 0 when the store holds the batch's head.
 func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, int64, error) {
@@ -165,6 +172,8 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		ms := ev.TS.UnixMilli()
 		sec := floorDiv(ms, 1000)
 		if sec <= nowSec-maxw {
+			// Too old for every window, and for every bucket too: a bucket
+			// refills within maxw, so the event's token is back already.
 			res.Old++
 			continue
 		}
@@ -188,6 +197,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			continue
 		}
 		ps.incs[sec] += n
+		pl.observe(ps, ev, sec)
 		res.Applied++
 	}
 	res.Subjects = len(order)
@@ -243,11 +253,12 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 	for _, p := range pl.list {
 		args = append(args, p.maxw, len(p.limits))
 		for _, l := range p.limits {
-			shadow := 0
-			if l.rule.Shadow {
-				shadow = 1
-			}
-			args = append(args, l.ruleIx+1, l.limit.Count, int64(l.limit.Window/time.Second), shadow)
+			args = append(args, l.ruleIx+1, l.limit.Count, int64(l.limit.Window/time.Second), flag(l.rule.Shadow), l.rule.Distinct)
+		}
+		args = append(args, len(p.buckets))
+		for _, b := range p.buckets {
+			bk := b.rule.Bucket
+			args = append(args, b.ruleIx+1, bk.Interval().Microseconds(), bk.Burst, flag(b.rule.Shadow), bk.Rate.String())
 		}
 	}
 	args = append(args, len(order))
@@ -264,6 +275,14 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 		slices.Sort(secs)
 		for _, sec := range secs {
 			args = append(args, sec, ps.incs[sec])
+		}
+		args = append(args, len(ps.seen))
+		for k, sec := range ps.seen {
+			args = append(args, k.kind, k.value, sec)
+		}
+		args = append(args, len(ps.bev))
+		for _, e := range ps.bev {
+			args = append(args, e.us, e.n)
 		}
 	}
 	return args
@@ -286,8 +305,10 @@ type profileKey struct {
 }
 
 type profile struct {
-	maxw   int64
-	limits []profileLimit
+	maxw     int64
+	limits   []profileLimit
+	buckets  []profileLimit // rules with a bucket
+	distinct []string       // kinds of attrs its distinct limits count
 }
 
 type profileLimit struct {
@@ -327,25 +348,62 @@ func (p *profiles) of(sub Subject, maxw int64) int {
 		for _, l := range r.Limits {
 			pr.limits = append(pr.limits, profileLimit{rule: r, ruleIx: ix, limit: l})
 		}
+		if r.Bucket != nil {
+			pr.buckets = append(pr.buckets, profileLimit{rule: r, ruleIx: ix})
+		}
+		if r.Distinct != "" && !slices.Contains(pr.distinct, r.Distinct) {
+			pr.distinct = append(pr.distinct, r.Distinct)
+		}
 	}
 	p.list = append(p.list, pr)
 	p.byKey[key] = len(p.list) - 1
 	return len(p.list) - 1
 }
 
+// observe records what an event adds to its subject's distinct sets and
+// buckets.
+func (p *profiles) observe(ps *pendingSubject, ev *event.Event, sec int64) {
+	pr := &p.list[ps.profile]
+	for _, kind := range pr.distinct {
+		if v, ok := ev.Attrs[kind]; ok {
+			if ps.seen == nil {
+				ps.seen = map[seenKey]int64{}
+			}
+			k := seenKey{kind, v}
+			ps.seen[k] = max(ps.seen[k], sec)
+		}
+	}
+	if len(pr.buckets) > 0 {
+		// Event times travel in milliseconds (the event contract).
+		ps.bev = append(ps.bev, bucketEvent{us: ev.TS.UnixMilli() * 1000, n: max(ev.N, 1)})
+	}
+}
+
 // decisions reads the script's {subject, limit, count, until_ms, shadow,
-// eval_sec}* tuples.
+// eval_sec}* tuples; a limit index past the subject's window limits is one
+// of its buckets.
 func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
 	var out []Decision
 	for i := 0; i+5 < len(flat); i += 6 {
 		ps := order[flat[i]-1]
-		l := p.list[ps.profile].limits[flat[i+1]-1]
+		pr := p.list[ps.profile]
+		ix := int(flat[i+1]) - 1
+		var l profileLimit
+		var bucket *rules.Bucket
+		if ix < len(pr.limits) {
+			l = pr.limits[ix]
+		} else {
+			l = pr.buckets[ix-len(pr.limits)]
+			bucket = l.rule.Bucket
+			l.limit = rules.Limit{Count: bucket.Burst}
+		}
 		out = append(out, Decision{
 			Action:  ps.sub.Action,
 			Kind:    ps.sub.Kind,
 			Subject: ps.sub.Subject,
 			Rule:    l.rule.Name,
 			Limit:   l.limit,
+			Bucket:  bucket,
 			Count:   flat[i+2],
 			Until:   time.UnixMilli(flat[i+3]).UTC(),
 			Shadow:  flat[i+4] == 1,
@@ -355,6 +413,13 @@ func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
 		})
 	}
 	return out
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func replyInt(v []any, i int) int64 {

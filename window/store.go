@@ -73,7 +73,7 @@ type Store struct {
 // shebang makes Redis refuse a writing script up front when it is out of
 // memory, instead of failing half-way.
 var (
-	applyScript  = redis.NewScript("#!lua\n" + LuaLib + applyBody)
+	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
 )
 
@@ -170,11 +170,14 @@ func (s *Store) Resume(ctx context.Context, group, topic string, partition int) 
 }
 
 // Deny is a deny record: the subject is over Limit (Count events in the
-// window) and will be back under it at Until unless more events come. The
+// window) and will be back under it at Until unless more events come. For
+// a bucket rule, Bucket is set, Limit.Count is the burst (and Count the
+// events it held) and Until is when the bucket is no longer overdrawn. The
 // record expires at Until, so its presence alone means "deny".
 type Deny struct {
 	Rule    string
 	Limit   rules.Limit
+	Bucket  *rules.Bucket
 	Count   int64
 	Until   time.Time
 	Message string
@@ -182,17 +185,54 @@ type Deny struct {
 
 // denyWire is the JSON of deny records; written by the apply script.
 type denyWire struct {
-	Rule    string `json:"rule"`
-	Limit   int64  `json:"limit"`
-	Window  string `json:"window"`
-	Count   int64  `json:"count"`
-	Until   int64  `json:"until"` // Unix milliseconds
-	Message string `json:"message"`
+	Rule    string      `json:"rule"`
+	Limit   int64       `json:"limit"`
+	Window  string      `json:"window"`
+	Bucket  *bucketWire `json:"bucket,omitempty"`
+	Count   int64       `json:"count"`
+	Until   int64       `json:"until"` // Unix milliseconds
+	Message string      `json:"message"`
+}
+
+// bucketWire is a bucket rule in records and decisions:
+// {"rate":"10/1s","burst":50}.
+type bucketWire struct {
+	Rate  string `json:"rate"`
+	Burst int64  `json:"burst"`
+}
+
+func (b *bucketWire) bucket() (*rules.Bucket, error) {
+	if b == nil {
+		return nil, nil
+	}
+	rate, err := rules.ParseLimit(b.Rate)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: %w", err)
+	}
+	return &rules.Bucket{Rate: rate, Burst: b.Burst}, nil
+}
+
+func wireBucket(b *rules.Bucket) *bucketWire {
+	if b == nil {
+		return nil
+	}
+	return &bucketWire{Rate: b.Rate.String(), Burst: b.Burst}
+}
+
+// limitOf reads a record's limit: a window, or a bucket (no window).
+func limitOf(count int64, window string, b *bucketWire) (rules.Limit, *rules.Bucket, error) {
+	if b != nil {
+		bk, err := b.bucket()
+		return rules.Limit{Count: count}, bk, err
+	}
+	win, err := rules.ParseWindow(window)
+	return rules.Limit{Count: count, Window: win}, nil, err
 }
 
 // ParseDeny decodes a deny record:
 //
 //	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"..."}
+//	{"rule":"api","limit":50,"window":"","bucket":{"rate":"10/1s","burst":50},"count":53,"until":...}
 //
 // until is in Unix milliseconds, window in the rules file syntax.
 func ParseDeny(data []byte) (*Deny, error) {
@@ -200,13 +240,14 @@ func ParseDeny(data []byte) (*Deny, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("deny record: %w", err)
 	}
-	win, err := rules.ParseWindow(w.Window)
+	lim, bk, err := limitOf(w.Limit, w.Window, w.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("deny record: %w", err)
 	}
 	return &Deny{
 		Rule:    w.Rule,
-		Limit:   rules.Limit{Count: w.Limit, Window: win},
+		Limit:   lim,
+		Bucket:  bk,
 		Count:   w.Count,
 		Until:   time.UnixMilli(w.Until).UTC(),
 		Message: w.Message,
@@ -215,7 +256,11 @@ func ParseDeny(data []byte) (*Deny, error) {
 
 // MarshalJSON writes the deny record format (see ParseDeny).
 func (d Deny) MarshalJSON() ([]byte, error) {
-	return json.Marshal(denyWire{Rule: d.Rule, Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count, Until: d.Until.UnixMilli(), Message: d.Message})
+	w := denyWire{Rule: d.Rule, Limit: d.Limit.Count, Bucket: wireBucket(d.Bucket), Count: d.Count, Until: d.Until.UnixMilli(), Message: d.Message}
+	if d.Bucket == nil {
+		w.Window = rules.FormatWindow(d.Limit.Window)
+	}
+	return json.Marshal(w)
 }
 
 // Decision is a new deny (or, for shadow rules, would-be deny) of a subject.
@@ -227,7 +272,8 @@ type Decision struct {
 	Action, Kind, Subject string
 	Rule                  string
 	Limit                 rules.Limit
-	Count                 int64     // events in the window when decided
+	Bucket                *rules.Bucket // a bucket rule's decision: Limit.Count is the burst
+	Count                 int64         // events in the window when decided
 	Until                 time.Time // when the window falls back under the limit
 	Shadow                bool
 	Message               string
@@ -244,22 +290,23 @@ type decisionWire struct {
 	Subject string `json:"subject"`
 	Rule    string `json:"rule"`
 	Limit   int64  `json:"limit"`
-	Window  string `json:"window"`
-	Count   int64  `json:"count"`
-	Until   int64  `json:"until"`
-	Shadow  bool   `json:"shadow"`
-	Message string `json:"message,omitempty"`
-	TS      int64  `json:"ts"`
+	Window  string      `json:"window"`
+	Bucket  *bucketWire `json:"bucket,omitempty"`
+	Count   int64       `json:"count"`
+	Until   int64       `json:"until"`
+	Shadow  bool        `json:"shadow"`
+	Message string      `json:"message,omitempty"`
+	TS      int64       `json:"ts"`
 }
 
 func (w decisionWire) decision() (Decision, error) {
-	win, err := rules.ParseWindow(w.Window)
+	lim, bk, err := limitOf(w.Limit, w.Window, w.Bucket)
 	if err != nil {
 		return Decision{}, fmt.Errorf("decision: %w", err)
 	}
 	return Decision{
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
-		Limit: rules.Limit{Count: w.Limit, Window: win}, Count: w.Count,
+		Limit: lim, Bucket: bk, Count: w.Count,
 		Until: time.UnixMilli(w.Until).UTC(), Shadow: w.Shadow, Message: w.Message,
 		TS: time.UnixMilli(w.TS).UTC(),
 	}, nil
@@ -268,11 +315,15 @@ func (w decisionWire) decision() (Decision, error) {
 // MarshalJSON writes the floodgate.decisions message value: times in Unix
 // milliseconds, as in events.
 func (d Decision) MarshalJSON() ([]byte, error) {
-	return json.Marshal(decisionWire{
+	w := decisionWire{
 		ID: d.ID, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Rule: d.Rule,
-		Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count,
+		Limit: d.Limit.Count, Bucket: wireBucket(d.Bucket), Count: d.Count,
 		Until: d.Until.UnixMilli(), Shadow: d.Shadow, Message: d.Message, TS: d.TS.UnixMilli(),
-	})
+	}
+	if d.Bucket == nil {
+		w.Window = rules.FormatWindow(d.Limit.Window)
+	}
+	return json.Marshal(w)
 }
 
 // UnmarshalJSON reads a floodgate.decisions message value.
