@@ -64,7 +64,7 @@ func TestEndToEndLadder(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	prod := &produced{perKey: map[string]int64{}}
+	prod := newProduced()
 	for _, e := range evs {
 		prod.perKey[e.Action+"|"+e.Kind+"|"+e.Subject]++
 		prod.total.Add(1)
