@@ -373,10 +373,11 @@ func mod(a, b int64) int64 {
 // binned to that tier's width; a minute below every watermark is late: it
 // counts in totals and history_late only.
 //
-// Visitors: each row's hashes become a sketch (sketch_of), sketches of rows
-// binned together are merged (sketch_union_agg) and merged into the stored
-// sketch on conflict (sketch_union) — in this statement, so they are as
-// exactly-once as the counts. Rows without visitors carry NULL, and
+// Visitors: each row's hashes (distinct: summarize) become a sketch
+// (sketch_sorted), sketches of rows binned together are merged
+// (sketch_union_agg) and merged into the stored sketch on conflict
+// (sketch_union) — in this statement, so they are as exactly-once as the
+// counts. Rows without visitors carry NULL: the aggregate skips them and
 // sketch_union, plain SQL, calls no function for them.
 func applySQL(schema, offsets string) string {
 	q := func(name string) string { return qualify(schema, name) }
@@ -393,7 +394,7 @@ func applySQL(schema, offsets string) string {
 ), tiers AS (
 	SELECT step, position, rolled_to FROM %[2]s
 ), v AS (
-	SELECT i, %[3]s(array_agg(h)) AS vis
+	SELECT i, %[3]s(array_agg(h ORDER BY h)) AS vis
 	FROM unnest($11::int[], $12::bigint[]) AS v(i, h)
 	WHERE EXISTS (SELECT 1 FROM off) GROUP BY i
 ), r AS (
@@ -402,7 +403,7 @@ func applySQL(schema, offsets string) string {
 	FROM unnest($6::text[], $7::text[], $8::text[], $9::timestamptz[], $10::bigint[]) WITH ORDINALITY AS u(a, s, k, m, n, i)
 	LEFT JOIN v ON v.i = u.i
 	WHERE EXISTS (SELECT 1 FROM off)
-)`, offsets, q("history_tiers"), q("sketch_of"))
+)`, offsets, q("history_tiers"), q("sketch_sorted"))
 	agg, union := q("sketch_union_agg"), q("sketch_union")
 	var written []string
 	for _, st := range steps {

@@ -247,6 +247,17 @@ END
 $$;
 -- +goose StatementEnd
 
+-- sketch_sorted: the sketch of hashes already sorted and distinct (as the
+-- sink sends them). Plain SQL, inlined: an exact set costs no call.
+-- +goose StatementBegin
+CREATE FUNCTION floodgate.sketch_sorted(p_hashes bigint[]) RETURNS floodgate.sketch
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN cardinality(p_hashes) IS NULL OR cardinality(p_hashes) = 0 THEN NULL
+                WHEN cardinality(p_hashes) <= 256 THEN ROW(p_hashes, NULL)::floodgate.sketch
+                ELSE floodgate.sketch_of(p_hashes) END
+$$;
+-- +goose StatementEnd
+
 -- sketch_merge: the union of two sketches (both non-NULL; see sketch_union).
 -- +goose StatementBegin
 CREATE FUNCTION floodgate.sketch_merge(a floodgate.sketch, b floodgate.sketch) RETURNS floodgate.sketch
@@ -282,55 +293,12 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
--- sketch_union_agg: the union of many sketches. Its state collects the hashes
--- of exact sketches unsorted (a buffer of up to 4096, then deduplicated or
--- folded into the registers) and keeps the registers' max, so that merging
--- many small sets costs no sort per row.
--- +goose StatementBegin
-CREATE FUNCTION floodgate.sketch_acc(s floodgate.sketch, v floodgate.sketch) RETURNS floodgate.sketch
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-DECLARE
-    h bigint[] := (s).hashes || (v).hashes;
-    p bit varying := (s).planes;
-BEGIN
-    IF (v).planes IS NOT NULL THEN
-        p := CASE WHEN p IS NULL THEN (v).planes ELSE floodgate.sketch_registers_max(p, (v).planes) END;
-    END IF;
-    IF cardinality(h) > 4096 THEN
-        IF p IS NULL THEN
-            s := floodgate.sketch_of(h);
-            h := (s).hashes;
-            p := (s).planes;
-        ELSE
-            p := floodgate.sketch_registers_add(p, h);
-            h := NULL;
-        END IF;
-    END IF;
-    RETURN ROW(h, p)::floodgate.sketch;
-END
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
-CREATE FUNCTION floodgate.sketch_final(s floodgate.sketch) RETURNS floodgate.sketch
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-BEGIN
-    IF (s).planes IS NULL THEN
-        RETURN floodgate.sketch_of((s).hashes);
-    END IF;
-    IF (s).hashes IS NULL THEN
-        RETURN s;
-    END IF;
-    RETURN ROW(NULL, floodgate.sketch_registers_add((s).planes, (s).hashes))::floodgate.sketch;
-END
-$$;
--- +goose StatementEnd
-
+-- sketch_union_agg: the union of many sketches. The state is a sketch like
+-- any other (a single row's sketch is the answer as is, at no cost).
 CREATE AGGREGATE floodgate.sketch_union_agg(floodgate.sketch) (
-    SFUNC = floodgate.sketch_acc,
+    SFUNC = floodgate.sketch_merge,
     STYPE = floodgate.sketch,
-    FINALFUNC = floodgate.sketch_final,
-    COMBINEFUNC = floodgate.sketch_acc,
+    COMBINEFUNC = floodgate.sketch_merge,
     PARALLEL = SAFE
 );
 
@@ -466,10 +434,9 @@ DROP FUNCTION IF EXISTS floodgate.visitors(text, text, timestamptz, timestamptz,
 DROP FUNCTION IF EXISTS floodgate.sketch_registers(floodgate.sketch);
 DROP FUNCTION IF EXISTS floodgate.sketch_estimate(floodgate.sketch);
 DROP AGGREGATE IF EXISTS floodgate.sketch_union_agg(floodgate.sketch);
-DROP FUNCTION IF EXISTS floodgate.sketch_final(floodgate.sketch);
-DROP FUNCTION IF EXISTS floodgate.sketch_acc(floodgate.sketch, floodgate.sketch);
 DROP FUNCTION IF EXISTS floodgate.sketch_union(floodgate.sketch, floodgate.sketch);
 DROP FUNCTION IF EXISTS floodgate.sketch_merge(floodgate.sketch, floodgate.sketch);
+DROP FUNCTION IF EXISTS floodgate.sketch_sorted(bigint[]);
 DROP FUNCTION IF EXISTS floodgate.sketch_of(bigint[]);
 DROP FUNCTION IF EXISTS floodgate.sketch_registers_estimate(bit varying);
 DROP FUNCTION IF EXISTS floodgate.sketch_registers_max(bit varying, bit varying);
