@@ -3,6 +3,7 @@ package history_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +110,22 @@ func TestSinkKeepsVisitors(t *testing.T) {
 	want := []history.VisitorPoint{{Time: t0, Events: 4, Visitors: 2}, {Time: t0.Add(time.Minute), Events: 3, Visitors: 3}}
 	if fmt.Sprint(curve) != fmt.Sprint(want) {
 		t.Errorf("visitors curve = %v, want %v", curve, want)
+	}
+	// Sketches are rewritten at every merge: the partitions compress them
+	// with lz4 (migration 00005), new ones (ensure_partition) included.
+	var methods []string
+	if err := pool.QueryRow(ctx, `SELECT array_agg(coalesce(nullif(a.attcompression::text, ''), '-') || ':' || c.relname ORDER BY c.relname)
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace
+		WHERE ns.nspname = $1 AND a.attname = 'visitors' AND c.relkind = 'r'`, schema).Scan(&methods); err != nil {
+		t.Fatal(err)
+	}
+	if len(methods) < 7 { // history_totals, the 5 DEFAULT partitions, the 1m partition of t0
+		t.Errorf("visitors columns: %v", methods)
+	}
+	for _, m := range methods {
+		if !strings.HasPrefix(m, "l:") {
+			t.Errorf("visitors column of %s not lz4-compressed (all: %v)", m, methods)
+		}
 	}
 	for _, span := range []struct {
 		name     string
