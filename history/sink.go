@@ -221,6 +221,11 @@ func summarize(recs []aggregator.Record, vis Visitors) rows {
 		return cmp.Or(strings.Compare(a.action, b.action), strings.Compare(a.subject, b.subject),
 			strings.Compare(a.kind, b.kind), cmp.Compare(a.minute, b.minute))
 	})
+	out.actions = make([]string, 0, len(keys))
+	out.subjects = make([]string, 0, len(keys))
+	out.kinds = make([]string, 0, len(keys))
+	out.minutes = make([]time.Time, 0, len(keys))
+	out.ns = make([]int64, 0, len(keys))
 	for i, k := range keys {
 		out.actions = append(out.actions, k.action)
 		out.subjects = append(out.subjects, k.subject)
