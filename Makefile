@@ -1,14 +1,18 @@
-.PHONY: stack test demo bench chaos build down fuzz
+.PHONY: stack test demo screenshot bench chaos build down fuzz
 
 stack:
 	scripts/stack up
 
 test:
-	scripts/stack up && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
+	scripts/stack up && scripts/stack up --cluster && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
 	go test ./event -run='^$$' -fuzz=FuzzDecode -fuzztime=15s
 
 demo:
 	scripts/stack up && scripts/demo
+
+# The README's screenshot of the dashboard, taken by the demo in Chromium.
+screenshot:
+	scripts/stack up && scripts/demo --stay=no --screenshot docs/img/dashboard.png
 
 bench:
 	scripts/stack up && scripts/bench

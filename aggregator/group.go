@@ -53,10 +53,24 @@ type Config struct {
 	GroupID string
 	// BatchMax caps the messages in one batch. Default 10000.
 	BatchMax int
-	// BatchWait is how long a worker keeps filling a batch after its first
-	// message. Default 50ms: long enough to coalesce a burst, short enough to
-	// keep deny decisions fresh.
+	// BatchWait, when positive, makes a worker keep filling a batch for
+	// that long after its first message (floodgate's behaviour before
+	// adaptive batching; benchmarks compare the two). Default 0: a batch is
+	// what has been fetched by the time the previous one is applied, so an
+	// idle partition applies an event at once and a busy one in large
+	// batches.
 	BatchWait time.Duration
+	// FetchMaxBytes bounds one fetch response. Default 1 MiB.
+	FetchMaxBytes int64
+	// FetchMaxWait is how long a fetch waits on an idle partition. Default
+	// 500ms.
+	FetchMaxWait time.Duration
+	// OnLostOffsets is what a partition does when the log no longer holds
+	// its next offset (retention deleted events nobody counted, or the
+	// topic was recreated): LostOffsetsSkip (default) reports (ERROR log,
+	// floodgate_aggregator_skipped_offsets_total) and goes on from what the
+	// log holds; LostOffsetsStop reports and stops the partition.
+	OnLostOffsets LostOffsetsPolicy
 	// MaxFutureSkew is how far ahead of Now an event time may be. Default 5s.
 	MaxFutureSkew time.Duration
 	// DeadLetter receives malformed messages with their reason. Nil means
@@ -79,6 +93,15 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// LostOffsetsPolicy is Config.OnLostOffsets.
+type LostOffsetsPolicy string
+
+// The lost-offsets policies.
+const (
+	LostOffsetsSkip LostOffsetsPolicy = "skip"
+	LostOffsetsStop LostOffsetsPolicy = "stop"
+)
+
 // Validate reports the first problem with c.
 func (c *Config) Validate() error {
 	switch {
@@ -90,8 +113,12 @@ func (c *Config) Validate() error {
 		return errors.New("aggregator config: no group id")
 	case c.BatchMax < 0:
 		return fmt.Errorf("aggregator config: batch max %d is negative", c.BatchMax)
-	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0:
+	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.FetchMaxWait < 0:
 		return errors.New("aggregator config: durations must not be negative")
+	case c.FetchMaxBytes < 0:
+		return fmt.Errorf("aggregator config: fetch max bytes %d is negative", c.FetchMaxBytes)
+	case c.OnLostOffsets != "" && c.OnLostOffsets != LostOffsetsSkip && c.OnLostOffsets != LostOffsetsStop:
+		return fmt.Errorf("aggregator config: on lost offsets %q: want skip or stop", c.OnLostOffsets)
 	}
 	return nil
 }
@@ -100,8 +127,8 @@ func (c *Config) setDefaults() {
 	if c.BatchMax == 0 {
 		c.BatchMax = 10000
 	}
-	if c.BatchWait == 0 {
-		c.BatchWait = 50 * time.Millisecond
+	if c.OnLostOffsets == "" {
+		c.OnLostOffsets = LostOffsetsSkip
 	}
 	if c.MaxFutureSkew == 0 {
 		c.MaxFutureSkew = 5 * time.Second
@@ -126,6 +153,7 @@ func (c *Config) setDefaults() {
 // Group consumes a topic as a member of a consumer group and feeds one Sink.
 type Group struct {
 	cfg     Config
+	client  *kafka.Client // fetches, straight to partition leaders
 	sink    Sink
 	log     *slog.Logger
 	metrics *metrics
@@ -145,7 +173,11 @@ func NewGroup(cfg Config, sink Sink) (*Group, error) {
 		return nil, err
 	}
 	return &Group{
-		cfg:     cfg,
+		cfg: cfg,
+		client: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second,
+			// Metadata (who leads which partition) is refreshed often, so a
+			// fetch finds a new leader soon after a broker dies.
+			Transport: &kafka.Transport{MetadataTTL: 2 * time.Second, DialTimeout: 5 * time.Second}},
 		sink:    sink,
 		log:     cfg.Logger.With("group", cfg.GroupID, "topic", cfg.Topic),
 		metrics: m,
@@ -178,6 +210,9 @@ func (g *Group) Run(ctx context.Context) error {
 	defer func() {
 		if cerr := cg.Close(); cerr != nil {
 			g.log.Warn("leave group", "err", cerr)
+		}
+		if t, ok := g.client.Transport.(*kafka.Transport); ok {
+			t.CloseIdleConnections()
 		}
 	}()
 	for {
@@ -271,8 +306,21 @@ type worker struct {
 	// next is the offset the partition stands at: where it resumed, then
 	// each applied batch's Next. Negative until known (resuming from the
 	// start of the log).
-	next int64
-	log  *slog.Logger
+	next  int64
+	carry *fetched // fetched beyond the last batch's BatchMax
+	held  *fetched // an offset reset met while filling a batch
+	log   *slog.Logger
+}
+
+// fetched is what the fetch loop hands the apply loop: records, or a
+// stored offset to move back (the topic was recreated; the fetch loop
+// waits for done before it fetches on).
+type fetched struct {
+	msgs  []kafka.Message
+	end   int64 // the offset after everything read (records and transaction markers)
+	hw    int64 // high-water mark when fetched
+	reset *LostOffsetsError
+	done  chan<- bool
 }
 
 func (w *worker) run(ctx, genCtx context.Context) {
@@ -296,52 +344,67 @@ func (w *worker) run(ctx, genCtx context.Context) {
 	if !ok {
 		return
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:       g.cfg.Brokers,
-		Topic:         g.cfg.Topic,
-		Partition:     w.partition,
-		MinBytes:      1,
-		MaxBytes:      16 << 20,
-		MaxWait:       250 * time.Millisecond,
-		QueueCapacity: 4096,
-		// Never read past the last stable offset: records of a transaction
-		// still open are not events yet.
-		IsolationLevel: kafka.ReadCommitted,
-	})
-	defer func() {
-		if err := r.Close(); err != nil {
-			w.log.Warn("close reader", "err", err)
-		}
-	}()
-	w.next = next
-	if err := r.SetOffset(next); err != nil {
-		w.log.Error("set offset", "offset", next, "err", err)
+	f, err := NewFetcher(FetcherConfig{Client: g.client, Topic: g.cfg.Topic, Partition: w.partition, Offset: next,
+		MaxBytes: g.cfg.FetchMaxBytes, MaxWait: g.cfg.FetchMaxWait})
+	if err != nil {
+		w.log.Error("partition not started", "err", err)
 		return
 	}
+	w.next = next
 	w.log.Info("partition started", "offset", next)
-	lag := g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
-	backoff := g.cfg.RetryBackoff
+
+	var wg sync.WaitGroup
+	// Room for a few responses: the next batch is fetched while this one is
+	// applied, and batches grow only while a backlog waits here.
+	ch := make(chan fetched, 8)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.fetchLoop(stop, f, ch)
+	}()
+	// A sink's per-partition work (the live relay) runs beside the batches
+	// and ends only once the last batch is applied.
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+	if pr, ok := g.sink.(PartitionRunner); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr.RunPartition(rctx, g.cfg.Topic, w.partition)
+		}()
+	}
+	w.applyLoop(ctx, stop, ch)
+	cancel()
+	rcancel()
+	wg.Wait()
+}
+
+// applyLoop applies what the fetch loop hands over until stop fires,
+// finishing the batch in hand.
+func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) {
+	lag := w.g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
 	for {
-		msgs, err := w.fetch(stop, r)
-		if stop.Err() != nil {
+		item, ok := w.take(stop, ch)
+		if !ok {
 			return
 		}
-		if err != nil {
-			// Leader moves and broker restarts are transient: returning
-			// would end the generation for every member.
-			g.metrics.errors.WithLabelValues("fetch").Inc()
-			w.log.Warn("fetch failed; retrying", "err", err, "backoff", backoff)
-			if !sleep(stop, backoff) {
-				return
-			}
-			backoff = min(backoff*2, g.cfg.MaxRetryBackoff)
-			continue
-		}
-		backoff = g.cfg.RetryBackoff
-		b, dead := w.batch(msgs)
-		lag.Set(float64(msgs[len(msgs)-1].HighWaterMark - b.Next()))
 		// Past this point the batch is applied even if stop fires.
 		work := context.WithoutCancel(ctx)
+		if item.reset != nil {
+			ok := w.resetOffset(stop, work, item.reset)
+			item.done <- ok
+			if !ok {
+				return
+			}
+			continue
+		}
+		if len(item.msgs) == 0 && w.next < 0 {
+			// Transaction markers before any record of a partition never
+			// applied: nothing to store yet.
+			w.next = item.end
+			continue
+		}
+		b, dead := w.batch(item)
+		lag.Set(float64(max(item.hw-b.Next(), 0)))
 		if !w.deadLetter(stop, work, dead) || !w.apply(stop, work, b) {
 			return
 		}
@@ -351,6 +414,191 @@ func (w *worker) run(ctx, genCtx context.Context) {
 			return
 		}
 	}
+}
+
+// take returns the next batch's messages: everything fetched by now, up to
+// BatchMax (the rest is carried to the next batch). It waits for more only
+// when nothing is in hand, or for BatchWait when that is set.
+func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
+	if w.held != nil {
+		out := *w.held
+		w.held = nil
+		return out, true
+	}
+	var out fetched
+	if w.carry != nil {
+		out, w.carry = *w.carry, nil
+	} else {
+		select {
+		case <-stop.Done():
+			return out, false
+		case out = <-ch:
+		}
+		if out.reset != nil {
+			return out, true
+		}
+	}
+	var fill <-chan time.Time
+	if w.g.cfg.BatchWait > 0 {
+		t := time.NewTimer(w.g.cfg.BatchWait)
+		defer t.Stop()
+		fill = t.C
+	}
+	for len(out.msgs) < w.g.cfg.BatchMax {
+		var more fetched
+		if fill == nil {
+			select {
+			case more = <-ch:
+			default:
+				return w.cut(out), true
+			}
+		} else {
+			select {
+			case more = <-ch:
+			case <-fill:
+				return w.cut(out), true
+			case <-stop.Done():
+				return w.cut(out), true
+			}
+		}
+		if more.reset != nil {
+			w.held = &more
+			break
+		}
+		out.msgs = append(out.msgs, more.msgs...)
+		out.end, out.hw = more.end, more.hw
+	}
+	return w.cut(out), true
+}
+
+// cut keeps BatchMax messages and carries the rest to the next batch.
+func (w *worker) cut(out fetched) fetched {
+	if n := w.g.cfg.BatchMax; len(out.msgs) > n {
+		rest := out
+		rest.msgs = append([]kafka.Message(nil), out.msgs[n:]...)
+		w.carry = &rest
+		out.msgs = out.msgs[:n]
+		out.end = out.msgs[n-1].Offset + 1
+	}
+	return out
+}
+
+// fetchLoop fetches from the partition's leader and hands the records over
+// until stop fires. Transient errors (a leader moving, a broker restarting)
+// are retried; offsets the log lost are handled by the policy.
+func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) {
+	g := w.g
+	backoff := g.cfg.RetryBackoff
+	beyond := 0
+	last := f.Next() // what was handed over last: only transaction markers may follow
+	for stop.Err() == nil {
+		markers := f.Markers
+		msgs, err := f.Fetch(stop)
+		g.metrics.control.Add(float64(f.Markers - markers))
+		if stop.Err() != nil {
+			return
+		}
+		var lost *LostOffsetsError
+		switch {
+		case errors.As(err, &lost) && lost.Beyond && beyond < 2:
+			// A log end can lag for a moment while leadership moves: make
+			// sure before acting on it.
+			beyond++
+			sleep(stop, time.Second)
+			continue
+		case errors.As(err, &lost):
+			beyond = 0
+			if !w.lostOffsets(stop, f, lost, ch) {
+				return
+			}
+			continue
+		case err != nil:
+			g.metrics.errors.WithLabelValues("fetch").Inc()
+			w.log.Warn("fetch failed; retrying", "err", err, "backoff", backoff)
+			if !sleep(stop, backoff) {
+				return
+			}
+			backoff = min(backoff*2, g.cfg.MaxRetryBackoff)
+			continue
+		}
+		beyond = 0
+		backoff = g.cfg.RetryBackoff
+		if len(msgs) == 0 && f.Next() <= last {
+			continue
+		}
+		last = f.Next()
+		select {
+		case ch <- fetched{msgs: msgs, end: f.Next(), hw: f.HighWatermark}:
+		case <-stop.Done():
+			return
+		}
+	}
+}
+
+// lostOffsets applies the lost-offsets policy; false stops the fetch loop.
+func (w *worker) lostOffsets(stop context.Context, f *Fetcher, lost *LostOffsetsError, ch chan<- fetched) bool {
+	g := w.g
+	part := strconv.Itoa(w.partition)
+	if g.cfg.OnLostOffsets == LostOffsetsStop {
+		g.metrics.stopped.WithLabelValues(part).Set(1)
+		w.log.Error("partition stopped: offsets lost; restart with --on-lost-offsets=skip to go on, or reset the stored offset",
+			"topic", lost.Topic, "from", lost.From, "to", lost.To, "beyond_log_end", lost.Beyond, "lost", lost.Lost(), "err", lost)
+		<-stop.Done()
+		g.metrics.stopped.WithLabelValues(part).Set(0)
+		return false
+	}
+	if !lost.Beyond {
+		// The next batch starts at w.next and covers the lost offsets: the
+		// sink stores the skip with it.
+		g.metrics.skipped.WithLabelValues(part).Add(float64(lost.Lost()))
+		w.log.Error("offsets lost: deleted by retention before this group read them; their events are not counted",
+			"topic", lost.Topic, "from", lost.From, "to", lost.To-1, "lost", lost.Lost())
+		f.SetOffset(lost.To)
+		return true
+	}
+	done := make(chan bool, 1)
+	select {
+	case ch <- fetched{reset: lost, done: done}:
+	case <-stop.Done():
+		return false
+	}
+	select {
+	case ok := <-done:
+		if ok {
+			f.SetOffset(lost.To)
+		}
+		return ok
+	case <-stop.Done():
+		return false
+	}
+}
+
+// resetOffset moves the sink's stored offset back to the recreated log's
+// start; sinks that cannot stop the partition instead.
+func (w *worker) resetOffset(stop, work context.Context, lost *LostOffsetsError) bool {
+	g := w.g
+	part := strconv.Itoa(w.partition)
+	r, ok := g.sink.(OffsetResetter)
+	if !ok {
+		g.metrics.stopped.WithLabelValues(part).Set(1)
+		w.log.Error("partition stopped: the stored offset is beyond the log's end and the sink cannot move it back",
+			"topic", lost.Topic, "stored", lost.From, "log_start", lost.To)
+		<-stop.Done()
+		g.metrics.stopped.WithLabelValues(part).Set(0)
+		return false
+	}
+	w.log.Error("stored offset beyond the log's end (topic deleted and recreated?): what the old log held past it is lost; resuming at the new log's start",
+		"topic", lost.Topic, "stored", lost.From, "log_start", lost.To)
+	if !w.retry(stop, "reset-offset", func() error {
+		ctx, cancel := context.WithTimeout(work, 30*time.Second)
+		defer cancel()
+		return r.ResetOffset(ctx, g.cfg.Topic, w.partition, lost.From, lost.To)
+	}, func() {}) {
+		return false
+	}
+	g.metrics.resets.WithLabelValues(part).Inc()
+	w.next = lost.To
+	return true
 }
 
 // resume finds where the partition starts: the sink's own offset when it has
@@ -377,54 +625,33 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 	}
 }
 
-// fetch blocks for the first message, then gathers more for up to BatchWait
-// or BatchMax messages.
-func (w *worker) fetch(stop context.Context, r *kafka.Reader) ([]kafka.Message, error) {
-	first, err := r.FetchMessage(stop)
-	if err != nil {
-		return nil, err
-	}
-	msgs := []kafka.Message{first}
-	fill, cancel := context.WithTimeout(stop, w.g.cfg.BatchWait)
-	defer cancel()
-	for len(msgs) < w.g.cfg.BatchMax {
-		// A cancelled FetchMessage leaves unread messages queued in the
-		// reader, so cutting the batch here loses nothing.
-		m, err := r.FetchMessage(fill)
-		if err != nil {
-			break
-		}
-		msgs = append(msgs, m)
-	}
-	return msgs, nil
-}
-
-// batch decodes msgs into a Batch, and the dead letters of the messages that
-// failed validation (which have no Record but whose offsets the batch covers).
-func (w *worker) batch(msgs []kafka.Message) (Batch, []kafka.Message) {
+// batch decodes what was fetched into a Batch up to its end, and the dead
+// letters of the messages that failed validation (which have no Record but
+// whose offsets the batch covers).
+func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
+	msgs := item.msgs
 	b := Batch{
 		Topic:     w.g.cfg.Topic,
 		Partition: w.partition,
-		First:     msgs[0].Offset,
-		Last:      msgs[len(msgs)-1].Offset,
+		First:     item.end,
+		Last:      item.end - 1,
 		Records:   make([]Record, 0, len(msgs)),
+	}
+	if len(msgs) > 0 {
+		b.First = msgs[0].Offset
 	}
 	if w.next >= 0 && w.next < b.First {
 		// Offsets the log holds no message for (transaction markers,
-		// compaction, retention) belong to this batch: the sinks then see
-		// contiguous batches and never mistake a hole in the log for a
-		// missing batch.
+		// compaction, and offsets the lost-offsets policy skipped, reported
+		// there) belong to this batch: the sinks then see contiguous
+		// batches and never mistake a hole in the log for a missing batch.
 		b.First = w.next
 	}
 	var dead []kafka.Message
 	now := w.g.cfg.Now()
 	for i := range msgs {
 		m := &msgs[i]
-		if isControlRecord(m) {
-			w.g.metrics.control.Inc()
-			continue
-		}
-		ev, derr := w.decode(m, now)
+		ev, derr := Accept(m, now, w.g.cfg.MaxFutureSkew)
 		if derr != nil {
 			w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
 			dead = append(dead, w.deadLetterOf(m, derr))
@@ -437,7 +664,11 @@ func (w *worker) batch(msgs []kafka.Message) (Batch, []kafka.Message) {
 	return b, dead
 }
 
-func (w *worker) decode(m *kafka.Message, now time.Time) (event.Event, *event.Error) {
+// Accept decodes and checks one message as every floodgate consumer does
+// (the aggregator's groups and rebuild): a valid event, keyed by its
+// "kind:subject", not further ahead of now than maxSkew. A refused message
+// gets a reason for the dead-letter topic.
+func Accept(m *kafka.Message, now time.Time, maxSkew time.Duration) (event.Event, *event.Error) {
 	ev, err := event.Decode(m.Value)
 	if err != nil {
 		var e *event.Error
@@ -449,10 +680,10 @@ func (w *worker) decode(m *kafka.Message, now time.Time) (event.Event, *event.Er
 	if err := event.CheckKey(m.Key, ev); err != nil {
 		return ev, &event.Error{Reason: ReasonKeyMismatch, Field: "key", Detail: err.Error()}
 	}
-	if ev.TS.After(now.Add(w.g.cfg.MaxFutureSkew)) {
+	if ev.TS.After(now.Add(maxSkew)) {
 		return ev, &event.Error{Reason: ReasonFutureTimestamp, Field: "ts",
 			Detail: fmt.Sprintf("event time %s is %s ahead of the aggregator clock (max %s)",
-				ev.TS.Format(time.RFC3339Nano), ev.TS.Sub(now).Round(time.Millisecond), w.g.cfg.MaxFutureSkew)}
+				ev.TS.Format(time.RFC3339Nano), ev.TS.Sub(now).Round(time.Millisecond), maxSkew)}
 	}
 	return ev, nil
 }
@@ -538,16 +769,6 @@ func (w *worker) commit(b Batch) {
 	if err != nil {
 		w.log.Debug("commit offsets (advisory)", "offset", b.Next(), "err", err)
 	}
-}
-
-// isControlRecord reports whether m is a transaction marker. kafka-go hands
-// the commit and abort markers of transactional producers to readers as if
-// they were messages; their key is a 2-byte version 0 and a 2-byte type
-// (0 abort, 1 commit) and their value 6 bytes, a shape no "kind:subject"
-// key can have, so skipping them can never skip an event.
-func isControlRecord(m *kafka.Message) bool {
-	k := m.Key
-	return len(k) == 4 && len(m.Value) == 6 && k[0] == 0 && k[1] == 0 && k[2] == 0 && k[3] <= 1
 }
 
 func counted(hs []kafka.Header) bool {

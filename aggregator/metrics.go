@@ -20,6 +20,9 @@ type metrics struct {
 	batchSize    prometheus.Histogram
 	applySeconds prometheus.Histogram
 	lag          *prometheus.GaugeVec
+	skipped      *prometheus.CounterVec
+	resets       *prometheus.CounterVec
+	stopped      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
@@ -32,7 +35,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_dead_lettered_total", Help: "Malformed messages written to the dead-letter topic.", ConstLabels: labels}),
 		control: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_aggregator_transaction_markers_total", Help: "Transaction commit/abort markers skipped (kafka-go returns them as messages).", ConstLabels: labels}),
+			Name: "floodgate_aggregator_transaction_markers_total", Help: "Transaction commit/abort markers read past (they hold no event).", ConstLabels: labels}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_invalid_total", Help: "Malformed messages by reason.", ConstLabels: labels}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,11 +50,17 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_aggregator_lag_messages", Help: "High-water mark minus the next offset, per partition.", ConstLabels: labels}, []string{"partition"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_skipped_offsets_total", Help: "Offsets deleted by retention before this group read them (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_offset_resets_total", Help: "Stored offsets beyond the log's end (topic recreated) moved back to the log's start, per partition.", ConstLabels: labels}, []string{"partition"}),
+		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_aggregator_partition_stopped", Help: "1 while a partition is stopped on lost offsets (--on-lost-offsets=stop) until an operator acts.", ConstLabels: labels}, []string{"partition"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -45,3 +45,34 @@ type Sink interface {
 	// Apply makes the batch's effect and its offset durable together.
 	Apply(ctx context.Context, b Batch) error
 }
+
+// PartitionRunner is implemented by sinks that run work beside each
+// partition they are assigned (the live sink relays its decisions). The
+// runner's context ends once the partition's last batch is applied; the
+// worker waits for RunPartition to return.
+type PartitionRunner interface {
+	RunPartition(ctx context.Context, topic string, partition int)
+}
+
+// OffsetResetter is implemented by sinks that can move a partition's stored
+// offset back, from from to to, when the topic was deleted and recreated
+// and the stored offset lies beyond the new log's end. It must change
+// nothing unless the stored offset is from.
+type OffsetResetter interface {
+	ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error
+}
+
+// TrimBatch returns b from offset from on: the records at or after it, with
+// First = from. Sinks call it when their stored offset lies inside a batch
+// (a stale owner's batch overlapping the new owner's): only that tail is
+// new.
+func TrimBatch(b Batch, from int64) Batch {
+	kept := make([]Record, 0, len(b.Records))
+	for _, r := range b.Records {
+		if r.Offset >= from {
+			kept = append(kept, r)
+		}
+	}
+	b.First, b.Records = from, kept
+	return b
+}

@@ -166,6 +166,44 @@ func (q *Querier) Actions(ctx context.Context) ([]Ranked, error) {
 	return out, rows.Err()
 }
 
+// StoredTier is one tier of the ladder as stored, with its watermark:
+// nothing older than RolledTo lives in the tier (zero: no limit).
+type StoredTier struct {
+	Step     string
+	Width    time.Duration
+	RolledTo time.Time
+}
+
+// Tiers returns the stored ladder, finest first; empty before a sink or the
+// roller stored one. Dashboards read it to know the resolution of the data
+// at a given age: the finest tier whose watermark is at or before it.
+func (q *Querier) Tiers(ctx context.Context) ([]StoredTier, error) {
+	rows, err := q.db.Query(ctx, `SELECT step, extract(epoch FROM width)::float8,
+		CASE WHEN rolled_to = '-infinity' THEN NULL ELSE rolled_to END FROM `+qualify(q.schema, "history_tiers")+` ORDER BY position`)
+	if err != nil {
+		return nil, fmt.Errorf("tiers: %w", err)
+	}
+	defer rows.Close()
+	var out []StoredTier
+	for rows.Next() {
+		var t StoredTier
+		var secs float64
+		var rolled *time.Time
+		if err := rows.Scan(&t.Step, &secs, &rolled); err != nil {
+			return nil, fmt.Errorf("tiers: %w", err)
+		}
+		t.Width = time.Duration(secs * float64(time.Second))
+		if rolled != nil {
+			t.RolledTo = rolled.UTC()
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tiers: %w", err)
+	}
+	return out, nil
+}
+
 // Visitors returns the distinct visitors (values of the attr counted for the
 // action, SinkConfig.Visitors) of the events of k whose bucket starts in
 // [from, to): exact up to 256, a HyperLogLog estimate beyond (0.81% standard

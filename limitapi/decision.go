@@ -15,6 +15,10 @@ type Request struct {
 	N int64
 	// ID is the event id Take publishes; empty means new random ids.
 	ID string
+	// Exact makes a Check read the subjects' windows in Redis (exact counts
+	// for every limit, one round trip per slot) instead of answering from
+	// the limiter's memory. Take is always exact.
+	Exact bool
 }
 
 // Limit is the state of one limit of one matching rule for one subject.
@@ -22,8 +26,13 @@ type Limit struct {
 	Rule, Kind, Subject string
 	Limit               int64         // allowed events per window
 	Window              time.Duration // sliding window
-	Count               int64         // events in the window now
-	Remaining           int64         // max(Limit-Count, 0)
+	// Count is the events in the window now, as far as the aggregator has
+	// counted them (0 when Estimated).
+	Count int64
+	// Remaining is max(Limit-Count, 0): never more than what is left. When
+	// Estimated, a guaranteed lower bound: the subject is under half the
+	// limit, so at least Limit - (ceil(Limit/2) - 1) are left.
+	Remaining int64
 	// ResetAfter is when one more event fits again if Exceeded; otherwise
 	// an upper bound of when the whole quota is back (Window when Count > 0).
 	ResetAfter  time.Duration
@@ -31,6 +40,9 @@ type Limit struct {
 	Strict      bool // the rule counts through Take
 	Exceeded    bool // one more event (N for Take) would go over, or a deny record says so
 	Allowlisted bool // the subject is on the rule's allowlist: never denied
+	// Estimated: answered from memory for a subject under half the limit,
+	// whose exact count the limiter does not hold (ask with Request.Exact).
+	Estimated bool
 }
 
 // Denial says why a request is (or for a shadow rule, would be) denied.
@@ -51,10 +63,9 @@ type Decision struct {
 	// Denial is set when denied: the enforced denial with the longest
 	// retry. In closed failure mode it names no rule.
 	Denial        *Denial
-	Limits        []Limit  // every limit of every matching rule (partial when Cached)
+	Limits        []Limit  // every limit of every matching rule
 	ShadowDenials []Denial // shadow rules that would deny
 	Degraded      bool     // Redis failed or timed out: the failure mode answered
-	Cached        bool     // denied from the in-process cache, Redis not asked
 	Counted       bool     // Take counted strict subjects in Redis
 	Time          time.Time
 }

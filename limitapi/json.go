@@ -7,6 +7,19 @@ import "floodgate/rules"
 // but 2xx, 401 and 403 into a 500, so an nginx location sets it to 403.
 const HeaderDenyStatus = "Floodgate-Deny-Status"
 
+// Request header fields of the HTTP surface. Every query parameter but
+// "action" names a kind, so settings of the request travel as headers,
+// which no kind can collide with.
+const (
+	// HeaderN asks /v1/take for n slots (default 1).
+	HeaderN = "Floodgate-N"
+	// HeaderEventID is the event id /v1/take publishes (default: new ids).
+	HeaderEventID = "Floodgate-Event-Id"
+	// HeaderExact set to "1" makes /v1/check read exact counts in Redis
+	// instead of answering from the limiter's memory.
+	HeaderExact = "Floodgate-Exact"
+)
+
 // CheckResult is the JSON body of /v1/check and /v1/take: the decision,
 // with the denial's fields at the top level so that a proxy can show
 // "message" as it is. Windows are in the rules file syntax ("1m"), times in
@@ -22,7 +35,6 @@ type CheckResult struct {
 	Count         int64        `json:"count,omitempty"`
 	RetryAfter    int64        `json:"retry_after,omitempty"`
 	Degraded      bool         `json:"degraded,omitempty"`
-	Cached        bool         `json:"cached,omitempty"`
 	Counted       bool         `json:"counted,omitempty"`
 	Limits        []LimitJSON  `json:"limits,omitempty"`
 	ShadowDenials []DenialJSON `json:"shadow_denials,omitempty"`
@@ -43,6 +55,9 @@ type LimitJSON struct {
 	Strict      bool   `json:"strict,omitempty"`
 	Exceeded    bool   `json:"exceeded,omitempty"`
 	Allowlisted bool   `json:"allowlisted,omitempty"`
+	// Estimated: count not known (under half the limit), remaining a lower
+	// bound.
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // DenialJSON is a shadow denial in CheckResult.
@@ -59,7 +74,7 @@ type DenialJSON struct {
 
 // Result converts a decision to its JSON body.
 func Result(d Decision) CheckResult {
-	r := CheckResult{Allowed: d.Allowed, Degraded: d.Degraded, Cached: d.Cached, Counted: d.Counted}
+	r := CheckResult{Allowed: d.Allowed, Degraded: d.Degraded, Counted: d.Counted}
 	if den := d.Denial; den != nil {
 		r.Message, r.Rule, r.Kind, r.Subject = den.Message, den.Rule, den.Kind, den.Subject
 		r.Limit, r.Count, r.RetryAfter = den.Limit, den.Count, max(RetrySeconds(den.RetryAfter), 1)
@@ -71,7 +86,7 @@ func Result(d Decision) CheckResult {
 		r.Limits = append(r.Limits, LimitJSON{
 			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: rules.FormatWindow(l.Window),
 			Count: l.Count, Remaining: l.Remaining, ResetAfter: RetrySeconds(l.ResetAfter),
-			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted,
+			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated,
 		})
 	}
 	for _, s := range d.ShadowDenials {

@@ -38,7 +38,7 @@ func DecisionToProto(d Decision) *floodgatev1.TakeResponse {
 		r.Limits[i] = &floodgatev1.Limit{
 			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: durationpb.New(l.Window),
 			Count: l.Count, Remaining: l.Remaining, ResetAfter: durationpb.New(l.ResetAfter),
-			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted,
+			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated,
 		}
 	}
 	for _, s := range d.ShadowDenials {
@@ -70,7 +70,7 @@ func DecisionFromProto(r *floodgatev1.TakeResponse, now time.Time) Decision {
 		d.Limits = append(d.Limits, Limit{
 			Rule: l.GetRule(), Kind: l.GetKind(), Subject: l.GetSubject(), Limit: l.GetLimit(), Window: l.GetWindow().AsDuration(),
 			Count: l.GetCount(), Remaining: l.GetRemaining(), ResetAfter: l.GetResetAfter().AsDuration(),
-			Shadow: l.GetShadow(), Strict: l.GetStrict(), Exceeded: l.GetExceeded(), Allowlisted: l.GetAllowlisted(),
+			Shadow: l.GetShadow(), Strict: l.GetStrict(), Exceeded: l.GetExceeded(), Allowlisted: l.GetAllowlisted(), Estimated: l.GetEstimated(),
 		})
 	}
 	for _, s := range r.GetShadowDenials() {

@@ -17,7 +17,7 @@ type connectService struct{ l *Limiter }
 var _ floodgatev1connect.LimiterHandler = (*connectService)(nil)
 
 func (s *connectService) Check(ctx context.Context, req *connect.Request[floodgatev1.CheckRequest]) (*connect.Response[floodgatev1.CheckResponse], error) {
-	d, err := s.l.Check(ctx, Request{Action: req.Msg.GetAction(), Subjects: limitapi.SubjectsFromProto(req.Msg.GetSubjects())})
+	d, err := s.l.Check(ctx, Request{Action: req.Msg.GetAction(), Subjects: limitapi.SubjectsFromProto(req.Msg.GetSubjects()), Exact: req.Msg.GetExact()})
 	if err != nil {
 		return nil, s.fail(err)
 	}

@@ -11,9 +11,11 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/limiter"
+	"floodgate/live"
 	"floodgate/producer"
 	"floodgate/rules"
 	"floodgate/stacktest"
+	"floodgate/strict"
 	"floodgate/window"
 )
 
@@ -23,7 +25,12 @@ import (
 // not counted a second time by the aggregator.
 func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 	rdb := liveRedis(t)
-	store := testStore(t, rdb)
+	// The topic has 2 partitions: the store finds slots with that count, as
+	// the aggregator and the limiter do with the topic's.
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	set := mustRules(t, testRules)
 	bs := stacktest.Brokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -32,11 +39,11 @@ func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 	topic := stacktest.Topic(t, bs, 2)
 	kc := &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}
 
-	sink, err := window.NewSink(window.SinkConfig{Store: store, Group: "e2e", Rules: func() *rules.Set { return set }})
+	sink, err := live.NewSink(live.SinkConfig{Store: store, Group: "e2e", Rules: func() *rules.Set { return set }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	group, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-limiter-" + topic, BatchWait: 10 * time.Millisecond}, sink)
+	group, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-limiter-" + topic}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +66,19 @@ func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	lim, err := limiter.New(limiter.Config{Store: store, Rules: func() *rules.Set { return set }, Publisher: pub, Timeout: 2 * time.Second})
+	taker, err := strict.New(strict.Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
+	state := limiter.NewState()
+	two := func() int { return 2 }
+	go func() { _ = limiter.Sync(ctx, limiter.SyncConfig{State: state, Source: store, Streams: rdb, Partitions: two}) }()
+	lim, err := limiter.New(limiter.Config{Store: store, Taker: taker, State: state, Partitions: two,
+		Rules: func() *rules.Set { return set }, Publisher: pub, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the limiter to load its state", func() bool { return lim.Ready(ctx) == nil })
 	srv, err := limiter.NewServer(limiter.ServerConfig{Limiter: lim, HTTPAddr: "127.0.0.1:0", RLSAddr: "off"})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +148,7 @@ func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	d, err := lim.Check(ctx, limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: "e2e@example.com"}}})
+	d, err := lim.Check(ctx, limiter.Request{Action: "password_reset", Exact: true, Subjects: []limiter.Subject{{Kind: "email", Subject: "e2e@example.com"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

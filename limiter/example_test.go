@@ -2,36 +2,16 @@ package limiter_test
 
 import (
 	"fmt"
-	"net/http"
 	"net/url"
-	"time"
 
-	"floodgate/limitapi"
 	"floodgate/limiter"
 )
 
-// The HTTP surface reads a check from URL parameters and answers a denial
-// with the IETF RateLimit header fields.
-func ExampleSetHeaders() {
-	req, _ := limiter.ParseQuery(url.Values{"action": {"login_failed"}, "ip": {"203.0.113.7"}})
+// The HTTP surface reads a check from URL parameters: "action", and every
+// other parameter a kind with its subject.
+func ExampleParseQuery() {
+	req, _ := limiter.ParseQuery(url.Values{"action": {"login_failed"}, "ip": {"203.0.113.7"}, "email": {"a@example.com"}})
 	fmt.Println(req.Action, req.Subjects)
-
-	d := limiter.Decision{
-		Denial: &limiter.Denial{Rule: "login-failed", Kind: "ip", Subject: "203.0.113.7", Limit: 5, Window: time.Minute,
-			Count: 6, RetryAfter: 41500 * time.Millisecond},
-		Limits: []limiter.Limit{
-			{Rule: "login-failed", Kind: "ip", Limit: 5, Window: time.Minute, Count: 6, Exceeded: true, ResetAfter: 41500 * time.Millisecond},
-			{Rule: "login-failed", Kind: "ip", Limit: 10, Window: time.Hour, Count: 6, Remaining: 4, ResetAfter: time.Hour},
-		},
-	}
-	h := http.Header{}
-	limitapi.SetHeaders(h, d)
-	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))
-	fmt.Println("RateLimit:", h.Get("RateLimit"))
-	fmt.Println("Retry-After:", h.Get("Retry-After"))
 	// Output:
-	// login_failed [{ip 203.0.113.7}]
-	// RateLimit-Policy: "login-failed/ip/1m";q=5;w=60, "login-failed/ip/1h";q=10;w=3600
-	// RateLimit: "login-failed/ip/1m";r=0;t=42, "login-failed/ip/1h";r=4;t=3600
-	// Retry-After: 42
+	// login_failed [{email a@example.com} {ip 203.0.113.7}]
 }

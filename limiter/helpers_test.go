@@ -15,6 +15,7 @@ import (
 	"floodgate/limiter"
 	"floodgate/rules"
 	"floodgate/stacktest"
+	"floodgate/strict"
 	"floodgate/window"
 )
 
@@ -43,10 +44,10 @@ rules:
 `
 
 // redisClient is a client with the options the limiter tests need (a large
-// pool, context timeouts, fast dials, one retry), closed at the end.
+// pool, context timeouts, fast dials, no retries), closed at the end.
 func redisClient(tb testing.TB, addr string) *redis.Client {
 	tb.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: 1})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: -1})
 	tb.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			tb.Error(err)
@@ -63,11 +64,16 @@ func liveRedis(tb testing.TB) *redis.Client {
 	return redisClient(tb, stacktest.RedisAddr())
 }
 
+// testPartitions is the partition count the limiter tests' stores assume:
+// subjects spread over several slots, so requests of several subjects
+// cross slots.
+const testPartitions = 4
+
 // testStore returns a Store with a key prefix of this test's own, whose keys
 // are deleted at the end.
 func testStore(tb testing.TB, rdb *redis.Client) *window.Store {
 	tb.Helper()
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb)})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb), Partitions: func() int { return testPartitions }})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -83,27 +89,38 @@ func mustRules(tb testing.TB, yaml string) *rules.Set {
 	return set
 }
 
-// env is a limiter over the real Redis, served on loopback ports.
+// env is a limiter over the real Redis, answering checks from memory as
+// `floodgate limiter` does (a State kept by Sync from the change streams),
+// served on loopback ports; apply counts events the way the aggregator does.
 type env struct {
 	rdb   *redis.Client
 	store *window.Store
 	set   *rules.Set
+	state *limiter.State
 	lim   *limiter.Limiter
 	srv   *limiter.Server
 	pub   *recorder
 	calls *countingStore
-	offs  int64
+	offs  map[int]int64
+	room  map[int]*window.Headroom
 }
 
 type envOpt func(*limiter.Config, *limiter.ServerConfig)
 
 func newEnv(tb testing.TB, opts ...envOpt) *env {
 	tb.Helper()
-	e := &env{rdb: liveRedis(tb), pub: &recorder{}}
+	e := &env{rdb: liveRedis(tb), pub: &recorder{}, offs: map[int]int64{}, room: map[int]*window.Headroom{}}
 	e.store = testStore(tb, e.rdb)
 	e.set = mustRules(tb, testRules)
 	e.calls = &countingStore{Store: e.store}
-	cfg := limiter.Config{Store: e.calls, Rules: func() *rules.Set { return e.set }, Publisher: e.pub, CacheSize: -1,
+	e.state = limiter.NewState()
+	taker, err := strict.New(strict.Config{Store: e.store})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	parts := func() int { return testPartitions }
+	cfg := limiter.Config{Store: e.calls, Taker: taker, State: e.state, Partitions: parts,
+		Rules: func() *rules.Set { return e.set }, Publisher: e.pub,
 		// Functional tests share a loaded 2-core machine: the 50ms default
 		// is for production; TestFailureModeWithinTimeout tests it.
 		Timeout: 2 * time.Second}
@@ -116,6 +133,18 @@ func newEnv(tb testing.TB, opts ...envOpt) *env {
 		tb.Fatal(err)
 	}
 	e.lim = lim
+	ctx, cancel := context.WithCancel(context.Background())
+	synced := make(chan error, 1)
+	go func() {
+		synced <- limiter.Sync(ctx, limiter.SyncConfig{State: e.state, Source: e.store, Streams: e.rdb, Partitions: parts})
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-synced; err != nil {
+			tb.Error(err)
+		}
+	})
+	waitFor(tb, "the state to load", func() bool { return lim.Ready(context.Background()) == nil })
 	scfg.Limiter = lim
 	srv, err := limiter.NewServer(scfg)
 	if err != nil {
@@ -135,41 +164,61 @@ func newEnv(tb testing.TB, opts ...envOpt) *env {
 	return e
 }
 
-func withCache(n int) envOpt {
-	return func(c *limiter.Config, _ *limiter.ServerConfig) { c.CacheSize = n }
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
-// apply counts events through the aggregator's own write path (window
-// Store.Apply: buckets and deny records), n events of a subject at ts.
+// apply counts n events of a subject at ts through the aggregator's own
+// write path and waits until the limiter's state has them (applyTo).
 func (e *env) apply(tb testing.TB, action, kind, subject string, n int, ts time.Time) {
 	tb.Helper()
-	b := aggregator.Batch{Topic: "t", Partition: 0, First: e.offs}
-	for range n {
-		b.Records = append(b.Records, aggregator.Record{Offset: e.offs, Event: event.Event{
-			V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: subject, TS: ts, N: 1,
-		}})
-		e.offs++
+	evs := make([]event.Event, n)
+	for i := range evs {
+		evs[i] = event.Event{V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: subject, TS: ts, N: 1}
 	}
-	b.Last = e.offs - 1
-	if _, err := e.store.Apply(context.Background(), "test", b, e.set, ts); err != nil {
+	e.applyTo(tb, window.Partition(window.Subject{Action: action, Kind: kind, Subject: subject}, testPartitions), evs, ts)
+}
+
+// applyTo applies evs as one batch of partition p at now (window
+// Store.Apply with a headroom per partition, as the live sink keeps), and
+// waits until the limiter's state has the batch's changes.
+func (e *env) applyTo(tb testing.TB, p int, evs []event.Event, now time.Time) {
+	tb.Helper()
+	if e.room[p] == nil {
+		e.room[p] = window.NewHeadroom(1000)
+	}
+	b := aggregator.Batch{Topic: "t", Partition: p, First: e.offs[p]}
+	for _, ev := range evs {
+		b.Records = append(b.Records, aggregator.Record{Offset: e.offs[p], Event: ev})
+		e.offs[p]++
+	}
+	b.Last = e.offs[p] - 1
+	res, err := e.store.Apply(context.Background(), "test", b, e.set, now, e.room[p])
+	if err != nil {
 		tb.Fatal(err)
+	}
+	if res.Changes > 0 {
+		waitFor(tb, "the state to catch up", func() bool { return e.state.Seq(p) >= res.Changes })
 	}
 }
 
-// countingStore counts the round trips that reach the Store.
+// countingStore counts the round trips of exact checks.
 type countingStore struct {
 	limiter.Store
 	n atomic.Int64
 }
 
-func (c *countingStore) Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery) ([]window.EvalState, error) {
+func (c *countingStore) Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) ([]window.EvalState, error) {
 	c.n.Add(1)
-	return c.Store.Evaluate(ctx, now, qs)
-}
-
-func (c *countingStore) Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error) {
-	c.n.Add(1)
-	return c.Store.Take(ctx, now, qs, n)
+	return c.Store.Evaluate(ctx, now, qs, n)
 }
 
 // recorder keeps published events in memory (the end-to-end test uses the
@@ -205,7 +254,7 @@ type rulesSet = rules.Set
 // testStoreNoCleanup is a Store over a Redis that is not there.
 func testStoreNoCleanup(tb testing.TB, rdb *redis.Client) *window.Store {
 	tb.Helper()
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: "fglim-dead"})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: "fglim-dead", Partitions: func() int { return testPartitions }})
 	if err != nil {
 		tb.Fatal(err)
 	}

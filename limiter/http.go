@@ -88,6 +88,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Form = r.URL.Query()
 	}
 	req, err := ParseQuery(r.Form)
+	if err == nil {
+		err = requestHeaders(r.Header, &req, h.take)
+	}
 	var d Decision
 	if err == nil {
 		if h.take {
@@ -119,6 +122,32 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.l.m.requests.WithLabelValues(surface, outcome).Inc()
 	writeJSON(w, status, limitapi.Result(d))
+}
+
+// requestHeaders reads the request's settings: n and the event id of a
+// take, exact for a check.
+func requestHeaders(hd http.Header, req *Request, take bool) error {
+	if v := hd.Get(limitapi.HeaderN); v != "" {
+		if !take {
+			return invalidf("%s applies to /v1/take only", limitapi.HeaderN)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return invalidf("%s: %q is not a whole number >= 1", limitapi.HeaderN, v)
+		}
+		req.N = n
+	}
+	if v := hd.Get(limitapi.HeaderEventID); v != "" && take {
+		req.ID = v
+	}
+	switch v := hd.Get(limitapi.HeaderExact); v {
+	case "", "0", "false":
+	case "1", "true":
+		req.Exact = true
+	default:
+		return invalidf("%s: %q, want 1 or 0", limitapi.HeaderExact, v)
+	}
+	return nil
 }
 
 func (h *httpHandler) fail(w http.ResponseWriter, surface string, status int, msg string) {

@@ -12,17 +12,25 @@ import (
 
 	"floodgate/event"
 	"floodgate/rules"
+	"floodgate/strict"
 	"floodgate/window"
 )
 
-// Store is what the Limiter needs of the live counters: one round trip per
-// call for all subjects. *window.Store implements it.
+// Store is what the Limiter reads of the live counters when a check asks
+// for exact counts (or when it has no State): one read-only script per
+// slot. *window.Store implements it.
 type Store interface {
-	Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery) ([]window.EvalState, error)
-	Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error)
+	Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) ([]window.EvalState, error)
 }
 
 var _ Store = (*window.Store)(nil)
+
+// Taker runs strict takes; *strict.Taker implements it.
+type Taker interface {
+	Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error)
+}
+
+var _ Taker = (*strict.Taker)(nil)
 
 // Publisher publishes the events of Take. *producer.Publisher implements it.
 type Publisher interface {
@@ -62,8 +70,6 @@ func (m FailureMode) String() string {
 // Defaults of Config.
 const (
 	DefaultTimeout     = 50 * time.Millisecond
-	DefaultCacheSize   = 100_000
-	DefaultCacheTTL    = 10 * time.Second
 	DefaultMaxSubjects = 16
 	// degradedRetry is the retry time of a denial in closed failure mode.
 	degradedRetry = time.Second
@@ -71,8 +77,18 @@ const (
 
 // Config configures a Limiter.
 type Config struct {
-	// Store holds the live counters and deny records. Required.
+	// Store answers exact checks from Redis. Required.
 	Store Store
+	// Taker runs strict takes. Nil: Take is refused for strict rules (and
+	// counts nothing in Redis for the others, which the aggregator counts).
+	Taker Taker
+	// State answers checks from memory (Sync keeps it). Nil: every check
+	// reads Redis, as an exact check does.
+	State *State
+	// Partitions returns the events topic's partition count: the limiter
+	// is ready once State holds a snapshot of every partition. Required
+	// with State.
+	Partitions func() int
 	// Rules returns the rules in force (reload.Watcher.Current). Required.
 	Rules func() *rules.Set
 	// Publisher receives the events of Take. Nil: Take counts strict
@@ -84,13 +100,6 @@ type Config struct {
 	// FailureMode is the answer when Redis fails or times out. Default
 	// FailOpen.
 	FailureMode FailureMode
-	// CacheSize bounds the in-process cache of deny decisions (entries).
-	// Default 100000; negative disables the cache.
-	CacheSize int
-	// CacheTTL caps how long a cached denial is used (it is used at most
-	// until the denial ends): a deny record deleted in Redis stops denying
-	// within CacheTTL. Default 10s.
-	CacheTTL time.Duration
 	// MaxSubjects bounds the subjects of one request. Default 16.
 	MaxSubjects int
 	// Now is the clock. Default time.Now.
@@ -108,12 +117,12 @@ func (c *Config) Validate() error {
 		return errors.New("limiter: nil store")
 	case c.Rules == nil:
 		return errors.New("limiter: no rules source")
+	case c.State != nil && c.Partitions == nil:
+		return errors.New("limiter: a state needs the partition count")
 	case c.Timeout < 0:
 		return fmt.Errorf("limiter: timeout %s is negative", c.Timeout)
 	case c.FailureMode != FailOpen && c.FailureMode != FailClosed:
 		return fmt.Errorf("limiter: unknown failure mode %d", c.FailureMode)
-	case c.CacheTTL < 0:
-		return fmt.Errorf("limiter: cache ttl %s is negative", c.CacheTTL)
 	case c.MaxSubjects < 0:
 		return fmt.Errorf("limiter: max subjects %d is negative", c.MaxSubjects)
 	}
@@ -123,15 +132,11 @@ func (c *Config) Validate() error {
 // Limiter decides. It is safe for concurrent use; its three surfaces
 // (Connect, HTTP, Envoy RLS) all call Check and Take.
 type Limiter struct {
-	store   Store
-	rules   func() *rules.Set
-	pub     Publisher
+	cfg     Config
 	timeout time.Duration
-	mode    FailureMode
 	maxSubj int
 	now     func() time.Time
 	log     *slog.Logger
-	cache   *denyCache
 	m       *metrics
 }
 
@@ -140,17 +145,7 @@ func New(cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{
-		store:   cfg.Store,
-		rules:   cfg.Rules,
-		pub:     cfg.Publisher,
-		timeout: cfg.Timeout,
-		mode:    cfg.FailureMode,
-		maxSubj: cfg.MaxSubjects,
-		now:     cfg.Now,
-		log:     cfg.Logger,
-		m:       newMetrics(),
-	}
+	l := &Limiter{cfg: cfg, timeout: cfg.Timeout, maxSubj: cfg.MaxSubjects, now: cfg.Now, log: cfg.Logger, m: newMetrics()}
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -163,20 +158,11 @@ func New(cfg Config) (*Limiter, error) {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	size := cfg.CacheSize
-	if size == 0 {
-		size = DefaultCacheSize
-	}
-	if size > 0 {
-		ttl := cfg.CacheTTL
-		if ttl == 0 {
-			ttl = DefaultCacheTTL
-		}
-		l.cache = newDenyCache(size, ttl)
-		l.m.cacheSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "floodgate_limiter_cache_entries",
-			Help: "Deny decisions held in the in-process cache.",
-		}, func() float64 { return float64(l.cache.len()) })
+	if cfg.State != nil {
+		l.m.stateSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_limiter_state_subjects",
+			Help: "Subjects at half a limit or more held in memory (checks of all others are allowed without Redis).",
+		}, func() float64 { return float64(cfg.State.Len()) })
 	}
 	if cfg.Registerer != nil {
 		if err := l.m.register(cfg.Registerer); err != nil {
@@ -186,37 +172,102 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// Check reads the counters and deny records of the request's subjects (one
-// Redis round trip, none when a subject's denial is cached) and decides.
-// It counts nothing. Errors are *Error (CodeInvalid); Redis failures are
-// answered by the failure mode, not returned.
+// Check decides whether req may happen now, from memory (no Redis round
+// trip), or with req.Exact from Redis. It counts nothing. Errors are *Error
+// (CodeInvalid); Redis failures are answered by the failure mode, not
+// returned.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	return l.decide(ctx, req, false)
 }
 
-// Take decides like Check with N events and, when allowed, counts them:
-// subjects with a strict rule are counted in Redis atomically with the
-// check (one script run, zero overshoot) and published with the
-// event.HeaderCounted header; the other subjects are published for the
-// aggregator to count. A denied Take counts and publishes nothing.
+// Take decides like an exact Check with N events and, when allowed, counts
+// them: subjects with a strict rule are counted in Redis atomically with
+// the check (zero overshoot) and published with the event.HeaderCounted
+// header; the other subjects are published for the aggregator to count. A
+// denied Take counts and publishes nothing.
 func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	return l.decide(ctx, req, true)
 }
 
-// Ready reports whether rules are loaded and Redis answers in time.
+// Ready reports whether rules are loaded and the limiter can answer: its
+// State holds every partition's snapshot, or (without a State) Redis
+// answers in time.
 func (l *Limiter) Ready(ctx context.Context) error {
-	if l.rules() == nil {
+	if l.cfg.Rules() == nil {
 		return errors.New("no rules loaded")
+	}
+	if l.cfg.State != nil {
+		if n := l.cfg.Partitions(); !l.cfg.State.Loaded(n) {
+			return fmt.Errorf("decision state not loaded yet (%d partitions)", n)
+		}
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Second))
 	defer cancel()
-	if _, err := l.store.Evaluate(ctx, l.now(), nil); err != nil {
+	// A read of one subject with no limits: a script run, so Redis answers.
+	ping := []window.EvalQuery{{Subject: window.Subject{Action: "ready", Kind: "ready", Subject: "ready"}}}
+	if _, err := l.cfg.Store.Evaluate(ctx, l.now(), ping, 1); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	return nil
 }
 
-// plan is one subject with its matching rules, as sent to the store.
+func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision, error) {
+	op := "check"
+	if take {
+		op = "take"
+	}
+	if err := l.validate(&req, take); err != nil {
+		l.m.invalid.WithLabelValues(op).Inc()
+		return Decision{}, err
+	}
+	// A subject named twice (ip=a&ip=a, query and body, repeated Envoy
+	// descriptor entries) is one subject: decided, counted and published
+	// once.
+	req.Subjects = dedupSubjects(req.Subjects)
+	now := l.now()
+	set := l.cfg.Rules()
+	plans, others := planSubjects(set, req)
+	n := max(req.N, 1)
+	if take {
+		if err := fitsAtAll(plans, n); err != nil {
+			l.m.invalid.WithLabelValues(op).Inc()
+			return Decision{}, err
+		}
+	}
+	d := Decision{Allowed: true, Time: now}
+	if len(plans) == 0 {
+		// Unknown action or kinds: no limits apply.
+		l.m.checks.WithLabelValues(op, "allowed").Inc()
+		if take {
+			l.publish(ctx, req, now, nil, others)
+		}
+		return d, nil
+	}
+	var views []view
+	taken := false
+	var err error
+	switch {
+	case take:
+		views, taken, err = l.readRedis(ctx, op, req.Action, set, plans, now, n, true)
+	case req.Exact || l.cfg.State == nil:
+		views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
+	default:
+		views = l.readMemory(req.Action, plans, now)
+		l.m.memory.Inc()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up: nobody waits for an answer.
+			return Decision{}, fmt.Errorf("%s %s: %w", op, req.Action, context.Cause(ctx))
+		}
+		return l.degraded(ctx, op, req, d, err), nil
+	}
+	deny := assemble(&d, plans, views, now)
+	return l.finish(ctx, op, req, d, deny, plans, others, take, taken), nil
+}
+
+// plan is one subject with its matching rules.
 type plan struct {
 	sub    Subject
 	limits []planLimit
@@ -233,34 +284,18 @@ type planLimit struct {
 // allowlist the subject.
 func (pl *planLimit) enforced() bool { return !pl.rule.Shadow && !pl.allowlisted }
 
-func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision, error) {
-	op := "check"
-	if take {
-		op = "take"
-	}
-	if err := l.validate(&req, take); err != nil {
-		l.m.invalid.WithLabelValues(op).Inc()
-		return Decision{}, err
-	}
-	// A subject named twice (ip=a&ip=a, query and body, repeated Envoy
-	// descriptor entries) is one subject: decided, counted and published
-	// once.
-	req.Subjects = dedupSubjects(req.Subjects)
-	now := l.now()
-	set := l.rules()
-	plans := make([]plan, 0, len(req.Subjects))
-	var others []Subject // subjects without strict rules, published uncounted
+// planSubjects matches each subject's rules. Subjects without a strict rule
+// are returned apart too: a take publishes them uncounted.
+func planSubjects(set *rules.Set, req Request) (plans []plan, others []Subject) {
+	plans = make([]plan, 0, len(req.Subjects))
 	for _, s := range req.Subjects {
-		matched := set.Match(req.Action, s.Kind)
 		p := plan{sub: s}
-		for _, r := range matched {
+		for _, r := range set.Match(req.Action, s.Kind) {
 			allow := r.Allowed(s.Subject)
 			for _, lim := range r.Limits {
 				p.limits = append(p.limits, planLimit{rule: r, limit: lim, allowlisted: allow})
 			}
-			if r.Strict {
-				p.strict = true
-			}
+			p.strict = p.strict || r.Strict
 		}
 		if !p.strict {
 			others = append(others, s)
@@ -269,168 +304,215 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 			plans = append(plans, p)
 		}
 	}
-	n := max(req.N, 1)
-	if take && n > 1 {
-		// n over an enforced limit's count never fits, whatever the
-		// window holds: no retry time would be true.
-		for i := range plans {
-			for _, pl := range plans[i].limits {
-				if pl.enforced() && n > pl.limit.Count {
-					l.m.invalid.WithLabelValues(op).Inc()
-					return Decision{}, invalidf("n=%d exceeds the limit %s of rule %s; it can never be admitted", n, pl.limit, pl.rule.Name)
-				}
+	return plans, others
+}
+
+// fitsAtAll refuses a take of n over an enforced limit's count: it never
+// fits whatever the window holds, so no retry time would be true.
+func fitsAtAll(plans []plan, n int64) error {
+	for i := range plans {
+		for _, pl := range plans[i].limits {
+			if pl.enforced() && n > pl.limit.Count {
+				return invalidf("n=%d exceeds the limit %s of rule %s; it can never be admitted", n, pl.limit, pl.rule.Name)
 			}
 		}
 	}
-	d := Decision{Allowed: true, Time: now}
-	if len(plans) == 0 {
-		// Unknown action or kinds: no limits apply.
-		l.m.checks.WithLabelValues(op, "allowed").Inc()
-		if take {
-			l.publish(ctx, req, now, nil, others)
-		}
-		return d, nil
-	}
+	return nil
+}
 
-	if l.cache != nil {
-		// Of the cached denials, the one with the longest retry, as an
-		// answer from Redis would report.
-		var cached *Denial
-		for i := range plans {
-			if den, ok := l.cache.get(cacheKey(req.Action, plans[i].sub), set, now); ok {
-				cached = pick(cached, &den)
-			}
-		}
-		if cached != nil {
-			cached.RetryAfter = cached.Until.Sub(now)
-			l.m.cacheHits.Inc()
-			l.m.checks.WithLabelValues(op, "denied").Inc()
-			l.m.denies.WithLabelValues(cached.Rule).Inc()
-			d.Allowed, d.Denial, d.Cached = false, cached, true
-			return d, nil
-		}
-		l.m.cacheMisses.Inc()
-	}
+// view is what is known of one subject's limits, however it was read.
+type view struct {
+	deny   *window.Deny // its deny record (Redis reads only)
+	limits []limitView  // per planLimit
+}
 
-	qs := make([]window.EvalQuery, len(plans))
+type limitView struct {
+	count int64
+	until time.Time // when one more (n for a take) fits; zero: fits now
+	// estimated: the subject is under half the limit (absent from memory);
+	// count is not known.
+	estimated bool
+}
+
+// readMemory answers from the State: no round trip.
+func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view {
+	views := make([]view, len(plans))
 	for i := range plans {
 		p := &plans[i]
-		q := window.EvalQuery{
-			Subject:   window.Subject{Action: req.Action, Kind: p.sub.Kind, Subject: p.sub.Subject},
-			MaxWindow: set.MaxWindowFor(req.Action, p.sub.Kind),
-			Limits:    make([]window.EvalLimit, len(p.limits)),
-			Count:     p.strict,
-		}
-		var last *rules.Rule
+		st, ok := l.cfg.State.Get(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
+		v := view{limits: make([]limitView, len(p.limits))}
 		for k, pl := range p.limits {
-			enf := pl.enforced()
-			q.Limits[k] = window.EvalLimit{Limit: pl.limit, Block: enf}
-			if enf && pl.rule != last {
-				q.BlockRules = append(q.BlockRules, pl.rule.Name)
+			v.limits[k] = limitView{estimated: true}
+			if !ok {
+				continue
 			}
-			last = pl.rule
+			for _, ls := range st.Limits {
+				if ls.Rule != pl.rule.Name || ls.Limit != pl.limit || !ls.Valid(st.At, now) {
+					continue
+				}
+				lv := limitView{count: ls.Count}
+				if ls.Until.After(now) {
+					lv.until = ls.Until
+				} else {
+					// Once the retry time passed, one more fits: the window
+					// holds fewer than the limit, whatever it held at At.
+					lv.count = min(lv.count, pl.limit.Count-1)
+				}
+				v.limits[k] = lv
+				break
+			}
 		}
-		qs[i] = q
+		views[i] = v
+	}
+	return views
+}
+
+// readRedis evaluates (or with take, takes) in Redis within the timeout.
+func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.Set, plans []plan, now time.Time, n int64, take bool) ([]view, bool, error) {
+	qs := make([]window.EvalQuery, len(plans))
+	for i := range plans {
+		qs[i] = evalQuery(action, set, &plans[i])
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	start := time.Now()
 	var (
 		states []window.EvalState
 		taken  bool
 		err    error
 	)
-	if take {
-		taken, states, err = l.store.Take(rctx, now, qs, n)
-	} else {
-		states, err = l.store.Evaluate(rctx, now, qs)
+	switch {
+	case take && l.cfg.Taker == nil:
+		err = errors.New("no strict taker configured")
+	case take:
+		taken, states, err = l.cfg.Taker.Take(rctx, now, qs, n)
+	default:
+		states, err = l.cfg.Store.Evaluate(rctx, now, qs, n)
 	}
-	cancel()
 	l.m.redis.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
-		if ctx.Err() != nil {
-			// The caller gave up: nobody waits for an answer.
-			return Decision{}, fmt.Errorf("%s %s: %w", op, req.Action, context.Cause(ctx))
-		}
-		return l.degraded(ctx, op, req, d, err), nil
+		return nil, false, err
 	}
+	views := make([]view, len(plans))
+	for i, st := range states {
+		v := view{deny: st.Deny, limits: make([]limitView, len(st.Sums))}
+		for k := range st.Sums {
+			v.limits[k] = limitView{count: st.Sums[k], until: st.Until[k]}
+		}
+		views[i] = v
+	}
+	return views, taken, nil
+}
 
+func evalQuery(action string, set *rules.Set, p *plan) window.EvalQuery {
+	q := window.EvalQuery{
+		Subject:   window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject},
+		MaxWindow: set.MaxWindowFor(action, p.sub.Kind),
+		Limits:    make([]window.EvalLimit, len(p.limits)),
+		Count:     p.strict,
+	}
+	var last *rules.Rule
+	for k, pl := range p.limits {
+		enf := pl.enforced()
+		q.Limits[k] = window.EvalLimit{Limit: pl.limit, Block: enf}
+		if enf && pl.rule != last {
+			q.BlockRules = append(q.BlockRules, pl.rule.Name)
+		}
+		last = pl.rule
+	}
+	return q
+}
+
+// assemble fills d's limits and shadow denials from the views and returns
+// the enforced denial with the longest retry, nil when allowed.
+func assemble(d *Decision, plans []plan, views []view, now time.Time) *Denial {
 	var deny *Denial
 	for i := range plans {
-		p := &plans[i]
-		st := states[i]
-		var subjDeny *Denial
-		var rec *rules.Rule
-		if st.Deny != nil {
-			recAllowed := false
-			for _, pl := range p.limits {
-				if pl.rule.Name == st.Deny.Rule {
-					rec, recAllowed = pl.rule, pl.allowlisted
-					break
-				}
-			}
-			// A record of a rule that is gone, or that now allowlists the
-			// subject, does not count.
-			if rec != nil && !recAllowed {
-				den := Denial{
-					Rule: rec.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
-					Limit: st.Deny.Limit.Count, Window: st.Deny.Limit.Window, Count: st.Deny.Count,
-					Message: rec.Message, Until: st.Deny.Until, RetryAfter: st.Deny.Until.Sub(now), Shadow: rec.Shadow,
-				}
-				if den.RetryAfter > 0 {
-					if rec.Shadow {
-						d.ShadowDenials = append(d.ShadowDenials, den)
-					} else {
-						subjDeny = pick(subjDeny, &den)
-					}
-				} else {
-					rec = nil
-				}
-			} else {
-				rec = nil
-			}
-		}
-		for k, pl := range p.limits {
-			count := st.Sums[k]
-			lim := Limit{
-				Rule: pl.rule.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
-				Limit: pl.limit.Count, Window: pl.limit.Window, Count: count,
-				Remaining: max(pl.limit.Count-count, 0),
-				Shadow:    pl.rule.Shadow, Strict: pl.rule.Strict, Allowlisted: pl.allowlisted,
-			}
-			if count > 0 {
-				lim.ResetAfter = pl.limit.Window
-			}
-			if u := st.Until[k]; !u.IsZero() {
-				lim.Exceeded = true
-				lim.ResetAfter = u.Sub(now)
-				if !pl.allowlisted {
-					den := Denial{
-						Rule: pl.rule.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
-						Limit: pl.limit.Count, Window: pl.limit.Window, Count: count,
-						Message: pl.rule.Message, Until: u, RetryAfter: u.Sub(now), Shadow: pl.rule.Shadow,
-					}
-					if pl.rule.Shadow {
-						d.ShadowDenials = append(d.ShadowDenials, den)
-					} else {
-						subjDeny = pick(subjDeny, &den)
-					}
-				}
-			}
-			if rec == pl.rule && st.Deny.Limit == pl.limit {
-				lim.Exceeded = true
-				lim.ResetAfter = max(lim.ResetAfter, st.Deny.Until.Sub(now))
-			}
-			d.Limits = append(d.Limits, lim)
-		}
-		if subjDeny != nil {
-			if l.cache != nil && n == 1 {
-				// A denial of n > 1 slots ends later than one of a single
-				// slot: only single-slot denials are cached.
-				l.cache.put(cacheKey(req.Action, p.sub), *subjDeny, set, now)
-			}
-			deny = pick(deny, subjDeny)
+		deny = pick(deny, decideSubject(d, &plans[i], views[i], now))
+	}
+	return deny
+}
+
+// decideSubject adds one subject's limits to d and returns its enforced
+// denial, if any.
+func decideSubject(d *Decision, p *plan, v view, now time.Time) *Denial {
+	var deny *Denial
+	rec := liveRecord(p, v.deny, now)
+	if rec != nil {
+		den := denial(p, rec.rule, v.deny.Limit, v.deny.Count, v.deny.Until, now)
+		if rec.rule.Shadow {
+			d.ShadowDenials = append(d.ShadowDenials, den)
+		} else {
+			deny = pick(deny, &den)
 		}
 	}
+	for k, pl := range p.limits {
+		lv := v.limits[k]
+		lim := Limit{
+			Rule: pl.rule.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
+			Limit: pl.limit.Count, Window: pl.limit.Window, Count: lv.count,
+			Remaining: max(pl.limit.Count-lv.count, 0),
+			Shadow:    pl.rule.Shadow, Strict: pl.rule.Strict, Allowlisted: pl.allowlisted,
+		}
+		if lv.estimated {
+			// Under half the limit: at most ceil(L/2)-1 counted.
+			lim.Estimated = true
+			lim.Remaining = pl.limit.Count - ((pl.limit.Count+1)/2 - 1)
+			lim.ResetAfter = pl.limit.Window
+		} else if lv.count > 0 {
+			lim.ResetAfter = pl.limit.Window
+		}
+		if !lv.until.IsZero() {
+			lim.Exceeded = true
+			lim.ResetAfter = lv.until.Sub(now)
+			if !pl.allowlisted {
+				den := denial(p, pl.rule, pl.limit, lv.count, lv.until, now)
+				if pl.rule.Shadow {
+					d.ShadowDenials = append(d.ShadowDenials, den)
+				} else {
+					deny = pick(deny, &den)
+				}
+			}
+		}
+		if rec != nil && rec.rule == pl.rule && v.deny.Limit == pl.limit {
+			lim.Exceeded = true
+			lim.ResetAfter = max(lim.ResetAfter, v.deny.Until.Sub(now))
+		}
+		d.Limits = append(d.Limits, lim)
+	}
+	return deny
+}
+
+type record struct{ rule *rules.Rule }
+
+// liveRecord returns the rule of a deny record that still counts: its rule
+// is in force, does not allowlist the subject, and the record has not
+// ended.
+func liveRecord(p *plan, rec *window.Deny, now time.Time) *record {
+	if rec == nil || !rec.Until.After(now) {
+		return nil
+	}
+	for _, pl := range p.limits {
+		if pl.rule.Name == rec.Rule {
+			if pl.allowlisted {
+				return nil
+			}
+			return &record{rule: pl.rule}
+		}
+	}
+	return nil
+}
+
+func denial(p *plan, r *rules.Rule, lim rules.Limit, count int64, until, now time.Time) Denial {
+	return Denial{
+		Rule: r.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
+		Limit: lim.Count, Window: lim.Window, Count: count,
+		Message: r.Message, Until: until, RetryAfter: until.Sub(now), Shadow: r.Shadow,
+	}
+}
+
+// finish counts the decision and, for an admitted take, publishes.
+func (l *Limiter) finish(ctx context.Context, op string, req Request, d Decision, deny *Denial, plans []plan, others []Subject, take, taken bool) Decision {
 	for _, sd := range d.ShadowDenials {
 		l.m.shadowDenies.WithLabelValues(sd.Rule).Inc()
 	}
@@ -438,15 +520,15 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		d.Allowed, d.Denial = false, deny
 		l.m.checks.WithLabelValues(op, "denied").Inc()
 		l.m.denies.WithLabelValues(deny.Rule).Inc()
-		return d, nil
+		return d
 	}
 	if take && !taken {
 		// The script saw a blocking state the rules here did not (a rules
 		// reload between the two): deny without a rule, retry soon.
 		d.Allowed = false
-		d.Denial = &Denial{Message: "denied by a concurrent rules change; retry", Until: now.Add(time.Second), RetryAfter: time.Second}
+		d.Denial = &Denial{Message: "denied by a concurrent rules change; retry", Until: d.Time.Add(time.Second), RetryAfter: time.Second}
 		l.m.checks.WithLabelValues(op, "denied").Inc()
-		return d, nil
+		return d
 	}
 	l.m.checks.WithLabelValues(op, "allowed").Inc()
 	if take {
@@ -458,11 +540,11 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		}
 		d.Counted = len(counted) > 0
 		if d.Counted {
-			l.m.counted.Add(float64(n))
+			l.m.counted.Add(float64(max(req.N, 1)))
 		}
-		l.publish(ctx, req, now, counted, others)
+		l.publish(ctx, req, d.Time, counted, others)
 	}
-	return d, nil
+	return d
 }
 
 // pick returns the denial with the longer retry.
@@ -480,11 +562,11 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, d Decisi
 		reason = "timeout"
 	}
 	l.log.Warn("limiter: redis failed, answering with the failure mode",
-		"op", op, "action", req.Action, "mode", l.mode.String(), "err", err)
+		"op", op, "action", req.Action, "mode", l.cfg.FailureMode.String(), "err", err)
 	d.Degraded = true
 	strict := false
 	if op == "take" {
-		set := l.rules()
+		set := l.cfg.Rules()
 		for _, s := range req.Subjects {
 			for _, r := range set.Match(req.Action, s.Kind) {
 				strict = strict || r.Strict
@@ -493,7 +575,7 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, d Decisi
 	}
 	// A strict rule promises zero overshoot: its takes fail closed whatever
 	// the mode (the script may even have counted before the timeout).
-	if l.mode == FailClosed || strict {
+	if l.cfg.FailureMode == FailClosed || strict {
 		d.Allowed = false
 		d.Denial = &Denial{Message: "rate limiter unavailable; try again later", Until: d.Time.Add(degradedRetry), RetryAfter: degradedRetry}
 		l.m.failures.WithLabelValues("closed", reason).Inc()
@@ -514,7 +596,7 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, d Decisi
 // event.HeaderCounted header, the others without. Failures are logged and
 // counted; the Redis count stands (docs/limiter.md).
 func (l *Limiter) publish(ctx context.Context, req Request, now time.Time, counted, others []Subject) {
-	if l.pub == nil {
+	if l.cfg.Publisher == nil {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -537,13 +619,13 @@ func (l *Limiter) publish(ctx context.Context, req Request, now time.Time, count
 		return evs
 	}
 	if len(counted) > 0 {
-		if err := l.pub.PublishCounted(ctx, mk(counted)...); err != nil {
+		if err := l.cfg.Publisher.PublishCounted(ctx, mk(counted)...); err != nil {
 			l.m.publishErrors.WithLabelValues("counted").Inc()
 			l.log.Error("limiter: publish counted events (Redis holds the count; history may miss them)", "action", req.Action, "err", err)
 		}
 	}
 	if len(others) > 0 {
-		if err := l.pub.Publish(ctx, mk(others)...); err != nil {
+		if err := l.cfg.Publisher.Publish(ctx, mk(others)...); err != nil {
 			l.m.publishErrors.WithLabelValues("uncounted").Inc()
 			l.log.Error("limiter: publish events", "action", req.Action, "err", err)
 		}
@@ -625,10 +707,6 @@ next:
 		out = append(out, s)
 	}
 	return out
-}
-
-func cacheKey(action string, s Subject) string {
-	return action + "\x00" + s.Kind + "\x00" + s.Subject
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -28,6 +28,7 @@ import (
 	"floodgate/limitapi"
 	"floodgate/limiter"
 	"floodgate/rules"
+	"floodgate/strict"
 	"floodgate/window"
 )
 
@@ -117,17 +118,28 @@ func TestSurfacesDenyOverLimit(t *testing.T) {
 		t.Errorf("RateLimit %q (Retry-After %d)", rl, ra)
 	}
 
-	// Allowed: remaining quota.
-	resp, body = httpGet(t, checkURL(e, "action", "login_failed", "email", email), nil)
-	if resp.StatusCode != http.StatusOK || !body.Allowed {
-		t.Fatalf("allowed lookup: status %d body %+v", resp.StatusCode, body)
-	}
-	rem := map[string]int64{}
-	for _, l := range body.Limits {
-		rem[l.Window] = l.Remaining
-	}
-	if rem["1m"] != 3 || rem["1h"] != 8 {
-		t.Errorf("remaining %v, want 1m:3 1h:8", rem)
+	// Allowed: remaining quota. From memory, the e-mail is under half of
+	// both limits: remaining is a lower bound (5-2 and 10-4); an exact
+	// check reads the counts (2 of each).
+	for _, tc := range []struct {
+		exact    string
+		m, h     int64
+		estimate bool
+	}{{"0", 3, 6, true}, {"1", 3, 8, false}} {
+		resp, body = httpGet(t, checkURL(e, "action", "login_failed", "email", email), map[string]string{limitapi.HeaderExact: tc.exact})
+		if resp.StatusCode != http.StatusOK || !body.Allowed {
+			t.Fatalf("allowed lookup: status %d body %+v", resp.StatusCode, body)
+		}
+		rem := map[string]int64{}
+		for _, l := range body.Limits {
+			rem[l.Window] = l.Remaining
+			if l.Estimated != tc.estimate {
+				t.Errorf("exact=%s: limit %+v estimated=%v, want %v", tc.exact, l, l.Estimated, tc.estimate)
+			}
+		}
+		if rem["1m"] != tc.m || rem["1h"] != tc.h {
+			t.Errorf("exact=%s: remaining %v, want 1m:%d 1h:%d", tc.exact, rem, tc.m, tc.h)
+		}
 	}
 	// nginx auth_request wants 403.
 	resp, _ = httpGet(t, checkURL(e, "action", "login_failed", "ip", ip), map[string]string{limitapi.HeaderDenyStatus: "403"})
@@ -246,28 +258,37 @@ func TestDecisionSemantics(t *testing.T) {
 	}
 }
 
-// A denied subject's flood is answered from the cache: no Redis round trip.
-func TestDenyCacheKeepsFloodOffRedis(t *testing.T) {
-	e := newEnv(t, withCache(1000))
+// Checks are answered from memory: a flood of checks, denied or allowed,
+// costs Redis nothing; an exact check costs one round trip per slot.
+func TestMemoryChecksNeedNoRedis(t *testing.T) {
+	e := newEnv(t)
 	e.apply(t, "login_failed", "ip", "198.51.100.1", 6, time.Now())
-	req := limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: "198.51.100.1"}, {Kind: "email", Subject: "x@example.com"}}}
+	denied := limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: "198.51.100.1"}, {Kind: "email", Subject: "x@example.com"}}}
+	allowed := limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: "198.51.100.2"}}}
 	before := e.calls.n.Load()
 	for i := range 1000 {
-		d, err := e.lim.Check(context.Background(), req)
-		if err != nil || d.Allowed {
+		d, err := e.lim.Check(context.Background(), denied)
+		if err != nil || d.Allowed || d.Denial.Subject != "198.51.100.1" {
 			t.Fatalf("check %d: %+v %v", i, d, err)
 		}
-		if i > 0 && !d.Cached {
-			t.Fatalf("check %d not cached", i)
+		if d, err = e.lim.Check(context.Background(), allowed); err != nil || !d.Allowed {
+			t.Fatalf("check %d: %+v %v", i, d, err)
 		}
 	}
-	if got := e.calls.n.Load() - before; got != 1 {
-		t.Errorf("%d Redis round trips for 1000 checks, want 1", got)
+	if got := e.calls.n.Load() - before; got != 0 {
+		t.Errorf("%d Redis round trips for 2000 checks, want 0", got)
 	}
-	// Through HTTP too, with the headers of the cached denial.
-	resp, body := httpGet(t, checkURL(e, "action", "login_failed", "ip", "198.51.100.1"), nil)
-	if resp.StatusCode != 429 || !body.Cached || resp.Header.Get("Retry-After") == "" || !strings.Contains(resp.Header.Get("RateLimit"), `"login-failed/ip/1m";r=0`) {
-		t.Errorf("cached over HTTP: %d %+v %v", resp.StatusCode, body, resp.Header)
+	// Through HTTP too, with the headers of the denial.
+	resp, _ := httpGet(t, checkURL(e, "action", "login_failed", "ip", "198.51.100.1"), nil)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(resp.Header.Get("RateLimit"), `"login-failed/ip/1m";r=0`) {
+		t.Errorf("over HTTP: %d %v", resp.StatusCode, resp.Header)
+	}
+	denied.Exact = true
+	if d, err := e.lim.Check(context.Background(), denied); err != nil || d.Allowed {
+		t.Fatalf("exact check: %+v %v", d, err)
+	}
+	if got := e.calls.n.Load() - before; got != 1 {
+		t.Errorf("%d Redis round trips for one exact check, want 1", got)
 	}
 }
 
@@ -321,7 +342,8 @@ func TestStrictTakeAdmitsExactlyTheLimit(t *testing.T) {
 	if n != 10 {
 		t.Errorf("%d counted events published, want 10", n)
 	}
-	d, err := e.lim.Check(ctx, limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: "a@example.com"}}})
+	// No aggregator runs here: the takes are in Redis, not yet in memory.
+	d, err := e.lim.Check(ctx, limiter.Request{Action: "password_reset", Exact: true, Subjects: []limiter.Subject{{Kind: "email", Subject: "a@example.com"}}})
 	if err != nil || d.Allowed || d.Denial.Rule != "password-reset" || d.Limits[0].Count != 10 {
 		t.Errorf("check after the takes: %+v %v", d, err)
 	}
@@ -397,7 +419,11 @@ func TestFailureModeWithinTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := redisClient(t, tc.addr(t))
 			st := testStoreNoCleanup(t, rdb)
-			lim, err := limiter.New(limiter.Config{Store: st, Rules: func() *rulesSet { return mustRules(t, testRules) }, FailureMode: tc.mode, Timeout: 50 * time.Millisecond})
+			taker, err := strict.New(strict.Config{Store: st, Timeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := limiter.New(limiter.Config{Store: st, Taker: taker, Rules: func() *rulesSet { return mustRules(t, testRules) }, FailureMode: tc.mode, Timeout: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -558,7 +584,7 @@ func TestDuplicateSubjectsDecidedOnce(t *testing.T) {
 			admitted++
 		}
 	}
-	d, err := e.lim.Check(ctx, limiter.Request{Action: "password_reset", Subjects: dup[:1]})
+	d, err := e.lim.Check(ctx, limiter.Request{Action: "password_reset", Exact: true, Subjects: dup[:1]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -650,46 +676,29 @@ func writeDeny(t *testing.T, e *env, kind, subject string, until time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := e.store.DenyKey(window.Subject{Action: "login_failed", Kind: kind, Subject: subject})
+	sub := window.Subject{Action: "login_failed", Kind: kind, Subject: subject}
+	key := e.store.Keys().Deny(window.Partition(sub, testPartitions), sub)
 	if err := e.rdb.Set(context.Background(), key, js, time.Until(until)).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// A cached denial is used for at most the cache TTL: an operator who
-// deletes a deny record sees it stop denying within that time. A cached
-// answer reports the denial with the longest retry of its subjects.
-func TestDenyCacheTTLAndLongestRetry(t *testing.T) {
-	var clock atomic.Int64
-	start := time.Now()
-	clock.Store(start.UnixNano())
-	e := newEnv(t, withCache(1000), func(c *limiter.Config, _ *limiter.ServerConfig) {
-		c.CacheTTL = 10 * time.Second
-		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-	})
+// An exact check reads deny records, across slots, and reports the denial
+// with the longest retry of its subjects; a record of a rule that is gone
+// does not deny.
+func TestExactCheckReadsDenyRecords(t *testing.T) {
+	e := newEnv(t)
 	ctx := context.Background()
+	start := time.Now()
 	writeDeny(t, e, "ip", "198.51.100.7", start.Add(20*time.Minute))
 	writeDeny(t, e, "email", "ttl@example.com", start.Add(40*time.Minute))
-	req := limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: "198.51.100.7"}, {Kind: "email", Subject: "ttl@example.com"}}}
+	req := limiter.Request{Action: "login_failed", Exact: true, Subjects: []limiter.Subject{{Kind: "ip", Subject: "198.51.100.7"}, {Kind: "email", Subject: "ttl@example.com"}}}
 	d, err := e.lim.Check(ctx, req)
-	if err != nil || d.Allowed || d.Cached || d.Denial.Kind != "email" {
-		t.Fatalf("first check: %+v %v, want denied by the e-mail's record", d, err)
+	if err != nil || d.Allowed || d.Denial.Kind != "email" || d.RetryAfter() <= 30*time.Minute {
+		t.Fatalf("exact check: %+v %v, want the e-mail's 40m denial", d, err)
 	}
-	d, err = e.lim.Check(ctx, req)
-	if err != nil || d.Allowed || !d.Cached || d.Denial.Kind != "email" || d.RetryAfter() <= 30*time.Minute {
-		t.Fatalf("cached check: %+v %v, want the e-mail's 40m denial", d, err)
-	}
-	for _, k := range []window.Subject{{Action: "login_failed", Kind: "ip", Subject: "198.51.100.7"}, {Action: "login_failed", Kind: "email", Subject: "ttl@example.com"}} {
-		if err := e.rdb.Del(ctx, e.store.DenyKey(k)).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clock.Store(start.Add(9 * time.Second).UnixNano())
-	if d, err = e.lim.Check(ctx, req); err != nil || d.Allowed || !d.Cached {
-		t.Fatalf("within the TTL: %+v %v, want the cached denial", d, err)
-	}
-	clock.Store(start.Add(10 * time.Second).UnixNano())
-	if d, err = e.lim.Check(ctx, req); err != nil || !d.Allowed || d.Cached {
-		t.Fatalf("after the TTL, records deleted: %+v %v, want allowed from Redis", d, err)
+	e.set = mustRules(t, strings.Replace(testRules, "name: login-failed", "name: login-failed-v2", 1))
+	if d, err = e.lim.Check(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("records of a rule that is gone: %+v %v, want allowed", d, err)
 	}
 }

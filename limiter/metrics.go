@@ -8,9 +8,8 @@ type metrics struct {
 	denies        *prometheus.CounterVec
 	shadowDenies  *prometheus.CounterVec
 	invalid       *prometheus.CounterVec
-	cacheHits     prometheus.Counter
-	cacheMisses   prometheus.Counter
-	cacheSize     prometheus.GaugeFunc
+	memory        prometheus.Counter
+	stateSize     prometheus.GaugeFunc
 	redis         *prometheus.HistogramVec
 	failures      *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
@@ -36,13 +35,9 @@ func newMetrics() *metrics {
 			Name: "floodgate_limiter_invalid_requests_total",
 			Help: "Requests refused as malformed, by operation.",
 		}, []string{"op"}),
-		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_limiter_cache_hits_total",
-			Help: "Decisions answered from the in-process deny cache without Redis.",
-		}),
-		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_limiter_cache_misses_total",
-			Help: "Decisions that went to Redis.",
+		memory: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_memory_checks_total",
+			Help: "Checks answered from the in-memory decision state, without Redis.",
 		}),
 		redis: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_limiter_redis_seconds",
@@ -69,10 +64,10 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.cacheHits, m.cacheMisses,
+	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory,
 		m.redis, m.failures, m.publishErrors, m.counted, m.requests}
-	if m.cacheSize != nil {
-		cs = append(cs, m.cacheSize)
+	if m.stateSize != nil {
+		cs = append(cs, m.stateSize)
 	}
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {

@@ -97,7 +97,7 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r := connect.NewRequest(&floodgatev1.CheckRequest{Action: req.Action, Subjects: limitapi.SubjectsToProto(req.Subjects)})
+	r := connect.NewRequest(&floodgatev1.CheckRequest{Action: req.Action, Subjects: limitapi.SubjectsToProto(req.Subjects), Exact: req.Exact})
 	c.auth(r.Header())
 	res, err := c.rpc.Check(ctx, r)
 	if err != nil {

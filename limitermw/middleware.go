@@ -13,6 +13,12 @@
 //		Publish: func(r *http.Request, status int) bool { return status == http.StatusUnauthorized },
 //	})
 //	http.Handle("/login", mw(loginHandler))
+//
+// With Take, the middleware asks the limiter to check and count at once
+// (strict rules, docs/limiter.md): the limiter publishes the events itself,
+// so the middleware publishes nothing.
+//
+//	create, err := limitermw.New(limitermw.Config{Checker: lc, Take: true, Action: "link_create", FailClosed: true})
 package limitermw
 
 import (
@@ -22,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"time"
 
 	"floodgate/event"
@@ -33,6 +40,12 @@ type Checker interface {
 	Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error)
 }
 
+// Taker checks and counts in one step (strict mode) and publishes the
+// events of what it admits; *limiterclient.Client and *limiter.Limiter
+// implement it.
+type Taker interface {
+	Take(ctx context.Context, req limitapi.Request) (limitapi.Decision, error)
+}
 
 // Publisher publishes access events; *producer.Publisher implements it.
 type Publisher interface {
@@ -41,15 +54,22 @@ type Publisher interface {
 
 // Config configures the middleware.
 type Config struct {
-	// Checker is asked before the handler. Required.
+	// Checker is asked before the handler. Required; with Take it must
+	// implement Taker too.
 	Checker Checker
+	// Take makes the middleware call Taker.Take instead of Check: strict
+	// rules are counted by the limiter when it admits the request, and the
+	// limiter publishes the access events. Every admitted request is then
+	// counted, whatever the handler answers. Default false (Check).
+	Take bool
 	// Action is checked and published. Required.
 	Action string
 	// Subjects returns the request's features. Default: the client IP
 	// (kind "ip", from RemoteAddr). Empty subjects are dropped.
 	Subjects func(r *http.Request) []limitapi.Subject
 	// Publisher receives the access event after the handler, one event per
-	// subject. Nil: nothing is published.
+	// subject, each carrying the request's other subjects as attrs. Nil:
+	// nothing is published. Must be nil with Take (the limiter publishes).
 	Publisher Publisher
 	// Publish says whether a handled request is an event of Action, given
 	// the status the handler wrote. Default: every request.
@@ -71,6 +91,11 @@ func (c *Config) Validate() error {
 		return errors.New("limitermw: nil checker")
 	case c.Action == "":
 		return errors.New("limitermw: no action")
+	case c.Take && c.Publisher != nil:
+		return errors.New("limitermw: Take publishes through the limiter; a Publisher would publish every event twice")
+	}
+	if _, ok := c.Checker.(Taker); c.Take && !ok {
+		return errors.New("limitermw: Take needs a checker that implements Taker")
 	}
 	return nil
 }
@@ -91,48 +116,99 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	m := &middleware{cfg: cfg}
 	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var subs []limitapi.Subject
-			for _, s := range cfg.Subjects(r) {
-				if s.Subject != "" {
-					subs = append(subs, s)
-				}
-			}
-			if len(subs) > 0 {
-				d, err := cfg.Checker.Check(r.Context(), limitapi.Request{Action: cfg.Action, Subjects: subs})
-				switch {
-				case err != nil && cfg.FailClosed:
-					cfg.Logger.Warn("limitermw: check failed, refusing", "action", cfg.Action, "err", err)
-					http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
-					return
-				case err != nil:
-					cfg.Logger.Warn("limitermw: check failed, letting the request through", "action", cfg.Action, "err", err)
-				case !d.Allowed:
-					limitapi.SetHeaders(w.Header(), d)
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusTooManyRequests)
-					_ = json.NewEncoder(w).Encode(limitapi.Result(d)) // the client may be gone
-					return
-				default:
-					limitapi.SetHeaders(w.Header(), d)
-				}
-			}
-			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-			next.ServeHTTP(sw, r)
-			if cfg.Publisher == nil || len(subs) == 0 || (cfg.Publish != nil && !cfg.Publish(r, sw.status)) {
-				return
-			}
-			feats := make(map[string]string, len(subs))
-			for _, s := range subs {
-				feats[s.Kind] = s.Subject
-			}
-			evs := event.Split(cfg.Action, cfg.Now(), feats)
-			if err := cfg.Publisher.Publish(context.WithoutCancel(r.Context()), evs...); err != nil {
-				cfg.Logger.Error("limitermw: publish access event", "action", cfg.Action, "err", err)
-			}
-		})
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
+}
+
+type middleware struct {
+	cfg Config
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var subs []limitapi.Subject
+	for _, s := range m.cfg.Subjects(r) {
+		if s.Subject != "" {
+			subs = append(subs, s)
+		}
+	}
+	if len(subs) > 0 && !m.admit(w, r, subs) {
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	next.ServeHTTP(sw, r)
+	if m.cfg.Publisher == nil || len(subs) == 0 || (m.cfg.Publish != nil && !m.cfg.Publish(r, sw.status)) {
+		return
+	}
+	evs := Events(m.cfg.Action, m.cfg.Now(), subs)
+	if err := m.cfg.Publisher.Publish(context.WithoutCancel(r.Context()), evs...); err != nil {
+		m.cfg.Logger.Error("limitermw: publish access event", "action", m.cfg.Action, "err", err)
+	}
+}
+
+// admit asks the limiter and reports whether the handler may run; when it
+// may not, the answer (429 or 503) is written.
+func (m *middleware) admit(w http.ResponseWriter, r *http.Request, subs []limitapi.Subject) bool {
+	req := limitapi.Request{Action: m.cfg.Action, Subjects: subs}
+	var d limitapi.Decision
+	var err error
+	if m.cfg.Take {
+		d, err = m.cfg.Checker.(Taker).Take(r.Context(), req)
+	} else {
+		d, err = m.cfg.Checker.Check(r.Context(), req)
+	}
+	switch {
+	case err != nil && m.cfg.FailClosed:
+		m.cfg.Logger.Warn("limitermw: limiter failed, refusing", "action", m.cfg.Action, "take", m.cfg.Take, "err", err)
+		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+		return false
+	case err != nil:
+		m.cfg.Logger.Warn("limitermw: limiter failed, letting the request through", "action", m.cfg.Action, "take", m.cfg.Take, "err", err)
+		return true
+	case !d.Allowed:
+		limitapi.SetHeaders(w.Header(), d)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = json.NewEncoder(w).Encode(limitapi.Result(d)) // the client may be gone
+		return false
+	}
+	limitapi.SetHeaders(w.Header(), d)
+	return true
+}
+
+// Events returns one event per subject of a request, each carrying the
+// request's subjects of other kinds as attrs (docs/events.md): the visit
+// of a link relates the visitor's IP, the failed login of an IP the e-mail
+// tried. A kind named twice keeps its first subject in attrs; attrs are
+// capped at event.MaxAttrs kinds, in kind order.
+func Events(action string, ts time.Time, subs []limitapi.Subject) []event.Event {
+	byKind := map[string]string{}
+	for _, s := range subs {
+		if _, ok := byKind[s.Kind]; !ok {
+			byKind[s.Kind] = s.Subject
+		}
+	}
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	out := make([]event.Event, 0, len(subs))
+	for _, s := range subs {
+		e := event.Event{V: event.Version, ID: event.NewID(), Action: action, Kind: s.Kind, Subject: s.Subject, TS: ts, N: 1}
+		for _, k := range kinds {
+			if k == s.Kind || len(e.Attrs) == event.MaxAttrs {
+				continue
+			}
+			if e.Attrs == nil {
+				e.Attrs = map[string]string{}
+			}
+			e.Attrs[k] = byKind[k]
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // ClientIP returns the host of r.RemoteAddr. Behind a proxy, use a

@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
-	"floodgate/event"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -21,18 +22,12 @@ import (
 // Store is what Rebuild needs of the live store; *window.Store has it.
 type Store interface {
 	Resume(ctx context.Context, group, topic string, partition int) (next int64, ok bool, err error)
-	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time) (window.ApplyResult, error)
+	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *window.Headroom) (window.ApplyResult, error)
+	Keys() window.Keys
+	Prefix() string
 }
 
 var _ Store = (*window.Store)(nil)
-
-// Keys deletes the live keys before a Reset rebuild; *redis.Client has it.
-type Keys interface {
-	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-	Unlink(ctx context.Context, keys ...string) *redis.IntCmd
-}
-
-var _ Keys = (*redis.Client)(nil)
 
 // Config configures Rebuild.
 type Config struct {
@@ -55,14 +50,16 @@ type Config struct {
 	// batches are then no-ops (the store already holds them), so Force only
 	// matters after the offsets were deleted on purpose. Default false.
 	Force bool
-	// Reset first deletes every key under Prefix (counters, deny records,
-	// offsets of every partition) and then replays every partition. Use it
-	// when the live aggregator kept running after Redis came back empty: it
-	// has stored new offsets and partial counters since, which a plain
-	// rebuild would leave alone. Requires Keys and Prefix. Default false.
-	Reset  bool
-	Keys   Keys
-	Prefix string
+	// Reset first deletes every live key of the store's prefix (counters,
+	// deny records, state, change streams, offsets of every partition) and
+	// then replays every partition. Use it when the live aggregator kept
+	// running after Redis came back empty: it has stored new offsets and
+	// partial counters since, which a plain rebuild would leave alone.
+	// Requires Redis. Default false.
+	Reset bool
+	// Redis is the client Reset deletes keys with (every primary of a
+	// cluster).
+	Redis redis.UniversalClient
 	// MaxFutureSkew is how far ahead of Now an event time may be, as the
 	// live aggregator's setting (aggregator.Config.MaxFutureSkew): events
 	// further ahead, which the aggregator dead-letters, are skipped.
@@ -91,8 +88,8 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: no window store")
 	case c.Rules == nil:
 		return errors.New("rebuild config: no rules")
-	case c.Reset && (c.Keys == nil || c.Prefix == ""):
-		return errors.New("rebuild config: reset needs the redis keys client and the key prefix")
+	case c.Reset && c.Redis == nil:
+		return errors.New("rebuild config: reset needs the redis client")
 	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0 || c.MaxFutureSkew < 0:
 		return errors.New("rebuild config: since, batch max, parallel and max future skew must not be negative")
 	}
@@ -128,6 +125,7 @@ type Result struct {
 	Messages   int64         // Kafka messages read
 	Events     int64         // events counted into buckets
 	Invalid    int64         // malformed or too far future messages skipped (the DLQ has them)
+	Lost       int64         // offsets deleted by retention while the rebuild read them
 	Took       time.Duration // wall time
 	From       time.Time     // replay start time (now − Since)
 }
@@ -142,14 +140,21 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	start := cfg.Now()
 	res := Result{From: start.Add(-cfg.Since)}
 
+	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
+	if err := groupIdle(ctx, client, cfg.Group); err != nil {
+		return res, err
+	}
 	if cfg.Reset {
-		n, err := deletePrefix(ctx, cfg.Keys, cfg.Prefix)
-		res.Deleted = n
-		if err != nil {
-			return res, err
+		// The old layout's keys ("P:{a:k:s}:...", before partition slots)
+		// go too: a reset is also the migration to the current layout.
+		for _, pattern := range []string{cfg.Store.Keys().Pattern(), cfg.Store.Prefix() + ":*"} {
+			n, err := deleteLiveKeys(ctx, cfg.Redis, pattern)
+			res.Deleted += n
+			if err != nil {
+				return res, err
+			}
 		}
 	}
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
 	parts, err := partitions(ctx, client, cfg.Topic)
 	if err != nil {
 		return res, err
@@ -193,12 +198,13 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 				return
 			}
 			defer func() { <-sem }()
-			pr, err := replay(ctx, &cfg, p, from[p], end[p])
+			pr, err := replay(ctx, &cfg, client, p, from[p], end[p])
 			mu.Lock()
 			defer mu.Unlock()
 			res.Messages += pr.Messages
 			res.Events += pr.Events
 			res.Invalid += pr.Invalid
+			res.Lost += pr.Lost
 			if err != nil && firstErr == nil {
 				firstErr = err
 				cancel()
@@ -269,28 +275,26 @@ func ranges(ctx context.Context, client *kafka.Client, topic string, parts []int
 	return from, end, nil
 }
 
-type partResult struct{ Messages, Events, Invalid int64 }
+type partResult struct{ Messages, Events, Invalid, Lost int64 }
 
-// replay reads [from, end) of a partition and applies it in batches.
-func replay(ctx context.Context, cfg *Config, p int, from, end int64) (partResult, error) {
+// replay reads [from, end) of a partition, committed records only, and
+// applies it in batches; every subject is evaluated (nothing is known of
+// them).
+func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, from, end int64) (partResult, error) {
 	var pr partResult
 	if from >= end {
 		return pr, nil
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond,
-	})
-	defer r.Close()
-	if err := r.SetOffset(from); err != nil {
-		return pr, fmt.Errorf("rebuild: seek topic=%s partition=%d offset=%d: %w", cfg.Topic, p, from, err)
+	f, err := aggregator.NewFetcher(aggregator.FetcherConfig{Client: client, Topic: cfg.Topic, Partition: p, Offset: from, MaxBytes: 4 << 20})
+	if err != nil {
+		return pr, err
 	}
 	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: from, Last: from - 1}
 	flush := func() error {
 		if b.Last < b.First {
 			return nil
 		}
-		res, err := cfg.Store.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now())
+		res, err := cfg.Store.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now(), nil)
 		if err != nil {
 			return fmt.Errorf("rebuild: %w", err)
 		}
@@ -298,57 +302,119 @@ func replay(ctx context.Context, cfg *Config, p int, from, end int64) (partResul
 		b = aggregator.Batch{Topic: cfg.Topic, Partition: p, First: b.Last + 1, Last: b.Last, Records: b.Records[:0]}
 		return nil
 	}
-	for b.Last+1 < end {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			return pr, fmt.Errorf("rebuild: read topic=%s partition=%d offset=%d: %w", cfg.Topic, p, b.Last+1, err)
+	for f.Next() < end {
+		msgs, err := f.Fetch(ctx)
+		var lost *aggregator.LostOffsetsError
+		if errors.As(err, &lost) && !lost.Beyond {
+			// Retention deleted records while the rebuild read them: they
+			// cannot be counted; the next batch covers their offsets.
+			pr.Lost += lost.Lost()
+			cfg.Logger.Error("rebuild: offsets lost (deleted by retention); their events are not counted",
+				"topic", cfg.Topic, "partition", p, "from", lost.From, "to", lost.To-1, "lost", lost.Lost())
+			f.SetOffset(lost.To)
+			continue
 		}
-		pr.Messages++
-		b.Last = m.Offset
-		if ev, err := event.Decode(m.Value); err != nil || event.CheckKey(m.Key, ev) != nil || tooFarAhead(cfg, ev) {
-			pr.Invalid++
-		} else {
+		if err != nil {
+			return pr, fmt.Errorf("rebuild: read topic=%s partition=%d offset=%d: %w", cfg.Topic, p, f.Next(), err)
+		}
+		if len(msgs) == 0 {
+			// Offsets left before end but nothing to read: they hold no
+			// records (transaction markers). The last batch covers them.
+			break
+		}
+		now := cfg.Now()
+		for i := range msgs {
+			m := &msgs[i]
+			if m.Offset >= end {
+				break
+			}
+			pr.Messages++
+			b.Last = m.Offset
+			// The live aggregator's acceptance, so rebuild counts exactly
+			// what it would have.
+			ev, derr := aggregator.Accept(m, now, cfg.MaxFutureSkew)
+			if derr != nil {
+				pr.Invalid++
+				continue
+			}
 			// The limiter's strict counts lived in the same Redis and are
 			// gone too: count every event, Counted or not.
 			b.Records = append(b.Records, aggregator.Record{Offset: m.Offset, Event: ev})
-		}
-		if len(b.Records) >= cfg.BatchMax || b.Last+1 >= end {
-			if err := flush(); err != nil {
-				return pr, err
+			if len(b.Records) >= cfg.BatchMax {
+				if err := flush(); err != nil {
+					return pr, err
+				}
 			}
 		}
 	}
+	b.Last = max(b.Last, end-1)
 	return pr, flush()
 }
 
-// tooFarAhead reports whether ev lies more than MaxFutureSkew ahead of the
-// rebuild's clock: the live aggregator dead-letters such events, so the
-// rebuild must not count them either.
-func tooFarAhead(cfg *Config, ev event.Event) bool {
-	return ev.TS.After(cfg.Now().Add(cfg.MaxFutureSkew))
+// groupIdle refuses a rebuild while the live group has members: a running
+// aggregator would store offsets and counts of its own beside the rebuild's
+// (with Reset, re-create offsets the rebuild just deleted), and the replayed
+// batches would be taken for duplicates.
+func groupIdle(ctx context.Context, client *kafka.Client, group string) error {
+	res, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	if err != nil {
+		return fmt.Errorf("rebuild: describe group %s: %w", group, err)
+	}
+	for _, g := range res.Groups {
+		if g.Error != nil {
+			return fmt.Errorf("rebuild: describe group %s: %w", group, g.Error)
+		}
+		if len(g.Members) > 0 {
+			hosts := make([]string, 0, len(g.Members))
+			for _, m := range g.Members {
+				hosts = append(hosts, m.ClientHost)
+			}
+			return fmt.Errorf("rebuild: the live group %s has %d running members (%s): stop every live aggregator first, then rebuild", group, len(g.Members), strings.Join(hosts, ", "))
+		}
+	}
+	return nil
 }
 
-// deletePrefix unlinks every key matching prefix+":*".
-func deletePrefix(ctx context.Context, keys Keys, prefix string) (int64, error) {
-	var (
-		cursor  uint64
-		deleted int64
-	)
-	for {
-		batch, next, err := keys.Scan(ctx, cursor, prefix+":*", 1000).Result()
-		if err != nil {
-			return deleted, fmt.Errorf("rebuild: scan %s:*: %w", prefix, err)
-		}
-		if len(batch) > 0 {
-			n, err := keys.Unlink(ctx, batch...).Result()
-			if err != nil {
-				return deleted, fmt.Errorf("rebuild: unlink %d keys of %s:*: %w", len(batch), prefix, err)
+// deleteLiveKeys unlinks every key matching pattern, on every primary of a
+// cluster, one key per command (keys of many slots).
+func deleteLiveKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) (int64, error) {
+	var deleted atomic.Int64
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		pipe := c.Pipeline()
+		n := 0
+		for iter.Next(ctx) {
+			pipe.Unlink(ctx, iter.Val())
+			if n++; n == 500 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					return err
+				}
+				deleted.Add(int64(n))
+				n = 0
 			}
-			deleted += n
 		}
-		if next == 0 {
-			return deleted, nil
+		if err := iter.Err(); err != nil {
+			return err
 		}
-		cursor = next
+		if n > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+			deleted.Add(int64(n))
+		}
+		return nil
 	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		err = del(ctx, c)
+	default:
+		err = fmt.Errorf("unsupported redis client %T", rdb)
+	}
+	if err != nil {
+		return deleted.Load(), fmt.Errorf("rebuild: delete %s: %w", pattern, err)
+	}
+	return deleted.Load(), nil
 }

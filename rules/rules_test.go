@@ -65,8 +65,8 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(s.Rules()); got != 3 {
-		t.Fatalf("rules = %d, want 3", got)
+	if got := len(s.Rules()); got != 4 {
+		t.Fatalf("rules = %d, want 4", got)
 	}
 	login := s.Match("login_failed", "email")
 	if len(login) != 1 || login[0].Name != "login-failed" {

@@ -12,6 +12,20 @@
 // several packages, and several checkouts, can share one stack; what a
 // helper creates is deleted when the test ends.
 //
+// The cluster profile (`scripts/stack up --cluster`: three Kafka brokers, a
+// Redis Cluster of 3 primaries + 3 replicas) has helpers of its own:
+// ClusterBrokers, ClusterTopic (replication factor 3, min.insync.replicas=2),
+// ClusterRedis, ClusterPrefix, and, for fault tests, KillKafkaNode,
+// StartKafkaNode, KillRedisNode, StartRedisNode, RedisFailover and
+// WaitClusterOK. Kills go through scripts/stack and are serialised across
+// test processes (the cluster survives one node of each kind down, not
+// two); a killed node is restarted when the test ends.
+//
+//	rdb := stacktest.ClusterRedis(t)
+//	key := "{" + stacktest.ClusterPrefix(t, rdb) + ":p3}:k" // hash tag first
+//	stacktest.KillRedisNode(t, 17001)
+//	stacktest.WaitClusterOK(t) // a replica took over
+//
 // The package imports no floodgate package, so the tests of any package,
 // internal or external, can use it without an import cycle.
 package stacktest

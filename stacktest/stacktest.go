@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,7 +33,13 @@ const probeTimeout = 5 * time.Second
 // failure, or a skip under -short when CI is not "true".
 func unavailable(tb testing.TB, service, addr string, err error) {
 	tb.Helper()
-	msg := fmt.Sprintf("%s at %s does not answer: %v (start it with scripts/stack up)", service, addr, err)
+	unavailableStart(tb, service, addr, "scripts/stack up", err)
+}
+
+// unavailableStart is unavailable naming the command that starts service.
+func unavailableStart(tb testing.TB, service, addr, start string, err error) {
+	tb.Helper()
+	msg := fmt.Sprintf("%s at %s does not answer: %v (start it with %s)", service, addr, err, start)
 	if testing.Short() && os.Getenv("CI") != "true" {
 		tb.Skip(msg + "; skipped under -short")
 	}
@@ -56,9 +63,11 @@ func Brokers(tb testing.TB) []string {
 }
 
 // RedisAddr returns FLOODGATE_REDIS_ADDR or DefaultRedisAddr. It does not
-// check that Redis answers: Redis does.
+// check that Redis answers: Redis does. Several addresses are a cluster's
+// seeds (`scripts/stack env --cluster`), not a single node's: then it is
+// DefaultRedisAddr, and the cluster is ClusterRedis's.
 func RedisAddr() string {
-	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" {
+	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" && !strings.Contains(a, ",") {
 		return a
 	}
 	return DefaultRedisAddr
@@ -112,45 +121,95 @@ func unique(tb testing.TB) string {
 }
 
 // Prefix returns a Redis key prefix of this test's own ("fgtest-" and a
-// unique name, safe in a SCAN pattern). Its keys, prefix:*, are deleted when
-// the test ends.
+// unique name, safe in a SCAN pattern). Its keys are deleted when the test
+// ends (see DeletePrefix).
 func Prefix(tb testing.TB, rdb *redis.Client) string {
 	tb.Helper()
+	return prefix(tb, rdb)
+}
+
+func prefix(tb testing.TB, rdb Keyspace) string {
 	p := "fgtest-" + unique(tb)
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := DeletePrefix(ctx, rdb, p); err != nil {
-			tb.Errorf("clean up redis keys %s:*: %v", p, err)
+			tb.Errorf("clean up redis keys of prefix %s: %v", p, err)
 		}
 	})
 	return p
 }
 
-// DeletePrefix deletes the keys prefix:* (SCAN, then UNLINK in batches).
-func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+// Keyspace is what DeletePrefix needs of a Redis client: *redis.Client and
+// *redis.ClusterClient have it.
+type Keyspace interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+var (
+	_ Keyspace = (*redis.Client)(nil)
+	_ Keyspace = (*redis.ClusterClient)(nil)
+)
+
+// masterWalker is how DeletePrefix recognises a cluster client: a SCAN sent
+// through one reaches a single node, so each primary is scanned.
+type masterWalker interface {
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error
+}
+
+var _ masterWalker = (*redis.ClusterClient)(nil)
+
+// DeletePrefix deletes the keys of prefix in both layouts: prefix:* and,
+// with the hash tag first as cluster keys have it, {prefix:* and {prefix}*.
+// On a cluster client every primary is scanned.
+func DeletePrefix(ctx context.Context, rdb Keyspace, prefix string) error {
+	if c, ok := rdb.(masterWalker); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return deleteScanned(ctx, node, rdb, prefix)
+		})
+	}
+	return deleteScanned(ctx, rdb, rdb, prefix)
+}
+
+// deleteScanned SCANs node for the keys of prefix and UNLINKs them through
+// rdb, one key per command in pipelines of 500: in a cluster, keys of
+// different slots cannot share a command, and rdb follows a slot that
+// moved since node was listed.
+func deleteScanned(ctx context.Context, node, rdb Keyspace, prefix string) error {
 	keys := make([]string, 0, 500)
 	flush := func() error {
 		if len(keys) == 0 {
 			return nil
 		}
-		err := rdb.Unlink(ctx, keys...).Err()
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		})
 		keys = keys[:0]
 		return err
 	}
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == cap(keys) {
-			if err := flush(); err != nil {
-				return err
+	// [:}] matches either character: {prefix:...}... and {prefix}...
+	for _, match := range []string{prefix + ":*", "{" + prefix + "[:}]*"} {
+		iter := node.Scan(ctx, 0, match, 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == cap(keys) {
+				if err := flush(); err != nil {
+					return fmt.Errorf("unlink keys %s: %w", match, err)
+				}
 			}
 		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("scan %s: %w", match, err)
+		}
+		if err := flush(); err != nil {
+			return fmt.Errorf("unlink keys %s: %w", match, err)
+		}
 	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	return flush()
+	return nil
 }
 
 // PostgresURL returns FLOODGATE_POSTGRES_URL or DefaultPostgresURL, after
@@ -183,7 +242,16 @@ func PostgresURL(tb testing.TB) string {
 // Creation is retried for a while: tests that restart the broker share it.
 func Topic(tb testing.TB, brokers []string, partitions int) string {
 	tb.Helper()
+	return topic(tb, brokers, kafka.TopicConfig{NumPartitions: partitions, ReplicationFactor: 1}, 1)
+}
+
+// topic creates a topic of cfg (its name set here) and waits until every
+// partition has a leader and isr in-sync replicas.
+func topic(tb testing.TB, brokers []string, cfg kafka.TopicConfig, isr int) string {
+	tb.Helper()
 	name := "fgtest." + unique(tb)
+	cfg.Topic = name
+	partitions := cfg.NumPartitions
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -191,8 +259,7 @@ func Topic(tb testing.TB, brokers []string, partitions int) string {
 	var err error
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		var res *kafka.CreateTopicsResponse
-		res, err = client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{
-			{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}}})
+		res, err = client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{cfg}})
 		if err == nil {
 			err = res.Errors[name]
 		}
@@ -219,10 +286,10 @@ func Topic(tb testing.TB, brokers []string, partitions int) string {
 		}
 	})
 
-	// Wait until metadata shows every partition with a leader.
+	// Wait until metadata shows every partition with a leader and its ISR.
 	last := "no metadata yet"
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		if last = notReady(ctx, client, name, partitions); last == "" {
+		if last = notReady(ctx, client, name, partitions, isr); last == "" {
 			return name
 		}
 		if !sleep(ctx, delay) {
@@ -231,8 +298,9 @@ func Topic(tb testing.TB, brokers []string, partitions int) string {
 	}
 }
 
-// notReady says why topic is not ready yet, or returns "".
-func notReady(ctx context.Context, client *kafka.Client, topic string, partitions int) string {
+// notReady says why topic is not ready yet (a partition without a leader,
+// or with fewer than isr in-sync replicas), or returns "".
+func notReady(ctx context.Context, client *kafka.Client, topic string, partitions, isr int) string {
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return err.Error()
@@ -250,6 +318,9 @@ func notReady(ctx context.Context, client *kafka.Client, topic string, partition
 		for _, p := range t.Partitions {
 			if p.Error != nil || p.Leader.Host == "" {
 				return fmt.Sprintf("partition %d has no leader yet", p.ID)
+			}
+			if len(p.Isr) < isr {
+				return fmt.Sprintf("partition %d has %d of %d replicas in sync", p.ID, len(p.Isr), isr)
 			}
 		}
 		return ""
@@ -292,4 +363,37 @@ func RedisCalls(tb testing.TB, rdb *redis.Client) int64 {
 		}
 	}
 	return total
+}
+
+// Nginx returns the path of Debian's nginx (scripts/stack up installs it),
+// for tests that run it as a private process in front of a service.
+func Nginx(tb testing.TB) string {
+	tb.Helper()
+	return program(tb, "nginx", "/usr/sbin/nginx")
+}
+
+// Chromium returns the path of Debian's chromium (scripts/stack up installs
+// it), for tests that load pages in a headless browser.
+func Chromium(tb testing.TB) string {
+	tb.Helper()
+	return program(tb, "Chromium", "chromium", "/usr/bin/chromium")
+}
+
+// program finds the first of names on PATH (or as an absolute path): a
+// missing program is a missing service, failed or skipped by the same rule.
+func program(tb testing.TB, what string, names ...string) string {
+	tb.Helper()
+	var err error
+	for _, n := range names {
+		var p string
+		if p, err = exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s is not installed (%v); install it with scripts/stack up", what, err)
+	if testing.Short() && os.Getenv("CI") != "true" {
+		tb.Skip(msg + "; skipped under -short")
+	}
+	tb.Fatal(msg)
+	return ""
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -13,85 +12,8 @@ import (
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
+	"floodgate/window/windowtest"
 )
-
-// refLog is the exact reference: every event of a subject with its time in
-// milliseconds, a sliding log.
-type refLog struct{ ms, n []int64 }
-
-func (r *refLog) add(ms, n int64) { r.ms = append(r.ms, ms); r.n = append(r.n, n) }
-
-// prune forgets events before second from: no window can reach them again.
-func (r *refLog) prune(from int64) {
-	k := 0
-	for i, ms := range r.ms {
-		if floorDiv(ms, 1000) >= from {
-			r.ms[k], r.n[k] = ms, r.n[i]
-			k++
-		}
-	}
-	r.ms, r.n = r.ms[:k], r.n[:k]
-}
-
-// countSec counts events whose whole second lies in [e-w+1, e]: the
-// definition the store implements (docs/redis.md).
-func (r *refLog) countSec(e, w int64) int64 {
-	var c int64
-	for i, ms := range r.ms {
-		if s := floorDiv(ms, 1000); s >= e-w+1 && s <= e {
-			c += r.n[i]
-		}
-	}
-	return c
-}
-
-// countMs counts events in (t-w, t] with millisecond times: the ideal
-// sliding log.
-func (r *refLog) countMs(t, wms int64) int64 {
-	var c int64
-	for i, ms := range r.ms {
-		if ms > t-wms && ms <= t {
-			c += r.n[i]
-		}
-	}
-	return c
-}
-
-// countSecRange counts events whose second lies in [a, b].
-func (r *refLog) countSecRange(a, b int64) int64 { return r.countSec(b, b-a+1) }
-
-// until is the first second t > e at which the window [t-w+1, t] holds at
-// most limit events, assuming no events after e.
-func (r *refLog) until(e, w, limit int64) int64 {
-	type pt struct{ s, n int64 }
-	var pts []pt
-	for i, ms := range r.ms {
-		if s := floorDiv(ms, 1000); s >= e-w+1 && s <= e {
-			pts = append(pts, pt{s, r.n[i]})
-		}
-	}
-	sort.Slice(pts, func(i, j int) bool { return pts[i].s < pts[j].s })
-	var total int64
-	for _, p := range pts {
-		total += p.n
-	}
-	need, cum := total-limit, int64(0)
-	for _, p := range pts {
-		cum += p.n
-		if cum >= need {
-			return p.s + w
-		}
-	}
-	return e + w
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
 
 // TestAccuracyAgainstSlidingLog replays random bursty streams (late and
 // slightly future events, many subjects, six windows from 1s to 1d, 30 hours
@@ -120,7 +42,7 @@ rules:
 	zipf := rand.NewZipf(rng, 1.3, 2, 29)
 	ctx := context.Background()
 	b := &batcher{topic: "acc"}
-	refs := map[string]*refLog{}
+	refs := map[string]*windowtest.Log{}
 	const maxW = 86400
 
 	clock := base.UnixMilli()
@@ -150,35 +72,35 @@ rules:
 			}
 		}
 		now := clock + rng.Int64N(500)
-		nowSec := floorDiv(now, 1000)
+		nowSec := windowtest.FloorDiv(now, 1000)
 		// Per touched subject: the evaluation second (as the store).
 		touched := map[string]int64{}
 		for _, e := range evs {
-			s := floorDiv(e.TS.UnixMilli(), 1000)
+			s := windowtest.FloorDiv(e.TS.UnixMilli(), 1000)
 			if s <= nowSec-maxW {
 				continue // old: skipped by the store too
 			}
 			if refs[e.Subject] == nil {
-				refs[e.Subject] = &refLog{}
+				refs[e.Subject] = &windowtest.Log{}
 			}
-			refs[e.Subject].add(e.TS.UnixMilli(), 1)
+			refs[e.Subject].Add(e.TS.UnixMilli(), 1)
 			touched[e.Subject] = max(touched[e.Subject], s, nowSec)
 		}
 		if batches%50 == 0 {
 			for _, r := range refs {
-				r.prune(nowSec - maxW - 1)
+				r.Prune(nowSec - maxW - 1)
 			}
 		}
 		// Start each touched subject without a deny record so that the one
 		// after Apply is this batch's evaluation alone.
 		pipe := rdb.Pipeline()
 		for subj := range touched {
-			pipe.Del(ctx, st.DenyKey(window.Subject{Action: "act", Kind: "k", Subject: subj}))
+			pipe.Del(ctx, st.Keys().Deny(0, window.Subject{Action: "act", Kind: "k", Subject: subj}))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && len(touched) > 0 {
 			t.Fatal(err)
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now))
+		res, err := st.Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,8 +144,8 @@ rules:
 			for _, sec := range at {
 				for _, l := range limits {
 					w := int64(l.Window / time.Second)
-					if c := ref.countSec(sec, w); c > l.Count {
-						if u := ref.until(sec, w, l.Count); want == nil || u > wantU {
+					if c := ref.CountSec(sec, w); c > l.Count {
+						if u := ref.Until(sec, w, l.Count); want == nil || u > wantU {
 							wantU = u
 							want = &window.Deny{Rule: "acc", Limit: l, Count: c, Until: time.Unix(u, 0).UTC()}
 						}
@@ -233,22 +155,22 @@ rules:
 			overMs := false
 			for j, l := range limits {
 				w := int64(l.Window / time.Second)
-				c := ref.countSec(e, w)
+				c := ref.CountSec(e, w)
 				checks++
 				if state.Sums[j] != c {
 					t.Fatalf("batch %d subject %s window %s at %d: store %d, reference %d", batches, q.Subject.Subject, l.Window, e, state.Sums[j], c)
 				}
 				// The millisecond sliding log, at the evaluation instant.
 				tMs := max(now, e*1000)
-				cm := ref.countMs(tMs, w*1000)
+				cm := ref.CountMs(tMs, w*1000)
 				if cm > l.Count {
 					overMs = true
 				}
 				// Bound: the two differ only by events of the second that
 				// the millisecond window cuts at its left edge and events
 				// later in the current second.
-				tSec := floorDiv(tMs, 1000)
-				bound := ref.countSecRange(tSec-w, tSec-w) + ref.countSecRange(tSec, tSec)
+				tSec := windowtest.FloorDiv(tMs, 1000)
+				bound := ref.CountSecRange(tSec-w, tSec-w) + ref.CountSecRange(tSec, tSec)
 				if d := c - cm; d > bound || -d > bound {
 					t.Fatalf("window %s: second count %d vs millisecond count %d exceeds the bound %d", l.Window, c, cm, bound)
 				}
@@ -278,7 +200,7 @@ rules:
 	}
 	var events int
 	for _, r := range refs {
-		events += len(r.ms)
+		events += r.Len()
 	}
 	events = int(b.next) // all offsets are events
 	t.Logf("%d events, %d batches, %d subjects; %d window sums and %d deny decisions (%d denies) compared: 0 disagreements with the second-exact sliding log",

@@ -62,7 +62,7 @@ func BenchmarkStoreApply(b *testing.B) {
 				}
 				bt.next = bb.Last + 1
 				now := src.Records[len(src.Records)-1].Event.TS
-				if _, err := st.Apply(ctx, "bench", bb, set, now); err != nil {
+				if _, err := st.Apply(ctx, "bench", bb, set, now, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

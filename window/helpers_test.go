@@ -16,7 +16,7 @@ import (
 
 func newStore(tb testing.TB, rdb *redis.Client) *window.Store {
 	tb.Helper()
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb)})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb), Partitions: onePartition})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,3 +71,7 @@ type (
 func recordAt(off int64, e event.Event) aggregator.Record {
 	return aggregator.Record{Offset: off, Event: e}
 }
+
+// onePartition puts every subject in partition 0, where the tests'
+// batches are.
+func onePartition() int { return 1 }

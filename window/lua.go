@@ -1,42 +1,47 @@
 package window
 
 // LuaLib is the Lua shared by every floodgate script that touches a
-// subject's buckets: the aggregator's apply script, the limiter's check
-// script, and the strict-mode take script (window/take.go). Prepend it to a
-// script body; everything is local to the script.
+// subject's buckets: the aggregator's apply script, the read script and the
+// strict-mode take script. Prepend it to a script body; everything is local
+// to the script.
 //
-// Time is in whole Unix seconds. A subject's keys are
+// Time is in whole Unix seconds. Every key of a script lives in one slot,
+// the partition's hash tag ("{fg:p7}", passed as slot), and a subject's keys
+// are
 //
-//	P:{action:kind:subject}:s:<minute>  hash second-of-minute (0-59) -> count
-//	P:{action:kind:subject}:m:<hour>    hash minute-of-hour   (0-59) -> count
-//	P:{action:kind:subject}:h:<day>     hash hour-of-day      (0-23) -> count
+//	<slot>:<action:kind:subject>:s:<minute>  hash second-of-minute (0-59) -> count
+//	<slot>:<action:kind:subject>:m:<hour>    hash minute-of-hour   (0-59) -> count
+//	<slot>:<action:kind:subject>:h:<day>     hash hour-of-day      (0-23) -> count
 //
 // where <minute>, <hour>, <day> are Unix seconds divided by 60, 3600, 86400.
 // Every event is added at each level the subject's longest window needs
 // (seconds always, minutes from 1m, hours from 1h), so the levels agree.
 //
-// Functions (c is a per-run read cache: a fresh {} per script call, and a
-// fresh one again after writing buckets that are read later):
+// Functions (c is a per-run read cache of hashes; fg_incr keeps the hashes
+// it has cached up to date, so a cache may live across writes):
 //
-//	fg_key(p, tag, level, n)            -> key of bucket hash n of a level ('s','m','h')
+//	fg_key(slot, f, level, n)           -> key of bucket hash n of a level ('s','m','h')
 //	fg_hash(c, key)                     -> table field->count of one hash (one HGETALL, cached)
 //	fg_split(a, b, w)                   -> segments covering seconds [a, b] in time order,
 //	                                       coarsest levels a window of w seconds may use
-//	fg_sum(c, p, tag, now, w)           -> events in the window of w seconds ending with second now
-//	fg_until(c, p, tag, now, w, excess, ahead)
+//	fg_sum(c, slot, f, now, w)          -> events in the window of w seconds ending with second now
+//	fg_until(c, slot, f, now, w, excess, ahead)
 //	                                    -> first second t > now at which that window, plus
 //	                                       the seconds up to now+ahead (events of callers whose
 //	                                       clocks run ahead; 0 or nil for none), has dropped
 //	                                       excess events (exact to the second)
-//	fg_incr(p, tag, incs, maxw, now, slack)
+//	fg_incr(c, slot, f, incs, maxw, now, slack, undo)
 //	                                    -> add incs (table second->count) at every level maxw
-//	                                       needs; new hashes expire when no window can read them
+//	                                       needs; new hashes expire when no window can read them;
+//	                                       each write is recorded in undo (a table, or nil)
+//	fg_guard(undo, fn)                  -> run fn; on a Redis error undo its writes and return
+//	                                       an error reply (nil when fn succeeded)
 //	fg_fmt_window(w)                    -> "30s", "5m", "1h", "1d"
 //	fg_deny_json(rule, limit, w, count, until_ms, message)
 //	                                    -> deny record JSON (see Deny)
 const LuaLib = `
-local function fg_key(p, tag, level, n)
-  return p .. ':' .. tag .. ':' .. level .. ':' .. string.format('%d', n)
+local function fg_key(slot, f, level, n)
+  return slot .. ':' .. f .. ':' .. level .. ':' .. string.format('%d', n)
 end
 
 local function fg_hash(c, key)
@@ -85,19 +90,19 @@ local function fg_split(a, b, w)
   return out
 end
 
-local function fg_seg_sum(c, p, tag, seg)
-  local t = fg_hash(c, fg_key(p, tag, seg[1], seg[2]))
+local function fg_seg_sum(c, slot, f, seg)
+  local t = fg_hash(c, fg_key(slot, f, seg[1], seg[2]))
   local s = 0
-  for f, v in pairs(t) do
-    if f >= seg[3] and f <= seg[4] then s = s + v end
+  for k, v in pairs(t) do
+    if k >= seg[3] and k <= seg[4] then s = s + v end
   end
   return s
 end
 
-local function fg_sum(c, p, tag, now, w)
+local function fg_sum(c, slot, f, now, w)
   local segs = fg_split(now - w + 1, now, w)
   local s = 0
-  for i = 1, #segs do s = s + fg_seg_sum(c, p, tag, segs[i]) end
+  for i = 1, #segs do s = s + fg_seg_sum(c, slot, f, segs[i]) end
   return s
 end
 
@@ -105,27 +110,27 @@ end
 -- were seen; it returns the events seen and the second of the event that
 -- completes need (drilling hours -> minutes -> seconds), or nil.
 local fg_walk
-fg_walk = function(c, p, tag, seg, need)
-  local t = fg_hash(c, fg_key(p, tag, seg[1], seg[2]))
+fg_walk = function(c, slot, f, seg, need)
+  local t = fg_hash(c, fg_key(slot, f, seg[1], seg[2]))
   local fs = {}
-  for f, _ in pairs(t) do
-    if f >= seg[3] and f <= seg[4] then fs[#fs + 1] = f end
+  for k, _ in pairs(t) do
+    if k >= seg[3] and k <= seg[4] then fs[#fs + 1] = k end
   end
   table.sort(fs)
   local got = 0
-  for _, f in ipairs(fs) do
-    local v = t[f]
+  for _, k in ipairs(fs) do
+    local v = t[k]
     if got + v >= need then
-      if seg[1] == 's' then return got + v, seg[2] * 60 + f end
+      if seg[1] == 's' then return got + v, seg[2] * 60 + k end
       local sub, last
       if seg[1] == 'm' then
-        local m = seg[2] * 60 + f
+        local m = seg[2] * 60 + k
         sub, last = {'s', m, 0, 59}, m * 60 + 59
       else
-        local h = seg[2] * 24 + f
+        local h = seg[2] * 24 + k
         sub, last = {'m', h, 0, 59}, h * 3600 + 3599
       end
-      local _, sec = fg_walk(c, p, tag, sub, need - got)
+      local _, sec = fg_walk(c, slot, f, sub, need - got)
       -- A missing finer level (rules changed, keys evicted) falls back to
       -- the end of the coarse bucket: late, never early.
       return got + v, sec or last
@@ -135,31 +140,58 @@ fg_walk = function(c, p, tag, seg, need)
   return got, nil
 end
 
-local function fg_until(c, p, tag, now, w, excess, ahead)
+local function fg_until(c, slot, f, now, w, excess, ahead)
   local segs = fg_split(now - w + 1, now, w)
   if ahead and ahead > 0 then fg_segs(segs, 's', 60, now + 1, now + ahead) end
   local need = excess
   for i = 1, #segs do
-    local got, sec = fg_walk(c, p, tag, segs[i], need)
+    local got, sec = fg_walk(c, slot, f, segs[i], need)
     if sec then return sec + w end
     need = need - got
   end
   return now + w
 end
 
-local function fg_hincr(key, field, n, ttl)
-  if redis.call('HINCRBY', key, field, n) == n then
+-- fg_hincr adds n to a bucket field and, when undo is a table, records how
+-- to take it back: Redis does not roll a failed script back, so a script
+-- that may fail after writing undoes its own writes (fg_undo) before it
+-- reports the error, and a retry never counts twice.
+local function fg_hincr(c, key, field, n, ttl, undo)
+  local created = redis.call('HINCRBY', key, field, n) == n
+  if created then
     if ttl < 1 then ttl = 1 end
     redis.call('EXPIRE', key, ttl)
   end
+  if undo then undo[#undo + 1] = {key, field, n, created} end
+  local t = c and c[key]
+  if t then t[field] = (t[field] or 0) + n end
 end
 
-local function fg_incr(p, tag, incs, maxw, now, slack)
+local function fg_undo(undo)
+  for i = #undo, 1, -1 do
+    local u = undo[i]
+    if u[4] then redis.call('HDEL', u[1], u[2]) else redis.call('HINCRBY', u[1], u[2], -u[3]) end
+  end
+end
+
+-- fg_guard runs fn; if a Redis call in it fails (a foreign key of another
+-- type under the prefix: WRONGTYPE), it undoes the writes fn recorded in
+-- undo and raises the error, so nothing of the run stays.
+local function fg_guard(undo, fn)
+  local ok, err = pcall(fn)
+  if not ok then
+    fg_undo(undo)
+    local msg = type(err) == 'table' and (err.err or err.message) or tostring(err)
+    return redis.error_reply('floodgate: nothing written: ' .. tostring(msg))
+  end
+  return nil
+end
+
+local function fg_incr(c, slot, f, incs, maxw, now, slack, undo)
   local ms, hs = {}, {}
   for sec, n in pairs(incs) do
     local m = math.floor(sec / 60)
-    local sk = fg_key(p, tag, 's', m)
-    fg_hincr(sk, sec - m * 60, n, (m + 1) * 60 + maxw + slack - now)
+    fg_hincr(c, fg_key(slot, f, 's', m), sec - m * 60, n, (m + 1) * 60 + maxw + slack - now, undo)
     if maxw >= 60 then ms[m] = (ms[m] or 0) + n end
     if maxw >= 3600 then
       local h = math.floor(sec / 3600)
@@ -168,11 +200,11 @@ local function fg_incr(p, tag, incs, maxw, now, slack)
   end
   for m, n in pairs(ms) do
     local h = math.floor(m / 60)
-    fg_hincr(fg_key(p, tag, 'm', h), m - h * 60, n, (h + 1) * 3600 + maxw + slack - now)
+    fg_hincr(c, fg_key(slot, f, 'm', h), m - h * 60, n, (h + 1) * 3600 + maxw + slack - now, undo)
   end
   for h, n in pairs(hs) do
     local d = math.floor(h / 24)
-    fg_hincr(fg_key(p, tag, 'h', d), h - d * 24, n, (d + 1) * 86400 + maxw + slack - now)
+    fg_hincr(c, fg_key(slot, f, 'h', d), h - d * 24, n, (d + 1) * 86400 + maxw + slack - now, undo)
   end
 end
 
@@ -192,150 +224,3 @@ local function fg_deny_json(rule, limit, w, count, until_ms, message)
     ',"message":' .. cjson.encode(message) .. '}'
 end
 `
-
-// applyBody applies one batch of one partition and evaluates the touched
-// subjects. It is atomic: the offset check, every increment, the new offset
-// and the deny records happen in one script run.
-//
-//	ARGV: prefix, offset key, first, last, now_ms, slack,
-//	      nrules, {name, message}*nrules,
-//	      nprofiles, {maxw, nlimits, {rule, count, w, shadow}*nlimits}*nprofiles,
-//	      nsubjects, {tag, profile, eval_sec, nincs, {sec, n}*nincs}*nsubjects
-//
-// Each subject is evaluated at eval_sec (max of now and its latest event)
-// and, when that lies ahead of now, at now too; per kind (deny, shadow) the
-// exceeded limit with the latest until wins.
-//
-// Returns {0, previous next offset or -1, {subject, limit, count, until_ms,
-// shadow, eval_sec}* of NEW decisions} when applied, {1, next} when the batch is
-// already held, {2, next} when only its tail is new (the caller trims and
-// retries).
-const applyBody = `
-local a = ARGV
-local p, offkey = a[1], a[2]
-local first, last = tonumber(a[3]), tonumber(a[4])
-local now_ms, slack = tonumber(a[5]), tonumber(a[6])
-local now = math.floor(now_ms / 1000)
-local prev = redis.call('GET', offkey)
-if prev then
-  prev = tonumber(prev)
-  if last < prev then return {1, prev} end
-  if first < prev then return {2, prev} end
-else
-  prev = -1
-end
-
-local i = 7
-local rules = {}
-local nrules = tonumber(a[i]); i = i + 1
-for r = 1, nrules do rules[r] = {a[i], a[i + 1]}; i = i + 2 end
-
-local profiles = {}
-local nprof = tonumber(a[i]); i = i + 1
-for q = 1, nprof do
-  local pr = {maxw = tonumber(a[i]), limits = {}}
-  local nl = tonumber(a[i + 1]); i = i + 2
-  for l = 1, nl do
-    pr.limits[l] = {tonumber(a[i]), tonumber(a[i + 1]), tonumber(a[i + 2]), a[i + 3] == '1'}
-    i = i + 4
-  end
-  profiles[q] = pr
-end
-
-local subjects = {}
-local nsub = tonumber(a[i]); i = i + 1
-for s = 1, nsub do
-  local sub = {tag = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), incs = {}}
-  local ni = tonumber(a[i + 3]); i = i + 4
-  for k = 1, ni do
-    local sec = tonumber(a[i])
-    sub.incs[sec] = (sub.incs[sec] or 0) + tonumber(a[i + 1])
-    i = i + 2
-  end
-  subjects[s] = sub
-  fg_incr(p, sub.tag, sub.incs, sub.prof.maxw, now, slack)
-end
-redis.call('SET', offkey, string.format('%d', last + 1))
-
-local out = {0, prev}
-for s = 1, nsub do
-  local sub = subjects[s]
-  local c = {}
-  local best = {}
-  -- at the subject's latest event and, when that lies ahead (within the
-  -- accepted skew), at now too: a window shorter than the skew evaluated
-  -- only at the future second would miss the batch's events of now (on
-  -- equal until, the later evaluation's decision is kept)
-  local at = {sub.e}
-  if sub.e > now then at[2] = now end
-  for _, t in ipairs(at) do
-    for l, lim in ipairs(sub.prof.limits) do
-      local count = fg_sum(c, p, sub.tag, t, lim[3])
-      if count > lim[2] then
-        local u = fg_until(c, p, sub.tag, t, lim[3], count - lim[2])
-        local kind = lim[4] and 'shadow' or 'deny'
-        if best[kind] == nil or u > best[kind].u then
-          best[kind] = {l = l, lim = lim, count = count, u = u, t = t}
-        end
-      end
-    end
-  end
-  for kind, b in pairs(best) do
-    local key = p .. ':' .. sub.tag .. ':' .. kind
-    local rule = rules[b.lim[1]]
-    local u_ms = b.u * 1000
-    local old = redis.call('GET', key)
-    local write, new = true, true
-    if old then
-      local ok, o = pcall(cjson.decode, old)
-      if ok and type(o) == 'table' then
-        if tonumber(o['until']) and tonumber(o['until']) >= u_ms then write = false end
-        new = write and (o['rule'] ~= rule[1] or o['window'] ~= fg_fmt_window(b.lim[3]))
-      end
-    end
-    if write and u_ms > now_ms then
-      redis.call('SET', key, fg_deny_json(rule[1], b.lim[2], b.lim[3], b.count, u_ms, rule[2]), 'PX', u_ms - now_ms)
-      if new then
-        out[#out + 1] = s
-        out[#out + 1] = b.l
-        out[#out + 1] = b.count
-        out[#out + 1] = u_ms
-        out[#out + 1] = kind == 'shadow' and 1 or 0
-        out[#out + 1] = b.t
-      end
-    end
-  end
-end
-return out
-`
-
-// checkBody reads, for each queried subject, its deny record and the sum
-// of each requested window.
-//
-//	ARGV: prefix, now_ms, nqueries, {tag, nwindows, w*nwindows}*nqueries
-//
-// Returns {{deny JSON or false, sum*nwindows}*nqueries}.
-const checkBody = `
-local a = ARGV
-local p = a[1]
-local now = math.floor(tonumber(a[2]) / 1000)
-local nq = tonumber(a[3])
-local i = 4
-local out = {}
-for q = 1, nq do
-  local tag = a[i]
-  local nw = tonumber(a[i + 1]); i = i + 2
-  local c = {}
-  local r = {redis.call('GET', p .. ':' .. tag .. ':deny')}
-  for k = 1, nw do
-    r[k + 1] = fg_sum(c, p, tag, now, tonumber(a[i]))
-    i = i + 1
-  end
-  out[q] = r
-end
-return out
-`
-
-// resumeBody reads a partition's next offset: a script rather than a GET so
-// that the Store needs nothing of Redis but scripts.
-const resumeBody = `return redis.call('GET', ARGV[1])`

@@ -6,13 +6,11 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 
 	"floodgate/rules"
 	"floodgate/stacktest"
@@ -52,7 +50,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events", partition: 3}
+	b := &batcher{topic: "events", partition: 0}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "203.0.113.7"}
 
 	steps := []step{
@@ -86,7 +84,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 		for k := 0; k < s.n; k++ {
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now)
+		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +113,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 		if d == nil || d.Until != got.Until || d.Limit != got.Limit || d.Count != got.Count || d.Message != "slow down" {
 			t.Fatalf("step %d: deny record %+v, decision %+v", i, d, got)
 		}
-		pttl := rdb.PTTL(ctx, st.DenyKey(sub)).Val()
+		pttl := rdb.PTTL(ctx, st.Keys().Deny(0, sub)).Val()
 		if want := got.Until.Sub(now); pttl > want || pttl < want-2*time.Second {
 			t.Fatalf("step %d: deny PTTL %s, want about %s", i, pttl, want)
 		}
@@ -137,7 +135,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 
 func readDeny(tb testing.TB, rdb *redis.Client, st *window.Store, sub window.Subject) *window.Deny {
 	tb.Helper()
-	v, err := rdb.Get(context.Background(), st.DenyKey(sub)).Bytes()
+	v, err := rdb.Get(context.Background(), st.Keys().Deny(0, sub)).Bytes()
 	if err == redis.Nil {
 		return nil
 	}
@@ -175,7 +173,7 @@ func TestShadowNeverDenies(t *testing.T) {
 	var shadow int
 	for i := 0; i < 20; i++ {
 		now := base.Add(time.Duration(i) * 100 * time.Millisecond)
-		res, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now)
+		res, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +191,7 @@ func TestShadowNeverDenies(t *testing.T) {
 	if shadow != 2 {
 		t.Fatalf("shadow decisions = %d, want 2 (2/s, then 5/m)", shadow)
 	}
-	if n := rdb.Exists(ctx, st.ShadowKey(sub)).Val(); n != 1 {
+	if n := rdb.Exists(ctx, st.Keys().Shadow(0, sub)).Val(); n != 1 {
 		t.Fatalf("shadow record missing")
 	}
 }
@@ -219,7 +217,7 @@ func TestAllowlistedNeverDenied(t *testing.T) {
 		for s := range subs {
 			evs = append(evs, ev(s.Action, s.Kind, s.Subject, now), ev(s.Action, s.Kind, s.Subject, now))
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now)
+		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,10 +250,10 @@ func TestExactlyOnceOffsets(t *testing.T) {
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
 	sub := window.Subject{Action: "login_failed", Kind: "email", Subject: "a@example.com"}
-	if _, ok, err := st.Resume(ctx, "g", "events", 7); err != nil || ok {
+	if _, ok, err := st.Resume(ctx, "g", "events", 0); err != nil || ok {
 		t.Fatalf("Resume before any batch = %v, %v", ok, err)
 	}
-	b := &batcher{topic: "events", partition: 7, next: 100}
+	b := &batcher{topic: "events", partition: 0, next: 100}
 	evs := func(n int) []eventT {
 		out := make([]eventT, n)
 		for i := range out {
@@ -271,7 +269,7 @@ func TestExactlyOnceOffsets(t *testing.T) {
 		trimmed   int
 		wantCount int64
 	}{{b1, false, 0, 3}, {b1, true, 0, 3}, {b2, false, 0, 7}, {b2, true, 0, 7}} {
-		res, err := st.Apply(ctx, "g", bt.b, set, base)
+		res, err := st.Apply(ctx, "g", bt.b, set, base, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +285,7 @@ func TestExactlyOnceOffsets(t *testing.T) {
 	for off := int64(101); off <= 108; off++ {
 		stale.Records = append(stale.Records, recordAt(off, ev(sub.Action, sub.Kind, sub.Subject, base)))
 	}
-	res, err := st.Apply(ctx, "g", stale, set, base)
+	res, err := st.Apply(ctx, "g", stale, set, base, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,12 +293,12 @@ func TestExactlyOnceOffsets(t *testing.T) {
 		t.Fatalf("stale batch: trimmed %d applied %d, want 6 and 2", res.Trimmed, res.Applied)
 	}
 	assertSum(t, st, sub, base, 24*time.Hour, 9)
-	next, ok, err := st.Resume(ctx, "g", "events", 7)
+	next, ok, err := st.Resume(ctx, "g", "events", 0)
 	if err != nil || !ok || next != 109 {
 		t.Fatalf("Resume = %d, %v, %v; want 109", next, ok, err)
 	}
 	// Another group keeps its own offsets.
-	if _, ok, _ := st.Resume(ctx, "other", "events", 7); ok {
+	if _, ok, _ := st.Resume(ctx, "other", "events", 0); ok {
 		t.Fatal("offsets leak between groups")
 	}
 }
@@ -332,7 +330,7 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 		ev("visit", "link", "abc", now), // no rule
 	)
 	bt.Records[2].Counted = true
-	res, err := st.Apply(ctx, "g", bt, set, now)
+	res, err := st.Apply(ctx, "g", bt, set, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +342,7 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 	// TTL from the longest window (1d) plus slack; its second hash too.
 	ts := now.Add(-24*time.Hour + time.Second)
 	for _, level := range []byte{'s', 'm', 'h'} {
-		ttl := rdb.TTL(ctx, st.BucketKey(sub, level, ts)).Val()
+		ttl := rdb.TTL(ctx, st.Keys().Bucket(0, sub, level, ts)).Val()
 		if ttl <= 0 || ttl > 24*time.Hour+2*time.Hour {
 			t.Errorf("level %c TTL = %s", level, ttl)
 		}
@@ -357,13 +355,13 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 // once, including the offsets after its last record (dead letters).
 func TestApplySplitsLargeBatches(t *testing.T) {
 	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), MaxSubjects: 7})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, MaxSubjects: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events", partition: 1}
+	b := &batcher{topic: "events", partition: 0}
 	var evs []eventT
 	for i := 0; i < 60; i++ {
 		evs = append(evs, ev("login_failed", "email", "u"+strconv.Itoa(i%20)+"@example.com", base))
@@ -371,7 +369,7 @@ func TestApplySplitsLargeBatches(t *testing.T) {
 	bt := b.batch(evs...)
 	bt.Last += 3 // three dead-lettered messages at the end
 	for round := 0; round < 2; round++ {
-		res, err := st.Apply(ctx, "g", bt, set, base)
+		res, err := st.Apply(ctx, "g", bt, set, base, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +381,7 @@ func TestApplySplitsLargeBatches(t *testing.T) {
 			assertSum(t, st, sub, base, time.Hour, 3)
 		}
 	}
-	if next, ok, err := st.Resume(ctx, "g", "events", 1); err != nil || !ok || next != bt.Last+1 {
+	if next, ok, err := st.Resume(ctx, "g", "events", 0); err != nil || !ok || next != bt.Last+1 {
 		t.Fatalf("Resume = %d, %v, %v; want %d", next, ok, err, bt.Last+1)
 	}
 }
@@ -410,7 +408,7 @@ rules:
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
 		}
 		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(skew)))
-		res, err := st.Apply(context.Background(), "g", b.batch(evs...), set, now)
+		res, err := st.Apply(context.Background(), "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,29 +444,15 @@ func (f *flakyRedis) EvalSha(ctx context.Context, sha string, keys []string, arg
 	return f.Client.EvalSha(ctx, sha, keys, args...)
 }
 
-// decisionLog is a MessageWriter that keeps the decisions' keys.
-type decisionLog struct {
-	mu   sync.Mutex
-	keys []string
-}
-
-func (d *decisionLog) WriteMessages(_ context.Context, msgs ...kafka.Message) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, m := range msgs {
-		d.keys = append(d.keys, string(m.Key))
-	}
-	return nil
-}
-
-// A batch applied in several script runs whose second run fails: the first
-// run's decisions are published with the error, since the retry finds that
-// run applied and reports only the rest. Every decision is published once.
-func TestSinkPublishesDecisionsOfAPartlyAppliedBatch(t *testing.T) {
+// A batch applied in several script runs whose second run fails: the runs
+// that succeeded wrote their decisions into the change stream with their
+// counts, and the retry writes the rest. Every decision is in the stream
+// exactly once: nothing is lost between counting and publishing.
+func TestPartlyAppliedBatchKeepsEveryDecisionOnce(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	f := &flakyRedis{Client: rdb}
 	f.failAt.Store(2)
-	st, err := window.NewStore(f, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), MaxSubjects: 2})
+	st, err := window.NewStore(f, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, MaxSubjects: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,30 +463,39 @@ rules:
     kinds: [ip]
     limits: [1/1m]
 `)
-	log := &decisionLog{}
-	sink, err := window.NewSink(window.SinkConfig{Store: st, Group: "g", Rules: func() *rules.Set { return set },
-		Decisions: log, Now: func() time.Time { return base }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var evs []eventT
 	for i := range 4 {
 		ip := "192.0.2." + strconv.Itoa(i)
 		evs = append(evs, ev("a", "ip", ip, base), ev("a", "ip", ip, base))
 	}
 	b := (&batcher{topic: "t"}).batch(evs...)
-	if err := sink.Apply(context.Background(), b); err == nil {
+	res, err := st.Apply(context.Background(), "g", b, set, base, nil)
+	if err == nil {
 		t.Fatal("first attempt: no error, want the injected failure")
 	}
-	if got := len(log.keys); got != 2 {
-		t.Fatalf("first attempt published %d decisions, want the first run's 2", got)
+	if got := len(res.Decisions); got != 2 {
+		t.Fatalf("first attempt reported %d decisions, want the first run's 2", got)
 	}
-	if err := sink.Apply(context.Background(), b); err != nil {
+	if _, err := st.Apply(context.Background(), "g", b, set, base, nil); err != nil {
 		t.Fatal(err)
 	}
-	sort.Strings(log.keys)
+	msgs, err := rdb.XRange(context.Background(), st.Keys().Log(0), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		c, err := window.ParseChange(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range c.Decisions {
+			got = append(got, d.Kind+":"+d.Subject)
+		}
+	}
+	sort.Strings(got)
 	want := []string{"ip:192.0.2.0", "ip:192.0.2.1", "ip:192.0.2.2", "ip:192.0.2.3"}
-	if !slices.Equal(log.keys, want) {
-		t.Fatalf("decisions published %v, want %v", log.keys, want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("decisions in the change stream %v, want %v", got, want)
 	}
 }

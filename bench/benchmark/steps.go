@@ -87,7 +87,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		return l, err
 	}
 	rdb := b.rdb
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix})
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix, Partitions: func() int { return b.cfg.PartCount }})
 	if err != nil {
 		return l, err
 	}

@@ -306,7 +306,7 @@ func (s *Suite) redisRestart(ctx context.Context) (Row, error) {
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
 		Brokers: s.cfg.Brokers, Topic: s.topic, Group: s.live, Store: s.store, Rules: set,
-		Reset: true, Keys: s.rdb, Prefix: s.pref, Logger: s.log,
+		Reset: true, Redis: s.rdb, Logger: s.log,
 	})
 	if err != nil {
 		return row, err

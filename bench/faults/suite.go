@@ -243,7 +243,7 @@ rules:
 	}
 	s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	var err error
-	if s.store, err = window.NewStore(s.rdb, window.StoreConfig{Prefix: s.pref}); err != nil {
+	if s.store, err = window.NewStore(s.rdb, window.StoreConfig{Prefix: s.pref, Partitions: func() int { return 12 }}); err != nil {
 		return nil, err
 	}
 	if s.pool, err = pgxpool.New(ctx, cfg.PostgresURL); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"floodgate/limiter"
 	"floodgate/rules"
+	"floodgate/strict"
 	"floodgate/window"
 )
 
@@ -47,7 +48,6 @@ type Config struct {
 	// Limiter settings.
 	Timeout     time.Duration
 	FailureMode limiter.FailureMode
-	CacheSize   int
 	Logger      *slog.Logger
 }
 
@@ -109,16 +109,20 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench rules: %w", err)
 	}
-	store, err := window.NewStore(cfg.Redis, window.StoreConfig{Prefix: cfg.KeyPrefix})
+	store, err := window.NewStore(cfg.Redis, window.StoreConfig{Prefix: cfg.KeyPrefix, Partitions: func() int { return 12 }})
 	if err != nil {
 		return nil, err
 	}
-	if err := benchSeed(ctx, store, set); err != nil {
+	taker, err := strict.New(strict.Config{Store: store})
+	if err != nil {
+		return nil, err
+	}
+	if err := benchSeed(ctx, taker, set); err != nil {
 		return nil, err
 	}
 	lim, err := limiter.New(limiter.Config{
-		Store: store, Rules: func() *rules.Set { return set }, Timeout: cfg.Timeout,
-		FailureMode: cfg.FailureMode, CacheSize: cfg.CacheSize, Logger: cfg.Logger,
+		Store: store, Taker: taker, Rules: func() *rules.Set { return set }, Timeout: cfg.Timeout,
+		FailureMode: cfg.FailureMode, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -188,7 +192,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 
 // benchSeed puts one event on each allowed subject (so the checks read
 // real buckets at every level) and two on the denied one.
-func benchSeed(ctx context.Context, store *window.Store, set *rules.Set) error {
+func benchSeed(ctx context.Context, store limiter.Taker, set *rules.Set) error {
 	now := time.Now()
 	big := []window.EvalLimit{{Limit: rules.Limit{Count: 1 << 40, Window: time.Second}}}
 	var qs []window.EvalQuery

@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"floodgate/aggregator"
+	"floodgate/live"
+	"floodgate/topics"
 	"floodgate/window"
 )
 
@@ -35,7 +37,10 @@ type AggregatorCmd struct {
 	MaxSubjects    int           `name:"max-subjects" env:"FLOODGATE_MAX_SUBJECTS" default:"1000" help:"Most distinct subjects per Redis script run; larger batches are split (bounds how long a script blocks Redis)."`
 	MetricsAddr    string        `name:"metrics-addr" env:"FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
 	BatchMax       int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
-	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"50ms" help:"How long a partition keeps filling a batch."`
+	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"0s" help:"Keep filling a batch this long after its first message (0: apply what is fetched at once; batches grow only with a backlog)."`
+	EvaluateAll    bool          `name:"evaluate-all" env:"FLOODGATE_EVALUATE_ALL" help:"Evaluate every touched subject on every batch (no headroom tracking; for comparisons)."`
+	OnLostOffsets  string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
+	RelayKeep      time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
 	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"5s" help:"Events further ahead of this clock are dead-lettered."`
 	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
 }
@@ -49,15 +54,16 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DB: c.RedisDB})
+	rdb := c.redisClient()
 	defer closeLogged(logger, "redis", rdb)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("redis %s: %w", c.RedisAddr, err)
+	if err := c.ping(ctx, rdb); err != nil {
+		return err
 	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, MaxSubjects: c.MaxSubjects, Registerer: reg})
+	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	if err != nil {
+		return err
+	}
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, MaxSubjects: c.MaxSubjects, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -67,15 +73,19 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	decisions := c.writer(c.DecisionsTopic)
 	defer closeLogged(logger, "decisions writer", decisions)
 
-	live, err := window.NewSink(window.SinkConfig{
-		Store: store, Group: c.Group, Rules: watcher.Current, Decisions: decisions,
+	relay, err := live.NewRelay(live.RelayConfig{Store: store, Redis: rdb, Writer: decisions, Keep: c.RelayKeep, Logger: logger.With("sink", "live"), Registerer: reg})
+	if err != nil {
+		return err
+	}
+	liveSink, err := live.NewSink(live.SinkConfig{
+		Store: store, Group: c.Group, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {
 		return err
 	}
 	groups := []*aggregator.Group{}
-	g, err := aggregator.NewGroup(c.groupConfig(c.Group, dlq, logger, reg), live)
+	g, err := aggregator.NewGroup(c.groupConfig(c.Group, dlq, logger, reg), liveSink)
 	if err != nil {
 		return err
 	}
@@ -116,6 +126,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return nil
 	})
 	eg.Go(func() error { return watcher.Run(gctx) })
+	eg.Go(func() error { return parts.Run(gctx, 10*time.Second) })
 	for _, grp := range groups {
 		eg.Go(func() error { return grp.Run(gctx) })
 	}
@@ -141,6 +152,7 @@ func (c *AggregatorCmd) groupConfig(id string, dlq aggregator.MessageWriter, log
 		BatchWait:      c.BatchWait,
 		MaxFutureSkew:  c.MaxFutureSkew,
 		SessionTimeout: c.SessionTimeout,
+		OnLostOffsets:  aggregator.LostOffsetsPolicy(c.OnLostOffsets),
 		DeadLetter:     dlq,
 		Logger:         logger,
 		Registerer:     reg,
@@ -159,7 +171,7 @@ func (c *AggregatorCmd) writer(topic string) *kafka.Writer {
 	}
 }
 
-func (c *AggregatorCmd) mux(reg *prometheus.Registry, rdb *redis.Client, stopping *atomic.Bool) *http.ServeMux {
+func (c *AggregatorCmd) mux(reg *prometheus.Registry, rdb redis.UniversalClient, stopping *atomic.Bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

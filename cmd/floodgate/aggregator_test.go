@@ -97,7 +97,7 @@ func newLiveEnvTB(t testing.TB, partitions int, rulesYAML string) *liveEnv {
 			t.Logf("delete topics: %v", err)
 		}
 	})
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: e.prefix})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: e.prefix, Partitions: func() int { return partitions }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"floodgate/feed"
 	"floodgate/limiter"
 	"floodgate/producer"
-	"floodgate/rules"
+	"floodgate/strict"
+	"floodgate/topics"
 	"floodgate/window"
 )
 
@@ -21,39 +21,13 @@ type LimiterCmd struct {
 	Serve LimiterServeCmd `cmd:"" default:"withargs" help:"Serve lookups over Connect/gRPC and HTTP (--http-addr) and Envoy RLS (--rls-addr)."`
 }
 
-// LimiterFlags are the decision settings shared by serve and bench.
+// LimiterFlags are the decision settings of the limiter.
 type LimiterFlags struct {
 	RedisFlags
-	KeyPrefix     string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
-	Timeout       time.Duration `name:"timeout" env:"FLOODGATE_TIMEOUT" default:"50ms" help:"Redis budget of one decision; past it the failure mode answers."`
-	FailureMode   string        `name:"failure-mode" env:"FLOODGATE_FAILURE_MODE" default:"open" enum:"open,closed" help:"Answer when Redis fails or is slow: open (allow) or closed (deny)."`
-	CacheSize     int           `name:"cache-size" env:"FLOODGATE_CACHE_SIZE" default:"100000" help:"Deny decisions cached in process until they expire (negative disables)."`
-	CacheTTL      time.Duration `name:"cache-ttl" env:"FLOODGATE_CACHE_TTL" default:"10s" help:"Longest a cached denial is used before Redis is asked again (an operator's unban shows within it)."`
-	RedisPoolSize int           `name:"redis-pool-size" env:"FLOODGATE_REDIS_POOL_SIZE" default:"64" help:"Redis connections."`
-}
-
-// redis returns a client whose every call honours its context deadline, so
-// the limiter's timeout holds against a slow or dead Redis.
-func (f *LimiterFlags) redis() *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr: f.RedisAddr, DB: f.RedisDB, PoolSize: f.RedisPoolSize,
-		ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: 1,
-	})
-}
-
-func (f *LimiterFlags) limiterConfig(store limiter.Store, set func() *rules.Set, pub limiter.Publisher, logger *slog.Logger, reg prometheus.Registerer) (limiter.Config, error) {
-	mode, err := limiter.ParseFailureMode(f.FailureMode)
-	if err != nil {
-		return limiter.Config{}, err
-	}
-	cfg := limiter.Config{
-		Store: store, Rules: set, Timeout: f.Timeout, FailureMode: mode, CacheSize: f.CacheSize, CacheTTL: f.CacheTTL,
-		Logger: logger, Registerer: reg,
-	}
-	if pub != nil {
-		cfg.Publisher = pub
-	}
-	return cfg, nil
+	KeyPrefix   string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
+	Timeout     time.Duration `name:"timeout" env:"FLOODGATE_TIMEOUT" default:"50ms" help:"Redis budget of one exact check or take; past it the failure mode answers."`
+	FailureMode string        `name:"failure-mode" env:"FLOODGATE_FAILURE_MODE" default:"open" enum:"open,closed" help:"Answer when Redis fails or is slow: open (allow) or closed (deny)."`
+	TakeBatch   int           `name:"take-batch" env:"FLOODGATE_TAKE_BATCH" default:"64" help:"Most concurrent strict takes of one Redis slot run in one script."`
 }
 
 // LimiterServeCmd serves the three surfaces.
@@ -78,12 +52,28 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	rdb := c.redis()
+	rdb := c.redisClient()
 	defer closeLogged(logger, "redis", rdb)
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Registerer: reg})
+	if err := c.ping(ctx, rdb); err != nil {
+		return err
+	}
+	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
 	if err != nil {
 		return err
 	}
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	taker, err := strict.New(strict.Config{Store: store, MaxBatch: c.TakeBatch, Timeout: max(c.Timeout, 250*time.Millisecond), Logger: logger})
+	if err != nil {
+		return err
+	}
+	feedMetrics, err := feed.NewMetrics(reg, "floodgate_limiter_feed")
+	if err != nil {
+		return err
+	}
+	state := limiter.NewState()
 	var pub *producer.Publisher
 	if !c.NoPublish {
 		pub, err = producer.New(producer.Config{
@@ -99,11 +89,14 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if pub != nil {
 		lpub = pub
 	}
-	lcfg, err := c.limiterConfig(store, watcher.Current, lpub, logger, reg)
+	mode, err := limiter.ParseFailureMode(c.FailureMode)
 	if err != nil {
 		return err
 	}
-	lim, err := limiter.New(lcfg)
+	lim, err := limiter.New(limiter.Config{
+		Store: store, Taker: taker, State: state, Partitions: parts.Get, Rules: watcher.Current, Publisher: lpub,
+		Timeout: c.Timeout, FailureMode: mode, Logger: logger, Registerer: reg,
+	})
 	if err != nil {
 		return err
 	}
@@ -126,6 +119,12 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return watcher.Run(gctx) })
+	eg.Go(func() error { return parts.Run(gctx, 10*time.Second) })
+	eg.Go(func() error {
+		return limiter.Sync(gctx, limiter.SyncConfig{
+			State: state, Source: store, Streams: rdb, Partitions: parts.Get, Metrics: feedMetrics, Logger: logger,
+		})
+	})
 	eg.Go(func() error {
 		select {
 		case <-gctx.Done():

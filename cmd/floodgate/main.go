@@ -28,9 +28,9 @@ type CLI struct {
 	Roller     RollerCmd     `cmd:"" help:"Apply the retention ladder to history."`
 	Migrate    MigrateCmd    `cmd:"" help:"Apply or show database migrations."`
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
+	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
 	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
-	Demo       DemoCmd       `cmd:"" help:"Run the end-to-end demo on the local stack (make demo)."`
 	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
 }
 

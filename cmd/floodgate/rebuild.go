@@ -6,10 +6,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"floodgate/recovery"
 	"floodgate/rules"
+	"floodgate/topics"
 	"floodgate/window"
 )
 
@@ -33,20 +32,27 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DB: c.RedisDB})
+	rdb := c.redisClient()
 	defer closeLogged(logger, "redis", rdb)
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix})
+	if err := c.ping(ctx, rdb); err != nil {
+		return err
+	}
+	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	if err != nil {
+		return err
+	}
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get})
 	if err != nil {
 		return err
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
 		Brokers: c.Brokers, Topic: c.Topic, Group: c.Group, Store: store, Rules: set, Since: c.Since,
-		Reset: c.Reset, Keys: rdb, Prefix: c.KeyPrefix, Logger: logger,
+		Reset: c.Reset, Redis: rdb, Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("rebuild: %d partitions replayed (%d skipped, %d keys reset): %d messages, %d events counted, %d malformed, from %s, in %s\n",
-		res.Partitions, res.Skipped, res.Deleted, res.Messages, res.Events, res.Invalid, res.From.Format(time.RFC3339), res.Took.Round(time.Millisecond))
+	fmt.Printf("rebuild: %d partitions replayed (%d skipped, %d keys reset): %d messages, %d events counted, %d malformed, %d offsets lost to retention, from %s, in %s\n",
+		res.Partitions, res.Skipped, res.Deleted, res.Messages, res.Events, res.Invalid, res.Lost, res.From.Format(time.RFC3339), res.Took.Round(time.Millisecond))
 	return nil
 }

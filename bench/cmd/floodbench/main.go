@@ -90,7 +90,7 @@ type LimiterCmd struct {
 
 // Run measures and prints.
 func (c *LimiterCmd) Run(ctx context.Context, log *slog.Logger) error {
-	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: -1})
 	defer rdb.Close()
 	res, err := limiterbench.Run(ctx, limiterbench.Config{
 		Redis: rdb, KeyPrefix: fmt.Sprintf("%s-%d", c.KeyPrefix, time.Now().UnixNano()),

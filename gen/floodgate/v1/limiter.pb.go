@@ -80,9 +80,12 @@ func (x *Subject) GetSubject() string {
 }
 
 type CheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Action        string                 `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`     // [a-z0-9_.-]{1,64}, e.g. "login_failed"
-	Subjects      []*Subject             `protobuf:"bytes,2,rep,name=subjects,proto3" json:"subjects,omitempty"` // 1..16 subjects
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Action   string                 `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`     // [a-z0-9_.-]{1,64}, e.g. "login_failed"
+	Subjects []*Subject             `protobuf:"bytes,2,rep,name=subjects,proto3" json:"subjects,omitempty"` // 1..16 subjects
+	// exact reads the subjects' windows in Redis instead of answering from
+	// the limiter's memory: exact counts for every limit, at a round trip.
+	Exact         bool `protobuf:"varint,3,opt,name=exact,proto3" json:"exact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,6 +132,13 @@ func (x *CheckRequest) GetSubjects() []*Subject {
 		return x.Subjects
 	}
 	return nil
+}
+
+func (x *CheckRequest) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
 }
 
 type TakeRequest struct {
@@ -201,19 +211,22 @@ func (x *TakeRequest) GetId() string {
 
 // Limit is the state of one limit of one matching rule for one subject.
 type Limit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Subject       string                 `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
-	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`                            // allowed count per window
-	Window        *durationpb.Duration   `protobuf:"bytes,5,opt,name=window,proto3" json:"window,omitempty"`                           // sliding window length
-	Count         int64                  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`                            // count in the window now
-	Remaining     int64                  `protobuf:"varint,7,opt,name=remaining,proto3" json:"remaining,omitempty"`                    // max(limit - count, 0)
-	ResetAfter    *durationpb.Duration   `protobuf:"bytes,8,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"` // when the full quota is back (0 if unused)
-	Shadow        bool                   `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`                          // rule never denies, only reports
-	Strict        bool                   `protobuf:"varint,10,opt,name=strict,proto3" json:"strict,omitempty"`                         // rule counts through Take
-	Exceeded      bool                   `protobuf:"varint,11,opt,name=exceeded,proto3" json:"exceeded,omitempty"`                     // this limit is over (or denied by a deny record)
-	Allowlisted   bool                   `protobuf:"varint,12,opt,name=allowlisted,proto3" json:"allowlisted,omitempty"`               // subject is on the rule's allowlist
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Rule        string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Kind        string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Subject     string                 `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	Limit       int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`                            // allowed count per window
+	Window      *durationpb.Duration   `protobuf:"bytes,5,opt,name=window,proto3" json:"window,omitempty"`                           // sliding window length
+	Count       int64                  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`                            // count in the window now
+	Remaining   int64                  `protobuf:"varint,7,opt,name=remaining,proto3" json:"remaining,omitempty"`                    // max(limit - count, 0)
+	ResetAfter  *durationpb.Duration   `protobuf:"bytes,8,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"` // when the full quota is back (0 if unused)
+	Shadow      bool                   `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`                          // rule never denies, only reports
+	Strict      bool                   `protobuf:"varint,10,opt,name=strict,proto3" json:"strict,omitempty"`                         // rule counts through Take
+	Exceeded    bool                   `protobuf:"varint,11,opt,name=exceeded,proto3" json:"exceeded,omitempty"`                     // this limit is over (or denied by a deny record)
+	Allowlisted bool                   `protobuf:"varint,12,opt,name=allowlisted,proto3" json:"allowlisted,omitempty"`               // subject is on the rule's allowlist
+	// estimated: answered from memory for a subject under half the limit;
+	// count is not known (0) and remaining is a guaranteed lower bound.
+	Estimated     bool `protobuf:"varint,13,opt,name=estimated,proto3" json:"estimated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +341,13 @@ func (x *Limit) GetExceeded() bool {
 func (x *Limit) GetAllowlisted() bool {
 	if x != nil {
 		return x.Allowlisted
+	}
+	return false
+}
+
+func (x *Limit) GetEstimated() bool {
+	if x != nil {
+		return x.Estimated
 	}
 	return false
 }
@@ -608,15 +628,16 @@ const file_floodgate_v1_limiter_proto_rawDesc = "" +
 	"\x1afloodgate/v1/limiter.proto\x12\ffloodgate.v1\x1a\x1egoogle/protobuf/duration.proto\"7\n" +
 	"\aSubject\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
-	"\asubject\x18\x02 \x01(\tR\asubject\"Y\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\"o\n" +
 	"\fCheckRequest\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x121\n" +
-	"\bsubjects\x18\x02 \x03(\v2\x15.floodgate.v1.SubjectR\bsubjects\"v\n" +
+	"\bsubjects\x18\x02 \x03(\v2\x15.floodgate.v1.SubjectR\bsubjects\x12\x14\n" +
+	"\x05exact\x18\x03 \x01(\bR\x05exact\"v\n" +
 	"\vTakeRequest\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x121\n" +
 	"\bsubjects\x18\x02 \x03(\v2\x15.floodgate.v1.SubjectR\bsubjects\x12\f\n" +
 	"\x01n\x18\x03 \x01(\x03R\x01n\x12\x0e\n" +
-	"\x02id\x18\x04 \x01(\tR\x02id\"\xf0\x02\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\"\x8e\x03\n" +
 	"\x05Limit\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -631,7 +652,8 @@ const file_floodgate_v1_limiter_proto_rawDesc = "" +
 	"\x06strict\x18\n" +
 	" \x01(\bR\x06strict\x12\x1a\n" +
 	"\bexceeded\x18\v \x01(\bR\bexceeded\x12 \n" +
-	"\vallowlisted\x18\f \x01(\bR\vallowlisted\"\x97\x02\n" +
+	"\vallowlisted\x18\f \x01(\bR\vallowlisted\x12\x1c\n" +
+	"\testimated\x18\r \x01(\bR\testimated\"\x97\x02\n" +
 	"\x06Denial\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +

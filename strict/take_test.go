@@ -1,7 +1,8 @@
-package window_test
+package strict_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,25 +12,48 @@ import (
 
 	"floodgate/rules"
 	"floodgate/stacktest"
+	"floodgate/strict"
 	"floodgate/window"
 )
 
-// takeStore returns a Store over the stack's Redis with a key prefix of its
-// own, deleted at the end of the test.
-func takeStore(tb testing.TB) (*window.Store, *redis.Client) {
+// partitions spreads the tests' subjects over several slots, so takes of
+// several subjects cross slots.
+const partitions = 12
+
+// fixture is a window store over the stack's Redis, with a key prefix of
+// its own deleted at the end of the test, and a Taker over it.
+type fixture struct {
+	*window.Store
+	taker *strict.Taker
+}
+
+func (f fixture) Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error) {
+	return f.taker.Take(ctx, now, qs, n)
+}
+
+// denyKey is the key of sub's deny record in its slot.
+func (f fixture) denyKey(sub window.Subject) string {
+	return f.Keys().Deny(window.Partition(sub, partitions), sub)
+}
+
+func takeStore(tb testing.TB) (fixture, *redis.Client) {
 	tb.Helper()
 	stacktest.Redis(tb) // Redis answers, or the test fails (skips under -short)
-	rdb := redis.NewClient(&redis.Options{Addr: stacktest.RedisAddr(), PoolSize: 64})
+	rdb := redis.NewClient(&redis.Options{Addr: stacktest.RedisAddr(), PoolSize: 64, MaxRetries: -1})
 	tb.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			tb.Error(err)
 		}
 	})
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb)})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb), Partitions: func() int { return partitions }})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return st, rdb
+	taker, err := strict.New(strict.Config{Store: st})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fixture{Store: st, taker: taker}, rdb
 }
 
 func TestTakeConcurrentAdmitsExactlyTheLimit(t *testing.T) {
@@ -75,7 +99,7 @@ func TestTakeConcurrentAdmitsExactlyTheLimit(t *testing.T) {
 	}
 	// One more is refused, and Evaluate says when it fits: all 7 events are
 	// in second now, so the minute window has room at now+60s.
-	ev, err := st.Evaluate(context.Background(), now, q)
+	ev, err := st.Evaluate(context.Background(), now, q, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +133,7 @@ func TestTakeIsAllOrNothingAcrossSubjects(t *testing.T) {
 	if states[0].Sums[0] != 0 || states[1].Sums[0] != 1 {
 		t.Fatalf("sums %v %v, want 0 and 1", states[0].Sums, states[1].Sums)
 	}
-	ev, err := st.Evaluate(context.Background(), now, []window.EvalQuery{ip})
+	ev, err := st.Evaluate(context.Background(), now, []window.EvalQuery{ip}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +151,7 @@ func TestTakeBlockedByDenyRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Set(context.Background(), st.DenyKey(sub), js, time.Minute).Err(); err != nil {
+	if err := rdb.Set(context.Background(), st.denyKey(sub), js, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	q := window.EvalQuery{Subject: sub, MaxWindow: time.Minute, Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 100, Window: time.Minute}, Block: true}}, Count: true}
@@ -201,7 +225,7 @@ func TestTakeDuplicateSubjectCountedOnce(t *testing.T) {
 			admitted++
 		}
 	}
-	ev, err := st.Evaluate(context.Background(), now, []window.EvalQuery{q})
+	ev, err := st.Evaluate(context.Background(), now, []window.EvalQuery{q}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +252,7 @@ func TestUntilCountsEventsAhead(t *testing.T) {
 			t.Fatal(ok, err)
 		}
 	}
-	ev, err := st.Evaluate(context.Background(), now, q)
+	ev, err := st.Evaluate(context.Background(), now, q, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,5 +265,63 @@ func TestUntilCountsEventsAhead(t *testing.T) {
 	}
 	if ok, _, err := st.Take(context.Background(), want, q, 1); err != nil || !ok {
 		t.Fatalf("take at the retry time: taken=%v err=%v, want taken", ok, err)
+	}
+}
+
+// subjectsInTwoSlots returns an email and an IP whose slots differ.
+func subjectsInTwoSlots(t *testing.T) (email, ip window.Subject) {
+	t.Helper()
+	email = window.Subject{Action: "reset", Kind: "email", Subject: "cross@example.com"}
+	for i := range 256 {
+		ip = window.Subject{Action: "reset", Kind: "ip", Subject: "198.51.100." + strconv.Itoa(i)}
+		if window.Partition(ip, partitions) != window.Partition(email, partitions) {
+			return email, ip
+		}
+	}
+	t.Fatal("no IP outside the email's slot")
+	return
+}
+
+// Concurrent takes of two subjects in different slots, each with its own
+// limit: every take reserves in both slots and refunds where the other
+// refused. Exactly the smaller limit is admitted, and both subjects'
+// counts equal the admitted takes (no reservation left behind).
+func TestTakeAcrossSlotsAdmitsExactlyTheLimit(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_000_300, 0)
+	email, ip := subjectsInTwoSlots(t)
+	qs := []window.EvalQuery{
+		{Subject: email, MaxWindow: time.Hour, Count: true, BlockRules: []string{"e"},
+			Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 9, Window: time.Hour}, Block: true}}},
+		{Subject: ip, MaxWindow: time.Hour, Count: true, BlockRules: []string{"i"},
+			Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 5, Window: time.Minute}, Block: true}}},
+	}
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _, err := st.Take(context.Background(), now, qs, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := taken.Load(); got != 5 {
+		t.Fatalf("taken %d of 100, want exactly 5 (the IP's limit)", got)
+	}
+	states, err := st.Check(context.Background(), now, []window.Query{
+		{Subject: email, Windows: []time.Duration{time.Hour}}, {Subject: ip, Windows: []time.Duration{time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0].Sums[0] != 5 || states[1].Sums[0] != 5 {
+		t.Fatalf("counts email=%d ip=%d, want 5 and 5 (refused reservations refunded)", states[0].Sums[0], states[1].Sums[0])
 	}
 }

@@ -1,0 +1,224 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+)
+
+// LostOffsetsError says that a partition cannot be read from the offset a
+// sink stands at: the log no longer holds it. Either retention deleted
+// records nobody had counted (From < To: the offsets [From, To) are gone), or
+// the topic was deleted and recreated and the stored offset lies beyond the
+// new log's end (Beyond: nothing is known of what was lost; the new log
+// starts at To).
+type LostOffsetsError struct {
+	Topic     string
+	Partition int
+	From, To  int64
+	Beyond    bool
+}
+
+func (e *LostOffsetsError) Error() string {
+	if e.Beyond {
+		return fmt.Sprintf("topic %s partition %d: offset %d is beyond the log's end %d (topic recreated?)", e.Topic, e.Partition, e.From, e.To)
+	}
+	return fmt.Sprintf("topic %s partition %d: offsets %d..%d were deleted before they were read (retention)", e.Topic, e.Partition, e.From, e.To-1)
+}
+
+// Lost is the number of offsets known to be gone (0 when Beyond).
+func (e *LostOffsetsError) Lost() int64 {
+	if e.Beyond {
+		return 0
+	}
+	return e.To - e.From
+}
+
+// Fetcher reads one partition with fetch requests sent straight to its
+// leader (kafka.Client.Fetch): each request returns what the log holds from
+// the next offset on, at once when there is something, else after a long
+// poll. Unlike kafka.Reader, it never skips: an offset the log no longer
+// holds is a *LostOffsetsError for the caller to decide on. Records of open
+// transactions are not read (read_committed); transaction markers are
+// skipped. Not safe for concurrent use.
+type Fetcher struct {
+	client    *kafka.Client
+	topic     string
+	partition int
+	maxBytes  int64
+	maxWait   time.Duration
+	next      int64
+	// HighWatermark of the last response: where the log ends.
+	HighWatermark int64
+	// Markers counts the transaction markers read past.
+	Markers int64
+}
+
+// FetcherConfig configures a Fetcher.
+type FetcherConfig struct {
+	Client    *kafka.Client // required
+	Topic     string        // required
+	Partition int
+	// Offset to read from; kafka.FirstOffset reads from the log's start.
+	Offset int64
+	// MaxBytes of one fetch response. Default 1 MiB.
+	MaxBytes int64
+	// MaxWait of a fetch when the partition has nothing new. Default 500ms.
+	MaxWait time.Duration
+}
+
+// NewFetcher returns a Fetcher at cfg.Offset.
+func NewFetcher(cfg FetcherConfig) (*Fetcher, error) {
+	if cfg.Client == nil || cfg.Topic == "" {
+		return nil, errors.New("fetcher: client and topic are required")
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 1 << 20
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 500 * time.Millisecond
+	}
+	return &Fetcher{client: cfg.Client, topic: cfg.Topic, partition: cfg.Partition, maxBytes: cfg.MaxBytes, maxWait: cfg.MaxWait, next: cfg.Offset}, nil
+}
+
+// Next is the offset the next Fetch reads from.
+func (f *Fetcher) Next() int64 { return f.next }
+
+// SetOffset moves the next offset.
+func (f *Fetcher) SetOffset(offset int64) { f.next = offset }
+
+// Fetch returns the next records (none after a long poll on an idle
+// partition) and advances past them and past the transaction markers among
+// and after them, which hold no event: Next then tells how far the log was
+// read. A *LostOffsetsError leaves the position where it was.
+func (f *Fetcher) Fetch(ctx context.Context) ([]kafka.Message, error) {
+	if f.next < 0 {
+		first, _, err := f.Bounds(ctx)
+		if err != nil {
+			return nil, err
+		}
+		f.next = first
+	}
+	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
+		Topic: f.topic, Partition: f.partition, Offset: f.next,
+		MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: f.maxWait, IsolationLevel: kafka.ReadCommitted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch topic %s partition %d offset %d: %w", f.topic, f.partition, f.next, err)
+	}
+	if res.Error != nil {
+		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
+			return nil, f.outOfRange(ctx)
+		}
+		return nil, fmt.Errorf("fetch topic %s partition %d offset %d: %w", f.topic, f.partition, f.next, res.Error)
+	}
+	f.HighWatermark = res.HighWatermark
+	msgs, next, err := f.read(res.Records)
+	if err != nil && len(msgs) == 0 {
+		return nil, fmt.Errorf("read records topic %s partition %d offset %d: %w", f.topic, f.partition, f.next, err)
+	}
+	// A partly read response keeps what was read whole; the rest is
+	// fetched again.
+	f.next = next
+	return msgs, nil
+}
+
+// read reads a response's batches: records of data batches, and the
+// offsets of control batches (transaction markers), so that the position
+// moves past markers too. It returns the offset after the last one read.
+func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
+	next := f.next
+	batches := []kafka.RecordReader{rr}
+	if s, ok := rr.(*protocol.RecordStream); ok {
+		batches = s.Records
+	}
+	var msgs []kafka.Message
+	for _, b := range batches {
+		_, control := b.(*protocol.ControlBatch)
+		for {
+			r, err := b.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return msgs, next, err
+			}
+			if r.Offset < next {
+				continue // batches may start before the offset asked for
+			}
+			if control {
+				next = r.Offset + 1
+				f.Markers++
+				continue
+			}
+			m, err := message(f.topic, f.partition, r)
+			if err != nil {
+				return msgs, next, err
+			}
+			msgs = append(msgs, m)
+			next = r.Offset + 1
+		}
+	}
+	return msgs, next, nil
+}
+
+// outOfRange tells which side of the log f.next fell off.
+func (f *Fetcher) outOfRange(ctx context.Context) error {
+	first, last, err := f.Bounds(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case f.next < first:
+		return &LostOffsetsError{Topic: f.topic, Partition: f.partition, From: f.next, To: first}
+	case f.next > last:
+		return &LostOffsetsError{Topic: f.topic, Partition: f.partition, From: f.next, To: first, Beyond: true}
+	}
+	// In range after all (the log moved between the two requests): retry.
+	return fmt.Errorf("fetch topic %s partition %d offset %d: out of range, but the log holds %d..%d now", f.topic, f.partition, f.next, first, last)
+}
+
+// Bounds returns the first offset the log holds and its end (the last
+// stable offset: what read_committed readers can reach).
+func (f *Fetcher) Bounds(ctx context.Context) (first, end int64, err error) {
+	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics:         map[string][]kafka.OffsetRequest{f.topic: {kafka.FirstOffsetOf(f.partition), kafka.LastOffsetOf(f.partition)}},
+		IsolationLevel: kafka.ReadCommitted,
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("list offsets topic %s partition %d: %w", f.topic, f.partition, err)
+	}
+	for _, p := range res.Topics[f.topic] {
+		if p.Partition != f.partition {
+			continue
+		}
+		if p.Error != nil {
+			return 0, 0, fmt.Errorf("list offsets topic %s partition %d: %w", f.topic, f.partition, p.Error)
+		}
+		return p.FirstOffset, p.LastOffset, nil
+	}
+	return 0, 0, fmt.Errorf("list offsets topic %s partition %d: not in the answer", f.topic, f.partition)
+}
+
+func message(topic string, partition int, r *kafka.Record) (kafka.Message, error) {
+	key, err := kafka.ReadAll(r.Key)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	value, err := kafka.ReadAll(r.Value)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	// Header values may point into the response's buffers, reused once it
+	// is closed.
+	hs := make([]kafka.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = kafka.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)}
+	}
+	return kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Key: key, Value: value, Headers: hs, Time: r.Time}, nil
+}

@@ -1,0 +1,258 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"floodgate/event"
+	"floodgate/history"
+	"floodgate/rules"
+)
+
+// Query is what a page or the JSON endpoint shows: an action, optionally
+// narrowed to one kind, and how many top subjects.
+type Query struct {
+	Action string
+	Kind   string // empty: every kind
+	Top    int
+}
+
+// BadRequestError is a parameter the dashboard cannot answer (HTTP 400).
+type BadRequestError struct{ Msg string }
+
+func (e *BadRequestError) Error() string { return e.Msg }
+
+func badf(format string, args ...any) error {
+	return &BadRequestError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// parseQuery reads action, kind and top from v, with defaults; names must
+// follow the event contract (docs/events.md).
+func parseQuery(v url.Values, def Query) (Query, error) {
+	q := def
+	for name := range v {
+		if name != "action" && name != "kind" && name != "top" {
+			return q, badf("unknown parameter %q: want action, kind, top", name)
+		}
+	}
+	if v.Has("action") {
+		q.Action = v.Get("action")
+		q.Kind = "" // another action's kinds are not the default's
+	}
+	if v.Has("kind") {
+		q.Kind = v.Get("kind")
+	}
+	// The event contract is the one rule for names: check through it.
+	e := event.Event{ID: "x", Action: q.Action, Kind: "k", Subject: "s", TS: time.Unix(1_800_000_000, 0)}
+	if q.Kind != "" {
+		e.Kind = q.Kind
+	}
+	if err := e.Validate(); err != nil {
+		return q, badf("%v", err)
+	}
+	if v.Has("top") {
+		n, err := strconv.Atoi(v.Get("top"))
+		if err != nil || n < 1 || n > 100 {
+			return q, badf("top %q: want a number in 1..100", v.Get("top"))
+		}
+		q.Top = n
+	}
+	return q, nil
+}
+
+// Span is one curve of the page: the last Span of time.
+type Span struct {
+	Name string
+	Span time.Duration
+}
+
+// Spans are the design notes' curves: the last hour, day, month and year.
+var Spans = []Span{{"hour", time.Hour}, {"day", 24 * time.Hour}, {"month", 30 * 24 * time.Hour}, {"year", 365 * 24 * time.Hour}}
+
+// maxPoints bounds a curve's points: the step grows along the ladder's
+// steps until the span fits.
+const maxPoints = 800
+
+// ladderSteps are the steps history knows, finest first.
+var ladderSteps = []time.Duration{time.Minute, 5 * time.Minute, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour}
+
+// Curve is one chart.
+type Curve struct {
+	Name   string          `json:"name"`
+	From   time.Time       `json:"from"`
+	To     time.Time       `json:"to"`
+	Step   string          `json:"step"`
+	Total  int64           `json:"total"`
+	Peak   int64           `json:"peak"`
+	Points []history.Point `json:"-"`
+	Values []int64         `json:"values"`
+	step   time.Duration
+}
+
+// Summary is everything the page shows.
+type Summary struct {
+	Now       time.Time     `json:"now"`
+	Action    string        `json:"action"`
+	Kind      string        `json:"kind,omitempty"`
+	Totals    []ActionTotal `json:"actions"`
+	Total     int64         `json:"total"`
+	LastHour  int64         `json:"last_hour"`
+	LastDay   int64         `json:"last_day"`
+	TopDay    []Ranked      `json:"top_day"`
+	TopEver   []Ranked      `json:"top_ever"`
+	Curves    []Curve       `json:"curves"`
+	Decisions []Decision    `json:"decisions"`
+	// DecisionsRead counts decisions read since the dashboard started;
+	// DecisionsError says why none can be read now.
+	DecisionsRead  int64  `json:"decisions_read"`
+	DecisionsError string `json:"decisions_error,omitempty"`
+}
+
+// ActionTotal is one action's total over every kind.
+type ActionTotal struct {
+	Action string `json:"action"`
+	Total  int64  `json:"total"`
+}
+
+// Ranked is one top subject.
+type Ranked struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Value   int64  `json:"value"`
+}
+
+// Decision is a deny decision as shown.
+type Decision struct {
+	TS      time.Time `json:"ts"`
+	Action  string    `json:"action"`
+	Kind    string    `json:"kind"`
+	Subject string    `json:"subject"`
+	Rule    string    `json:"rule"`
+	Limit   string    `json:"limit"`
+	Count   int64     `json:"count"`
+	Until   time.Time `json:"until"`
+	Shadow  bool      `json:"shadow"`
+	Message string    `json:"message,omitempty"`
+}
+
+// load reads a Summary from history and the recent decisions.
+func load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now time.Time) (*Summary, error) {
+	s := &Summary{Now: now.UTC(), Action: q.Action, Kind: q.Kind}
+	k := history.Key{Action: q.Action, Kind: q.Kind}
+	actions, err := hq.Actions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range actions {
+		s.Totals = append(s.Totals, ActionTotal{Action: a.Subject, Total: a.Value})
+	}
+	if s.Total, err = hq.Total(ctx, k); err != nil {
+		return nil, err
+	}
+	// Counts and tops end at the end of the current minute, so that this
+	// minute's events count.
+	end := history.Bin(now, time.Minute).Add(time.Minute)
+	if s.LastHour, err = hq.Count(ctx, k, end.Add(-time.Hour), end); err != nil {
+		return nil, err
+	}
+	if s.LastDay, err = hq.Count(ctx, k, end.Add(-24*time.Hour), end); err != nil {
+		return nil, err
+	}
+	day, err := hq.Top(ctx, q.Action, q.Kind, end.Add(-24*time.Hour), end, q.Top)
+	if err != nil {
+		return nil, err
+	}
+	ever, err := hq.Top(ctx, q.Action, q.Kind, time.Time{}, time.Time{}, q.Top)
+	if err != nil {
+		return nil, err
+	}
+	s.TopDay, s.TopEver = ranked(day), ranked(ever)
+	tiers, err := hq.Tiers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range Spans {
+		c, err := loadCurve(ctx, hq, k, sp, tiers, now)
+		if err != nil {
+			return nil, err
+		}
+		s.Curves = append(s.Curves, c)
+	}
+	if recent != nil {
+		ds, read, err := recent.List()
+		for _, d := range ds {
+			s.Decisions = append(s.Decisions, Decision{
+				TS: d.TS, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Rule: d.Rule,
+				Limit: strconv.FormatInt(d.Limit.Count, 10) + "/" + rules.FormatWindow(d.Limit.Window),
+				Count: d.Count, Until: d.Until, Shadow: d.Shadow, Message: d.Message,
+			})
+		}
+		s.DecisionsRead = read
+		if err != nil {
+			s.DecisionsError = err.Error()
+		}
+	}
+	return s, nil
+}
+
+func ranked(rs []history.Ranked) []Ranked {
+	out := make([]Ranked, len(rs))
+	for i, r := range rs {
+		out[i] = Ranked{Kind: r.Kind, Subject: r.Subject, Value: r.Value}
+	}
+	return out
+}
+
+func loadCurve(ctx context.Context, hq *history.Querier, k history.Key, sp Span, tiers []history.StoredTier, now time.Time) (Curve, error) {
+	step := CurveStep(tiers, now.Add(-sp.Span), sp.Span)
+	to := history.Bin(now, step).Add(step)
+	from := to.Add(-sp.Span)
+	pts, err := hq.Curve(ctx, k, from, to, step)
+	if err != nil {
+		return Curve{}, err
+	}
+	c := Curve{Name: sp.Name, From: from, To: to, Step: stepName(step), Points: pts, step: step}
+	for _, p := range pts {
+		c.Total += p.Value
+		c.Peak = max(c.Peak, p.Value)
+		c.Values = append(c.Values, p.Value)
+	}
+	return c, nil
+}
+
+// CurveStep is the step of a curve over span from from: the resolution of
+// the data at from — the width of the finest tier whose watermark is at or
+// before it, since older data is coarser — grown along the ladder's steps
+// until the curve has at most maxPoints points. A step finer than the data
+// would draw spikes and zeros; a coarser one is exact (docs/dashboards.md).
+func CurveStep(tiers []history.StoredTier, from time.Time, span time.Duration) time.Duration {
+	res := time.Minute
+	for _, t := range tiers {
+		if !t.RolledTo.After(from) {
+			res = t.Width
+			break
+		}
+	}
+	for _, s := range ladderSteps {
+		if s >= res && span/s <= maxPoints {
+			return s
+		}
+	}
+	return ladderSteps[len(ladderSteps)-1]
+}
+
+func stepName(d time.Duration) string {
+	switch {
+	case d%(7*24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(7*24*time.Hour))) + "w"
+	case d%(24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	case d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	default:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	}
+}

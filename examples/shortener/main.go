@@ -1,0 +1,128 @@
+// Command shortener is the design notes' URL shortener, as a client of
+// floodgate: links in PostgreSQL (its own schema and migrations), link
+// creation limited per client IP by a strict rule (the limiter's Take),
+// visits checked against the visit rules and published as events for
+// floodgate's history. It links floodgate's public client packages only.
+//
+//	go run ./examples/shortener --addr 127.0.0.1:8088
+//	curl -s -d url=https://example.com/some/long/path http://127.0.0.1:8088/links
+//	curl -i http://127.0.0.1:8088/<code>
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"floodgate/examples/shortener/links"
+	"floodgate/examples/shortener/service"
+	"floodgate/limiterclient"
+	"floodgate/producer"
+)
+
+// CLI is the shortener's configuration: flags with FLOODGATE_* environment
+// fallbacks (those of the stack are shared with floodgate's binary, so
+// `eval "$(scripts/stack env)"` points both at the same services).
+type CLI struct {
+	Addr           string     `name:"addr" env:"FLOODGATE_SHORTENER_ADDR" default:"127.0.0.1:8088" help:"Listen address (port 0 picks one)."`
+	BaseURL        string     `name:"base-url" env:"FLOODGATE_SHORTENER_BASE_URL" help:"Public prefix of short links. Default: http://<listen address>."`
+	Schema         string     `name:"schema" env:"FLOODGATE_SHORTENER_SCHEMA" default:"shortener" help:"PostgreSQL schema of the links and their migrations."`
+	TrustedProxies []string   `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For / X-Real-IP name the client, e.g. 127.0.0.1/32 behind a local nginx."`
+	PostgresURL    string     `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable" help:"PostgreSQL connection URL."`
+	Brokers        []string   `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:"," help:"Kafka bootstrap brokers."`
+	Topic          string     `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
+	LimiterURL     string     `name:"limiter-url" env:"FLOODGATE_LIMITER_URL" default:"http://127.0.0.1:8080" help:"floodgate limiter's HTTP address."`
+	LimiterToken   string     `name:"limiter-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token of the limiter, if it requires one."`
+	LogLevel       slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level."`
+	LogFormat      string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+}
+
+func main() {
+	var cli CLI
+	kong.Parse(&cli, kong.Name("shortener"), kong.Description("A URL shortener guarded by floodgate."), kong.UsageOnError())
+	opts := &slog.HandlerOptions{Level: cli.LogLevel}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, opts))
+	if cli.LogFormat == "json" {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cli, logger); err != nil {
+		fmt.Fprintf(os.Stderr, "shortener: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends, then drains requests and flushes events.
+func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
+	proxies := make([]netip.Prefix, 0, len(cli.TrustedProxies))
+	for _, p := range cli.TrustedProxies {
+		pp, err := netip.ParsePrefix(p)
+		if err != nil {
+			return fmt.Errorf("--trusted-proxies %q: %w", p, err)
+		}
+		proxies = append(proxies, pp)
+	}
+	pool, err := pgxpool.New(ctx, cli.PostgresURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer pool.Close()
+	if err := links.Migrate(ctx, pool, cli.Schema); err != nil {
+		return err
+	}
+	lc, err := limiterclient.New(limiterclient.Config{BaseURL: cli.LimiterURL, Token: cli.LimiterToken})
+	if err != nil {
+		return err
+	}
+	pub, err := producer.New(producer.Config{Brokers: cli.Brokers, Topic: cli.Topic, Async: true,
+		Logger: logger.With("component", "producer")})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, pub.Close()) }()
+
+	ln, err := net.Listen("tcp", cli.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cli.Addr, err)
+	}
+	if cli.BaseURL == "" {
+		cli.BaseURL = "http://" + ln.Addr().String()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, err := service.New(service.Config{
+		Links: links.NewStore(pool, cli.Schema), Limiter: lc, Publisher: pub, BaseURL: cli.BaseURL,
+		TrustedProxies: proxies, Logger: logger, Registerer: reg, Gatherer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	logger.Info("shortener started", "addr", ln.Addr().String(), "base_url", cli.BaseURL, "limiter", cli.LimiterURL, "topic", cli.Topic, "schema", cli.Schema)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	logger.Info("shortener stopped", "err", err)
+	return err
+}

@@ -1,0 +1,72 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"floodgate/feed"
+)
+
+// SyncConfig configures Sync.
+type SyncConfig struct {
+	State   *State       // required
+	Source  feed.Source  // the window store; required
+	Streams feed.Streams // the Redis client; required
+	// Partitions returns the events topic's partition count (watched):
+	// one change stream is followed per partition. Required.
+	Partitions func() int
+	// Metrics of the followers; nil registers nothing.
+	Metrics *feed.Metrics
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Sync keeps state in step with the change streams of every partition until
+// ctx ends: a snapshot of each, then its changes as the aggregator writes
+// them. Partitions added later are followed within ten seconds. The state
+// is ready (State.Loaded) once every partition's snapshot is in.
+func Sync(ctx context.Context, cfg SyncConfig) error {
+	if cfg.State == nil || cfg.Source == nil || cfg.Streams == nil || cfg.Partitions == nil {
+		return errors.New("limiter sync: state, source, streams and partitions are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg.State.RunSweeper(ctx, 10*time.Second, cfg.Now)
+	}()
+	following := 0
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		for p := following; p < cfg.Partitions(); p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := feed.Follow(ctx, feed.Config{
+					Source: cfg.Source, Streams: cfg.Streams, Partition: p, Handler: cfg.State,
+					Metrics: cfg.Metrics, Now: cfg.Now, Logger: cfg.Logger,
+				})
+				if err != nil {
+					cfg.Logger.Error("change stream follower stopped", "partition", p, "err", err)
+				}
+			}()
+			following = p + 1
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

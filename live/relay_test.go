@@ -1,0 +1,158 @@
+package live_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/live"
+	"floodgate/rules"
+	"floodgate/stacktest"
+	"floodgate/window"
+)
+
+// flaky fails its first failures writes; when lying, it writes to Kafka and
+// still reports a failure (an ack lost on the way back).
+type flaky struct {
+	w        *kafka.Writer
+	failures atomic.Int64
+	lying    bool
+}
+
+func (f *flaky) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	if f.failures.Add(-1) >= 0 {
+		if f.lying {
+			if err := f.w.WriteMessages(ctx, msgs...); err != nil {
+				return err
+			}
+		}
+		return errors.New("injected publish failure")
+	}
+	return f.w.WriteMessages(ctx, msgs...)
+}
+
+// decisionIDs reads n decisions from the topic and counts each id.
+func decisionIDs(t *testing.T, brokers []string, topic string, n int) map[string]int {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := map[string]int{}
+	for range n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("read decisions (%d so far): %v", len(ids), err)
+		}
+		var d window.Decision
+		if err := json.Unmarshal(m.Value, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.ID == "" || string(m.Key) != d.Kind+":"+d.Subject {
+			t.Fatalf("decision %s (key %s) without an id or keyed wrong", m.Value, m.Key)
+		}
+		ids[d.ID]++
+	}
+	return ids
+}
+
+// The relay publishes every decision of the change stream, at least once:
+// failed publishes are retried without moving the cursor (nothing lost), an
+// ack lost after Kafka took the write publishes again with the same ids
+// (recognisable duplicates), and a relay restarted from its cursor neither
+// loses nor repeats what the previous one published.
+func TestRelayPublishesEveryDecisionAtLeastOnce(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next int64
+	deny := func(n int) {
+		t.Helper()
+		now := time.Now()
+		b := aggregator.Batch{Topic: "t", First: next}
+		for i := range n {
+			ip := "192.0.2." + strconv.FormatInt(next/2, 10)
+			for range 2 {
+				b.Records = append(b.Records, aggregator.Record{Offset: next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
+				next++
+			}
+			_ = i
+		}
+		b.Last = next - 1
+		if _, err := st.Apply(context.Background(), "g", b, set, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	run := func(writer live.MessageWriter, until func() bool) {
+		t.Helper()
+		relay, err := live.NewRelay(live.RelayConfig{Store: st, Redis: rdb, Writer: writer, RetryBackoff: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { relay.Run(ctx, 0); close(done) }()
+		deadline := time.Now().Add(20 * time.Second)
+		for !until() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		<-done
+	}
+	cursorSeq := func() int64 {
+		v, _ := rdb.Get(context.Background(), st.Keys().Relay(0)).Result()
+		for i := range v {
+			if v[i] == ' ' {
+				n, _ := strconv.ParseInt(v[i+1:], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+
+	// 3 decisions; the first two publishes fail.
+	deny(3)
+	f := &flaky{w: w}
+	f.failures.Store(2)
+	run(f, func() bool { return cursorSeq() == 1 })
+	// 2 more; the first publish reaches Kafka but reports a failure.
+	deny(2)
+	f = &flaky{w: w, lying: true}
+	f.failures.Store(1)
+	run(f, func() bool { return cursorSeq() == 2 })
+	// A new relay from the cursor: 4 more, nothing repeated.
+	deny(4)
+	run(w, func() bool { return cursorSeq() == 3 })
+
+	ids := decisionIDs(t, bs, topic, 3+2+2+4)
+	if len(ids) != 9 {
+		t.Fatalf("%d distinct decisions published, want 9: %v", len(ids), ids)
+	}
+	dups := 0
+	for _, n := range ids {
+		if n > 1 {
+			dups += n - 1
+		}
+	}
+	if dups != 2 {
+		t.Fatalf("%d duplicates, want the 2 of the lost ack: %v", dups, ids)
+	}
+}

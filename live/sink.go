@@ -1,0 +1,257 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"floodgate/aggregator"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// SinkConfig configures a Sink.
+type SinkConfig struct {
+	// Store holds the counters. Required.
+	Store *window.Store
+	// Group is the consumer group whose offsets the sink keeps (the offset
+	// key names it). Required.
+	Group string
+	// Rules returns the rules in force; called once per batch. Required
+	// (reload.Watcher.Current).
+	Rules func() *rules.Set
+	// Relay, when set, publishes each assigned partition's decisions to the
+	// decisions topic from its change stream (RunPartition). Nil: nothing
+	// is published (the change stream still records them).
+	Relay *Relay
+	// EvaluateAll evaluates every touched subject on every batch, as
+	// floodgate did before headroom tracking (benchmarks compare the two).
+	// Default false: a batch evaluates only subjects it can have brought to
+	// half a limit or more.
+	EvaluateAll bool
+	// MaxHeadroom bounds the subjects whose headroom one partition
+	// remembers. Default 200000.
+	MaxHeadroom int
+	// Now is the clock windows are evaluated at. Default time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the sink's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports the first problem with c.
+func (c *SinkConfig) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("live sink: nil store")
+	case c.Group == "":
+		return errors.New("live sink: no consumer group")
+	case c.Rules == nil:
+		return errors.New("live sink: no rules source")
+	case c.MaxHeadroom < 0:
+		return fmt.Errorf("live sink: max headroom %d is negative", c.MaxHeadroom)
+	}
+	return nil
+}
+
+// Sink is the live path's aggregator.Sink: each batch becomes bucket
+// counters, the partition's offset, deny records, decision state and a
+// change entry in Redis, in one script run in the partition's slot. New
+// decisions leave through the change stream: the Relay publishes them,
+// limiters follow it.
+type Sink struct {
+	cfg SinkConfig
+	log *slog.Logger
+	m   *sinkMetrics
+
+	mu   sync.Mutex
+	room map[int]*window.Headroom // per partition
+}
+
+var (
+	_ aggregator.Sink            = (*Sink)(nil)
+	_ aggregator.PartitionRunner = (*Sink)(nil)
+)
+
+// NewSink returns a Sink.
+func NewSink(cfg SinkConfig) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxHeadroom == 0 {
+		cfg.MaxHeadroom = 200_000
+	}
+	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
+	if err != nil {
+		return nil, err
+	}
+	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, room: map[int]*window.Headroom{}}, nil
+}
+
+// Resume implements aggregator.Sink.
+func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, bool, error) {
+	return s.cfg.Store.Resume(ctx, s.cfg.Group, topic, partition)
+}
+
+// headroom returns the partition's Headroom, nil when every subject is to
+// be evaluated.
+func (s *Sink) headroom(partition int) *window.Headroom {
+	if s.cfg.EvaluateAll {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.room[partition]
+	if h == nil {
+		h = window.NewHeadroom(s.cfg.MaxHeadroom)
+		s.room[partition] = h
+	}
+	return h
+}
+
+// RunPartition implements aggregator.PartitionRunner: while this member
+// owns the partition, its decisions are relayed to Kafka. What this member
+// learnt of the partition's subjects is forgotten when it stops owning it:
+// the next owner may change them.
+func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.room, partition)
+		s.mu.Unlock()
+	}()
+	if s.cfg.Relay != nil {
+		s.cfg.Relay.Run(ctx, partition)
+		return
+	}
+	<-ctx.Done()
+}
+
+// Apply implements aggregator.Sink.
+func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
+	res, err := s.cfg.Store.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), s.headroom(b.Partition))
+	done := time.Now()
+	// Runs of a split batch that succeeded before one failed are applied:
+	// count them now, their retry will find them held.
+	s.count(b, res, done)
+	if err != nil {
+		return err
+	}
+	switch {
+	case res.Duplicate:
+		s.m.batches.WithLabelValues("duplicate").Inc()
+		s.log.Debug("batch already applied", "partition", b.Partition, "first", b.First, "last", b.Last)
+		return nil
+	case res.Trimmed > 0:
+		s.m.batches.WithLabelValues("trimmed").Inc()
+		s.log.Info("batch partly applied already; applied its tail", "partition", b.Partition, "first", b.First, "last", b.Last, "trimmed", res.Trimmed)
+	default:
+		s.m.batches.WithLabelValues("applied").Inc()
+	}
+	if res.Gap > 0 {
+		s.log.Warn("offset gap: the batch starts after the stored offset", "partition", b.Partition, "first", b.First, "gap", res.Gap)
+	}
+	return nil
+}
+
+func (s *Sink) count(b aggregator.Batch, res window.ApplyResult, done time.Time) {
+	s.m.events.WithLabelValues("applied").Add(float64(res.Applied))
+	s.m.events.WithLabelValues("old").Add(float64(res.Old))
+	s.m.events.WithLabelValues("counted_by_limiter").Add(float64(res.CountedByLimiter))
+	s.m.events.WithLabelValues("no_rule").Add(float64(res.NoRule))
+	s.m.subjects.WithLabelValues("evaluated").Add(float64(res.Evaluated))
+	s.m.subjects.WithLabelValues("skipped").Add(float64(res.Subjects - res.Evaluated))
+	if res.Misplaced > 0 {
+		s.m.misplaced.WithLabelValues(strconv.Itoa(b.Partition)).Add(float64(res.Misplaced))
+		s.log.Error("events on another partition than their key's: counted here, where strict takes for their subjects do not look (a producer with another partitioner, or partitions added)",
+			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "subjects", res.Misplaced)
+	}
+	for _, d := range res.Decisions {
+		s.m.decisions.WithLabelValues(d.Rule, strconv.FormatBool(d.Shadow)).Inc()
+		if !d.Shadow {
+			s.m.delay.Observe(max(0, done.Sub(d.Trigger).Seconds()))
+		}
+		s.log.Info("deny", "action", d.Action, "kind", d.Kind, "subject", d.Subject, "rule", d.Rule,
+			"limit", d.Limit.String(), "count", d.Count, "until", d.Until, "shadow", d.Shadow)
+	}
+}
+
+type sinkMetrics struct {
+	events    *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+	batches   *prometheus.CounterVec
+	subjects  *prometheus.CounterVec
+	misplaced *prometheus.CounterVec
+	delay     prometheus.Histogram
+}
+
+func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
+	labels := prometheus.Labels{"group": group}
+	m := &sinkMetrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_events_total", ConstLabels: labels,
+			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule.",
+		}, []string{"result"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_decisions_total", ConstLabels: labels,
+			Help: "New decisions by rule; shadow=true for shadow rules (recorded, never denied).",
+		}, []string{"rule", "shadow"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_batches_total", ConstLabels: labels,
+			Help: "Batches by result: applied, duplicate (already held, redelivered), trimmed (partly held).",
+		}, []string{"result"}),
+		subjects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_subjects_total", ConstLabels: labels,
+			Help: "Subjects of applied batches: evaluated against their limits, or skipped (too far from every limit for the batch to matter).",
+		}, []string{"result"}),
+		misplaced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_misplaced_subjects_total", ConstLabels: labels,
+			Help: "Subjects whose events sat on another partition than murmur2 of their key says (another partitioner, or partitions added): counted in the wrong slot.",
+		}, []string{"partition"}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "floodgate_live_decision_delay_seconds", ConstLabels: labels,
+			Help:    "From the time of the event that took a subject over a limit to its deny record written in Redis.",
+			Buckets: []float64{.002, .005, .01, .02, .03, .05, .075, .1, .2, .5, 1, 2, 5, 10},
+		}),
+	}
+	// Export every series from the start, so rates work from the first scrape.
+	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule"} {
+		m.events.WithLabelValues(r)
+	}
+	for _, r := range []string{"applied", "duplicate", "trimmed"} {
+		m.batches.WithLabelValues(r)
+	}
+	for _, r := range []string{"evaluated", "skipped"} {
+		m.subjects.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.misplaced, m.delay} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("live sink: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+var _ aggregator.OffsetResetter = (*Sink)(nil)
+
+// ResetOffset implements aggregator.OffsetResetter.
+func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error {
+	s.mu.Lock()
+	delete(s.room, partition)
+	s.mu.Unlock()
+	return s.cfg.Store.ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
+}

@@ -1,0 +1,375 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"floodgate/aggregator"
+	"floodgate/rules"
+)
+
+// ApplyResult tells what one Apply did.
+type ApplyResult struct {
+	// Duplicate is true when the store already held the whole batch.
+	Duplicate bool
+	// Trimmed counts records skipped because the store already held their
+	// offsets (a stale owner's batch overlapping the new owner's).
+	Trimmed int
+	// Gap is the number of offsets between the stored next offset and the
+	// batch's first one (0 when contiguous or when nothing was stored).
+	Gap int64
+	// Events counted into buckets, and events skipped: older than every
+	// window of their rules, counted already by the limiter (strict mode),
+	// or matching no rule.
+	Applied, Old, CountedByLimiter, NoRule int
+	// Misplaced counts events on another partition than their key's
+	// (murmur2 of "kind:subject"): they are counted in this partition's
+	// slot, where a strict take for their subject does not look.
+	Misplaced int
+	// Subjects touched, and of them those evaluated against their limits
+	// (the others were too far from every limit to have changed).
+	Subjects, Evaluated int
+	// Changes is the sequence number of the change entry the batch wrote to
+	// its partition's stream (0: none).
+	Changes int64
+	// Decisions are the new deny and shadow decisions.
+	Decisions []Decision
+}
+
+func (r *ApplyResult) add(o ApplyResult) {
+	r.Duplicate = r.Duplicate && o.Duplicate
+	r.Trimmed += o.Trimmed
+	r.Gap += o.Gap
+	r.Applied += o.Applied
+	r.Old += o.Old
+	r.CountedByLimiter += o.CountedByLimiter
+	r.NoRule += o.NoRule
+	r.Misplaced += o.Misplaced
+	r.Subjects += o.Subjects
+	r.Evaluated += o.Evaluated
+	r.Changes = max(r.Changes, o.Changes)
+	r.Decisions = append(r.Decisions, o.Decisions...)
+}
+
+// Apply applies a batch of a partition for a consumer group at time now:
+// each record's event is added to its subject's buckets by event time
+// (coalesced per subject and second), the partition's next offset is
+// stored, and the touched subjects that may have moved relative to their
+// limits are evaluated against the rules in set — their deny records, their
+// state and a change entry written — all in one script run in the
+// partition's slot. A batch the store already holds changes nothing.
+//
+// hr remembers how far each subject stood from its limits, so that only
+// subjects a batch can have brought near a limit are evaluated; nil
+// evaluates every touched subject. Use one Headroom per partition, from one
+// goroutine.
+//
+// Events older than the longest window of their rules, events that match
+// no rule, and Counted events (the limiter's strict mode counted them) are
+// not added; subjects with Counted events are still evaluated.
+//
+// A batch with more than MaxSubjects subjects is applied in several script
+// runs. When one fails, the result holds what the runs before it did, along
+// with the error. A failed run writes nothing (it undoes its own writes).
+func (s *Store) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+	chunks := s.split(b)
+	total := ApplyResult{Duplicate: true}
+	for _, c := range chunks {
+		res, err := s.applyChunk(ctx, group, c, set, now, hr)
+		total.add(res)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// split cuts b into batches of consecutive offsets with at most maxSub
+// distinct subjects each. Together they cover b's offsets exactly.
+func (s *Store) split(b aggregator.Batch) []aggregator.Batch {
+	var out []aggregator.Batch
+	cur := aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.First}
+	seen := map[Subject]struct{}{}
+	start := 0
+	for i := range b.Records {
+		e := &b.Records[i].Event
+		sub := Subject{e.Action, e.Kind, e.Subject}
+		if _, ok := seen[sub]; ok {
+			continue
+		}
+		if len(seen) == s.maxSub {
+			cur.Records = b.Records[start:i]
+			cur.Last = b.Records[i].Offset - 1
+			out = append(out, cur)
+			cur = aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.Records[i].Offset}
+			start = i
+			clear(seen)
+		}
+		seen[sub] = struct{}{}
+	}
+	cur.Records = b.Records[start:]
+	cur.Last = b.Last
+	return append(out, cur)
+}
+
+func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+	trimmed := 0
+	for {
+		res, trimTo, err := s.applyOnce(ctx, group, b, set, now, hr)
+		res.Trimmed = trimmed
+		if err != nil || trimTo < 0 {
+			return res, err
+		}
+		// The stored offset lies inside the batch (a stale owner raced the
+		// new one): only the tail is new, and what this owner remembers of
+		// its subjects is stale. trimTo > b.First, so this ends.
+		hr.forget()
+		kept := aggregator.TrimBatch(b, trimTo)
+		trimmed += len(b.Records) - len(kept.Records)
+		b = kept
+	}
+}
+
+// pendingSubject is one subject of a batch as sent to the script.
+type pendingSubject struct {
+	sub     Subject
+	profile int
+	eval    int64 // evaluation second: max of now and its latest event
+	latest  int64 // its latest event, Unix ms
+	added   int64 // events of the batch, counted or not
+	incs    map[int64]int64
+}
+
+// applyOnce returns trimTo >= 0 when the store holds the batch's head.
+func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, int64, error) {
+	var res ApplyResult
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	pl := newProfiles(set)
+	subjects := map[Subject]*pendingSubject{}
+	var order []*pendingSubject
+	parts := 0
+	if s.parts != nil {
+		parts = s.parts()
+	}
+	for i := range b.Records {
+		r := &b.Records[i]
+		ev := &r.Event
+		maxw := int64(set.MaxWindowFor(ev.Action, ev.Kind) / time.Second)
+		if maxw == 0 {
+			res.NoRule++
+			continue
+		}
+		ms := ev.TS.UnixMilli()
+		sec := floorDiv(ms, 1000)
+		if sec <= nowSec-maxw {
+			res.Old++
+			continue
+		}
+		sub := Subject{ev.Action, ev.Kind, ev.Subject}
+		ps := subjects[sub]
+		if ps == nil {
+			ps = &pendingSubject{sub: sub, eval: nowSec, incs: map[int64]int64{}}
+			ps.profile = pl.of(sub, maxw)
+			subjects[sub] = ps
+			order = append(order, ps)
+			if parts > 0 && Partition(sub, parts) != b.Partition {
+				res.Misplaced++
+			}
+		}
+		ps.eval = max(ps.eval, sec)
+		ps.latest = max(ps.latest, ms)
+		n := max(ev.N, 1)
+		ps.added += n
+		if r.Counted {
+			res.CountedByLimiter++
+			continue
+		}
+		ps.incs[sec] += n
+		res.Applied++
+	}
+	res.Subjects = len(order)
+
+	hr.use(set)
+	args := s.applyArgs(b, now, pl, order, hr, nowSec)
+	start := time.Now()
+	out, err := applyScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, b.Topic, b.Partition)}, args...).Slice()
+	s.observe("apply", start)
+	if err != nil {
+		// Whether the script ran is unknown (a lost reply) or it wrote
+		// nothing (it undoes its writes on error): report nothing of it.
+		hr.forget()
+		return ApplyResult{}, -1, fmt.Errorf("apply batch group=%s topic=%s partition=%d offsets=%d-%d: %w", group, b.Topic, b.Partition, b.First, b.Last, err)
+	}
+	status, prev := replyInt(out, 0), replyInt(out, 1)
+	switch status {
+	case 1:
+		return ApplyResult{Duplicate: true}, -1, nil
+	case 2:
+		return ApplyResult{}, prev, nil
+	}
+	if len(out) < 6 {
+		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
+	}
+	if prev >= 0 && b.First > prev {
+		res.Gap = b.First - prev
+	}
+	if replyInt(out, 2) == 1 {
+		hr.forget()
+	}
+	hs := replyInts(out[4])
+	for i := 0; i+1 < len(hs); i += 2 {
+		ps := order[hs[i]-1]
+		hr.set(ps.sub, hs[i+1], ps.eval)
+		res.Evaluated++
+	}
+	hr.stored(b.Last + 1)
+	res.Changes = replyInt(out, 5)
+	res.Decisions = pl.decisions(replyInts(out[3]), order)
+	return res, -1, nil
+}
+
+// applyArgs builds the apply script's ARGV (see applyBody).
+func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) []any {
+	args := make([]any, 0, 16+2*len(pl.rules)+8*len(order))
+	args = append(args, s.keys.Slot(b.Partition), b.First, b.Last, now.UnixMilli(), int64(s.slack/time.Second),
+		hr.expect(), s.maxLog, len(pl.rules))
+	for _, r := range pl.rules {
+		args = append(args, r.Name, r.Message)
+	}
+	args = append(args, len(pl.list))
+	for _, p := range pl.list {
+		args = append(args, p.maxw, len(p.limits))
+		for _, l := range p.limits {
+			shadow := 0
+			if l.rule.Shadow {
+				shadow = 1
+			}
+			args = append(args, l.ruleIx+1, l.limit.Count, int64(l.limit.Window/time.Second), shadow)
+		}
+	}
+	args = append(args, len(order))
+	for _, ps := range order {
+		eval := 0
+		if hr.needs(ps.sub, ps.added, ps.eval, nowSec) {
+			eval = 1
+		}
+		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, eval, len(ps.incs))
+		secs := make([]int64, 0, len(ps.incs))
+		for sec := range ps.incs {
+			secs = append(secs, sec)
+		}
+		slices.Sort(secs)
+		for _, sec := range secs {
+			args = append(args, sec, ps.incs[sec])
+		}
+	}
+	return args
+}
+
+// profiles numbers the limit profiles of a batch: the limits of a
+// subject's rules, less the rules that allowlist it. Subjects of one action
+// and kind mostly share one.
+type profiles struct {
+	set    *rules.Set
+	byKey  map[profileKey]int
+	list   []profile
+	ruleIx map[*rules.Rule]int
+	rules  []*rules.Rule
+}
+
+type profileKey struct {
+	action, kind string
+	allowed      string // names of rules that allowlist the subject
+}
+
+type profile struct {
+	maxw   int64
+	limits []profileLimit
+}
+
+type profileLimit struct {
+	rule   *rules.Rule
+	ruleIx int
+	limit  rules.Limit
+}
+
+func newProfiles(set *rules.Set) *profiles {
+	return &profiles{set: set, byKey: map[profileKey]int{}, ruleIx: map[*rules.Rule]int{}}
+}
+
+// of returns the index of sub's profile.
+func (p *profiles) of(sub Subject, maxw int64) int {
+	matched := p.set.Match(sub.Action, sub.Kind)
+	var allowed []string
+	for _, r := range matched {
+		if r.Allowed(sub.Subject) {
+			allowed = append(allowed, r.Name)
+		}
+	}
+	key := profileKey{sub.Action, sub.Kind, strings.Join(allowed, ",")}
+	if ix, ok := p.byKey[key]; ok {
+		return ix
+	}
+	pr := profile{maxw: maxw}
+	for _, r := range matched {
+		if r.Allowed(sub.Subject) {
+			continue
+		}
+		ix, ok := p.ruleIx[r]
+		if !ok {
+			ix = len(p.rules)
+			p.ruleIx[r] = ix
+			p.rules = append(p.rules, r)
+		}
+		for _, l := range r.Limits {
+			pr.limits = append(pr.limits, profileLimit{rule: r, ruleIx: ix, limit: l})
+		}
+	}
+	p.list = append(p.list, pr)
+	p.byKey[key] = len(p.list) - 1
+	return len(p.list) - 1
+}
+
+// decisions reads the script's {subject, limit, count, until_ms, shadow,
+// eval_sec}* tuples.
+func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
+	var out []Decision
+	for i := 0; i+5 < len(flat); i += 6 {
+		ps := order[flat[i]-1]
+		l := p.list[ps.profile].limits[flat[i+1]-1]
+		out = append(out, Decision{
+			Action:  ps.sub.Action,
+			Kind:    ps.sub.Kind,
+			Subject: ps.sub.Subject,
+			Rule:    l.rule.Name,
+			Limit:   l.limit,
+			Count:   flat[i+2],
+			Until:   time.UnixMilli(flat[i+3]).UTC(),
+			Shadow:  flat[i+4] == 1,
+			Message: l.rule.Message,
+			TS:      time.Unix(flat[i+5], 0).UTC(),
+			Trigger: time.UnixMilli(ps.latest).UTC(),
+		})
+	}
+	return out
+}
+
+func replyInt(v []any, i int) int64 {
+	if i >= len(v) {
+		return 0
+	}
+	n, _ := v[i].(int64)
+	return n
+}
+
+func replyInts(v any) []int64 {
+	xs, _ := v.([]any)
+	out := make([]int64, len(xs))
+	for i, x := range xs {
+		out[i], _ = x.(int64)
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package window
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"floodgate/producer"
+)
+
+// Subject is one counted thing: a feature value (Subject) of a feature Kind
+// for one Action. Each subject has its own buckets and deny record.
+type Subject struct {
+	Action, Kind, Subject string
+}
+
+// Field names a subject inside its partition's slot, "action:kind:subject":
+// the middle of its keys and its field in the slot's state hash. Action
+// and kind cannot contain ':', so a field names exactly one subject.
+func Field(sub Subject) string { return sub.Action + ":" + sub.Kind + ":" + sub.Subject }
+
+// ParseField is the inverse of Field.
+func ParseField(f string) (Subject, bool) {
+	a, rest, ok1 := strings.Cut(f, ":")
+	k, s, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || a == "" || k == "" || s == "" {
+		return Subject{}, false
+	}
+	return Subject{Action: a, Kind: k, Subject: s}, true
+}
+
+// Partition returns the Kafka partition that owns sub among partitions: the
+// partition its events are produced to (murmur2 of "kind:subject", Java's
+// and floodgate's producer's default), so the aggregator that counts a
+// subject and the limiter that takes for it agree on its slot.
+func Partition(sub Subject, partitions int) int {
+	return producer.Partition([]byte(sub.Kind+":"+sub.Subject), partitions)
+}
+
+// Slot returns the hash tag every live key of a partition starts with,
+// "{prefix:p<partition>}". On Redis Cluster a partition's counters, deny
+// records, state, change log and offset share one slot, so one script
+// applies a batch atomically there as on a single Redis, and a primary that
+// loses recent writes in a failover loses the offset with them.
+func Slot(prefix string, partition int) string {
+	return "{" + prefix + ":p" + strconv.Itoa(partition) + "}"
+}
+
+// Keys of a slot that are not a subject's start with "@", which no action
+// can start with, so they never collide with a subject's keys.
+const (
+	stateSuffix = ":@state" // hash field -> SubjectState JSON
+	expSuffix   = ":@exp"   // zset field -> second its state stops saying anything
+	logSuffix   = ":@log"   // stream of changes (state and decisions)
+	seqSuffix   = ":@seq"   // sequence number of the last change entry
+	relaySuffix = ":@relay" // stream id of the last change published to Kafka
+)
+
+// Keys locates the live keys of one prefix. docs/redis.md lists them.
+type Keys struct{ Prefix string }
+
+// Slot returns the hash tag of a partition.
+func (k Keys) Slot(partition int) string { return Slot(k.Prefix, partition) }
+
+// Offset returns the key holding a partition's next offset for a consumer
+// group.
+func (k Keys) Offset(group, topic string, partition int) string {
+	return k.Slot(partition) + ":@off:" + group + ":" + topic
+}
+
+// State returns the key of a partition's state hash.
+func (k Keys) State(partition int) string { return k.Slot(partition) + stateSuffix }
+
+// Log returns the key of a partition's change stream.
+func (k Keys) Log(partition int) string { return k.Slot(partition) + logSuffix }
+
+// Seq returns the key of a partition's last change sequence number.
+func (k Keys) Seq(partition int) string { return k.Slot(partition) + seqSuffix }
+
+// Relay returns the key holding the id of the last change entry of a
+// partition published to the decisions topic.
+func (k Keys) Relay(partition int) string { return k.Slot(partition) + relaySuffix }
+
+// Deny returns the key of a subject's deny record in its partition's slot.
+func (k Keys) Deny(partition int, sub Subject) string {
+	return k.Slot(partition) + ":" + Field(sub) + ":deny"
+}
+
+// Shadow returns the key of a subject's shadow record: like a deny record,
+// but nothing denies on it.
+func (k Keys) Shadow(partition int, sub Subject) string {
+	return k.Slot(partition) + ":" + Field(sub) + ":shadow"
+}
+
+// Bucket returns the key of the bucket hash of a level ('s', 'm' or 'h')
+// holding time t, or "" for another level.
+func (k Keys) Bucket(partition int, sub Subject, level byte, t time.Time) string {
+	u := t.Unix()
+	var n int64
+	switch level {
+	case 's':
+		n = floorDiv(u, 60)
+	case 'm':
+		n = floorDiv(u, 3600)
+	case 'h':
+		n = floorDiv(u, 86400)
+	default:
+		return ""
+	}
+	return k.Slot(partition) + ":" + Field(sub) + ":" + string(level) + ":" + strconv.FormatInt(n, 10)
+}
+
+// Pattern matches every live key of the prefix (SCAN MATCH; braces are
+// not special in Redis glob patterns).
+func (k Keys) Pattern() string { return "{" + k.Prefix + ":p*" }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,334 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"floodgate/rules"
+)
+
+var (
+	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + evalBody)
+	takeScript   = redis.NewScript("#!lua\n" + LuaLib + evalBody)
+	refundScript = redis.NewScript("#!lua\n" + LuaLib + refundBody)
+	checkScript  = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + checkBody)
+)
+
+// Ahead is how far past now Evaluate and Take count events (see evalBody):
+// the clock difference between limiters that strict mode tolerates.
+const Ahead = 5 * time.Second
+
+// EvalLimit is one limit of one subject in an Evaluate or Take call.
+type EvalLimit struct {
+	Limit rules.Limit
+	// Block makes the limit stop a Take when the take would go over it
+	// (enforced rules). Non-blocking limits (shadow rules, allowlisted
+	// subjects) are only reported.
+	Block bool
+}
+
+// EvalQuery asks for one subject's deny record and the state of its limits.
+type EvalQuery struct {
+	Subject Subject
+	// MaxWindow is the longest window of all rules of the subject's action
+	// and kind (rules.Set.MaxWindowFor): Take counts at every bucket level
+	// it needs, exactly as the aggregator would. Required for Take.
+	MaxWindow time.Duration
+	Limits    []EvalLimit
+	// BlockRules names the rules whose deny record stops a Take (enforced
+	// rules that do not allowlist the subject).
+	BlockRules []string
+	// Count makes Take count the subject (it has a strict rule). Subjects
+	// not counted are still checked and can still stop the take.
+	Count bool
+}
+
+// EvalState answers an EvalQuery.
+type EvalState struct {
+	Deny *Deny // the subject's deny record, nil when none
+	// Sums are the events in each limit's window ending with now's second
+	// (plus those up to Ahead past it), before any take, in Limits order.
+	Sums []int64
+	// Until, per limit, is zero when sum+n fits the limit; otherwise the
+	// first whole second at which it would fit (no more events assumed).
+	// Evaluate uses n = 1: "may one more happen?".
+	Until []time.Time
+}
+
+// TakeRequest is one strict take in one slot: all its queries are checked
+// for N more events and, unless one blocks, N is counted for those marked
+// Count.
+type TakeRequest struct {
+	Queries []EvalQuery
+	N       int64
+}
+
+// TakeResult answers a TakeRequest: Taken, and the states before the take.
+type TakeResult struct {
+	Taken  bool
+	States []EvalState
+}
+
+// Evaluate answers queries: each subject's deny record, the sum of each
+// limit's window (plus events up to Ahead past now) and, for limits that n
+// more events would exceed, when they would fit again. One read-only script
+// run per slot the subjects fall in, the runs concurrent. It writes nothing.
+func (s *Store) Evaluate(ctx context.Context, now time.Time, qs []EvalQuery, n int64) ([]EvalState, error) {
+	out := make([]EvalState, len(qs))
+	groups, err := s.bySlot(len(qs), func(i int) Subject { return qs[i].Subject })
+	if err != nil {
+		return nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for part, idx := range groups {
+		g.Go(func() error {
+			sub := make([]EvalQuery, len(idx))
+			for k, i := range idx {
+				sub[k] = qs[i]
+			}
+			res, err := s.runEval(gctx, evalScript, "evaluate", part, now, []TakeRequest{{Queries: sub, N: max(n, 1)}}, false)
+			if err != nil {
+				return err
+			}
+			for k, i := range idx {
+				out[i] = res[0].States[k]
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TakeSlot runs the takes of one partition's slot in one script run, in
+// order: each is all or nothing, and each sees the counts of those before
+// it. The caller must not retry a run whose reply it did not get (the
+// takes may have counted): a Redis client for takes has retries off.
+func (s *Store) TakeSlot(ctx context.Context, partition int, now time.Time, reqs []TakeRequest) ([]TakeResult, error) {
+	for _, r := range reqs {
+		if r.N < 1 {
+			return nil, fmt.Errorf("take: n = %d, want >= 1", r.N)
+		}
+		for _, q := range r.Queries {
+			if q.Count && (q.MaxWindow < time.Second || q.MaxWindow > rules.MaxWindow) {
+				return nil, fmt.Errorf("take %s: max window %s is not in [1s, %s]", Field(q.Subject), q.MaxWindow, rules.FormatWindow(rules.MaxWindow))
+			}
+		}
+	}
+	return s.runEval(ctx, takeScript, "take", partition, now, reqs, true)
+}
+
+// Refund takes back n events that TakeSlot counted at now for the subjects
+// of qs marked Count (one slot): a strict take spanning several slots
+// reserves in each and refunds where another refused.
+func (s *Store) Refund(ctx context.Context, partition int, now time.Time, qs []EvalQuery, n int64) error {
+	args := []any{s.keys.Slot(partition), now.UnixMilli(), int64(s.slack / time.Second), n}
+	var subs []any
+	for _, q := range qs {
+		if q.Count {
+			subs = append(subs, Field(q.Subject), int64(q.MaxWindow/time.Second))
+		}
+	}
+	args = append(append(args, len(subs)/2), subs...)
+	start := time.Now()
+	err := refundScript.Run(ctx, s.rdb, []string{s.keys.State(partition)}, args...).Err()
+	s.observe("refund", start)
+	if err != nil {
+		return fmt.Errorf("refund %d subjects partition=%d: %w", len(subs)/2, partition, err)
+	}
+	return nil
+}
+
+// bySlot groups the indexes of n subjects by partition.
+func (s *Store) bySlot(n int, subject func(int) Subject) (map[int][]int, error) {
+	groups := map[int][]int{}
+	for i := range n {
+		p, err := s.PartitionOf(subject(i))
+		if err != nil {
+			return nil, err
+		}
+		groups[p] = append(groups[p], i)
+	}
+	return groups, nil
+}
+
+func (s *Store) runEval(ctx context.Context, script *redis.Script, op string, partition int, now time.Time, reqs []TakeRequest, take bool) ([]TakeResult, error) {
+	args, err := s.evalArgs(op, partition, now, reqs, take)
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{s.keys.State(partition)}
+	start := time.Now()
+	var v []any
+	if take {
+		v, err = script.Run(ctx, s.rdb, keys, args...).Slice()
+	} else {
+		v, err = script.RunRO(ctx, s.rdb, keys, args...).Slice()
+	}
+	s.observe(op, start)
+	if err != nil {
+		return nil, fmt.Errorf("%s %d requests partition=%d: %w", op, len(reqs), partition, err)
+	}
+	if len(v) != len(reqs) {
+		return nil, fmt.Errorf("%s: %d answers for %d requests", op, len(v), len(reqs))
+	}
+	out := make([]TakeResult, len(reqs))
+	for r, x := range v {
+		pair, ok := x.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, fmt.Errorf("%s: bad reply %v", op, x)
+		}
+		taken, _ := pair[0].(int64)
+		states, err := parseStates(op, reqs[r].Queries, pair[1])
+		if err != nil {
+			return nil, err
+		}
+		out[r] = TakeResult{Taken: taken == 1, States: states}
+	}
+	return out, nil
+}
+
+func (s *Store) evalArgs(op string, partition int, now time.Time, reqs []TakeRequest, take bool) ([]any, error) {
+	args := make([]any, 0, 8+16*len(reqs))
+	args = append(args, s.keys.Slot(partition), now.UnixMilli(), int64(s.slack/time.Second), int64(Ahead/time.Second), len(reqs))
+	for _, r := range reqs {
+		tk := 0
+		if take {
+			tk = 1
+		}
+		args = append(args, r.N, tk, len(r.Queries))
+		for _, q := range r.Queries {
+			cnt := 0
+			if q.Count {
+				cnt = 1
+			}
+			args = append(args, Field(q.Subject), int64(q.MaxWindow/time.Second), cnt, len(q.BlockRules))
+			for _, name := range q.BlockRules {
+				args = append(args, name)
+			}
+			args = append(args, len(q.Limits))
+			for _, l := range q.Limits {
+				w := l.Limit.Window
+				if w < time.Second || w%time.Second != 0 || w > rules.MaxWindow {
+					return nil, fmt.Errorf("%s %s: window %s is not a whole number of seconds in [1s, %s]", op, Field(q.Subject), w, rules.FormatWindow(rules.MaxWindow))
+				}
+				blk := 0
+				if l.Block {
+					blk = 1
+				}
+				args = append(args, l.Limit.Count, int64(w/time.Second), blk)
+			}
+		}
+	}
+	return args, nil
+}
+
+func parseStates(op string, qs []EvalQuery, v any) ([]EvalState, error) {
+	rows, ok := v.([]any)
+	if !ok || len(rows) != len(qs) {
+		return nil, fmt.Errorf("%s: %d answers for %d subjects", op, len(rows), len(qs))
+	}
+	out := make([]EvalState, len(qs))
+	for i, x := range rows {
+		row, ok := x.([]any)
+		nl := len(qs[i].Limits)
+		if !ok || len(row) != 1+2*nl {
+			return nil, fmt.Errorf("%s %s: bad reply %v", op, Field(qs[i].Subject), x)
+		}
+		if js, ok := row[0].(string); ok {
+			d, err := ParseDeny([]byte(js))
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", op, Field(qs[i].Subject), err)
+			}
+			out[i].Deny = d
+		}
+		out[i].Sums = make([]int64, nl)
+		out[i].Until = make([]time.Time, nl)
+		for k := 0; k < nl; k++ {
+			sum, ok1 := row[1+2*k].(int64)
+			u, ok2 := row[2+2*k].(int64)
+			if !ok1 || !ok2 {
+				return nil, errors.New(op + ": non-integer sum or until in reply")
+			}
+			out[i].Sums[k] = sum
+			if u > 0 {
+				out[i].Until[k] = time.Unix(u, 0).UTC()
+			}
+		}
+	}
+	return out, nil
+}
+
+// Query asks for a subject's deny record and the sums of some windows.
+type Query struct {
+	Subject Subject
+	Windows []time.Duration // whole seconds, at most rules.MaxWindow
+}
+
+// State answers a Query.
+type State struct {
+	Deny *Deny   // nil when the subject has no deny record
+	Sums []int64 // events in each window ending with now's second, in Query order
+}
+
+// Check answers queries: each subject's deny record and the event count of
+// each requested window at now, one read-only script run per slot. Window
+// sums are exact to the second for windows no longer than the subject's
+// longest rule window (see docs/redis.md). It is the plain reader for tools
+// and tests; the limiter uses Evaluate.
+func (s *Store) Check(ctx context.Context, now time.Time, qs []Query) ([]State, error) {
+	groups, err := s.bySlot(len(qs), func(i int) Subject { return qs[i].Subject })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]State, len(qs))
+	for part, idx := range groups {
+		args := []any{s.keys.Slot(part), now.UnixMilli(), len(idx)}
+		for _, i := range idx {
+			q := qs[i]
+			args = append(args, Field(q.Subject), len(q.Windows))
+			for _, w := range q.Windows {
+				if w < time.Second || w%time.Second != 0 || w > rules.MaxWindow {
+					return nil, fmt.Errorf("check %s: window %s is not a whole number of seconds in [1s, %s]", Field(q.Subject), w, rules.FormatWindow(rules.MaxWindow))
+				}
+				args = append(args, int64(w/time.Second))
+			}
+		}
+		start := time.Now()
+		v, err := checkScript.RunRO(ctx, s.rdb, []string{s.keys.State(part)}, args...).Slice()
+		s.observe("check", start)
+		if err != nil {
+			return nil, fmt.Errorf("check %d subjects partition=%d: %w", len(idx), part, err)
+		}
+		if len(v) != len(idx) {
+			return nil, fmt.Errorf("check: %d answers for %d subjects", len(v), len(idx))
+		}
+		for k, x := range v {
+			row, ok := x.([]any)
+			if !ok || len(row) < 1 {
+				return nil, fmt.Errorf("check %s: bad reply %v", Field(qs[idx[k]].Subject), x)
+			}
+			st := &out[idx[k]]
+			if js, ok := row[0].(string); ok {
+				d, err := ParseDeny([]byte(js))
+				if err != nil {
+					return nil, fmt.Errorf("check %s: %w", Field(qs[idx[k]].Subject), err)
+				}
+				st.Deny = d
+			}
+			st.Sums = make([]int64, 0, len(row)-1)
+			for _, n := range row[1:] {
+				c, _ := n.(int64)
+				st.Sums = append(st.Sums, c)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,143 @@
+package window
+
+// evalBody evaluates the requests of one slot in order and, for those that
+// take, counts n for the subjects marked count when nothing blocks: all in
+// one run, so concurrent takes can never both pass the last slot, and a
+// later take of the run sees the counts of the earlier ones.
+//
+// Callers pass their own clock. Scripts run in arrival order, not clock
+// order, so a take stamped second T may run after one stamped T+1: every
+// window sum therefore also counts the events of the next ahead seconds,
+// which keeps takes exact for clock differences up to Ahead (and for
+// goroutines of one process racing across a second boundary).
+//
+//	KEYS: the slot's state key (routing only)
+//	ARGV: slot, now_ms, slack, ahead, nrequests,
+//	      {n, take, nsubjects,
+//	       {field, maxw, count, nblock, rule*nblock, nlimits, {limit, w, block}*nlimits}*nsubjects}*nrequests
+//
+// Returns {{taken, {deny JSON or false, {sum, until_sec}*nlimits}*nsubjects}*nrequests}.
+// A Redis error (a foreign key of another type) undoes the run's counts and
+// fails it whole.
+const evalBody = `
+-- events in seconds now+1 .. now+ahead (second buckets always exist): what
+-- callers whose clocks run ahead of this one have already counted
+local function fg_ahead(c, slot, f, now, ahead)
+  if ahead < 1 then return 0 end
+  local segs = {}
+  fg_segs(segs, 's', 60, now + 1, now + ahead)
+  local s = 0
+  for i = 1, #segs do s = s + fg_seg_sum(c, slot, f, segs[i]) end
+  return s
+end
+
+local a = ARGV
+local slot = a[1]
+local now_ms = tonumber(a[2])
+local now = math.floor(now_ms / 1000)
+local slack, ahead = tonumber(a[3]), tonumber(a[4])
+local nreq = tonumber(a[5])
+local i = 6
+local c = {}
+local undo = {}
+local out = {}
+local err = fg_guard(undo, function()
+  for r = 1, nreq do
+    local n, take, nsub = tonumber(a[i]), a[i + 1] == '1', tonumber(a[i + 2])
+    i = i + 3
+    local rows, subs = {}, {}
+    local blocked = false
+    for s = 1, nsub do
+      local f, maxw, count = a[i], tonumber(a[i + 1]), a[i + 2] == '1'
+      local nb = tonumber(a[i + 3]); i = i + 4
+      local block = {}
+      for b = 1, nb do block[a[i]] = true; i = i + 1 end
+      local early = fg_ahead(c, slot, f, now, ahead)
+      local deny = redis.call('GET', slot .. ':' .. f .. ':deny')
+      local row = {deny}
+      if deny and take and nb > 0 then
+        local ok, d = pcall(cjson.decode, deny)
+        if ok and type(d) == 'table' and block[d['rule']] then blocked = true end
+      end
+      local nl = tonumber(a[i]); i = i + 1
+      for l = 1, nl do
+        local lim, w, blk = tonumber(a[i]), tonumber(a[i + 1]), a[i + 2] == '1'
+        i = i + 3
+        local sum = fg_sum(c, slot, f, now, w) + early
+        local u = 0
+        if sum + n > lim then
+          u = fg_until(c, slot, f, now, w, sum + n - lim, ahead)
+          if blk then blocked = true end
+        end
+        row[#row + 1] = sum
+        row[#row + 1] = u
+      end
+      rows[s] = row
+      subs[s] = {f, maxw, count}
+    end
+    local taken = 0
+    if take and not blocked then
+      -- a subject queried twice is counted once: every row checked sum + n,
+      -- so counting n per row would overshoot
+      local done = {}
+      for s = 1, nsub do
+        local sub = subs[s]
+        if sub[3] and not done[sub[1]] then
+          done[sub[1]] = true
+          fg_incr(c, slot, sub[1], {[now] = n}, sub[2], now, slack, undo)
+        end
+      end
+      taken = 1
+    end
+    out[r] = {taken, rows}
+  end
+end)
+if err then return err end
+return out
+`
+
+// refundBody takes back n events counted at now_ms for subjects of one slot:
+// the reservation of a strict take that another slot refused.
+//
+//	KEYS: the slot's state key (routing only)
+//	ARGV: slot, now_ms, slack, n, nsubjects, {field, maxw}*nsubjects
+const refundBody = `
+local a = ARGV
+local slot = a[1]
+local now = math.floor(tonumber(a[2]) / 1000)
+local slack, n = tonumber(a[3]), tonumber(a[4])
+local i = 6
+for s = 1, tonumber(a[5]) do
+  fg_incr(nil, slot, a[i], {[now] = -n}, tonumber(a[i + 1]), now, slack, nil)
+  i = i + 2
+end
+return 1
+`
+
+// checkBody reads, for each queried subject of one slot, its deny record
+// and the sum of each requested window.
+//
+//	KEYS: the slot's state key (routing only)
+//	ARGV: slot, now_ms, nqueries, {field, nwindows, w*nwindows}*nqueries
+//
+// Returns {{deny JSON or false, sum*nwindows}*nqueries}.
+const checkBody = `
+local a = ARGV
+local slot = a[1]
+local now = math.floor(tonumber(a[2]) / 1000)
+local nq = tonumber(a[3])
+local i = 4
+local out = {}
+for q = 1, nq do
+  local f = a[i]
+  local nw = tonumber(a[i + 1]); i = i + 2
+  local c = {}
+  local r = {redis.call('GET', slot .. ':' .. f .. ':deny')}
+  for k = 1, nw do
+    r[k + 1] = fg_sum(c, slot, f, now, tonumber(a[i]))
+    i = i + 1
+  end
+  out[q] = r
+end
+return out
+`

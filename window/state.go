@@ -1,0 +1,239 @@
+package window
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/rules"
+)
+
+// SubjectState is what the live aggregator last found of a subject with at
+// least one limit at half its count or more (near): the limiter answers
+// from it without reading Redis, and a subject without one is at less than
+// half of every limit. Written by the apply script into the slot's state
+// hash and change stream as
+//
+//	{"t":<eval second>,"l":[["<rule>",<limit>,<window s>,<count>,<until s or 0>],...]}
+type SubjectState struct {
+	// At is the second the subject was evaluated at.
+	At time.Time
+	// Limits are its near limits, in rule order.
+	Limits []LimitState
+}
+
+// LimitState is one near limit of a SubjectState.
+type LimitState struct {
+	Rule  string
+	Limit rules.Limit
+	// Count is the events in the window at At: an upper bound of the count
+	// at any later time without new events (which the aggregator would have
+	// evaluated), so Limit-Count never overstates what is left.
+	Count int64
+	// Until is when one more event fits again; zero when one more fits now.
+	Until time.Time
+}
+
+// Valid reports whether the limit still says something at now: while it
+// blocks, and while the events it counted can still be in the window.
+func (l LimitState) Valid(at, now time.Time) bool {
+	return now.Before(l.Until) || now.Before(at.Add(l.Limit.Window))
+}
+
+// Expires is the second from which the state says nothing any more.
+func (s SubjectState) Expires() time.Time {
+	var x time.Time
+	for _, l := range s.Limits {
+		x = maxTime(x, l.Until, s.At.Add(l.Limit.Window))
+	}
+	return x
+}
+
+func maxTime(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+// ParseState decodes a state JSON value.
+func ParseState(data []byte) (SubjectState, error) {
+	var w struct {
+		T int64               `json:"t"`
+		L [][]json.RawMessage `json:"l"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return SubjectState{}, fmt.Errorf("subject state: %w", err)
+	}
+	st := SubjectState{At: time.Unix(w.T, 0).UTC(), Limits: make([]LimitState, 0, len(w.L))}
+	for _, l := range w.L {
+		if len(l) != 5 {
+			return SubjectState{}, fmt.Errorf("subject state: limit of %d fields, want 5", len(l))
+		}
+		var ls LimitState
+		var win, until int64
+		for i, dst := range []any{&ls.Rule, &ls.Limit.Count, &win, &ls.Count, &until} {
+			if err := json.Unmarshal(l[i], dst); err != nil {
+				return SubjectState{}, fmt.Errorf("subject state: limit field %d: %w", i, err)
+			}
+		}
+		ls.Limit.Window = time.Duration(win) * time.Second
+		if until > 0 {
+			ls.Until = time.Unix(until, 0).UTC()
+		}
+		st.Limits = append(st.Limits, ls)
+	}
+	return st, nil
+}
+
+// StateChange is a subject's new state; State nil means it has none any more.
+type StateChange struct {
+	Subject Subject
+	State   *SubjectState
+}
+
+// Change is one entry of a partition's change stream: what one applied
+// batch changed. Entries of a partition carry consecutive Seq numbers, so a
+// reader can tell a gap (entries trimmed before it read them, or lost with
+// a Redis primary) from a quiet partition.
+type Change struct {
+	ID        string // stream entry id, "<ms>-<n>"
+	Seq       int64
+	Next      int64 // the partition's next offset once the batch was applied
+	States    []StateChange
+	Decisions []Decision
+}
+
+// decisionLog is a decision as the apply script writes it into the stream:
+// the subject as its field.
+type decisionLog struct {
+	Field string `json:"f"`
+	decisionWire
+}
+
+// ParseChange decodes a change stream entry.
+func ParseChange(m redis.XMessage) (Change, error) {
+	c := Change{ID: m.ID}
+	var err error
+	if c.Seq, err = strconv.ParseInt(str(m.Values["q"]), 10, 64); err != nil {
+		return Change{}, fmt.Errorf("change %s: seq: %w", m.ID, err)
+	}
+	if c.Next, err = strconv.ParseInt(str(m.Values["o"]), 10, 64); err != nil {
+		return Change{}, fmt.Errorf("change %s: offset: %w", m.ID, err)
+	}
+	if s := str(m.Values["s"]); s != "" {
+		var raw [][2]json.RawMessage
+		if err := json.Unmarshal([]byte(s), &raw); err != nil {
+			return Change{}, fmt.Errorf("change %s: states: %w", m.ID, err)
+		}
+		for _, pair := range raw {
+			var f string
+			if err := json.Unmarshal(pair[0], &f); err != nil {
+				return Change{}, fmt.Errorf("change %s: state field: %w", m.ID, err)
+			}
+			sub, ok := ParseField(f)
+			if !ok {
+				return Change{}, fmt.Errorf("change %s: bad subject field %q", m.ID, f)
+			}
+			sc := StateChange{Subject: sub}
+			if string(pair[1]) != "null" {
+				st, err := ParseState(pair[1])
+				if err != nil {
+					return Change{}, fmt.Errorf("change %s: %w", m.ID, err)
+				}
+				sc.State = &st
+			}
+			c.States = append(c.States, sc)
+		}
+	}
+	if s := str(m.Values["d"]); s != "" {
+		var ds []decisionLog
+		if err := json.Unmarshal([]byte(s), &ds); err != nil {
+			return Change{}, fmt.Errorf("change %s: decisions: %w", m.ID, err)
+		}
+		for _, d := range ds {
+			sub, ok := ParseField(d.Field)
+			if !ok {
+				return Change{}, fmt.Errorf("change %s: bad decision subject %q", m.ID, d.Field)
+			}
+			d.Action, d.Kind, d.Subject = sub.Action, sub.Kind, sub.Subject
+			dec, err := d.decisionWire.decision()
+			if err != nil {
+				return Change{}, fmt.Errorf("change %s: %w", m.ID, err)
+			}
+			c.Decisions = append(c.Decisions, dec)
+		}
+	}
+	return c, nil
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// Snapshot is a partition's state at one point of its change stream: the
+// limiter loads it, then follows the stream from LastID.
+type Snapshot struct {
+	LastID string // id of the last change entry, "0-0" when none
+	Seq    int64  // its sequence number, 0 when none
+	States map[Subject]SubjectState
+}
+
+// snapshotBody reads a partition's state hash with the position of its
+// change stream, atomically.
+//
+//	KEYS: state key, log key, seq key
+//
+// Returns {last entry id or "0-0", seq, {field, json}*}.
+const snapshotBody = `
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local id = '0-0'
+if #last > 0 then id = last[1][1] end
+return {id, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGETALL', KEYS[1])}
+`
+
+var snapshotScript = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
+
+// Snapshot reads a partition's current state and stream position in one
+// read-only script run. States already expired at now are left out.
+func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Snapshot, error) {
+	k := s.keys
+	start := time.Now()
+	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.State(partition), k.Log(partition), k.Seq(partition)}).Slice()
+	s.observe("snapshot", start)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
+	}
+	if len(v) != 3 {
+		return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad reply", partition)
+	}
+	snap := Snapshot{LastID: str(v[0]), States: map[Subject]SubjectState{}}
+	snap.Seq, _ = v[1].(int64)
+	flat, _ := v[2].([]any)
+	for i := 0; i+1 < len(flat); i += 2 {
+		sub, ok := ParseField(str(flat[i]))
+		if !ok {
+			return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad subject field %q", partition, str(flat[i]))
+		}
+		st, err := ParseState([]byte(str(flat[i+1])))
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("snapshot partition=%d %s: %w", partition, str(flat[i]), err)
+		}
+		if st.Expires().After(now) {
+			snap.States[sub] = st
+		}
+	}
+	if snap.LastID == "" {
+		return Snapshot{}, errors.New("snapshot: no stream position in reply")
+	}
+	return snap, nil
+}
