@@ -2,8 +2,10 @@ package window
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,8 +26,8 @@ type ApplyResult struct {
 	Gap int64
 	// Events counted into buckets, and events skipped: older than every
 	// window of their rules, counted already by the limiter (strict mode),
-	// or matching no rule.
-	Applied, Old, CountedByLimiter, NoRule int
+	// matching no rule, or counted already under their id (Dedup).
+	Applied, Old, CountedByLimiter, NoRule, Duplicates int
 	// Misplaced counts events on another partition than their key's
 	// (murmur2 of "kind:subject"): they are counted in this partition's
 	// slot, where a strict take for their subject does not look.
@@ -48,6 +50,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Old += o.Old
 	r.CountedByLimiter += o.CountedByLimiter
 	r.NoRule += o.NoRule
+	r.Duplicates += o.Duplicates
 	r.Misplaced += o.Misplaced
 	r.Subjects += o.Subjects
 	r.Evaluated += o.Evaluated
@@ -121,6 +124,9 @@ func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch
 	for {
 		res, trimTo, err := s.applyOnce(ctx, group, b, set, now, hr)
 		res.Trimmed = trimmed
+		if errors.Is(err, errDedupRaced) {
+			continue // another writer counted one of the ids: look again
+		}
 		if err != nil || trimTo < 0 {
 			return res, err
 		}
@@ -150,10 +156,19 @@ type seenKey struct{ kind, value string }
 
 type bucketEvent struct{ us, n int64 }
 
+// errDedupRaced: an event id the batch was to count was counted by another
+// writer of the partition since the batch looked.
+var errDedupRaced = errors.New("dedup raced")
+
 // applyOnce returns trimTo >= 0 when the store holds the batch's head.
 func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, int64, error) {
 	var res ApplyResult
 	nowSec := floorDiv(now.UnixMilli(), 1000)
+	dups, err := s.duplicates(ctx, b, set, nowSec)
+	if err != nil {
+		return res, -1, err
+	}
+	var ids []any
 	pl := newProfiles(set)
 	subjects := map[Subject]*pendingSubject{}
 	var order []*pendingSubject
@@ -196,6 +211,13 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			res.CountedByLimiter++
 			continue
 		}
+		if s.dedup > 0 {
+			if dups[i] {
+				res.Duplicates++
+				continue
+			}
+			ids = append(ids, ev.ID)
+		}
 		ps.incs[sec] += n
 		pl.observe(ps, ev, sec)
 		res.Applied++
@@ -204,6 +226,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 
 	hr.use(set)
 	args := s.applyArgs(b, now, pl, order, hr, nowSec)
+	args = append(append(args, s.dedup, len(ids)), ids...)
 	start := time.Now()
 	out, err := applyScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, b.Topic, b.Partition)}, args...).Slice()
 	s.observe("apply", start)
@@ -219,6 +242,8 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		return ApplyResult{Duplicate: true}, -1, nil
 	case 2:
 		return ApplyResult{}, prev, nil
+	case 3:
+		return ApplyResult{}, -1, errDedupRaced
 	}
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
@@ -239,6 +264,59 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	res.Changes = replyInt(out, 5)
 	res.Decisions = pl.decisions(replyInts(out[3]), order)
 	return res, -1, nil
+}
+
+// duplicates marks, by record index, the events of b counted already under
+// their id within the dedup horizon (one read of the partition's id set),
+// and the repeats of an id within b. Nil when dedup is off.
+func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64) (map[int]bool, error) {
+	if s.dedup == 0 {
+		return nil, nil
+	}
+	dups := map[int]bool{}
+	first := map[string]bool{}
+	var ids []any
+	var at []int
+	for i := range b.Records {
+		r := &b.Records[i]
+		if r.Counted || set.MaxWindowFor(r.Event.Action, r.Event.Kind) == 0 {
+			continue
+		}
+		if first[r.Event.ID] {
+			dups[i] = true
+			continue
+		}
+		first[r.Event.ID] = true
+		ids = append(ids, r.Event.ID)
+		at = append(at, i)
+	}
+	if len(ids) == 0 {
+		return dups, nil
+	}
+	start := time.Now()
+	scores, err := seenScript.RunRO(ctx, s.rdb, []string{s.keys.IDs(b.Partition)}, ids...).Slice()
+	s.observe("dedup", start)
+	if err != nil {
+		return nil, fmt.Errorf("read event ids partition=%d: %w", b.Partition, err)
+	}
+	for k, v := range scores {
+		// Redis answers scores as strings in RESP2 and floats in RESP3.
+		var sc float64
+		switch x := v.(type) {
+		case string:
+			sc, _ = strconv.ParseFloat(x, 64)
+		case float64:
+			sc = x
+		case int64:
+			sc = float64(x)
+		default:
+			continue // not counted
+		}
+		if int64(sc) > nowSec-s.dedup {
+			dups[at[k]] = true
+		}
+	}
+	return dups, nil
 }
 
 // applyArgs builds the apply script's ARGV (see applyBody).

@@ -29,7 +29,11 @@ package window
 // would fit again; when the count is over the limit, a deny (or shadow)
 // record, the exceeded limit with the latest until winning.
 //
-// Returns {0, previous next offset or -1, all (1 when every subject was
+// After the subjects: horizon (seconds, 0 when dedup is off), nids, id*: the
+// ids of the events counted, recorded in the slot's @ids set.
+//
+// Returns {3, next} when one of the ids was counted since the caller looked
+// (it looks again), or {0, previous next offset or -1, all (1 when every subject was
 // evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
 // decisions, {subject, headroom}* of evaluated subjects, change seq or 0}
 // when applied, {1, next} when the batch is already held, {2, next} when only
@@ -104,6 +108,19 @@ end
 
 local statekey, expkey = slot .. ':@state', slot .. ':@exp'
 local logkey, seqkey = slot .. ':@log', slot .. ':@seq'
+
+-- event ids this batch counts (the caller left out those it found counted
+-- within the horizon); one counted since it looked means another writer
+-- raced this one: nothing is written and the caller looks again
+local idkey = slot .. ':@ids'
+local horizon = tonumber(a[i]); i = i + 1
+local ids = {}
+local nids = tonumber(a[i]); i = i + 1
+for k = 1, nids do
+  ids[k] = a[i]; i = i + 1
+  local sc = redis.call('ZSCORE', idkey, ids[k])
+  if sc and tonumber(sc) > now - horizon then return {3, prev} end
+end
 
 local function dkey(sub, kind) return slot .. ':' .. sub.f .. ':d:' .. kind end
 local function gkey(sub) return slot .. ':' .. sub.f .. ':g' end
@@ -180,6 +197,7 @@ local err = fg_guard(undo, function()
   redis.call('HLEN', statekey)
   redis.call('ZCARD', expkey)
   redis.call('XLEN', logkey)
+  redis.call('ZCARD', idkey)
   seq0 = tonumber(redis.call('GET', seqkey) or '0')
   if seq0 == nil then error({err = 'change sequence ' .. seqkey .. ' is not an integer'}) end
   for s = 1, nsub do
@@ -218,6 +236,10 @@ end)
 if err then return err end
 
 -- Phase 2: writes that cannot fail on the types checked above.
+if horizon > 0 then
+  for _, id in ipairs(ids) do redis.call('ZADD', idkey, now, id) end
+  redis.call('ZREMRANGEBYSCORE', idkey, '-inf', now - horizon)
+end
 for s = 1, nsub do
   local sub = subjects[s]
   local kinds = {}

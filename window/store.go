@@ -51,6 +51,11 @@ type StoreConfig struct {
 	// the relay is far behind (the decisions topic down for long), and the
 	// relay then reports the entries it lost. Default 100000.
 	MaxLog int64
+	// Dedup, when positive, is the horizon within which an event id already
+	// counted in a partition is skipped (a producer's retry): the ids are
+	// kept in the partition's slot and checked in the apply script. Zero
+	// counts every event (the default).
+	Dedup time.Duration
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
 }
@@ -66,6 +71,7 @@ type Store struct {
 	slack   time.Duration
 	maxSub  int
 	maxLog  int64
+	dedup   int64 // seconds; 0 off
 	latency *prometheus.HistogramVec
 }
 
@@ -75,6 +81,7 @@ type Store struct {
 var (
 	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
+	seenScript   = redis.NewScript("#!lua flags=no-writes\n" + `return redis.call('ZMSCORE', KEYS[1], unpack(ARGV))`)
 )
 
 // NewStore returns a Store over rdb.
@@ -95,6 +102,8 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		return nil, fmt.Errorf("window store: max subjects %d is negative", cfg.MaxSubjects)
 	case cfg.MaxLog < 0:
 		return nil, fmt.Errorf("window store: max log %d is negative", cfg.MaxLog)
+	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
+		return nil, fmt.Errorf("window store: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
 	}
 	if cfg.Slack == 0 {
 		cfg.Slack = time.Minute
@@ -112,6 +121,7 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		slack:  cfg.Slack,
 		maxSub: cfg.MaxSubjects,
 		maxLog: cfg.MaxLog,
+		dedup:  int64(cfg.Dedup / time.Second),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_redis_seconds",
 			Help:    "Redis script round trips of the window store by operation.",
