@@ -65,8 +65,14 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(s.Rules()); got != 4 {
-		t.Fatalf("rules = %d, want 4", got)
+	if got := len(s.Rules()); got != 6 {
+		t.Fatalf("rules = %d, want 6", got)
+	}
+	if r := s.Rule("credential-stuffing"); r.Distinct != "email" || r.Limits[0] != (Limit{20, time.Hour}) {
+		t.Errorf("credential-stuffing = %+v", r)
+	}
+	if r := s.Rule("api"); r.Bucket == nil || r.Bucket.Burst != 50 || r.Bucket.Interval() != 100*time.Millisecond {
+		t.Errorf("api = %+v", r)
 	}
 	login := s.Match("login_failed", "email")
 	if len(login) != 1 || login[0].Name != "login-failed" {
