@@ -115,6 +115,18 @@ func (k Keys) Bucket(partition int, sub Subject, level byte, t time.Time) string
 	return k.Slot(partition) + ":" + Field(sub) + ":" + string(level) + ":" + strconv.FormatInt(n, 10)
 }
 
+// Arrivals returns the key of a subject's bucket arrival times (GCRA): a
+// hash rule -> theoretical arrival time, Unix microseconds.
+func (k Keys) Arrivals(partition int, sub Subject) string {
+	return k.Slot(partition) + ":" + Field(sub) + ":g"
+}
+
+// Distinct returns the key of a subject's distinct values of an attr kind:
+// a sorted set value -> the last second it was seen.
+func (k Keys) Distinct(partition int, sub Subject, kind string) string {
+	return k.Slot(partition) + ":" + Field(sub) + ":d:" + kind
+}
+
 // Pattern matches every live key of the prefix (SCAN MATCH; braces are
 // not special in Redis glob patterns).
 func (k Keys) Pattern() string { return "{" + k.Prefix + ":p*" }
