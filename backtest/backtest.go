@@ -1,0 +1,258 @@
+package backtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
+
+	"floodgate/history"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// Kept in the replay's Redis far longer than any replay runs: Redis
+// expires keys on its wall clock, which runs at another pace than the
+// replay's, so it must never expire one the replay still reads. The
+// replay deletes buckets itself by its own clock (expirer); deny records
+// whose until has passed count as none.
+const replayKeep = 30 * 24 * time.Hour
+
+// Run backtests cfg.Rules (and cfg.Baseline) over the events of
+// [cfg.From, cfg.To): it replays the events topic from Kafka's time index,
+// partitions in parallel, through the live path's own store (window.Store:
+// the same batching, profiles, headroom and Lua scripts) over a private
+// Redis, and reports what each rules set would have denied. It writes to no
+// production Redis, moves no consumer group's offsets and commits nothing.
+//
+// When the topic no longer holds the range it returns a *RetentionError,
+// unless cfg.FromHistory: then it replays PostgreSQL's minute buckets.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	need := cfg.From.Add(-cfg.WarmUp)
+	rep := &Report{Source: "kafka", Topic: cfg.Topic, From: cfg.From.UTC(), To: cfg.To.UTC(), ReadFrom: need.UTC(), Clock: cfg.Clock,
+		Precision: "exact: every event at its own time, through the live path's store and scripts"}
+
+	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second}
+	spans, err := plan(ctx, client, cfg.Topic, need, cfg.To)
+	var retention *RetentionError
+	switch {
+	case errors.As(err, &retention) && cfg.FromHistory:
+		cfg.Logger.Warn("backtest: the topic no longer holds the range; replaying PostgreSQL's minute buckets", "reason", err)
+		rep.Source, rep.Retention, rep.Precision, rep.Clock = "history", err.Error(), HistoryPrecision, ClockEvent
+	case err != nil:
+		return nil, err
+	}
+
+	sets := []*rules.Set{cfg.Rules, cfg.Baseline}
+	if rep.Source == "history" {
+		for i, s := range sets {
+			if s != nil {
+				var dropped []string
+				sets[i], dropped = historyRules(s)
+				rep.Dropped = append(rep.Dropped, dropped...)
+			}
+		}
+		if len(sets[0].Rules()) == 0 {
+			return nil, errNoRules
+		}
+	}
+
+	rdb, done, err := replayRedis(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	stores, err := newStores(rdb, &cfg, sets)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var merged []*tallies
+	if rep.Source == "kafka" {
+		merged, err = runKafka(ctx, client, &cfg, rdb, stores, spans, rep)
+	} else {
+		merged, err = runHistory(ctx, &cfg, rdb, stores, sets, need, rep)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	if rep.Seconds > 0 {
+		rep.EventsPerSecond = float64(rep.Events) / rep.Seconds
+	}
+	if cfg.Scratch == nil {
+		if rep.RedisPeakBytes, err = peakMemory(ctx, rdb); err != nil {
+			cfg.Logger.Warn("backtest: redis peak memory", "err", err)
+		}
+	}
+	rep.Candidate = outcome(cfg.RulesName, merged[0])
+	if len(merged) > 1 {
+		rep.Baseline = outcome(cfg.BaselineName, merged[1])
+		rep.Changes, rep.Unchanged = diff(rep.Candidate, rep.Baseline)
+	}
+	return rep, nil
+}
+
+// replayRedis returns the replay's Redis: a private server, or the scratch
+// one; done stops the server or deletes the replay's keys.
+func replayRedis(ctx context.Context, cfg *Config) (*redis.Client, func(), error) {
+	if cfg.Scratch != nil {
+		return cfg.Scratch, func() {}, nil
+	}
+	srv, rdb, err := startServer(ctx, cfg.RedisServer, 2*cfg.Parallel+4)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rdb, func() {
+		if err := rdb.Close(); err != nil {
+			cfg.Logger.Warn("backtest: close redis client", "err", err)
+		}
+		if err := srv.Close(); err != nil {
+			cfg.Logger.Warn("backtest: stop redis-server", "err", err)
+		}
+	}, nil
+}
+
+// newStores returns a store per rules set, each under its own prefix:
+// "bt" and a random suffix, unique on a scratch Redis shared with others.
+func newStores(rdb *redis.Client, cfg *Config, sets []*rules.Set) ([]ruleSet, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	base := "backtest-" + hex.EncodeToString(b[:])
+	names := []string{Candidate, Baseline}
+	var out []ruleSet
+	for i, s := range sets {
+		if s == nil {
+			continue
+		}
+		st, err := window.NewStore(rdb, window.StoreConfig{
+			Prefix: base + "-" + names[i], MaxSubjects: cfg.MaxSubjects, MaxLog: 1, Dedup: cfg.Dedup,
+			Slack: replayKeep, KeepRecords: replayKeep,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("backtest: %w", err)
+		}
+		out = append(out, ruleSet{name: names[i], rules: s, store: st})
+	}
+	return out, nil
+}
+
+// runKafka replays every partition's span, Parallel at a time, and merges
+// what they found.
+func runKafka(ctx context.Context, client *kafka.Client, cfg *Config, rdb *redis.Client, stores []ruleSet, spans []span, rep *Report) ([]*tallies, error) {
+	defer cleanScratch(cfg, stores)
+	parts := make([]*partition, len(spans))
+	rejects := make([]map[string]int64, len(spans))
+	for i, sp := range spans {
+		st := &partStats{start: sp.Start, end: sp.End}
+		st.next.Store(sp.Start)
+		parts[i] = newPartition(sp.Partition, cfg.Topic, rdb, stores, cfg, st)
+		rejects[i] = map[string]int64{}
+	}
+	stop := startProgress(cfg, parts, "kafka")
+	err := forEach(ctx, cfg.Parallel, len(spans), func(ctx context.Context, i int) error {
+		return replayKafka(ctx, client, cfg, spans[i], parts[i], rejects[i])
+	})
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	rep.Partitions = len(spans)
+	rep.Rejected = map[string]int64{}
+	for i, sp := range spans {
+		rep.Messages += sp.End - sp.Start
+		rep.Events += parts[i].stats.events.Load()
+		for r, n := range rejects[i] {
+			rep.Rejected[r] += n
+		}
+	}
+	return mergeTallies(parts, len(stores)), nil
+}
+
+// runHistory replays the minute buckets of [need, cfg.To).
+func runHistory(ctx context.Context, cfg *Config, rdb *redis.Client, stores []ruleSet, sets []*rules.Set, need time.Time, rep *Report) ([]*tallies, error) {
+	defer cleanScratch(cfg, stores)
+	q := history.NewQuerier(cfg.History, cfg.HistorySchema)
+	if err := checkMinutes(ctx, q, cfg.HistorySchema, need); err != nil {
+		return nil, err
+	}
+	parts := make([]*partition, cfg.Parallel)
+	for i := range parts {
+		parts[i] = newPartition(i, "history", rdb, stores, cfg, &partStats{})
+	}
+	stop := startProgress(cfg, parts, "history")
+	rows, err := replayHistory(ctx, cfg, q, selection(sets...), need, parts)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	rep.Partitions, rep.Messages, rep.Events = len(parts), rows, rows
+	return mergeTallies(parts, len(stores)), nil
+}
+
+func mergeTallies(parts []*partition, n int) []*tallies {
+	out := make([]*tallies, n)
+	for i := range out {
+		out[i] = parts[0].sets[i].tallies
+		for _, p := range parts[1:] {
+			out[i].merge(p.sets[i].tallies)
+		}
+	}
+	return out
+}
+
+// cleanScratch deletes the replay's keys from a scratch Redis (a private
+// server goes whole).
+func cleanScratch(cfg *Config, stores []ruleSet) {
+	if cfg.Scratch == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, s := range stores {
+		if err := deleteKeys(ctx, cfg.Scratch, s.store.Keys().Pattern()); err != nil {
+			cfg.Logger.Warn("backtest: delete the replay's keys from the scratch redis", "pattern", s.store.Keys().Pattern(), "err", err)
+		}
+	}
+}
+
+func deleteKeys(ctx context.Context, rdb *redis.Client, pattern string) error {
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 500 {
+			if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return rdb.Unlink(ctx, batch...).Err()
+	}
+	return nil
+}
+
+// forEach runs fn for 0..n-1, at most parallel at once; the first error
+// cancels the rest and is returned.
+func forEach(ctx context.Context, parallel, n int, fn func(ctx context.Context, i int) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
+	for i := range n {
+		g.Go(func() error { return fn(gctx, i) })
+	}
+	return g.Wait()
+}
