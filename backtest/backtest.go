@@ -67,21 +67,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	rdb, done, err := replayRedis(ctx, &cfg)
+	clients, done, err := replayRedis(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	stores, err := newStores(rdb, &cfg, sets)
+	backends, err := newBackends(clients, &cfg, sets)
 	if err != nil {
 		return nil, err
 	}
+	defer cleanScratch(&cfg, backends)
 	start := time.Now()
 	var merged []*tallies
 	if rep.Source == "kafka" {
-		merged, err = runKafka(ctx, client, &cfg, rdb, stores, spans, rep)
+		merged, err = runKafka(ctx, client, &cfg, backends, spans, rep)
 	} else {
-		merged, err = runHistory(ctx, &cfg, rdb, stores, sets, need, rep)
+		merged, err = runHistory(ctx, &cfg, backends, sets, need, rep)
 	}
 	if err != nil {
 		return nil, err
@@ -91,72 +92,96 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.EventsPerSecond = float64(rep.Events) / rep.Seconds
 	}
 	if cfg.Scratch == nil {
-		if rep.RedisPeakBytes, err = peakMemory(ctx, rdb); err != nil {
-			cfg.Logger.Warn("backtest: redis peak memory", "err", err)
+		for _, c := range clients {
+			n, err := peakMemory(ctx, c)
+			if err != nil {
+				cfg.Logger.Warn("backtest: redis peak memory", "err", err)
+			}
+			rep.RedisPeakBytes += n
 		}
 	}
 	rep.Candidate = outcome(cfg.RulesName, merged[0])
 	if len(merged) > 1 {
 		rep.Baseline = outcome(cfg.BaselineName, merged[1])
-		rep.Changes, rep.Unchanged = diff(rep.Candidate, rep.Baseline)
+		rep.Changes, rep.Unchanged = diff(rep.Candidate, rep.Baseline, merged[0], merged[1])
 	}
 	return rep, nil
 }
 
-// replayRedis returns the replay's Redis: a private server, or the scratch
-// one; done stops the server or deletes the replay's keys.
-func replayRedis(ctx context.Context, cfg *Config) (*redis.Client, func(), error) {
+// replayRedis returns the replay's Redis servers: cfg.RedisServers
+// private ones, or the scratch one; done stops the servers.
+func replayRedis(ctx context.Context, cfg *Config) ([]*redis.Client, func(), error) {
 	if cfg.Scratch != nil {
-		return cfg.Scratch, func() {}, nil
+		return []*redis.Client{cfg.Scratch}, func() {}, nil
 	}
-	srv, rdb, err := startServer(ctx, cfg.RedisServer, 2*cfg.Parallel+4)
-	if err != nil {
-		return nil, nil, err
+	var clients []*redis.Client
+	var servers []*server
+	done := func() {
+		for i, c := range clients {
+			if err := c.Close(); err != nil {
+				cfg.Logger.Warn("backtest: close redis client", "err", err)
+			}
+			if err := servers[i].Close(); err != nil {
+				cfg.Logger.Warn("backtest: stop redis-server", "err", err)
+			}
+		}
 	}
-	return rdb, func() {
-		if err := rdb.Close(); err != nil {
-			cfg.Logger.Warn("backtest: close redis client", "err", err)
+	pool := 2*(cfg.Parallel+cfg.RedisServers-1)/cfg.RedisServers + 2
+	for range cfg.RedisServers {
+		srv, rdb, err := startServer(ctx, cfg.RedisServer, pool)
+		if err != nil {
+			done()
+			return nil, nil, err
 		}
-		if err := srv.Close(); err != nil {
-			cfg.Logger.Warn("backtest: stop redis-server", "err", err)
-		}
-	}, nil
+		servers, clients = append(servers, srv), append(clients, rdb)
+	}
+	return clients, done, nil
 }
 
-// newStores returns a store per rules set, each under its own prefix:
-// "bt" and a random suffix, unique on a scratch Redis shared with others.
-func newStores(rdb *redis.Client, cfg *Config, sets []*rules.Set) ([]ruleSet, error) {
+// backend is one Redis of the replay with a store per rules set on it.
+// Partitions are spread over the backends: a partition's keys are its own.
+type backend struct {
+	rdb    *redis.Client
+	stores []ruleSet
+}
+
+// newBackends makes the stores of every rules set on every Redis, each set
+// under its own prefix: "backtest-", a random suffix (unique on a scratch
+// Redis shared with others) and the set's name.
+func newBackends(clients []*redis.Client, cfg *Config, sets []*rules.Set) ([]backend, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	base := "backtest-" + hex.EncodeToString(b[:])
 	names := []string{Candidate, Baseline}
-	var out []ruleSet
-	for i, s := range sets {
-		if s == nil {
-			continue
+	out := make([]backend, len(clients))
+	for k, rdb := range clients {
+		out[k].rdb = rdb
+		for i, s := range sets {
+			if s == nil {
+				continue
+			}
+			st, err := window.NewStore(rdb, window.StoreConfig{
+				Prefix: base + "-" + names[i], MaxSubjects: cfg.MaxSubjects, MaxLog: 1, Dedup: cfg.Dedup,
+				Slack: replayKeep, KeepRecords: replayKeep,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("backtest: %w", err)
+			}
+			out[k].stores = append(out[k].stores, ruleSet{name: names[i], rules: s, store: st})
 		}
-		st, err := window.NewStore(rdb, window.StoreConfig{
-			Prefix: base + "-" + names[i], MaxSubjects: cfg.MaxSubjects, MaxLog: 1, Dedup: cfg.Dedup,
-			Slack: replayKeep, KeepRecords: replayKeep,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("backtest: %w", err)
-		}
-		out = append(out, ruleSet{name: names[i], rules: s, store: st})
 	}
 	return out, nil
 }
 
 // runKafka replays every partition's span, Parallel at a time, and merges
 // what they found.
-func runKafka(ctx context.Context, client *kafka.Client, cfg *Config, rdb *redis.Client, stores []ruleSet, spans []span, rep *Report) ([]*tallies, error) {
-	defer cleanScratch(cfg, stores)
+func runKafka(ctx context.Context, client *kafka.Client, cfg *Config, backends []backend, spans []span, rep *Report) ([]*tallies, error) {
 	parts := make([]*partition, len(spans))
 	rejects := make([]map[string]int64, len(spans))
 	for i, sp := range spans {
 		st := &partStats{start: sp.Start, end: sp.End}
 		st.next.Store(sp.Start)
-		parts[i] = newPartition(sp.Partition, cfg.Topic, rdb, stores, cfg, st)
+		parts[i] = newPartition(sp.Partition, cfg.Topic, backends[i%len(backends)], cfg, st)
 		rejects[i] = map[string]int64{}
 	}
 	stop := startProgress(cfg, parts, "kafka")
@@ -176,19 +201,18 @@ func runKafka(ctx context.Context, client *kafka.Client, cfg *Config, rdb *redis
 			rep.Rejected[r] += n
 		}
 	}
-	return mergeTallies(parts, len(stores)), nil
+	return mergeTallies(parts), nil
 }
 
 // runHistory replays the minute buckets of [need, cfg.To).
-func runHistory(ctx context.Context, cfg *Config, rdb *redis.Client, stores []ruleSet, sets []*rules.Set, need time.Time, rep *Report) ([]*tallies, error) {
-	defer cleanScratch(cfg, stores)
+func runHistory(ctx context.Context, cfg *Config, backends []backend, sets []*rules.Set, need time.Time, rep *Report) ([]*tallies, error) {
 	q := history.NewQuerier(cfg.History, cfg.HistorySchema)
 	if err := checkMinutes(ctx, q, cfg.HistorySchema, need); err != nil {
 		return nil, err
 	}
 	parts := make([]*partition, cfg.Parallel)
 	for i := range parts {
-		parts[i] = newPartition(i, "history", rdb, stores, cfg, &partStats{})
+		parts[i] = newPartition(i, "history", backends[i%len(backends)], cfg, &partStats{})
 	}
 	stop := startProgress(cfg, parts, "history")
 	rows, err := replayHistory(ctx, cfg, q, selection(sets...), need, parts)
@@ -197,11 +221,12 @@ func runHistory(ctx context.Context, cfg *Config, rdb *redis.Client, stores []ru
 		return nil, err
 	}
 	rep.Partitions, rep.Messages, rep.Events = len(parts), rows, rows
-	return mergeTallies(parts, len(stores)), nil
+	return mergeTallies(parts), nil
 }
 
-func mergeTallies(parts []*partition, n int) []*tallies {
-	out := make([]*tallies, n)
+// mergeTallies merges each rules set's tallies over the partitions.
+func mergeTallies(parts []*partition) []*tallies {
+	out := make([]*tallies, len(parts[0].sets))
 	for i := range out {
 		out[i] = parts[0].sets[i].tallies
 		for _, p := range parts[1:] {
@@ -213,13 +238,13 @@ func mergeTallies(parts []*partition, n int) []*tallies {
 
 // cleanScratch deletes the replay's keys from a scratch Redis (a private
 // server goes whole).
-func cleanScratch(cfg *Config, stores []ruleSet) {
+func cleanScratch(cfg *Config, backends []backend) {
 	if cfg.Scratch == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, s := range stores {
+	for _, s := range backends[0].stores {
 		if err := deleteKeys(ctx, cfg.Scratch, s.store.Keys().Pattern()); err != nil {
 			cfg.Logger.Warn("backtest: delete the replay's keys from the scratch redis", "pattern", s.store.Keys().Pattern(), "err", err)
 		}

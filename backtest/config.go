@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,7 +83,12 @@ type Config struct {
 	// unix socket in a temporary directory, no TCP port, no persistence,
 	// killed and removed at the end. Default "redis-server" (on PATH).
 	RedisServer string
-	// Scratch, when set, is used instead of a private server: a Redis the
+	// RedisServers is how many private servers the replay runs, the
+	// partitions spread over them: Redis runs a script on one core, and
+	// the replay's work is mostly scripts. Default: half the CPUs, at
+	// least 1, at most Parallel.
+	RedisServers int
+	// Scratch, when set, is used instead of private servers: a Redis the
 	// operator names for throwaway work (never the production one: the
 	// replay's writes load it). Keys go under a unique prefix and are
 	// deleted at the end. One server, not a cluster.
@@ -129,8 +135,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("backtest: clock %q: want record or event", c.Clock)
 	case c.MaxFutureSkew < 0 || c.Dedup < 0 || c.ProgressEvery < 0 || c.WarmUp < 0:
 		return errors.New("backtest: warm-up, max future skew, dedup and progress interval must not be negative")
-	case c.Parallel < 0 || c.MaxSubjects < 0:
-		return errors.New("backtest: parallel and max subjects must not be negative")
+	case c.Parallel < 0 || c.MaxSubjects < 0 || c.RedisServers < 0:
+		return errors.New("backtest: parallel, max subjects and redis servers must not be negative")
 	case c.FromHistory && c.History == nil:
 		return errors.New("backtest: from history needs the PostgreSQL pool")
 	}
@@ -155,6 +161,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Parallel == 0 {
 		c.Parallel = 4
+	}
+	if c.RedisServers == 0 {
+		c.RedisServers = min(c.Parallel, max(1, runtime.NumCPU()/2))
 	}
 	if c.MaxSubjects == 0 {
 		c.MaxSubjects = 10_000

@@ -46,7 +46,8 @@ func newStream(tb testing.TB, brokers []string, topic string, partitions int) *s
 	return &stream{w: w, partitions: partitions, end: make([]int64, partitions)}
 }
 
-// publish writes evs with record time at, in one call.
+// publish writes evs with record time at (zero: each event's own time),
+// in one call.
 func (s *stream) publish(tb testing.TB, at time.Time, evs ...event.Event) {
 	tb.Helper()
 	msgs := make([]kafka.Message, len(evs))
@@ -55,7 +56,11 @@ func (s *stream) publish(tb testing.TB, at time.Time, evs ...event.Event) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		msgs[i] = kafka.Message{Key: []byte(e.Key()), Value: v, Time: at}
+		rt := at
+		if rt.IsZero() {
+			rt = e.TS
+		}
+		msgs[i] = kafka.Message{Key: []byte(e.Key()), Value: v, Time: rt}
 		s.end[window.Partition(window.Subject{Action: e.Action, Kind: e.Kind, Subject: e.Subject}, s.partitions)]++
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,6 +1,7 @@
 package backtest
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
@@ -10,8 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+
+	"floodgate/window"
 )
 
 // WriteJSON writes the whole report as one JSON document.
@@ -33,9 +37,9 @@ var csvHeader = []string{"rules", "action", "kind", "subject", "rule", "limit", 
 func WriteCSV(w io.Writer, r *Report) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write(csvHeader)
-	change := map[sideKey]string{}
+	change := map[ruleKey]string{}
 	for _, c := range r.Changes {
-		change[sideKey{c.Action, c.Kind, c.Subject, c.Rule, c.Shadow}] = c.Change
+		change[ruleKey{c.Action, c.Kind, c.Subject, c.Rule, c.Shadow}] = c.Change
 	}
 	rows := func(set string, o *Outcome) {
 		if o == nil {
@@ -44,7 +48,7 @@ func WriteCSV(w io.Writer, r *Report) error {
 		for _, d := range o.Denies {
 			ch := ""
 			if r.Baseline != nil {
-				ch = cmp.Or(change[sideKey{d.Action, d.Kind, d.Subject, d.Rule, d.Shadow}], "same")
+				ch = cmp.Or(change[ruleKey{d.Action, d.Kind, d.Subject, d.Rule, d.Shadow}], "same")
 			}
 			_ = cw.Write([]string{set, d.Action, d.Kind, d.Subject, d.Rule, d.Limit, strconv.FormatBool(d.Shadow),
 				strconv.Itoa(d.Decisions), stamp(d.First), stamp(d.Last), strconv.FormatFloat(d.DenySeconds, 'f', -1, 64), ch})
@@ -81,7 +85,7 @@ func WriteText(w io.Writer, r *Report, top int) error {
 }
 
 func writeHeader(p func(string, ...any), r *Report) {
-	p("backtest %s .. %s (replayed from %s: the rules' longest window before, to fill the windows)\n",
+	p("backtest %s .. %s (replayed from %s: the warm-up fills windows and deny records; nothing of it is reported)\n",
 		stamp(r.From), stamp(r.To), stamp(r.ReadFrom))
 	if r.Source == "history" {
 		p("source: PostgreSQL minute buckets (the topic no longer holds the range: %s)\n", r.Retention)
@@ -165,7 +169,7 @@ func sideText(s *Side) string {
 	if s == nil {
 		return "not denied"
 	}
-	return fmt.Sprintf("%s: %d decisions, %s s from %s", limitsText(s.Limits), s.Decisions, secs(s.DenySeconds), stamp(s.First))
+	return fmt.Sprintf("%s: %s, %s s denied from %s", limitsText(s.Limits), plural(s.Decisions, "decision"), secs(s.DenySeconds), stamp(s.First))
 }
 
 func stamp(t time.Time) string {
@@ -177,9 +181,56 @@ func stamp(t time.Time) string {
 
 func secs(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
 func yesNo(b bool) string {
 	if b {
 		return "yes"
 	}
 	return "no"
+}
+
+// DecisionLog writes decisions as NDJSON, one floodgate.decisions message
+// value a line with the rules set it came from ("rules": candidate or
+// baseline). Its Add is an OnDecision hook, safe for concurrent use.
+type DecisionLog struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	err error
+}
+
+// NewDecisionLog writes to w.
+func NewDecisionLog(w io.Writer) *DecisionLog { return &DecisionLog{w: bufio.NewWriter(w)} }
+
+// Add writes one decision; the first error is kept for Flush.
+func (l *DecisionLog) Add(set string, d window.Decision) {
+	b, err := json.Marshal(d)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	if err != nil {
+		l.err = err
+		return
+	}
+	// {"rules":"candidate", then the decision's own fields.
+	fmt.Fprintf(l.w, "{\"rules\":%q,", set)
+	l.w.Write(b[1:])
+	l.err = l.w.WriteByte('\n')
+}
+
+// Flush writes what is buffered and returns the first error.
+func (l *DecisionLog) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	return l.w.Flush()
 }

@@ -58,10 +58,10 @@ type partStats struct {
 	clock      atomic.Int64 // ms
 }
 
-func newPartition(id int, topic string, rdb *redis.Client, sets []ruleSet, cfg *Config, stats *partStats) *partition {
-	p := &partition{id: id, topic: topic, rdb: rdb, onDec: cfg.OnDecision, from: cfg.From.UnixMilli(), stats: stats,
+func newPartition(id int, topic string, be backend, cfg *Config, stats *partStats) *partition {
+	p := &partition{id: id, topic: topic, rdb: be.rdb, onDec: cfg.OnDecision, from: cfg.From.UnixMilli(), stats: stats,
 		batch: aggregator.Batch{Topic: topic, Partition: id}}
-	for _, s := range sets {
+	for _, s := range be.stores {
 		p.sets = append(p.sets, &setState{
 			ruleSet: s,
 			room:    window.NewHeadroom(200_000),

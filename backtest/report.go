@@ -68,6 +68,8 @@ type LimitSummary struct {
 	First       time.Time `json:"first"`
 	Last        time.Time `json:"last"`
 	DenySeconds float64   `json:"deny_seconds"`
+
+	ms int64
 }
 
 // Deny is one subject denied (or, for a shadow rule, that would have been)
@@ -90,6 +92,8 @@ type Deny struct {
 	First       time.Time `json:"first"`
 	Last        time.Time `json:"last"`
 	DenySeconds float64   `json:"deny_seconds"`
+
+	ms int64 // DenySeconds, summed exactly
 }
 
 // Change is one subject and rule denied differently by the candidate and
@@ -127,7 +131,7 @@ func outcome(name string, ts *tallies) *Outcome {
 	for k, t := range ts.keys {
 		o.Denies = append(o.Denies, Deny{
 			Action: k.Action, Kind: k.Kind, Subject: k.Subject, Rule: k.Rule, Limit: k.Limit, Shadow: k.Shadow,
-			Decisions: t.decisions, First: msTime(t.first), Last: msTime(t.last), DenySeconds: seconds(t.total),
+			Decisions: t.decisions, First: msTime(t.first), Last: msTime(t.last), DenySeconds: seconds(t.total), ms: t.total,
 		})
 	}
 	slices.SortFunc(o.Denies, func(a, b Deny) int {
@@ -143,7 +147,8 @@ func outcome(name string, ts *tallies) *Outcome {
 		s := &o.Limits[n-1]
 		s.Subjects++
 		s.Decisions += d.Decisions
-		s.DenySeconds += d.DenySeconds
+		s.ms += d.ms
+		s.DenySeconds = seconds(s.ms)
 		if d.First.Before(s.First) {
 			s.First = d.First
 		}
@@ -154,32 +159,16 @@ func outcome(name string, ts *tallies) *Outcome {
 	return o
 }
 
-// sideKey is a subject under a rule, whatever the limit.
-type sideKey struct {
-	Action, Kind, Subject, Rule string
-	Shadow                      bool
-}
-
-// sides folds an outcome's denies per subject and rule. Deny seconds of
-// several limits of one rule add up (each is the time its own record was in
-// force, and one subject has one record at a time).
-func sides(o *Outcome) map[sideKey]*Side {
-	out := map[sideKey]*Side{}
+// sides are an outcome's subjects per rule: the limits that denied them,
+// and their deny time under the rule, the union over its limits.
+func sides(o *Outcome, ts *tallies) map[ruleKey]*Side {
+	out := map[ruleKey]*Side{}
+	for k, t := range ts.rules {
+		out[k] = &Side{Decisions: t.decisions, First: msTime(t.first), Last: msTime(t.last), DenySeconds: seconds(t.total)}
+	}
 	for _, d := range o.Denies {
-		k := sideKey{d.Action, d.Kind, d.Subject, d.Rule, d.Shadow}
-		s := out[k]
-		if s == nil {
-			s = &Side{First: d.First, Last: d.Last}
-			out[k] = s
-		}
-		s.Limits = append(s.Limits, d.Limit)
-		s.Decisions += d.Decisions
-		s.DenySeconds += d.DenySeconds
-		if d.First.Before(s.First) {
-			s.First = d.First
-		}
-		if d.Last.After(s.Last) {
-			s.Last = d.Last
+		if s := out[ruleKey{d.Action, d.Kind, d.Subject, d.Rule, d.Shadow}]; s != nil {
+			s.Limits = append(s.Limits, d.Limit)
 		}
 	}
 	for _, s := range out {
@@ -189,9 +178,9 @@ func sides(o *Outcome) map[sideKey]*Side {
 }
 
 // diff compares the candidate with the baseline per subject and rule.
-func diff(cand, base *Outcome) (changes []Change, unchanged int) {
-	c, b := sides(cand), sides(base)
-	add := func(k sideKey, kind string, cs, bs *Side) {
+func diff(cand, base *Outcome, ct, bt *tallies) (changes []Change, unchanged int) {
+	c, b := sides(cand, ct), sides(base, bt)
+	add := func(k ruleKey, kind string, cs, bs *Side) {
 		changes = append(changes, Change{Change: kind, Action: k.Action, Kind: k.Kind, Subject: k.Subject, Rule: k.Rule, Shadow: k.Shadow, Candidate: cs, Baseline: bs})
 	}
 	for k, cs := range c {

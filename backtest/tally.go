@@ -32,27 +32,46 @@ type tally struct {
 	s, e        int64 // the open interval
 }
 
-// tallies count one rules set's denies in one partition. A subject's
-// records come from one partition in time order, so intervals only grow or
-// start after the open one.
+// ruleKey is a subject under one rule, whatever the limit.
+type ruleKey struct {
+	Action, Kind, Subject, Rule string
+	Shadow                      bool
+}
+
+func (k denyKey) rule() ruleKey { return ruleKey{k.Action, k.Kind, k.Subject, k.Rule, k.Shadow} }
+
+// tallies count one rules set's denies in one partition, per limit and
+// per rule (the union over its limits). A subject's records come from one
+// partition in time order, so intervals only grow or start after the open
+// one.
 type tallies struct {
 	from, to int64 // ms
 	keys     map[denyKey]*tally
+	rules    map[ruleKey]*tally
 }
 
 func newTallies(from, to time.Time) *tallies {
-	return &tallies{from: from.UnixMilli(), to: to.UnixMilli(), keys: map[denyKey]*tally{}}
+	return &tallies{from: from.UnixMilli(), to: to.UnixMilli(), keys: map[denyKey]*tally{}, rules: map[ruleKey]*tally{}}
 }
 
 // record notes a deny record written at d.TS until d.Until; isNew when it
 // was a new decision (not an extension of the record in force).
 func (ts *tallies) record(d *window.Decision, isNew bool) {
 	k := keyOf(d)
-	t := ts.keys[k]
+	ts.add(getTally(ts.keys, k), d, isNew)
+	ts.add(getTally(ts.rules, k.rule()), d, isNew)
+}
+
+func getTally[K comparable](m map[K]*tally, k K) *tally {
+	t := m[k]
 	if t == nil {
 		t = &tally{}
-		ts.keys[k] = t
+		m[k] = t
 	}
+	return t
+}
+
+func (ts *tallies) add(t *tally, d *window.Decision, isNew bool) {
 	s, e := d.TS.UnixMilli(), d.Until.UnixMilli()
 	if isNew && s >= ts.from && s < ts.to {
 		t.decisions++
@@ -88,10 +107,15 @@ func (ts *tallies) close(t *tally) {
 // finish closes every interval and drops the keys with nothing in range
 // (denies of the warm-up that ended before it).
 func (ts *tallies) finish() {
-	for k, t := range ts.keys {
+	finish(ts, ts.keys)
+	finish(ts, ts.rules)
+}
+
+func finish[K comparable](ts *tallies, m map[K]*tally) {
+	for k, t := range m {
 		ts.close(t)
 		if t.total == 0 && t.decisions == 0 {
-			delete(ts.keys, k)
+			delete(m, k)
 		}
 	}
 }
@@ -99,10 +123,15 @@ func (ts *tallies) finish() {
 // merge adds o's keys (of another partition: only a subject produced to
 // several partitions is in both, and then its deny times add up).
 func (ts *tallies) merge(o *tallies) {
-	for k, t := range o.keys {
-		m := ts.keys[k]
+	merge(ts.keys, o.keys)
+	merge(ts.rules, o.rules)
+}
+
+func merge[K comparable](into, from map[K]*tally) {
+	for k, t := range from {
+		m := into[k]
 		if m == nil {
-			ts.keys[k] = t
+			into[k] = t
 			continue
 		}
 		m.decisions += t.decisions

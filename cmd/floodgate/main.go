@@ -30,6 +30,7 @@ type CLI struct {
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
+	Backtest   BacktestCmd   `cmd:"" help:"Replay the events topic through a rules file: whom it would have denied, and what changes against the rules in force."`
 	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
 	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
 }
