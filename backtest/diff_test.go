@@ -1,11 +1,15 @@
 package backtest_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +107,8 @@ func TestBaselineDiffAgainstReference(t *testing.T) {
 		t.Fatalf("the stream should make changes of every kind: %v, %d unchanged", count, unchanged)
 	}
 	t.Logf("%d events; changes %v, %d unchanged", len(evs), count, unchanged)
+
+	checkRendering(t, rep)
 
 	// Nothing of the replay stays in the scratch Redis.
 	keys, _, err := rdb.Scan(context.Background(), 0, "{backtest-*", 1000).Result()
@@ -259,4 +265,43 @@ func referenceDiff(cand, base []string) (changes []string, unchanged int) {
 	}
 	slices.SortFunc(changes, cmp.Compare)
 	return changes, unchanged
+}
+
+// checkRendering writes a report with a baseline in the three formats.
+func checkRendering(t *testing.T, rep *backtest.Report) {
+	t.Helper()
+	var js bytes.Buffer
+	if err := backtest.WriteJSON(&js, rep); err != nil {
+		t.Fatal(err)
+	}
+	var back backtest.Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Changes) != len(rep.Changes) || len(back.Candidate.Denies) != len(rep.Candidate.Denies) {
+		t.Fatalf("json round trip: %v", err)
+	}
+	var cs bytes.Buffer
+	if err := backtest.WriteCSV(&cs, rep); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&cs).ReadAll()
+	if err != nil || len(rows) != 1+len(rep.Candidate.Denies)+len(rep.Baseline.Denies) || rows[0][0] != "rules" || rows[0][11] != "change" {
+		t.Fatalf("csv: %d rows (%v), want a header and one per deny of either set", len(rows), err)
+	}
+	for _, row := range rows[1:] {
+		wrong := backtest.ChangeGone // a candidate's deny cannot be gone, nor a baseline's new
+		if row[0] == backtest.Baseline {
+			wrong = backtest.ChangeNew
+		}
+		if row[11] == "" || row[11] == wrong {
+			t.Fatalf("csv row %v: change %q does not fit its rules set", row, row[11])
+		}
+	}
+	var txt bytes.Buffer
+	if err := backtest.WriteText(&txt, rep, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"candidate.yaml: ", "baseline.yaml: ", "changes, candidate.yaml against baseline.yaml: ", "RULE", "SUBJECT", "CHANGE"} {
+		if !strings.Contains(txt.String(), want) {
+			t.Fatalf("text report lacks %q:\n%s", want, txt.String())
+		}
+	}
 }

@@ -27,17 +27,20 @@ type RetentionError struct {
 	// Held is the time of the first record the partition holds (zero when
 	// it holds none).
 	Held time.Time
+	// Earliest is the earliest range start the partition can answer with
+	// the same warm-up (zero when it holds none).
+	Earliest time.Time
 }
 
 func (e *RetentionError) Error() string {
-	held := "it holds no records any more"
+	held, then := "it holds no records any more", "backtest a later range"
 	if !e.Held.IsZero() {
 		held = "its first record is of " + e.Held.UTC().Format(time.RFC3339)
+		then = "backtest from " + e.Earliest.UTC().Format(time.RFC3339) + " or later (the warm-up before the range must lie in what the topic holds)"
 	}
-	return fmt.Sprintf("topic %s partition %d no longer holds the events from %s (retention deleted offsets 0..%d; %s): "+
-		"backtest a later range (its start less the warm-up, twice the rules' longest window by default, must be at or after that), "+
-		"or add --from-history to replay PostgreSQL's minute counts instead",
-		e.Topic, e.Partition, e.Need.UTC().Format(time.RFC3339), e.Deleted-1, held)
+	return fmt.Sprintf("topic %s partition %d no longer holds the events the backtest needs from %s (offsets 0..%d were deleted by retention; %s): "+
+		"%s, or add --from-history to replay PostgreSQL's minute counts instead",
+		e.Topic, e.Partition, e.Need.UTC().Format(time.RFC3339), e.Deleted-1, held, then)
 }
 
 // span is the part of one partition a replay reads: offsets [Start, End).
@@ -51,7 +54,7 @@ type span struct {
 // stable end), and refuses when retention removed records the replay
 // needs: a partition whose log start moved (records were deleted) and whose
 // first remaining record is after need.
-func plan(ctx context.Context, client *kafka.Client, topic string, need, to time.Time) ([]span, error) {
+func plan(ctx context.Context, client *kafka.Client, topic string, need, to time.Time, warmUp time.Duration) ([]span, error) {
 	parts, err := partitions(ctx, client, topic)
 	if err != nil {
 		return nil, err
@@ -86,7 +89,11 @@ func plan(ctx context.Context, client *kafka.Client, topic string, need, to time
 				return nil, err
 			}
 			if held.IsZero() || held.After(need) {
-				return nil, &RetentionError{Topic: topic, Partition: p, Need: need, Deleted: first[p], Held: held}
+				e := &RetentionError{Topic: topic, Partition: p, Need: need, Deleted: first[p], Held: held}
+				if !held.IsZero() {
+					e.Earliest = held.Add(warmUp + time.Second - 1).Truncate(time.Second)
+				}
+				return nil, e
 			}
 		}
 		spans = append(spans, sp)
