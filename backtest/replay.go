@@ -2,7 +2,9 @@ package backtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +49,7 @@ type setState struct {
 	ruleSet
 	room    *window.Headroom
 	exp     *expirer
+	sweep   int64 // second of the next deletion of expired buckets
 	tallies *tallies
 }
 
@@ -90,7 +93,8 @@ func (p *partition) add(ctx context.Context, offset, clock int64, ev *event.Even
 	return nil
 }
 
-// flush applies the tick in hand to every set.
+// flush applies the tick in hand to every set, the sets at once (each
+// has its own keys).
 func (p *partition) flush(ctx context.Context) error {
 	if len(p.batch.Records) == 0 {
 		return nil
@@ -101,10 +105,15 @@ func (p *partition) flush(ctx context.Context) error {
 	// starts past its stored offset as it comes.
 	b.First, b.Last = b.Records[0].Offset, b.Records[len(b.Records)-1].Offset
 	now := time.UnixMilli(p.clock)
-	for _, s := range p.sets {
-		if err := p.apply(ctx, s, b, now); err != nil {
-			return err
-		}
+	errs := make([]error, len(p.sets))
+	var wg sync.WaitGroup
+	for i, s := range p.sets[1:] {
+		wg.Go(func() { errs[i+1] = p.apply(ctx, s, b, now) })
+	}
+	errs[0] = p.apply(ctx, p.sets[0], b, now)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	p.batch.Records = p.batch.Records[:0]
 	p.stats.clock.Store(p.clock)
@@ -128,10 +137,19 @@ func (p *partition) apply(ctx context.Context, s *setState, b aggregator.Batch, 
 	}
 	sec := floorDiv(now.UnixMilli(), 1000)
 	s.exp.touch(b, sec)
-	if keys := s.exp.due(sec); len(keys) > 0 {
-		if err := p.rdb.Unlink(ctx, keys...).Err(); err != nil {
-			return fmt.Errorf("backtest %s: partition %d: delete %d expired buckets: %w", s.name, p.id, len(keys), err)
+	if sec < s.sweep {
+		return nil
+	}
+	// At most once a simulated minute: deleting a bucket later than due
+	// costs memory for a while, one more round trip a tick would cost time.
+	s.sweep = sec + 60
+	keys := s.exp.due(sec)
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		if err := p.rdb.Unlink(ctx, keys[:n]...).Err(); err != nil {
+			return fmt.Errorf("backtest %s: partition %d: delete %d expired buckets: %w", s.name, p.id, n, err)
 		}
+		keys = keys[n:]
 	}
 	return nil
 }
