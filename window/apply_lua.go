@@ -149,16 +149,18 @@ for _, ev in ipairs(evals) do
     local rule = rules[b.lim[1]]
     local u_ms = b.u * 1000
     local old = ev.recs[kind]
-    local write, new = true, true
+    local write, new, since = true, true, b.t * 1000
     if old then
       local ok, o = pcall(cjson.decode, old)
       if ok and type(o) == 'table' then
         if tonumber(o['until']) and tonumber(o['until']) >= u_ms then write = false end
         new = write and (o['rule'] ~= rule[1] or o['window'] ~= fg_fmt_window(b.lim[3]))
+        -- an extended record keeps the time of the decision that made it
+        if not new and tonumber(o['since']) then since = tonumber(o['since']) end
       end
     end
     if write and u_ms > now_ms then
-      redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, fg_deny_json(rule[1], b.lim[2], b.lim[3], b.count, u_ms, rule[2]), 'PX', u_ms - now_ms)
+      redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, fg_deny_json(rule[1], b.lim[2], b.lim[3], b.count, u_ms, rule[2], since), 'PX', u_ms - now_ms)
       if new then
         local shadow = kind == 'shadow'
         for _, x in ipairs({ev.s, b.l, b.count, u_ms, shadow and 1 or 0, b.t}) do decs[#decs + 1] = x end

@@ -37,7 +37,7 @@ package window
 //	fg_guard(undo, fn)                  -> run fn; on a Redis error undo its writes and return
 //	                                       an error reply (nil when fn succeeded)
 //	fg_fmt_window(w)                    -> "30s", "5m", "1h", "1d"
-//	fg_deny_json(rule, limit, w, count, until_ms, message)
+//	fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
 //	                                    -> deny record JSON (see Deny)
 const LuaLib = `
 local function fg_key(slot, f, level, n)
@@ -215,12 +215,13 @@ local function fg_fmt_window(w)
   return string.format('%ds', w)
 end
 
-local function fg_deny_json(rule, limit, w, count, until_ms, message)
+local function fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
   return '{"rule":' .. cjson.encode(rule) ..
     ',"limit":' .. string.format('%d', limit) ..
     ',"window":"' .. fg_fmt_window(w) ..
     '","count":' .. string.format('%d', count) ..
     ',"until":' .. string.format('%d', until_ms) ..
-    ',"message":' .. cjson.encode(message) .. '}'
+    ',"message":' .. cjson.encode(message) ..
+    ',"since":' .. string.format('%d', since_ms) .. '}'
 end
 `

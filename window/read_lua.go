@@ -16,7 +16,8 @@ package window
 //	      {n, take, nsubjects,
 //	       {field, maxw, count, nblock, rule*nblock, nlimits, {limit, w, block}*nlimits}*nsubjects}*nrequests
 //
-// Returns {{taken, {deny JSON or false, {sum, until_sec}*nlimits}*nsubjects}*nrequests}.
+// Returns {{taken, {deny JSON or false, {sum, until_sec}*nlimits, ban JSON or false}*nsubjects}*nrequests}.
+// A subject's ban in force (banLib) blocks a take whatever its counts.
 // A Redis error (a foreign key of another type) undoes the run's counts and
 // fails it whole.
 const evalBody = `
@@ -72,6 +73,9 @@ local err = fg_guard(undo, function()
         row[#row + 1] = sum
         row[#row + 1] = u
       end
+      local ban = fg_ban(slot, f, now_ms)
+      if ban and take then blocked = true end
+      row[#row + 1] = ban or false
       rows[s] = row
       subs[s] = {f, maxw, count}
     end

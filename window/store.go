@@ -178,6 +178,10 @@ type Deny struct {
 	Count   int64
 	Until   time.Time
 	Message string
+	// Since is when the decision that made the record was taken (kept while
+	// the same rule and window extend it); zero for records written before
+	// it was recorded.
+	Since time.Time
 }
 
 // denyWire is the JSON of deny records; written by the apply script.
@@ -188,13 +192,14 @@ type denyWire struct {
 	Count   int64  `json:"count"`
 	Until   int64  `json:"until"` // Unix milliseconds
 	Message string `json:"message"`
+	Since   int64  `json:"since,omitempty"` // Unix milliseconds
 }
 
 // ParseDeny decodes a deny record:
 //
-//	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"..."}
+//	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"...","since":1767225540000}
 //
-// until is in Unix milliseconds, window in the rules file syntax.
+// until and since are in Unix milliseconds, window in the rules file syntax.
 func ParseDeny(data []byte) (*Deny, error) {
 	var w denyWire
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -204,21 +209,31 @@ func ParseDeny(data []byte) (*Deny, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deny record: %w", err)
 	}
-	return &Deny{
+	d := &Deny{
 		Rule:    w.Rule,
 		Limit:   rules.Limit{Count: w.Limit, Window: win},
 		Count:   w.Count,
 		Until:   time.UnixMilli(w.Until).UTC(),
 		Message: w.Message,
-	}, nil
+	}
+	if w.Since > 0 {
+		d.Since = time.UnixMilli(w.Since).UTC()
+	}
+	return d, nil
 }
 
 // MarshalJSON writes the deny record format (see ParseDeny).
 func (d Deny) MarshalJSON() ([]byte, error) {
-	return json.Marshal(denyWire{Rule: d.Rule, Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count, Until: d.Until.UnixMilli(), Message: d.Message})
+	w := denyWire{Rule: d.Rule, Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count, Until: d.Until.UnixMilli(), Message: d.Message}
+	if !d.Since.IsZero() {
+		w.Since = d.Since.UnixMilli()
+	}
+	return json.Marshal(w)
 }
 
-// Decision is a new deny (or, for shadow rules, would-be deny) of a subject.
+// Decision is a new deny (or, for shadow rules, would-be deny) of a
+// subject, or an operator's action on one (Type): the floodgate.decisions
+// message.
 type Decision struct {
 	// ID identifies the decision across redeliveries: publication to the
 	// decisions topic is at least once, and a consumer that sees an ID
@@ -235,6 +250,14 @@ type Decision struct {
 	// Trigger is the time of the subject's latest event in the batch that
 	// made the decision (not published: the live delay metric's start).
 	Trigger time.Time
+	// Type is empty for the aggregator's deny decisions, or the operator
+	// action: DecisionBan (Until, Message), DecisionUnban (Rule when only
+	// that rule's records were cleared), DecisionReset. See admin.go.
+	Type     DecisionType
+	Operator string   // who acted (operator actions)
+	Cleared  []string // what an unban or reset removed: deny, shadow, ban, state
+	Buckets  int64    // bucket hashes a reset deleted
+	Offset   int64    // a reset's boundary: the live group's next offset at the reset; -1 unknown
 }
 
 type decisionWire struct {
@@ -250,24 +273,44 @@ type decisionWire struct {
 	Shadow  bool   `json:"shadow"`
 	Message string `json:"message,omitempty"`
 	TS      int64  `json:"ts"`
+	// operator actions only
+	Type     DecisionType `json:"type,omitempty"`
+	Operator string       `json:"operator,omitempty"`
+	Cleared  []string     `json:"cleared,omitempty"`
+	Buckets  int64        `json:"buckets,omitempty"`
+	Offset   *int64       `json:"offset,omitempty"`
 }
 
 func (w decisionWire) decision() (Decision, error) {
-	win, err := rules.ParseWindow(w.Window)
-	if err != nil {
-		return Decision{}, fmt.Errorf("decision: %w", err)
+	var win time.Duration
+	if w.Window != "" || w.Type == "" {
+		var err error
+		if win, err = rules.ParseWindow(w.Window); err != nil {
+			return Decision{}, fmt.Errorf("decision: %w", err)
+		}
 	}
-	return Decision{
+	d := Decision{
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
 		Limit: rules.Limit{Count: w.Limit, Window: win}, Count: w.Count,
-		Until: time.UnixMilli(w.Until).UTC(), Shadow: w.Shadow, Message: w.Message,
-		TS: time.UnixMilli(w.TS).UTC(),
-	}, nil
+		Shadow: w.Shadow, Message: w.Message, TS: time.UnixMilli(w.TS).UTC(),
+		Type: w.Type, Operator: w.Operator, Cleared: w.Cleared, Buckets: w.Buckets, Offset: -1,
+	}
+	if w.Until != 0 {
+		d.Until = time.UnixMilli(w.Until).UTC()
+	}
+	if w.Offset != nil {
+		d.Offset = *w.Offset
+	}
+	return d, nil
 }
 
 // MarshalJSON writes the floodgate.decisions message value: times in Unix
-// milliseconds, as in events.
+// milliseconds, as in events. Operator actions have their own fields
+// (operatorWire).
 func (d Decision) MarshalJSON() ([]byte, error) {
+	if d.Type != "" {
+		return json.Marshal(d.operatorWire())
+	}
 	return json.Marshal(decisionWire{
 		ID: d.ID, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Rule: d.Rule,
 		Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count,
