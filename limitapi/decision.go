@@ -55,6 +55,10 @@ type Denial struct {
 	Until               time.Time     // when one more event fits again
 	RetryAfter          time.Duration // Until minus the decision time
 	Shadow              bool
+	// Banned: an operator banned the subject until Until (no rule; Message
+	// is the ban's). Not carried over gRPC/Connect, where a ban is a
+	// denial without a rule.
+	Banned bool
 }
 
 // Decision answers a Request.
