@@ -245,7 +245,10 @@ func checkView(d limitapi.Decision, subs []SubjectInspection, now time.Time) Che
 			s.Rule, s.Kind, s.Subject, s.Count, rules.FormatWindow(s.Window), s.Limit))
 	}
 	for _, si := range subs {
-		if notHeld(d.Limits, si) {
+		switch held, allowed := memoryOf(d.Limits, si); {
+		case allowed:
+			v.Why = append(v.Why, fmt.Sprintf("%s %s is allowlisted by every rule of it: never denied by a rule, never held in memory", si.Kind, si.Subject))
+		case !held:
 			v.Why = append(v.Why, fmt.Sprintf("%s %s is not held in memory: under half of every limit as last evaluated (counts estimated)", si.Kind, si.Subject))
 		}
 	}
@@ -263,17 +266,21 @@ func banWhy(den *limitapi.Denial, subs []SubjectInspection, now time.Time) strin
 		den.Until.UTC().Format(time.RFC3339), limitapi.RetrySeconds(den.Until.Sub(now)), den.Message)
 }
 
-// notHeld reports whether every limit of the subject was estimated (a
-// memory answer for a subject absent from memory).
-func notHeld(ls []limitapi.Limit, si SubjectInspection) bool {
-	n := 0
+// memoryOf tells, of a subject's limits in a decision, whether any was
+// answered with a count (held: not every one estimated) and whether every
+// one is allowlisted.
+func memoryOf(ls []limitapi.Limit, si SubjectInspection) (held, allowlisted bool) {
+	n, est, allow := 0, 0, 0
 	for _, l := range ls {
 		if l.Kind == si.Kind && l.Subject == si.Subject {
-			if !l.Estimated {
-				return false
-			}
 			n++
+			if l.Estimated {
+				est++
+			}
+			if l.Allowlisted {
+				allow++
+			}
 		}
 	}
-	return n > 0
+	return est < n, n > 0 && allow == n
 }
