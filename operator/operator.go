@@ -209,8 +209,17 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 			sr.Offset = &r.Offset
 		}
 		res.Subjects = append(res.Subjects, sr)
-		o.log.Info("operator action", "op", op, "operator", req.Operator, "action", req.Action, "kind", s.Kind, "subject", s.Subject,
-			"rule", req.Rule, "until", res.Until, "partition", r.Partition, "seq", r.Seq, "cleared", r.Cleared, "buckets", r.Buckets)
+		attrs := []any{"op", op, "operator", req.Operator, "action", req.Action, "kind", s.Kind, "subject", s.Subject,
+			"partition", r.Partition, "seq", r.Seq}
+		switch op {
+		case window.OpBan:
+			attrs = append(attrs, "until", ar.Until)
+		case window.OpUnban:
+			attrs = append(attrs, "rule", req.Rule, "cleared", r.Cleared)
+		case window.OpReset:
+			attrs = append(attrs, "cleared", r.Cleared, "buckets", r.Buckets, "offset", r.Offset)
+		}
+		o.log.Info("operator action", attrs...)
 	}
 	o.actions.WithLabelValues(string(op), "ok").Inc()
 	if o.cfg.Applied != nil {

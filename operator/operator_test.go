@@ -2,6 +2,8 @@ package operator_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"floodgate/operator"
 	"floodgate/stacktest"
+	"floodgate/stacktest/servicetest"
 )
 
 // Inspect tells counts, records and the decision with why, before and after
@@ -174,10 +177,12 @@ func TestOperatorRefusesBadRequests(t *testing.T) {
 }
 
 // On Redis Cluster, subjects of every partition (every primary) are banned
-// and unbanned: memory, exact checks and strict takes follow.
+// and unbanned: memory, exact checks and strict takes follow. The CLI works
+// on the cluster too (several --redis-addr seeds).
 func TestBanAndUnbanOnRedisCluster(t *testing.T) {
 	rdb := stacktest.ClusterRedis(t)
-	e := newEnv(t, rdb, stacktest.ClusterPrefix(t, rdb))
+	prefix := stacktest.ClusterPrefix(t, rdb)
+	e := newEnv(t, rdb, prefix)
 	ctx := context.Background()
 	var emails []string
 	seen := map[int]bool{}
@@ -216,5 +221,35 @@ func TestBanAndUnbanOnRedisCluster(t *testing.T) {
 				t.Fatalf("%s of unbanned %s: %+v", how, em, d)
 			}
 		}
+	}
+
+	// The CLI, on the cluster's seeds; the partition count from a topic of
+	// as many partitions.
+	bs := stacktest.Brokers(t)
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"FLOODGATE_BROKERS=" + strings.Join(bs, ","), "FLOODGATE_TOPIC=" + stacktest.Topic(t, bs, testPartitions),
+		"FLOODGATE_REDIS_ADDR=" + strings.Join(stacktest.ClusterRedisAddrs(), ","), "FLOODGATE_KEY_PREFIX=" + prefix,
+		"FLOODGATE_RULES=" + rulesPath, "FLOODGATE_OPERATOR=erin"}
+	bin := servicetest.Build(t, servicetest.Floodgate)
+	em := emails[len(emails)-1]
+	runCLI(t, bin, env, "ban", "--action", "password_reset", "email="+em, "--for", "2h")
+	waitFor(t, "the limiter to deny after the CLI's ban", func() bool {
+		return !e.decide(t, "memory", "password_reset", "email", em).Allowed
+	})
+	if d := e.decide(t, "take", "password_reset", "email", em); d.Allowed || !d.Denial.Banned || d.Denial.RetryAfter < 119*time.Minute {
+		t.Fatalf("take after the CLI's ban: %+v", d)
+	}
+	if out := runCLI(t, bin, env, "inspect", "--action", "password_reset", "email="+em); !strings.Contains(string(out), "is banned by erin") {
+		t.Fatalf("inspect on the cluster:\n%s", out)
+	}
+	runCLI(t, bin, env, "reset", "--action", "password_reset", "email="+em)
+	waitFor(t, "the limiter to admit after the CLI's reset", func() bool {
+		return e.decide(t, "memory", "password_reset", "email", em).Allowed
+	})
+	if d := e.decide(t, "exact", "password_reset", "email", em); !d.Allowed || d.Limits[0].Count != 0 {
+		t.Fatalf("exact check after the CLI's reset: %+v", d)
 	}
 }
