@@ -19,12 +19,25 @@ import (
 // half of every limit. Written by the apply script into the slot's state
 // hash and change stream as
 //
-//	{"t":<eval second>,"l":[["<rule>",<limit>,<window s>,<count>,<until s or 0>],...]}
+//	{"t":<eval second>,"l":[["<rule>",<limit>,<window s>,<count>,<until s or 0>],...],
+//	 "b":[["<rule>",<theoretical arrival time, unix us>],...]}
 type SubjectState struct {
 	// At is the second the subject was evaluated at.
 	At time.Time
 	// Limits are its near limits, in rule order.
 	Limits []LimitState
+	// Buckets are its bucket rules at half their burst or more.
+	Buckets []BucketState
+}
+
+// BucketState is a near bucket of a SubjectState: its theoretical arrival
+// time (GCRA), from which the rule's interval and burst give everything: an
+// event at t conforms when t >= TAT + interval - interval*burst, and
+// (TAT - t)/interval tokens are used at t. The TAT does not move without
+// events, so it stays exact until the aggregator writes the next one.
+type BucketState struct {
+	Rule string
+	TAT  time.Time
 }
 
 // LimitState is one near limit of a SubjectState.
@@ -51,6 +64,9 @@ func (s SubjectState) Expires() time.Time {
 	for _, l := range s.Limits {
 		x = maxTime(x, l.Until, s.At.Add(l.Limit.Window))
 	}
+	for _, b := range s.Buckets {
+		x = maxTime(x, b.TAT)
+	}
 	return x
 }
 
@@ -69,6 +85,7 @@ func ParseState(data []byte) (SubjectState, error) {
 	var w struct {
 		T int64               `json:"t"`
 		L [][]json.RawMessage `json:"l"`
+		B [][]json.RawMessage `json:"b"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return SubjectState{}, fmt.Errorf("subject state: %w", err)
@@ -90,6 +107,15 @@ func ParseState(data []byte) (SubjectState, error) {
 			ls.Until = time.Unix(until, 0).UTC()
 		}
 		st.Limits = append(st.Limits, ls)
+	}
+	for _, b := range w.B {
+		var bs BucketState
+		var tat int64
+		if len(b) != 2 || json.Unmarshal(b[0], &bs.Rule) != nil || json.Unmarshal(b[1], &tat) != nil {
+			return SubjectState{}, fmt.Errorf("subject state: bad bucket %s", b)
+		}
+		bs.TAT = time.UnixMicro(tat).UTC()
+		st.Buckets = append(st.Buckets, bs)
 	}
 	return st, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,14 @@ type Options struct {
 	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
 	PartCount    int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
+	// The sketches step (unique visitors in history).
+	SketchEvents   int `name:"sketch-events" default:"200000" help:"Visits the history sink applies in the sketches step (batches of 10 000)."`
+	SketchKeys     int `name:"sketch-keys" default:"5000" help:"Links of the sketches step (Zipf: a few hot ones)."`
+	SketchVisitors int `name:"sketch-visitors" default:"200000" help:"Distinct visitors the sketches step draws from."`
+	// Only runs the named steps (e.g. --only sketches): each step on its
+	// own, at small sizes, without the whole run. Steps that read an
+	// earlier step's topic (live, history, java-consumer) need producer.
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, latency, latency-moderate, limiter, roller, sketches."`
 }
 
 // Config configures Run.
@@ -47,6 +56,9 @@ func (c *Config) validate() error {
 	}
 	if c.Events <= 0 || c.Runs <= 0 {
 		return errors.New("bench config: events and runs must be positive")
+	}
+	if c.SketchEvents <= 0 || c.SketchKeys < 2 || c.SketchVisitors <= 0 {
+		return errors.New("bench config: sketch events and visitors must be positive, sketch keys at least 2")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -103,6 +115,8 @@ type Results struct {
 	Curve        []float64 // ms per query
 	CurveCmd     string
 	CurveErr     string
+	Sketches     []SketchRun // without, then with unique-visitor sketches
+	SketchOpts   Options
 	RSS          map[string]int64
 	Errors       []string
 }
@@ -132,7 +146,7 @@ func Run(ctx context.Context, cfg Config) error {
 	b := &bench{
 		cfg: cfg, id: strconv.FormatInt(time.Now().Unix()%1_000_000_000, 36),
 		kafka: harness.NewKafka(cfg.Brokers), java: java, log: cfg.Logger,
-		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}},
+		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}, SketchOpts: cfg.Options},
 	}
 	b.res.LoadStart = harness.LoadAvg()
 	b.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
@@ -157,12 +171,16 @@ func Run(ctx context.Context, cfg Config) error {
 		{"live", b.live},
 		{"history", b.history},
 		{"latency", b.latency},
-		{"latency at a moderate rate", b.latencyModerate},
+		{"latency-moderate", b.latencyModerate},
 		{"limiter", b.limiter},
 		{"roller", b.roller},
+		{"sketches", b.sketches},
 	}
 	for _, st := range steps {
 		if st.name == "roller" && cfg.SkipSlow {
+			continue
+		}
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, st.name) {
 			continue
 		}
 		b.log.Info("bench: step", "step", st.name, "load1", harness.Load1())

@@ -79,6 +79,7 @@ func Render(r *Results) string {
 	} else {
 		w("| one-year curve query | not measured | — | — | %s |\n", r.CurveErr)
 	}
+	renderSketches(w, r)
 	w("\nPeak RSS (VmHWM from /proc/PID/status, sampled every 5 ms for the first 2 s, then every 100 ms and just before the process is stopped):\n\n| process | peak RSS |\n|---|--:|\n")
 	names := make([]string, 0, len(r.RSS))
 	for n := range r.RSS {
@@ -104,6 +105,9 @@ func Render(r *Results) string {
 	w("- latency: the live aggregator under paced background load at half the live median; each probe publishes 3 events for a fresh subject over a 2/m rule and polls Redis (window.Store.Check, every 2 ms) until the deny record is there; time from the Publish call.\n")
 	w("- Redis: INFO commandstats (all commands but INFO) and used_memory before and after the live run; subjects are the distinct hash tags under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
+	o := r.SketchOpts
+	w("- unique visitors (sketches): history.Sink and roller.Roller in floodbench's process, each run in a schema of its own (migrations.InstallHistory), on %d visits in batches of 10 000 (two minutes each) over %d links drawn from a Zipf law (s = 1.1) and %d visitors drawn uniformly; once without and once with `--visitors bench_visit=ip`. Sink rows/s: bucket rows upserted (floodgate_history_bucket_rows_written_total) per second of Apply calls. Roller: one `RunOnce` a month later on ladder %s, rows moved per second. Bytes per row: heap, TOAST and indexes of the tier's partitions after VACUUM FULL, divided by its rows; sketch bytes: mean stored size of the visitors column (compressed as stored).\n",
+		o.SketchEvents, o.SketchKeys, o.SketchVisitors, sketchLadder)
 	_ = time.Second
 	return b.String()
 }
@@ -127,4 +131,32 @@ func firstLoad(s string) float64 {
 	var f float64
 	fmt.Sscanf(s, "%f", &f)
 	return f
+}
+
+// renderSketches writes the rows of the sketches step (without, then with
+// unique-visitor sketches) into the summary table.
+func renderSketches(w func(string, ...any), r *Results) {
+	if len(r.Sketches) != 2 {
+		return
+	}
+	off, on := r.Sketches[0], r.Sketches[1]
+	rate := func(rows int64, took time.Duration) float64 {
+		if took <= 0 {
+			return 0
+		}
+		return float64(rows) / took.Seconds()
+	}
+	w("\nUnique visitors in history (sketches step, in process; without → with `--visitors`):\n\n")
+	w("| what | without | with visitors | with / without | detail |\n|---|--:|--:|--:|---|\n")
+	sinkOff, sinkOn := rate(off.SinkRows, off.SinkTook), rate(on.SinkRows, on.SinkTook)
+	w("| history sink bucket rows/s | %s | %s | %s | %d rows in %s; %d rows in %s |\n", harness.Human(sinkOff), harness.Human(sinkOn),
+		ratio(sinkOn, sinkOff), off.SinkRows, off.SinkTook.Round(time.Millisecond), on.SinkRows, on.SinkTook.Round(time.Millisecond))
+	rollOff, rollOn := rate(off.RollRows, off.RollTook), rate(on.RollRows, on.RollTook)
+	w("| roller rows/s (1m → 5m → 1h) | %s | %s | %s | %d rows in %s; %d rows in %s |\n", harness.Human(rollOff), harness.Human(rollOn),
+		ratio(rollOn, rollOff), off.RollRows, off.RollTook.Round(time.Millisecond), on.RollRows, on.RollTook.Round(time.Millisecond))
+	for i := range min(len(off.Tiers), len(on.Tiers)) {
+		a, b := off.Tiers[i], on.Tiers[i]
+		w("| bytes per %s bucket row (heap + TOAST + indexes) | %.0f | %.0f | %s | %d rows; with visitors: sketch %.0f bytes on average, %.1f%% of rows dense (> 256 visitors) |\n",
+			a.Step, a.RowBytes, b.RowBytes, ratio(b.RowBytes, a.RowBytes), b.Rows, b.SketchBytes, 100*b.Dense)
+	}
 }
