@@ -45,11 +45,15 @@ type RuleView struct {
 	Shadow      bool        `json:"shadow,omitempty"`
 	Strict      bool        `json:"strict,omitempty"`
 	Allowlisted bool        `json:"allowlisted,omitempty"`
+	Distinct    string      `json:"distinct,omitempty"` // the attr kind whose distinct values the limits count
 	Limits      []LimitView `json:"limits"`
 }
 
-// LimitView is one window's exact count.
+// LimitView is one window's exact count; for a bucket rule (Rate set),
+// Limit is the burst, Count the tokens used and Window the time an empty
+// bucket takes to refill.
 type LimitView struct {
+	Rate       string `json:"rate,omitempty"`
 	Limit      int64  `json:"limit"`
 	Window     string `json:"window"`
 	Count      int64  `json:"count"`
@@ -61,6 +65,7 @@ type LimitView struct {
 // DenyView is a deny or shadow record.
 type DenyView struct {
 	Rule       string     `json:"rule"`
+	Rate       string     `json:"rate,omitempty"` // a bucket rule's record: limit is the burst
 	Limit      int64      `json:"limit"`
 	Window     string     `json:"window"`
 	Count      int64      `json:"count"`
@@ -169,12 +174,12 @@ func (o *Operator) inspect(ctx context.Context, req Request) (Inspection, error)
 func ruleViews(set *rules.Set, action string, s limitapi.Subject, exact limitapi.Decision) []RuleView {
 	var out []RuleView
 	for _, r := range set.Match(action, s.Kind) {
-		rv := RuleView{Rule: r.Name, Shadow: r.Shadow, Strict: r.Strict, Allowlisted: r.Allowed(s.Subject), Limits: []LimitView{}}
+		rv := RuleView{Rule: r.Name, Shadow: r.Shadow, Strict: r.Strict, Allowlisted: r.Allowed(s.Subject), Distinct: r.Distinct, Limits: []LimitView{}}
 		for _, l := range exact.Limits {
 			if l.Rule != r.Name || l.Kind != s.Kind || l.Subject != s.Subject {
 				continue
 			}
-			lv := LimitView{Limit: l.Limit, Window: rules.FormatWindow(l.Window), Count: l.Count, Remaining: l.Remaining, Exceeded: l.Exceeded}
+			lv := LimitView{Rate: l.Rate, Limit: l.Limit, Window: rules.FormatWindow(l.Window), Count: l.Count, Remaining: l.Remaining, Exceeded: l.Exceeded}
 			if l.Exceeded {
 				lv.RetryAfter = limitapi.RetrySeconds(l.ResetAfter)
 			}
@@ -191,6 +196,9 @@ func denyView(d *window.Deny, now time.Time) *DenyView {
 	}
 	v := &DenyView{Rule: d.Rule, Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count,
 		Until: d.Until, RetryAfter: limitapi.RetrySeconds(d.Until.Sub(now)), Message: d.Message}
+	if d.Bucket != nil {
+		v.Rate, v.Window = d.Bucket.Rate.String(), ""
+	}
 	if !d.Since.IsZero() {
 		v.Since = &d.Since
 	}
@@ -231,6 +239,9 @@ func checkView(d limitapi.Decision, subs []SubjectInspection, now time.Time) Che
 		v.Why = append(v.Why, "allowed: no enforced limit is exceeded and no subject is banned")
 	case den.Banned:
 		v.Why = append(v.Why, banWhy(den, subs, now))
+	case den.Rate != "":
+		v.Why = append(v.Why, fmt.Sprintf("denied by bucket rule %s: %s %s has used %d of its burst of %d (refilling at %s); one more fits in %ds",
+			den.Rule, den.Kind, den.Subject, den.Count, den.Limit, den.Rate, limitapi.RetrySeconds(den.RetryAfter)))
 	default:
 		v.Why = append(v.Why, fmt.Sprintf("denied by rule %s: %s %s has %d events in its %s window, limit %d; one more fits in %ds",
 			den.Rule, den.Kind, den.Subject, den.Count, rules.FormatWindow(den.Window), den.Limit, limitapi.RetrySeconds(den.RetryAfter)))

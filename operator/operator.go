@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -153,7 +154,8 @@ type SubjectResult struct {
 	Seq       int64    `json:"seq"`   // its change entry's sequence number in the partition
 	Entry     string   `json:"entry"` // its change entry's id
 	Cleared   []string `json:"cleared,omitempty"`
-	Buckets   int64    `json:"buckets,omitempty"`
+	// DeletedKeys counts the counter keys a reset deleted.
+	DeletedKeys int64 `json:"deleted_keys,omitempty"`
 	// Offset is a reset's boundary: the live group's next offset in the
 	// partition when it ran; events from it on are counted afresh.
 	Offset *int64 `json:"offset,omitempty"`
@@ -195,7 +197,7 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 	for _, s := range req.Subjects {
 		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject}
 		ar := window.AdminRequest{Op: op, Subject: sub, Operator: req.Operator, Rule: req.Rule, Message: req.Message,
-			MaxWindow: set.MaxWindowFor(req.Action, s.Kind), Group: o.cfg.Group, Topic: o.cfg.Topic}
+			MaxWindow: set.MaxWindowFor(req.Action, s.Kind), Distinct: distinctKinds(set, req.Action, s.Kind), Group: o.cfg.Group, Topic: o.cfg.Topic}
 		if res.Until != nil {
 			ar.Until = *res.Until
 		}
@@ -204,7 +206,7 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 			o.actions.WithLabelValues(string(op), "error").Inc()
 			return res, fmt.Errorf("%s %s by %s: %w", op, window.Field(sub), req.Operator, err)
 		}
-		sr := SubjectResult{Kind: s.Kind, Subject: s.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, Buckets: r.Buckets}
+		sr := SubjectResult{Kind: s.Kind, Subject: s.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, DeletedKeys: r.DeletedKeys}
 		if op == window.OpReset && r.Offset >= 0 {
 			sr.Offset = &r.Offset
 		}
@@ -217,7 +219,7 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 		case window.OpUnban:
 			attrs = append(attrs, "rule", req.Rule, "cleared", r.Cleared)
 		case window.OpReset:
-			attrs = append(attrs, "cleared", r.Cleared, "buckets", r.Buckets, "offset", r.Offset)
+			attrs = append(attrs, "cleared", r.Cleared, "deleted_keys", r.DeletedKeys, "offset", r.Offset)
 		}
 		o.log.Info("operator action", attrs...)
 	}
@@ -294,6 +296,18 @@ func (o *Operator) validate(op window.AdminOp, req *Request, set *rules.Set) err
 }
 
 var ruleRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+// distinctKinds are the attr kinds the distinct rules of an action and kind
+// count: a reset deletes their sets.
+func distinctKinds(set *rules.Set, action, kind string) []string {
+	var out []string
+	for _, r := range set.Match(action, kind) {
+		if r.Distinct != "" && !slices.Contains(out, r.Distinct) {
+			out = append(out, r.Distinct)
+		}
+	}
+	return out
+}
 
 // validateSubjects checks names as the limiter does (the event contract)
 // and removes repeated subjects.

@@ -397,7 +397,7 @@ func TestOperatorControlsOnRunningServices(t *testing.T) {
 				return d.Type == window.DecisionUnban && d.Operator == "carol" && d.Kind == "email" && len(d.Cleared) == 1
 			},
 			"reset by dave": func(d window.Decision) bool {
-				return d.Type == window.DecisionReset && d.Operator == "dave" && d.Subject == "203.0.113.20" && d.Offset == resetOffset && d.Buckets > 0
+				return d.Type == window.DecisionReset && d.Operator == "dave" && d.Subject == "203.0.113.20" && d.Offset == resetOffset && d.DeletedKeys > 0
 			},
 		}
 		readAudit(t, s.st.Brokers, s.st.DecisionsTopic, want)
@@ -458,7 +458,7 @@ func (s *services) resetWhileCounting(t *testing.T, ip string) int64 {
 		t.Fatal(err)
 	}
 	sr := res.Subjects[0]
-	if sr.Offset == nil || sr.Buckets == 0 {
+	if sr.Offset == nil || sr.DeletedKeys == 0 {
 		t.Fatalf("reset result %+v", sr)
 	}
 	s.waitCounted(t)

@@ -18,7 +18,11 @@ func (in Inspection) Text() string {
 		for _, r := range s.Rules {
 			fmt.Fprintf(&b, "  rule %s%s\n", r.Rule, flags(r))
 			for _, l := range r.Limits {
-				fmt.Fprintf(&b, "    %d/%s  count %d  remaining %d", l.Limit, l.Window, l.Count, l.Remaining)
+				if l.Rate != "" {
+					fmt.Fprintf(&b, "    bucket %s burst %d  used %d  remaining %d", l.Rate, l.Limit, l.Count, l.Remaining)
+				} else {
+					fmt.Fprintf(&b, "    %d/%s  count %d  remaining %d", l.Limit, l.Window, l.Count, l.Remaining)
+				}
 				if l.Exceeded {
 					fmt.Fprintf(&b, "  EXCEEDED, one more fits in %ds", l.RetryAfter)
 				}
@@ -40,7 +44,11 @@ func (in Inspection) Text() string {
 			if d.v.Since != nil {
 				since = " since " + d.v.Since.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(&b, "  %s: rule %s %d/%s, %d events%s until %s (%ds)\n", d.name, d.v.Rule, d.v.Limit, d.v.Window, d.v.Count,
+			limit := fmt.Sprintf("%d/%s", d.v.Limit, d.v.Window)
+			if d.v.Rate != "" {
+				limit = fmt.Sprintf("bucket %s burst %d", d.v.Rate, d.v.Limit)
+			}
+			fmt.Fprintf(&b, "  %s: rule %s %s, %d events%s until %s (%ds)\n", d.name, d.v.Rule, limit, d.v.Count,
 				since, d.v.Until.UTC().Format(time.RFC3339), d.v.RetryAfter)
 		}
 		if s.State != nil {
@@ -78,7 +86,7 @@ func flags(r RuleView) string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{r.Shadow, "shadow"}, {r.Strict, "strict"}, {r.Allowlisted, "allowlisted"}} {
+	}{{r.Shadow, "shadow"}, {r.Strict, "strict"}, {r.Allowlisted, "allowlisted"}, {r.Distinct != "", "distinct " + r.Distinct}} {
 		if f.on {
 			fs = append(fs, f.name)
 		}
@@ -103,7 +111,7 @@ func (r Result) Text() string {
 			b.WriteString("; nothing to clear")
 		}
 		if r.Op == "reset" {
-			fmt.Fprintf(&b, "; %d bucket hashes deleted", s.Buckets)
+			fmt.Fprintf(&b, "; %d counter keys deleted", s.DeletedKeys)
 			if s.Offset != nil {
 				fmt.Fprintf(&b, "; events from offset %d on are counted afresh", *s.Offset)
 			}

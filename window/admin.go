@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -99,8 +100,11 @@ type AdminRequest struct {
 	Message string
 	// MaxWindow, for OpReset, is the subject's longest rule window
 	// (rules.Set.MaxWindowFor): the buckets any of its windows can still
-	// read are deleted.
+	// read are deleted, with its token buckets' arrival times.
 	MaxWindow time.Duration
+	// Distinct, for OpReset, names the attr kinds of the subject's distinct
+	// rules: their distinct sets are deleted.
+	Distinct []string
 	// Group and Topic, for OpReset, name the live consumer group whose next
 	// offset in the subject's partition is recorded as the reset's
 	// boundary: events from that offset on were not counted yet and are
@@ -118,8 +122,9 @@ type AdminResult struct {
 	// Cleared lists what an unban or reset removed: "deny", "shadow",
 	// "ban", "state".
 	Cleared []string
-	// Buckets is the number of bucket hashes a reset deleted.
-	Buckets int64
+	// DeletedKeys is the number of counter keys a reset deleted: bucket
+	// hashes, arrival times, distinct sets.
+	DeletedKeys int64
 	// Offset is a reset's boundary (see AdminRequest.Group); -1 unknown.
 	Offset int64
 }
@@ -152,7 +157,10 @@ func (s *Store) Admin(ctx context.Context, now time.Time, req AdminRequest) (Adm
 		offKey = s.keys.Offset(req.Group, req.Topic, p)
 	}
 	args := []any{s.keys.Slot(p), f, string(req.Op), now.UnixMilli(), s.maxLog, req.Rule, banJS, auditJS,
-		int64(req.MaxWindow / time.Second), int64(s.slack / time.Second), int64(resetAhead / time.Second), offKey}
+		int64(req.MaxWindow / time.Second), int64(s.slack / time.Second), int64(resetAhead / time.Second), offKey, len(req.Distinct)}
+	for _, k := range req.Distinct {
+		args = append(args, k)
+	}
 	start := time.Now()
 	v, err := adminScript.Run(ctx, s.rdb, []string{s.keys.State(p)}, args...).Slice()
 	s.observe("admin", start)
@@ -162,7 +170,7 @@ func (s *Store) Admin(ctx context.Context, now time.Time, req AdminRequest) (Adm
 	if len(v) != 5 {
 		return AdminResult{}, fmt.Errorf("%s %s: bad reply %v", req.Op, f, v)
 	}
-	res := AdminResult{Partition: p, Seq: replyInt(v, 0), EntryID: str(v[1]), Buckets: replyInt(v, 3), Offset: replyInt(v, 4)}
+	res := AdminResult{Partition: p, Seq: replyInt(v, 0), EntryID: str(v[1]), DeletedKeys: replyInt(v, 3), Offset: replyInt(v, 4)}
 	cl, _ := v[2].([]any)
 	for _, c := range cl {
 		res.Cleared = append(res.Cleared, str(c))
@@ -185,6 +193,11 @@ func (r *AdminRequest) validate(now time.Time) error {
 		}
 	case OpUnban:
 	case OpReset:
+		for _, k := range r.Distinct {
+			if k == "" || strings.ContainsAny(k, ":{} \t\r\n") {
+				return fmt.Errorf("reset %s: distinct kind %q", f, k)
+			}
+		}
 		if r.Rule != "" {
 			return fmt.Errorf("reset %s: a rule (%s) cannot be given: the counters are shared by every rule of the action and kind", f, r.Rule)
 		}
@@ -346,8 +359,8 @@ func (d Decision) IsOperator() bool { return d.Type != "" }
 //	{"id":"p7-1795643443125-0-0","type":"unban","action":"login_failed","kind":"ip","subject":"203.0.113.7",
 //	 "operator":"alice","cleared":["deny","state"],"ts":1795643443125}
 //
-// with "rule" (unban of one rule), "until" and "message" (ban), "buckets"
-// and "offset" (reset).
+// with "rule" (unban of one rule), "until" and "message" (ban),
+// "deleted_keys" and "offset" (reset).
 type operatorWire struct {
 	ID       string       `json:"id,omitempty"`
 	Type     DecisionType `json:"type"`
@@ -359,7 +372,7 @@ type operatorWire struct {
 	Until    int64        `json:"until,omitempty"`
 	Message  string       `json:"message,omitempty"`
 	Cleared  []string     `json:"cleared,omitempty"`
-	Buckets  int64        `json:"buckets,omitempty"`
+	Deleted  int64        `json:"deleted_keys,omitempty"`
 	Offset   *int64       `json:"offset,omitempty"`
 	TS       int64        `json:"ts"`
 }
@@ -367,7 +380,7 @@ type operatorWire struct {
 func (d Decision) operatorWire() operatorWire {
 	w := operatorWire{
 		ID: d.ID, Type: d.Type, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Operator: d.Operator,
-		Rule: d.Rule, Message: d.Message, Cleared: d.Cleared, Buckets: d.Buckets, TS: d.TS.UnixMilli(),
+		Rule: d.Rule, Message: d.Message, Cleared: d.Cleared, Deleted: d.DeletedKeys, TS: d.TS.UnixMilli(),
 	}
 	if !d.Until.IsZero() {
 		w.Until = d.Until.UnixMilli()

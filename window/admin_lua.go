@@ -22,22 +22,24 @@ end
 //
 //	KEYS: the slot's state key (routing only)
 //	ARGV: slot, field, op, now_ms, maxlog, rule, ban_json, audit_json,
-//	      maxw, slack, ahead, offkey
+//	      maxw, slack, ahead, offkey, ndistinct, distinct kind*ndistinct
 //
 // ban writes ban_json to the slot's ban hash. unban deletes the subject's
 // deny and shadow records (only those of rule when rule is not empty), its
 // ban (only when rule is empty: a ban belongs to no rule) and its decision
-// state (with rule: only that rule's limits of it). reset does what unban
-// does for every rule and deletes the subject's bucket hashes at every
-// level for the seconds [now-maxw-slack-period, now+ahead]: whatever a
-// window of maxw can still read. offkey, when not empty, is a consumer
+// state (with rule: only that rule's limits and buckets of it). reset does
+// what unban does for every rule and deletes the subject's counters: its
+// bucket hashes at every level for the seconds [now-maxw-slack-period,
+// now+ahead] (whatever a window of maxw can still read), its token buckets'
+// arrival times and its distinct sets of the given attr kinds. offkey, when
+// not empty, is a consumer
 // group's offset key: its value (the next offset the group counts) is the
 // reset's boundary, recorded in the entry as o.
 //
 // Every action appends one change entry with the next sequence number
 // (as the apply script does), whatever it found, so that every limiter
 // applies it and the relay publishes its audit record: audit_json (with
-// "f") gains "cleared" and, for reset, "buckets" and "offset" here.
+// "f") gains "cleared" and, for reset, "deleted_keys" and "offset" here.
 //
 // Every read comes first: a foreign key of another type under the prefix
 // fails the run before anything is written.
@@ -50,6 +52,8 @@ local now_ms, maxlog = tonumber(a[4]), tonumber(a[5])
 local rule, banjs, audit = a[6], a[7], a[8]
 local maxw, slack, ahead = tonumber(a[9]), tonumber(a[10]), tonumber(a[11])
 local offkey = a[12]
+local distinct = {}
+for i = 1, tonumber(a[13]) do distinct[i] = a[13 + i] end
 local now = math.floor(now_ms / 1000)
 local statekey, expkey = slot .. ':@state', slot .. ':@exp'
 local logkey, seqkey, banskey = slot .. ':@log', slot .. ':@seq', slot .. ':@bans'
@@ -74,20 +78,27 @@ local function of_rule(js)
   return ok and type(o) == 'table' and o['rule'] == rule
 end
 
--- the state without rule's limits: nil when nothing is left
+-- the state without rule's limits and buckets (written as the apply script
+-- writes it): nil when nothing is left
 local function state_without(js)
   if rule == '' then return nil end
   local ok, o = pcall(cjson.decode, js)
-  if not ok or type(o) ~= 'table' or type(o['l']) ~= 'table' then return nil end
-  local parts = {}
-  for _, l in ipairs(o['l']) do
+  if not ok or type(o) ~= 'table' then return nil end
+  local ls, bs = o['l'] or {}, o['b'] or {}
+  local parts, bparts = {}, {}
+  for _, l in ipairs(ls) do
     if l[1] ~= rule then
       parts[#parts + 1] = '[' .. cjson.encode(l[1]) .. ',' .. string.format('%d,%d,%d,%d', l[2], l[3], l[4], l[5]) .. ']'
     end
   end
-  if #parts == 0 then return nil end
-  if #parts == #o['l'] then return js end
-  return '{"t":' .. string.format('%d', o['t']) .. ',"l":[' .. table.concat(parts, ',') .. ']}'
+  for _, b in ipairs(bs) do
+    if b[1] ~= rule then bparts[#bparts + 1] = '[' .. cjson.encode(b[1]) .. ',' .. string.format('%d', b[2]) .. ']' end
+  end
+  if #parts + #bparts == 0 then return nil end
+  if #parts == #ls and #bparts == #bs then return js end
+  local out = '{"t":' .. string.format('%d', o['t']) .. ',"l":[' .. table.concat(parts, ',') .. ']'
+  if #bparts > 0 then out = out .. ',"b":[' .. table.concat(bparts, ',') .. ']' end
+  return out .. '}'
 end
 
 local function del_level(level, per, lo, hi)
@@ -131,6 +142,8 @@ if op == 'reset' then
   buckets = del_level('s', 60, now - maxw - slack - 60, now + ahead)
     + del_level('m', 3600, now - maxw - slack - 3600, now + ahead)
     + del_level('h', 86400, now - maxw - slack - 86400, now + ahead)
+    + redis.call('DEL', slot .. ':' .. f .. ':g')
+  for _, k in ipairs(distinct) do buckets = buckets + redis.call('DEL', slot .. ':' .. f .. ':d:' .. k) end
 end
 -- bans that ended: bounded by the operators' own activity
 for i = 1, #bans, 2 do
@@ -145,7 +158,7 @@ end
 local extra = ''
 if #cleared > 0 then extra = ',"cleared":["' .. table.concat(cleared, '","') .. '"]' end
 if op == 'reset' then
-  extra = extra .. ',"buckets":' .. string.format('%d', buckets)
+  extra = extra .. ',"deleted_keys":' .. string.format('%d', buckets)
   if offset >= 0 then extra = extra .. ',"offset":' .. string.format('%d', offset) end
 end
 audit = string.sub(audit, 1, -2) .. extra .. '}'

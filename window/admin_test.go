@@ -231,7 +231,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Offset != b.next || res.Buckets < 5 || !slices.Contains(res.Cleared, "deny") || !slices.Contains(res.Cleared, "state") {
+	if res.Offset != b.next || res.DeletedKeys < 5 || !slices.Contains(res.Cleared, "deny") || !slices.Contains(res.Cleared, "state") {
 		t.Fatalf("reset result %+v (next offset %d)", res, b.next)
 	}
 	if got := sums(now); !slices.Equal(got[0], []int64{0, 0}) || !slices.Equal(got[1], []int64{4, 10}) {
@@ -242,7 +242,7 @@ rules:
 		t.Fatalf("keys of the reset subject left: %v %v", keys, err)
 	}
 	c := lastChange(t, rdb, st)
-	if c.Next != b.next || c.Decisions[0].Type != window.DecisionReset || c.Decisions[0].Offset != b.next || c.Decisions[0].Buckets != res.Buckets {
+	if c.Next != b.next || c.Decisions[0].Type != window.DecisionReset || c.Decisions[0].Offset != b.next || c.Decisions[0].DeletedKeys != res.DeletedKeys {
 		t.Fatalf("reset entry %+v", c)
 	}
 
@@ -260,12 +260,12 @@ rules:
 // unchanged.
 func TestOperatorDecisionJSON(t *testing.T) {
 	d := window.Decision{ID: "p1-1-0-0", Type: window.DecisionReset, Action: "a", Kind: "ip", Subject: "192.0.2.1",
-		Operator: "alice", Cleared: []string{"deny"}, Buckets: 3, Offset: 17, TS: base}
+		Operator: "alice", Cleared: []string{"deny"}, DeletedKeys: 3, Offset: 17, TS: base}
 	js, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"p1-1-0-0","type":"reset","action":"a","kind":"ip","subject":"192.0.2.1","operator":"alice","cleared":["deny"],"buckets":3,"offset":17,"ts":` + jsInt(base.UnixMilli()) + `}`
+	want := `{"id":"p1-1-0-0","type":"reset","action":"a","kind":"ip","subject":"192.0.2.1","operator":"alice","cleared":["deny"],"deleted_keys":3,"offset":17,"ts":` + jsInt(base.UnixMilli()) + `}`
 	if string(js) != want {
 		t.Fatalf("reset record\n got %s\nwant %s", js, want)
 	}
@@ -302,5 +302,64 @@ func TestAdminRefusesBadRequests(t *testing.T) {
 		if _, err := st.Admin(context.Background(), base, req); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// With bucket and distinct rules: unban of one rule keeps the other's part
+// of the state (limits and buckets alike); reset deletes the arrival times
+// and the distinct sets too.
+func TestUnbanAndResetOfBucketAndDistinctRules(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: stuffing
+    action: login_failed
+    kinds: [ip]
+    distinct: email
+    limits: [3/1h]
+  - name: burst
+    action: login_failed
+    kinds: [ip]
+    bucket: {rate: 1/1m, burst: 2}
+`)
+	ctx := context.Background()
+	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.7"}
+	b := &batcher{topic: "events"}
+	var evs []eventT
+	for i := range 5 {
+		e := ev(sub.Action, sub.Kind, sub.Subject, base)
+		e.Attrs = map[string]string{"email": "u" + jsInt(int64(i)) + "@example.com"}
+		evs = append(evs, e)
+	}
+	if _, err := st.Apply(ctx, "live", b.batch(evs...), set, base, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Records(ctx, base, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Deny == nil || rec.State == nil || len(rec.State.Limits) != 1 || len(rec.State.Buckets) != 1 {
+		t.Fatalf("records before: deny %+v state %+v", rec.Deny, rec.State)
+	}
+	if _, err := st.Admin(ctx, base, window.AdminRequest{Op: window.OpUnban, Subject: sub, Operator: "alice", Rule: "stuffing"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ = st.Records(ctx, base, sub); rec.State == nil || len(rec.State.Limits) != 0 || len(rec.State.Buckets) != 1 || rec.State.Buckets[0].Rule != "burst" {
+		t.Fatalf("state after unban --rule stuffing: %+v", rec.State)
+	}
+	keys := []string{st.Keys().Arrivals(0, sub), st.Keys().Distinct(0, sub, "email")}
+	if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != 2 {
+		t.Fatalf("arrival times and distinct set before reset: %d %v", n, err)
+	}
+	res, err := st.Admin(ctx, base, window.AdminRequest{Op: window.OpReset, Subject: sub, Operator: "alice", MaxWindow: set.MaxWindowFor(sub.Action, sub.Kind), Distinct: []string{"email"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != 0 || res.DeletedKeys < 3 {
+		t.Fatalf("after reset: %d keys left (%v), %d deleted", n, err, res.DeletedKeys)
+	}
+	if rec, _ = st.Records(ctx, base, sub); rec.Deny != nil || rec.State != nil {
+		t.Fatalf("records after reset: %+v", rec)
 	}
 }

@@ -309,10 +309,10 @@ type Decision struct {
 	// action: DecisionBan (Until, Message), DecisionUnban (Rule when only
 	// that rule's records were cleared), DecisionReset. See admin.go.
 	Type     DecisionType
-	Operator string   // who acted (operator actions)
-	Cleared  []string // what an unban or reset removed: deny, shadow, ban, state
-	Buckets  int64    // bucket hashes a reset deleted
-	Offset   int64    // a reset's boundary: the live group's next offset at the reset; -1 unknown
+	Operator    string   // who acted (operator actions)
+	Cleared     []string // what an unban or reset removed: deny, shadow, ban, state
+	DeletedKeys int64    // counter keys a reset deleted
+	Offset      int64    // a reset's boundary: the live group's next offset at the reset; -1 unknown
 }
 
 type decisionWire struct {
@@ -333,7 +333,7 @@ type decisionWire struct {
 	Type     DecisionType `json:"type,omitempty"`
 	Operator string       `json:"operator,omitempty"`
 	Cleared  []string     `json:"cleared,omitempty"`
-	Buckets  int64        `json:"buckets,omitempty"`
+	Deleted  int64        `json:"deleted_keys,omitempty"`
 	Offset   *int64       `json:"offset,omitempty"`
 }
 
@@ -350,7 +350,7 @@ func (w decisionWire) decision() (Decision, error) {
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
 		Limit: lim, Bucket: bk, Count: w.Count,
 		Shadow: w.Shadow, Message: w.Message, TS: time.UnixMilli(w.TS).UTC(),
-		Type: w.Type, Operator: w.Operator, Cleared: w.Cleared, Buckets: w.Buckets, Offset: -1,
+		Type: w.Type, Operator: w.Operator, Cleared: w.Cleared, DeletedKeys: w.Deleted, Offset: -1,
 	}
 	if w.Until != 0 {
 		d.Until = time.UnixMilli(w.Until).UTC()
