@@ -298,7 +298,7 @@ type Decision struct {
 	Limit                 rules.Limit
 	Bucket                *rules.Bucket // a bucket rule's decision: Limit.Count is the burst
 	Count                 int64         // events in the window when decided
-	Until                 time.Time // when the window falls back under the limit
+	Until                 time.Time     // when the window falls back under the limit
 	Shadow                bool
 	Message               string
 	TS                    time.Time // evaluation time (whole second)
@@ -308,7 +308,7 @@ type Decision struct {
 	// Type is empty for the aggregator's deny decisions, or the operator
 	// action: DecisionBan (Until, Message), DecisionUnban (Rule when only
 	// that rule's records were cleared), DecisionReset. See admin.go.
-	Type     DecisionType
+	Type        DecisionType
 	Operator    string   // who acted (operator actions)
 	Cleared     []string // what an unban or reset removed: deny, shadow, ban, state
 	DeletedKeys int64    // counter keys a reset deleted
@@ -316,12 +316,12 @@ type Decision struct {
 }
 
 type decisionWire struct {
-	ID      string `json:"id,omitempty"`
-	Action  string `json:"action"`
-	Kind    string `json:"kind"`
-	Subject string `json:"subject"`
-	Rule    string `json:"rule"`
-	Limit   int64  `json:"limit"`
+	ID      string      `json:"id,omitempty"`
+	Action  string      `json:"action"`
+	Kind    string      `json:"kind"`
+	Subject string      `json:"subject"`
+	Rule    string      `json:"rule"`
+	Limit   int64       `json:"limit"`
 	Window  string      `json:"window"`
 	Bucket  *bucketWire `json:"bucket,omitempty"`
 	Count   int64       `json:"count"`
