@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,10 @@ const (
 
 // maxQueryBytes bounds the query string of an admin request.
 const maxQueryBytes = 8 << 10
+
+// requestTimeout bounds the Redis work of one admin request: a stuck Redis
+// gets a 500, not a hung operator.
+const requestTimeout = 10 * time.Second
 
 // Token is an admin token: its Name is the operator recorded in the audit
 // of what its holder does.
@@ -147,15 +152,17 @@ func (h *handler) serve(action, method string) http.HandlerFunc {
 }
 
 func (h *handler) run(r *http.Request, action string, req Request) (any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
 	switch window.AdminOp(action) {
 	case window.OpBan:
-		return h.o.Ban(r.Context(), req)
+		return h.o.Ban(ctx, req)
 	case window.OpUnban:
-		return h.o.Unban(r.Context(), req)
+		return h.o.Unban(ctx, req)
 	case window.OpReset:
-		return h.o.Reset(r.Context(), req)
+		return h.o.Reset(ctx, req)
 	}
-	return h.o.Inspect(r.Context(), req)
+	return h.o.Inspect(ctx, req)
 }
 
 // operator returns the name of the token in the Authorization header,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"floodgate/limitapi"
 	"floodgate/operator"
@@ -66,6 +67,8 @@ type ResetCmd struct {
 
 // Run inspects.
 func (c *InspectCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
 	op, req, done, err := c.open(ctx, logger, "")
 	if err != nil {
 		return err
@@ -84,7 +87,7 @@ func (c *BanCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--for: %w", err)
 	}
-	return c.write(ctx, logger, c.writeFlags, func(op *operator.Operator, req operator.Request) (operator.Result, error) {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
 		req.For, req.Message = d, c.Message
 		return op.Ban(ctx, req)
 	})
@@ -92,7 +95,7 @@ func (c *BanCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 // Run unbans.
 func (c *UnbanCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	return c.write(ctx, logger, c.writeFlags, func(op *operator.Operator, req operator.Request) (operator.Result, error) {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
 		req.Rule = c.Rule
 		return op.Unban(ctx, req)
 	})
@@ -100,14 +103,14 @@ func (c *UnbanCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 // Run resets.
 func (c *ResetCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	return c.write(ctx, logger, c.writeFlags, func(op *operator.Operator, req operator.Request) (operator.Result, error) {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
 		return op.Reset(ctx, req)
 	})
 }
 
 // write runs one write command and prints what it did (what it did before
 // a failure, too).
-func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeFlags, run func(*operator.Operator, operator.Request) (operator.Result, error)) error {
+func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeFlags, run func(context.Context, *operator.Operator, operator.Request) (operator.Result, error)) error {
 	name := w.Operator
 	if name == "" {
 		name = os.Getenv("USER")
@@ -115,13 +118,15 @@ func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeF
 	if name == "" {
 		return errors.New("--operator is required (or FLOODGATE_OPERATOR, or $USER): the audit names who acted")
 	}
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
 	o, req, done, err := c.open(ctx, logger, w.Group)
 	if err != nil {
 		return err
 	}
 	defer done()
 	req.Operator = name
-	res, err := run(o, req)
+	res, err := run(ctx, o, req)
 	if len(res.Subjects) > 0 {
 		if perr := c.print(res, res.Text()); perr != nil {
 			err = errors.Join(err, perr)
@@ -129,6 +134,9 @@ func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeF
 	}
 	return err
 }
+
+// cliTimeout bounds a command's work, so a stuck Redis or Kafka ends it.
+const cliTimeout = 30 * time.Second
 
 // open connects to Redis and Kafka (the partition count finds each
 // subject's slot) and returns an Operator with the request's subjects.
