@@ -15,6 +15,7 @@ import (
 
 	"floodgate/event"
 	"floodgate/limitapi"
+	"floodgate/limiter"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -27,6 +28,8 @@ type Store interface {
 }
 
 var _ Store = (*window.Store)(nil)
+
+var _ Checker = (*limiter.Limiter)(nil)
 
 // Checker answers a check as a limiter does, from memory or (Exact) from
 // Redis: *limiter.Limiter, or a SnapshotChecker where no limiter runs.
@@ -81,15 +84,25 @@ type Operator struct {
 	actions *prometheus.CounterVec
 }
 
-// New returns an Operator.
-func New(cfg Config) (*Operator, error) {
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
 	switch {
-	case cfg.Store == nil:
-		return nil, errors.New("operator: nil store")
-	case cfg.Rules == nil:
-		return nil, errors.New("operator: no rules source")
-	case cfg.ApplyWait < 0:
-		return nil, fmt.Errorf("operator: apply wait %s is negative", cfg.ApplyWait)
+	case c.Store == nil:
+		return errors.New("operator: nil store")
+	case c.Rules == nil:
+		return errors.New("operator: no rules source")
+	case c.ApplyWait < 0:
+		return fmt.Errorf("operator: apply wait %s is negative", c.ApplyWait)
+	case (c.Group == "") != (c.Topic == ""):
+		return fmt.Errorf("operator: group %q and topic %q: give both (a reset's boundary) or neither", c.Group, c.Topic)
+	}
+	return nil
+}
+
+// New validates cfg and returns an Operator.
+func New(cfg Config) (*Operator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.ApplyWait == 0 {
 		cfg.ApplyWait = DefaultApplyWait
