@@ -171,10 +171,11 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 	if err != nil {
 		return fail(err)
 	}
-	o, err := operator.New(operator.Config{
-		Store: store, Rules: rulesFn, Checker: operator.NewSnapshotChecker(store, rulesFn, 0),
-		Group: group, Topic: c.Topic, Logger: logger,
-	})
+	cfg := operator.Config{Store: store, Rules: rulesFn, Checker: operator.NewSnapshotChecker(store, rulesFn, 0), Logger: logger}
+	if group != "" { // writes: a reset records the group's offset
+		cfg.Group, cfg.Topic = group, c.Topic
+	}
+	o, err := operator.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
