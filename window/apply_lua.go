@@ -275,8 +275,10 @@ for _, ev in ipairs(evals) do
     local write, new, since = true, true, b.t * 1000
     if old then
       local ok, o = pcall(cjson.decode, old)
-      if ok and type(o) == 'table' then
-        if tonumber(o['until']) and tonumber(o['until']) >= u_ms then write = false end
+      -- a record whose until has passed is no record, whether or not the
+      -- server has dropped it yet (its clock is not the script's)
+      if ok and type(o) == 'table' and tonumber(o['until']) and tonumber(o['until']) > now_ms then
+        if tonumber(o['until']) >= u_ms then write = false end
         new = write and (o['rule'] ~= rule[1] or o['window'] ~= wfmt)
         -- an extended record keeps the time of the decision that made it
         if not new and tonumber(o['since']) then since = tonumber(o['since']) end

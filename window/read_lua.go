@@ -67,7 +67,7 @@ local err = fg_guard(undo, function()
       local row = {deny}
       if deny and take and nb > 0 then
         local ok, d = pcall(cjson.decode, deny)
-        if ok and type(d) == 'table' and block[d['rule']] then blocked = true end
+        if ok and type(d) == 'table' and block[d['rule']] and (tonumber(d['until']) or 0) > now_ms then blocked = true end
       end
       local nl = tonumber(a[i]); i = i + 1
       local seen = {}
