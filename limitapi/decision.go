@@ -60,6 +60,10 @@ type Denial struct {
 	RetryAfter          time.Duration // Until minus the decision time
 	Shadow              bool
 	Rate                string // a bucket rule's rate, as in Limit
+	// Banned: an operator banned the subject until Until (no rule; Message
+	// is the ban's). Not carried over gRPC/Connect, where a ban is a
+	// denial without a rule.
+	Banned bool
 }
 
 // Decision answers a Request.

@@ -35,6 +35,7 @@ type CheckResult struct {
 	Rate          string       `json:"rate,omitempty"`
 	Count         int64        `json:"count,omitempty"`
 	RetryAfter    int64        `json:"retry_after,omitempty"`
+	Banned        bool         `json:"banned,omitempty"` // an operator's ban denies (no rule)
 	Degraded      bool         `json:"degraded,omitempty"`
 	Counted       bool         `json:"counted,omitempty"`
 	Limits        []LimitJSON  `json:"limits,omitempty"`
@@ -81,7 +82,7 @@ type DenialJSON struct {
 func Result(d Decision) CheckResult {
 	r := CheckResult{Allowed: d.Allowed, Degraded: d.Degraded, Counted: d.Counted}
 	if den := d.Denial; den != nil {
-		r.Message, r.Rule, r.Kind, r.Subject = den.Message, den.Rule, den.Kind, den.Subject
+		r.Message, r.Rule, r.Kind, r.Subject, r.Banned = den.Message, den.Rule, den.Kind, den.Subject, den.Banned
 		r.Limit, r.Count, r.RetryAfter, r.Rate = den.Limit, den.Count, max(RetrySeconds(den.RetryAfter), 1), den.Rate
 		if den.Window > 0 {
 			r.Window = rules.FormatWindow(den.Window)

@@ -264,6 +264,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		return l.degraded(ctx, op, req, d, err), nil
 	}
 	deny := assemble(&d, plans, views, now)
+	deny = pick(deny, banDenial(plans, views, now))
 	return l.finish(ctx, op, req, d, deny, plans, others, take, taken), nil
 }
 
@@ -330,6 +331,7 @@ func fitsAtAll(plans []plan, n int64) error {
 // view is what is known of one subject's limits, however it was read.
 type view struct {
 	deny   *window.Deny // its deny record (Redis reads only)
+	ban    *window.Ban  // an operator's ban (bans.go)
 	limits []limitView  // per planLimit
 }
 
@@ -347,7 +349,7 @@ func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view 
 	for i := range plans {
 		p := &plans[i]
 		st, ok := l.cfg.State.Get(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
-		v := view{limits: make([]limitView, len(p.limits))}
+		v := view{ban: l.memoryBan(action, p, now), limits: make([]limitView, len(p.limits))}
 		for k, pl := range p.limits {
 			v.limits[k] = limitView{estimated: true}
 			if !ok {
@@ -435,7 +437,7 @@ func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.S
 	}
 	views := make([]view, len(plans))
 	for i, st := range states {
-		v := view{deny: st.Deny, limits: make([]limitView, len(plans[i].limits))}
+		v := view{deny: st.Deny, ban: st.Ban, limits: make([]limitView, len(plans[i].limits))}
 		w, b := 0, 0
 		for k, pl := range plans[i].limits {
 			if pl.bucket != nil {
@@ -614,7 +616,7 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, d Decision
 	if deny != nil {
 		d.Allowed, d.Denial = false, deny
 		l.m.checks.WithLabelValues(op, "denied").Inc()
-		l.m.denies.WithLabelValues(deny.Rule).Inc()
+		l.m.denies.WithLabelValues(denyLabel(deny)).Inc()
 		return d
 	}
 	if take && !taken {

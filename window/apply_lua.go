@@ -280,7 +280,7 @@ for _, ev in ipairs(evals) do
     end
     local u_ms = b.u_ms
     local old = ev.recs[kind]
-    local write, new = true, true
+    local write, new, since = true, true, b.t * 1000
     if old then
       local ok, o = pcall(cjson.decode, old)
       -- a record whose until has passed is no record, whether or not the
@@ -288,10 +288,12 @@ for _, ev in ipairs(evals) do
       if ok and type(o) == 'table' and tonumber(o['until']) and tonumber(o['until']) > now_ms then
         if tonumber(o['until']) >= u_ms then write = false end
         new = write and (o['rule'] ~= rule[1] or o['window'] ~= wfmt)
+        -- an extended record keeps the time of the decision that made it
+        if not new and tonumber(o['since']) then since = tonumber(o['since']) end
       end
     end
     if write and u_ms > now_ms then
-      local rec = fg_deny_json(rule[1], L, b.lim and b.lim[3], b.count, u_ms, rule[2])
+      local rec = fg_deny_json(rule[1], L, b.lim and b.lim[3], b.count, u_ms, rule[2], since)
       if bucket ~= '' then rec = string.sub(rec, 1, -2) .. bucket .. '}' end
       redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, rec, 'PX', u_ms - now_ms + keep_ms)
       local shadow = kind == 'shadow'

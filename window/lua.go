@@ -42,7 +42,7 @@ package window
 //	fg_duntil(key, a, b, w, excess)     -> second at which a window [a, b] of w seconds holds
 //	                                       excess fewer distinct values (no new ones assumed)
 //	fg_fmt_window(w)                    -> "30s", "5m", "1h", "1d"
-//	fg_deny_json(rule, limit, w, count, until_ms, message)
+//	fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
 //	                                    -> deny record JSON (see Deny)
 const LuaLib = `
 local function fg_key(slot, f, level, n)
@@ -255,7 +255,7 @@ local function fg_fmt_window(w)
   return string.format('%ds', w)
 end
 
-local function fg_deny_json(rule, limit, w, count, until_ms, message)
+local function fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
   local wf = ''
   if w and w > 0 then wf = fg_fmt_window(w) end
   return '{"rule":' .. cjson.encode(rule) ..
@@ -263,6 +263,7 @@ local function fg_deny_json(rule, limit, w, count, until_ms, message)
     ',"window":"' .. wf ..
     '","count":' .. string.format('%d', count) ..
     ',"until":' .. string.format('%d', until_ms) ..
-    ',"message":' .. cjson.encode(message) .. '}'
+    ',"message":' .. cjson.encode(message) ..
+    ',"since":' .. string.format('%d', since_ms) .. '}'
 end
 `

@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + evalBody)
-	takeScript   = redis.NewScript("#!lua\n" + LuaLib + evalBody)
+	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + banLib + evalBody)
+	takeScript   = redis.NewScript("#!lua\n" + LuaLib + banLib + evalBody)
 	refundScript = redis.NewScript("#!lua\n" + LuaLib + refundBody)
 	checkScript  = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + checkBody)
 )
@@ -67,6 +67,7 @@ type EvalQuery struct {
 // EvalState answers an EvalQuery.
 type EvalState struct {
 	Deny *Deny // the subject's deny record, nil when none
+	Ban  *Ban  // an operator's ban in force, nil when none: it denies (and blocks takes) whatever the counts
 	// Sums are the events in each limit's window ending with now's second
 	// (plus those up to Ahead past it), before any take, in Limits order.
 	Sums []int64
@@ -273,7 +274,7 @@ func parseStates(op string, qs []EvalQuery, v any) ([]EvalState, error) {
 	for i, x := range rows {
 		row, ok := x.([]any)
 		nl, nb := len(qs[i].Limits), len(qs[i].Buckets)
-		if !ok || len(row) != 1+2*nl+2*nb {
+		if !ok || len(row) != 2+2*nl+2*nb {
 			return nil, fmt.Errorf("%s %s: bad reply %v", op, Field(qs[i].Subject), x)
 		}
 		if js, ok := row[0].(string); ok {
@@ -282,6 +283,13 @@ func parseStates(op string, qs []EvalQuery, v any) ([]EvalState, error) {
 				return nil, fmt.Errorf("%s %s: %w", op, Field(qs[i].Subject), err)
 			}
 			out[i].Deny = d
+		}
+		if js, ok := row[1+2*nl+2*nb].(string); ok {
+			b, err := ParseBan([]byte(js))
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", op, Field(qs[i].Subject), err)
+			}
+			out[i].Ban = b
 		}
 		out[i].Sums = make([]int64, nl)
 		out[i].Until = make([]time.Time, nl)

@@ -19,9 +19,10 @@ package window
 //	        nbuckets, {rule, interval_us, burst, block}*nbuckets}*nsubjects}*nrequests
 //
 // Returns {{taken, {deny JSON or false, {sum, until_sec}*nlimits,
-// {tat_us, until_us}*nbuckets}*nsubjects}*nrequests}. A distinct limit
-// counts the subject's distinct set; a bucket (GCRA) admits n when its
-// arrival time advanced by n intervals stays within the burst.
+// {tat_us, until_us}*nbuckets, ban JSON or false}*nsubjects}*nrequests}. A
+// distinct limit counts the subject's distinct set; a bucket (GCRA) admits n
+// when its arrival time advanced by n intervals stays within the burst. A
+// subject's ban in force (banLib) blocks a take whatever its counts.
 // A Redis error (a foreign key of another type) undoes the run's counts and
 // fails it whole.
 const evalBody = `
@@ -119,6 +120,9 @@ local err = fg_guard(undo, function()
         row[#row + 1] = u
         bks[b] = {name, new}
       end
+      local ban = fg_ban(slot, f, now_ms)
+      if ban and take then blocked = true end
+      row[#row + 1] = ban or false
       rows[s] = row
       subs[s] = {f, maxw, count, seen, bks}
     end

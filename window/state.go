@@ -136,6 +136,7 @@ type Change struct {
 	Next      int64 // the partition's next offset once the batch was applied
 	States    []StateChange
 	Decisions []Decision
+	Bans      []BanChange // operators' bans and unbans (admin.go)
 }
 
 // decisionLog is a decision as the apply script writes it into the stream:
@@ -180,6 +181,11 @@ func ParseChange(m redis.XMessage) (Change, error) {
 			c.States = append(c.States, sc)
 		}
 	}
+	if s := str(m.Values["b"]); s != "" {
+		if c.Bans, err = parseBanChanges(m.ID, s); err != nil {
+			return Change{}, err
+		}
+	}
 	if s := str(m.Values["d"]); s != "" {
 		var ds []decisionLog
 		if err := json.Unmarshal([]byte(s), &ds); err != nil {
@@ -212,34 +218,36 @@ type Snapshot struct {
 	LastID string // id of the last change entry, "0-0" when none
 	Seq    int64  // its sequence number, 0 when none
 	States map[Subject]SubjectState
+	Bans   map[Subject]Ban // bans in force (admin.go)
 }
 
-// snapshotBody reads a partition's state hash with the position of its
-// change stream, atomically.
+// snapshotBody reads a partition's state hash and bans with the position
+// of its change stream, atomically.
 //
-//	KEYS: state key, log key, seq key
+//	KEYS: state key, log key, seq key, bans key
 //
-// Returns {last entry id or "0-0", seq, {field, json}*}.
+// Returns {last entry id or "0-0", seq, {field, json}*, {field, ban json}*}.
 const snapshotBody = `
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local id = '0-0'
 if #last > 0 then id = last[1][1] end
-return {id, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGETALL', KEYS[1])}
+return {id, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4])}
 `
 
 var snapshotScript = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
 
-// Snapshot reads a partition's current state and stream position in one
-// read-only script run. States already expired at now are left out.
+// Snapshot reads a partition's current state, bans and stream position in
+// one read-only script run. States and bans already expired at now are left
+// out.
 func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Snapshot, error) {
 	k := s.keys
 	start := time.Now()
-	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.State(partition), k.Log(partition), k.Seq(partition)}).Slice()
+	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.State(partition), k.Log(partition), k.Seq(partition), k.Bans(partition)}).Slice()
 	s.observe("snapshot", start)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
 	}
-	if len(v) != 3 {
+	if len(v) != 4 {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad reply", partition)
 	}
 	snap := Snapshot{LastID: str(v[0]), States: map[Subject]SubjectState{}}
@@ -257,6 +265,10 @@ func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Sna
 		if st.Expires().After(now) {
 			snap.States[sub] = st
 		}
+	}
+	bans, _ := v[3].([]any)
+	if snap.Bans, err = parseBans(bans, now); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
 	}
 	if snap.LastID == "" {
 		return Snapshot{}, errors.New("snapshot: no stream position in reply")

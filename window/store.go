@@ -89,7 +89,15 @@ type Store struct {
 var (
 	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
-	seenScript   = redis.NewScript("#!lua flags=no-writes\n" + `return redis.call('ZMSCORE', KEYS[1], unpack(ARGV))`)
+	// seenScript reads the scores of many ids in chunks: Lua's unpack
+	// fails past a few thousand values, and a backlog's batch holds more.
+	seenScript = redis.NewScript("#!lua flags=no-writes\n" + `
+local out = {}
+for i = 1, #ARGV, 1000 do
+  local part = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  for k = 1, #part do out[#out + 1] = part[k] end
+end
+return out`)
 )
 
 // NewStore returns a Store over rdb.
@@ -202,6 +210,10 @@ type Deny struct {
 	Count   int64
 	Until   time.Time
 	Message string
+	// Since is when the decision that made the record was taken (kept while
+	// the same rule and window extend it); zero for records written before
+	// it was recorded.
+	Since time.Time
 }
 
 // denyWire is the JSON of deny records; written by the apply script.
@@ -213,6 +225,7 @@ type denyWire struct {
 	Count   int64       `json:"count"`
 	Until   int64       `json:"until"` // Unix milliseconds
 	Message string      `json:"message"`
+	Since   int64       `json:"since,omitempty"` // Unix milliseconds
 }
 
 // bucketWire is a bucket rule in records and decisions:
@@ -252,10 +265,10 @@ func limitOf(count int64, window string, b *bucketWire) (rules.Limit, *rules.Buc
 
 // ParseDeny decodes a deny record:
 //
-//	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"..."}
+//	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"...","since":1767225540000}
 //	{"rule":"api","limit":50,"window":"","bucket":{"rate":"10/1s","burst":50},"count":53,"until":...}
 //
-// until is in Unix milliseconds, window in the rules file syntax.
+// until and since are in Unix milliseconds, window in the rules file syntax.
 func ParseDeny(data []byte) (*Deny, error) {
 	var w denyWire
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -265,14 +278,18 @@ func ParseDeny(data []byte) (*Deny, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deny record: %w", err)
 	}
-	return &Deny{
+	d := &Deny{
 		Rule:    w.Rule,
 		Limit:   lim,
 		Bucket:  bk,
 		Count:   w.Count,
 		Until:   time.UnixMilli(w.Until).UTC(),
 		Message: w.Message,
-	}, nil
+	}
+	if w.Since > 0 {
+		d.Since = time.UnixMilli(w.Since).UTC()
+	}
+	return d, nil
 }
 
 // MarshalJSON writes the deny record format (see ParseDeny).
@@ -281,10 +298,15 @@ func (d Deny) MarshalJSON() ([]byte, error) {
 	if d.Bucket == nil {
 		w.Window = rules.FormatWindow(d.Limit.Window)
 	}
+	if !d.Since.IsZero() {
+		w.Since = d.Since.UnixMilli()
+	}
 	return json.Marshal(w)
 }
 
-// Decision is a new deny (or, for shadow rules, would-be deny) of a subject.
+// Decision is a new deny (or, for shadow rules, would-be deny) of a
+// subject, or an operator's action on one (Type): the floodgate.decisions
+// message.
 type Decision struct {
 	// ID identifies the decision across redeliveries: publication to the
 	// decisions topic is at least once, and a consumer that sees an ID
@@ -295,22 +317,30 @@ type Decision struct {
 	Limit                 rules.Limit
 	Bucket                *rules.Bucket // a bucket rule's decision: Limit.Count is the burst
 	Count                 int64         // events in the window when decided
-	Until                 time.Time // when the window falls back under the limit
+	Until                 time.Time     // when the window falls back under the limit
 	Shadow                bool
 	Message               string
 	TS                    time.Time // evaluation time (whole second)
 	// Trigger is the time of the subject's latest event in the batch that
 	// made the decision (not published: the live delay metric's start).
 	Trigger time.Time
+	// Type is empty for the aggregator's deny decisions, or the operator
+	// action: DecisionBan (Until, Message), DecisionUnban (Rule when only
+	// that rule's records were cleared), DecisionReset. See admin.go.
+	Type        DecisionType
+	Operator    string   // who acted (operator actions)
+	Cleared     []string // what an unban or reset removed: deny, shadow, ban, state
+	DeletedKeys int64    // counter keys a reset deleted
+	Offset      int64    // a reset's boundary: the live group's next offset at the reset; -1 unknown
 }
 
 type decisionWire struct {
-	ID      string `json:"id,omitempty"`
-	Action  string `json:"action"`
-	Kind    string `json:"kind"`
-	Subject string `json:"subject"`
-	Rule    string `json:"rule"`
-	Limit   int64  `json:"limit"`
+	ID      string      `json:"id,omitempty"`
+	Action  string      `json:"action"`
+	Kind    string      `json:"kind"`
+	Subject string      `json:"subject"`
+	Rule    string      `json:"rule"`
+	Limit   int64       `json:"limit"`
 	Window  string      `json:"window"`
 	Bucket  *bucketWire `json:"bucket,omitempty"`
 	Count   int64       `json:"count"`
@@ -318,24 +348,45 @@ type decisionWire struct {
 	Shadow  bool        `json:"shadow"`
 	Message string      `json:"message,omitempty"`
 	TS      int64       `json:"ts"`
+	// operator actions only (admin.go)
+	Type     DecisionType `json:"type,omitempty"`
+	Operator string       `json:"operator,omitempty"`
+	Cleared  []string     `json:"cleared,omitempty"`
+	Deleted  int64        `json:"deleted_keys,omitempty"`
+	Offset   *int64       `json:"offset,omitempty"`
 }
 
 func (w decisionWire) decision() (Decision, error) {
-	lim, bk, err := limitOf(w.Limit, w.Window, w.Bucket)
-	if err != nil {
-		return Decision{}, fmt.Errorf("decision: %w", err)
+	var lim rules.Limit
+	var bk *rules.Bucket
+	if w.Type == "" { // operator actions have no limit
+		var err error
+		if lim, bk, err = limitOf(w.Limit, w.Window, w.Bucket); err != nil {
+			return Decision{}, fmt.Errorf("decision: %w", err)
+		}
 	}
-	return Decision{
+	d := Decision{
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
 		Limit: lim, Bucket: bk, Count: w.Count,
-		Until: time.UnixMilli(w.Until).UTC(), Shadow: w.Shadow, Message: w.Message,
-		TS: time.UnixMilli(w.TS).UTC(),
-	}, nil
+		Shadow: w.Shadow, Message: w.Message, TS: time.UnixMilli(w.TS).UTC(),
+		Type: w.Type, Operator: w.Operator, Cleared: w.Cleared, DeletedKeys: w.Deleted, Offset: -1,
+	}
+	if w.Until != 0 {
+		d.Until = time.UnixMilli(w.Until).UTC()
+	}
+	if w.Offset != nil {
+		d.Offset = *w.Offset
+	}
+	return d, nil
 }
 
 // MarshalJSON writes the floodgate.decisions message value: times in Unix
-// milliseconds, as in events.
+// milliseconds, as in events. Operator actions have their own fields
+// (operatorWire).
 func (d Decision) MarshalJSON() ([]byte, error) {
+	if d.Type != "" {
+		return json.Marshal(d.operatorWire())
+	}
 	w := decisionWire{
 		ID: d.ID, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Rule: d.Rule,
 		Limit: d.Limit.Count, Bucket: wireBucket(d.Bucket), Count: d.Count,

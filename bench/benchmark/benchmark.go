@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -28,7 +29,8 @@ type Options struct {
 	Runs         int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
 	Subjects     int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes       int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
-	ModerateRate float64       `name:"moderate-rate" default:"5000" help:"Events/s of the second latency run, below saturation."`
+	LegacyRev    string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
+	LatFractions []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
 	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
 	PartCount    int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
@@ -39,7 +41,7 @@ type Options struct {
 	// Only runs the named steps (e.g. --only sketches): each step on its
 	// own, at small sizes, without the whole run. Steps that read an
 	// earlier step's topic (live, history, java-consumer) need producer.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, latency, latency-moderate, limiter, roller, sketches."`
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, latency, limiter, cluster, roller, sketches."`
 }
 
 // Config configures Run.
@@ -96,16 +98,14 @@ type Results struct {
 	JavaCmd      string
 	JavaConsume  []float64 // fetch.nMsg.sec
 	JavaConsCmd  string
-	Live         []float64
-	LiveCmd      string
+	Live         []float64 // LiveNow.Rate
+	LiveNow      liveFigures
+	LiveLegacy   liveFigures // the aggregator of Options.LegacyRev
+	LegacyRev    string
+	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
-	RedisCmds    []float64 // per event
-	RedisBytes   []float64 // per subject
-	Subjects     []int
-	Lat          Latency // at half the live maximum (or lower: LatHalvings)
-	LatHalvings  int     // times the rate was halved from half the live maximum
-	LatModerate  Latency // at ModerateRate: what a deployment below saturation sees
+	Lat          []Latency // at Options.LatFractions of the live maximum
 	LimiterTable string
 	LimiterCmd   string
 	RollerRows   int64
@@ -171,7 +171,6 @@ func Run(ctx context.Context, cfg Config) error {
 		{"live", b.live},
 		{"history", b.history},
 		{"latency", b.latency},
-		{"latency-moderate", b.latencyModerate},
 		{"limiter", b.limiter},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
@@ -228,6 +227,21 @@ func (b *bench) topic(name string) (string, error) {
 	}
 	b.topics = append(b.topics, t)
 	return t, nil
+}
+
+// outputTopics creates the dead-letter and decisions topics of an events
+// topic (the aggregator requires both); they are deleted with the others.
+func (b *bench) outputTopics(ctx context.Context, events string) error {
+	for _, t := range []string{events + ".dlq", events + ".decisions"} {
+		if slices.Contains(b.topics, t) {
+			continue
+		}
+		if err := b.kafka.CreateTopic(ctx, t, 1); err != nil {
+			return err
+		}
+		b.topics = append(b.topics, t)
+	}
+	return nil
 }
 
 func (b *bench) cleanup() {
@@ -342,61 +356,133 @@ func (b *bench) javaConsumer(ctx context.Context) error {
 }
 
 // live: a fresh `floodgate aggregator --no-history` group over the
-// pre-filled topic; events/s from its first applied batch to its last.
+// pre-filled topic; events/s from its first applied batch to its last. The
+// first run is followed by one of the aggregator as issue 11 measured it
+// (built from Options.LegacyRev: fixed 50 ms batches, every touched subject
+// re-evaluated, decisions published inline) and one with --dedup, so that
+// their Redis cost per event is measured in the same run on the same topic.
 func (b *bench) live(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
+	defer func() { b.res.Live = b.res.LiveNow.Rate }()
+	legacy, err := b.legacyBin(ctx)
+	if err != nil {
+		b.res.Errors = append(b.res.Errors, fmt.Sprintf("legacy aggregator (%s): %v", b.cfg.LegacyRev, err))
+	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		prefix := fmt.Sprintf("bench%sr%d", b.id, i)
-		addr, err := harness.FreePort()
-		if err != nil {
-			return err
-		}
-		args := []string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
-			"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
-			"--group", fmt.Sprintf("bench-%s-live-%d", b.id, i), "--key-prefix", prefix,
-			"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}
-		b.res.LiveCmd = "floodgate " + strings.Join(args, " ")
-		b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
-		before, err := harness.ReadRedisInfo(ctx, b.rdb)
-		if err != nil {
-			return err
-		}
-		p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
-		if err != nil {
-			return err
-		}
-		rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
-		after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
-		serr := p.Stop(15 * time.Second)
-		b.peak("floodgate aggregator --no-history", p)
-		if err != nil {
-			return err
-		}
-		if ierr != nil {
-			return ierr
-		}
-		if serr != nil {
-			return serr
-		}
-		subs, err := harness.CountTags(ctx, b.rdb, prefix)
-		if err != nil {
-			return err
-		}
-		b.res.Live = append(b.res.Live, rate)
-		// Only the aggregator talks to this Redis during the run (plus our two INFO pairs).
-		cmds := after.TotalCalls("info") - before.TotalCalls("info")
-		b.res.RedisCmds = append(b.res.RedisCmds, float64(cmds)/float64(b.cfg.Events))
-		b.res.Subjects = append(b.res.Subjects, subs)
-		if subs > 0 {
-			b.res.RedisBytes = append(b.res.RedisBytes, float64(after.UsedMemory-before.UsedMemory)/float64(subs))
-		}
-		if err := harness.DeletePrefix(ctx, b.rdb, prefix); err != nil {
-			return err
+		for _, v := range []struct {
+			name, bin string
+			args      []string
+			into      *liveFigures
+		}{
+			{"", b.cfg.Bin, nil, &b.res.LiveNow},
+			{"legacy", legacy, nil, &b.res.LiveLegacy},
+			{"dedup", b.cfg.Bin, dedupArgs, &b.res.LiveDedup},
+		} {
+			if v.name != "" && i > 0 || v.bin == "" {
+				continue // one run of each comparison is enough
+			}
+			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.bin, v.args)
+			if err != nil {
+				return err
+			}
+			v.into.add(f)
 		}
 	}
 	return nil
+}
+
+// dedupArgs turn dedup on for the dedup run.
+var dedupArgs = []string{"--dedup", "10m"}
+
+// legacyBin builds cmd/floodgate as of Options.LegacyRev (git archive of
+// the repository, so no worktree is left behind) into the work directory.
+func (b *bench) legacyBin(ctx context.Context) (string, error) {
+	if b.cfg.LegacyRev == "" {
+		return "", nil
+	}
+	src := filepath.Join(b.cfg.WorkDir, "legacy-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", b.cfg.Repo, b.cfg.LegacyRev, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s: %w: %s", b.cfg.LegacyRev, err, out)
+	}
+	bin := filepath.Join(b.cfg.WorkDir, "floodgate-legacy")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/floodgate")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build at %s: %w: %s", b.cfg.LegacyRev, err, out)
+	}
+	b.res.LegacyRev = b.cfg.LegacyRev
+	return bin, nil
+}
+
+// liveFigures are the live runs of one setting.
+type liveFigures struct {
+	Rate, Cmds, CPU, Bytes []float64 // events/s; Redis commands, CPU µs per event; bytes per subject
+	Subjects               []int
+	Cmd                    string
+}
+
+func (l *liveFigures) add(o liveFigures) {
+	l.Rate = append(l.Rate, o.Rate...)
+	l.Cmds = append(l.Cmds, o.Cmds...)
+	l.CPU = append(l.CPU, o.CPU...)
+	l.Bytes = append(l.Bytes, o.Bytes...)
+	l.Subjects = append(l.Subjects, o.Subjects...)
+	l.Cmd = o.Cmd
+}
+
+func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (liveFigures, error) {
+	var f liveFigures
+	prefix := "bench" + b.id + "r" + run
+	addr, err := harness.FreePort()
+	if err != nil {
+		return f, err
+	}
+	args := append([]string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
+		"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
+		"--group", "bench-" + b.id + "-live-" + run, "--key-prefix", prefix,
+		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}, extra...)
+	f.Cmd = "floodgate " + strings.Join(args, " ")
+	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
+		return f, err
+	}
+	before, err := harness.ReadRedisInfo(ctx, b.rdb)
+	if err != nil {
+		return f, err
+	}
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: bin, Args: args, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return f, err
+	}
+	rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
+	serr := p.Stop(15 * time.Second)
+	if bin == b.cfg.Bin {
+		b.peak("floodgate aggregator --no-history", p)
+	}
+	if err = errors.Join(err, ierr, serr); err != nil {
+		return f, err
+	}
+	subs, err := harness.CountSubjects(ctx, b.rdb, prefix)
+	if err != nil {
+		return f, err
+	}
+	// Only the aggregator talks to this Redis during the run (plus our INFO
+	// calls).
+	events := float64(b.cfg.Events)
+	f.Rate = []float64{rate}
+	f.Cmds = []float64{float64(after.TotalCalls("info")-before.TotalCalls("info")) / events}
+	f.CPU = []float64{(after.CPU - before.CPU) * 1e6 / events}
+	f.Subjects = []int{subs}
+	if subs > 0 {
+		f.Bytes = []float64{float64(after.UsedMemory-before.UsedMemory) / float64(subs)}
+	}
+	return f, harness.DeletePrefix(ctx, b.rdb, prefix)
 }
 
 // waitMetric polls a counter until it reaches want and returns the rate
@@ -509,9 +595,11 @@ func gatherCounter(reg *prometheus.Registry, name string) float64 {
 	return t
 }
 
-// Latency is one event-to-deny measurement: background load at Rate, and
-// probes timed from their Publish call to their deny record.
+// Latency is one event-to-deny measurement: background load at Rate (a
+// Fraction of the live maximum), and probes timed from their Publish call
+// to the limiter's 429.
 type Latency struct {
+	Fraction       float64
 	Rate, Achieved float64 // events/s offered and acknowledged
 	P50, P99, Max  time.Duration
 	N, Missed      int // probes denied in time, probes never denied
