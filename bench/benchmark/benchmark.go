@@ -40,8 +40,9 @@ type Options struct {
 	SketchVisitors int `name:"sketch-visitors" default:"200000" help:"Distinct visitors the sketches step draws from."`
 	// Only runs the named steps (e.g. --only sketches): each step on its
 	// own, at small sizes, without the whole run. Steps that read an
-	// earlier step's topic (live, history, java-consumer) need producer.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, latency, limiter, cluster, roller, sketches."`
+	// earlier step's topic (live, history, java-consumer) need producer;
+	// backtest makes its own topic and ceiling when run alone.
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches."`
 }
 
 // Config configures Run.
@@ -105,6 +106,8 @@ type Results struct {
 	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
+	Backtest     backtestFigures
+	BacktestBase backtestFigures // with --baseline
 	Lat          []Latency // at Options.LatFractions of the live maximum
 	LimiterTable string
 	LimiterCmd   string
@@ -170,6 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"java-consumer", b.javaConsumer},
 		{"live", b.live},
 		{"history", b.history},
+		{"backtest", b.backtest},
 		{"latency", b.latency},
 		{"limiter", b.limiter},
 		{"roller", b.roller},

@@ -51,6 +51,7 @@ func Render(r *Results) string {
 	w("| aggregator history events/s (Postgres) | %s | %s (same) | %s | %s |\n",
 		harness.Human(harness.Median(r.History)), harness.Human(harness.Median(r.JavaConsume)),
 		ratio(harness.Median(r.History), harness.Median(r.JavaConsume)), runs(r.History))
+	renderBacktest(w, r)
 	for _, l := range r.Lat {
 		goal := ""
 		switch l.Fraction {
@@ -99,6 +100,7 @@ func Render(r *Results) string {
 	w("- live: a fresh group of `%s` over the first producer topic (pre-filled with %d events); the rate is taken from its first to its last counted message (floodgate_aggregator_messages_in_total), so the group join is excluded, as ConsumerPerformance's fetch.nMsg.sec excludes it: `%s`. After the first run, the same command once with the aggregator built from `%s` (git archive + go build: issue 11's baseline, fixed 50 ms batches, every touched subject re-evaluated, decisions published inline) and once with `%s`.\n",
 		r.LiveNow.Cmd, r.Events, r.JavaConsCmd, r.LegacyRev, strings.Join(dedupArgs, " "))
 	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total.\n")
+	backtestHow(w, r)
 	w("- latency: the live aggregator and a limiter (real processes) under paced background load at each fraction of the live median; each probe publishes 3 events for a fresh subject over a 2/m rule and asks the limiter (HTTP /v1/check, every 2 ms) until it answers 429; time from the Publish call, so it spans Kafka, the aggregator, Redis, the change stream and the limiter's memory.\n")
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
