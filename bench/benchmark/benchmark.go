@@ -108,7 +108,7 @@ type Results struct {
 	HistoryRows  []float64 // rows/s
 	Backtest     backtestFigures
 	BacktestBase backtestFigures // with --baseline
-	Lat          []Latency // at Options.LatFractions of the live maximum
+	Lat          []Latency       // at Options.LatFractions of the live maximum
 	LimiterTable string
 	LimiterCmd   string
 	RollerRows   int64
