@@ -86,7 +86,7 @@ func WriteText(w io.Writer, r *Report, top int) error {
 
 func writeHeader(p func(string, ...any), r *Report) {
 	p("backtest %s .. %s (replayed from %s: the warm-up fills windows and deny records; nothing of it is reported)\n",
-		stamp(r.From), stamp(r.To), stamp(r.ReadFrom))
+		r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), r.ReadFrom.Format(time.RFC3339))
 	if r.Source == "history" {
 		p("source: PostgreSQL minute buckets (the topic no longer holds the range: %s)\n", r.Retention)
 		p("precision: %s\n", r.Precision)
