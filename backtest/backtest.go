@@ -52,37 +52,68 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case err != nil:
 		return nil, err
 	}
+	sets, err := replaySets(&cfg, rep)
+	if err != nil {
+		return nil, err
+	}
+	merged, err := replay(ctx, &cfg, client, spans, sets, need, rep)
+	if err != nil {
+		return nil, err
+	}
+	rep.Candidate = outcome(cfg.RulesName, merged[0])
+	if len(merged) > 1 {
+		rep.Baseline = outcome(cfg.BaselineName, merged[1])
+		rep.Changes, rep.Unchanged = diff(rep.Candidate, rep.Baseline, merged[0], merged[1])
+	}
+	return rep, nil
+}
 
+// replaySets are the rules sets as replayed: as given from Kafka; from
+// history, what minute buckets can answer of them (the report says what
+// was left out).
+func replaySets(cfg *Config, rep *Report) ([]*rules.Set, error) {
 	sets := []*rules.Set{cfg.Rules, cfg.Baseline}
-	if rep.Source == "history" {
-		for i, s := range sets {
-			if s != nil {
-				var dropped []string
-				sets[i], dropped = historyRules(s)
-				rep.Dropped = append(rep.Dropped, dropped...)
-			}
+	if rep.Source != "history" {
+		return sets, nil
+	}
+	for i, s := range sets {
+		if s == nil {
+			continue
 		}
-		if len(sets[0].Rules()) == 0 {
-			return nil, errNoRules
+		var dropped []string
+		sets[i], dropped = historyRules(s)
+		for _, d := range dropped {
+			if i == 1 {
+				d = "baseline " + d
+			}
+			rep.Dropped = append(rep.Dropped, d)
 		}
 	}
+	if len(sets[0].Rules()) == 0 {
+		return nil, errNoRules
+	}
+	return sets, nil
+}
 
-	clients, done, err := replayRedis(ctx, &cfg)
+// replay runs the replay on its own Redis servers and returns each rules
+// set's tallies, filling in the report's counts and speed.
+func replay(ctx context.Context, cfg *Config, client *kafka.Client, spans []span, sets []*rules.Set, need time.Time, rep *Report) ([]*tallies, error) {
+	clients, done, err := replayRedis(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	backends, err := newBackends(clients, &cfg, sets)
+	backends, err := newBackends(clients, cfg, sets)
 	if err != nil {
 		return nil, err
 	}
-	defer cleanScratch(&cfg, backends)
+	defer cleanScratch(cfg, backends)
 	start := time.Now()
 	var merged []*tallies
 	if rep.Source == "kafka" {
-		merged, err = runKafka(ctx, client, &cfg, backends, spans, rep)
+		merged, err = runKafka(ctx, client, cfg, backends, spans, rep)
 	} else {
-		merged, err = runHistory(ctx, &cfg, backends, sets, need, rep)
+		merged, err = runHistory(ctx, cfg, backends, sets, need, rep)
 	}
 	if err != nil {
 		return nil, err
@@ -100,12 +131,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.RedisPeakBytes += n
 		}
 	}
-	rep.Candidate = outcome(cfg.RulesName, merged[0])
-	if len(merged) > 1 {
-		rep.Baseline = outcome(cfg.BaselineName, merged[1])
-		rep.Changes, rep.Unchanged = diff(rep.Candidate, rep.Baseline, merged[0], merged[1])
-	}
-	return rep, nil
+	return merged, nil
 }
 
 // replayRedis returns the replay's Redis servers: cfg.RedisServers
