@@ -82,18 +82,26 @@ func (b *bench) backtestRun(ctx context.Context, name string, extra []string, in
 	if err != nil {
 		return err
 	}
+	// The log is appended to: this run's report is its last.
 	out := strings.Join(splitLog(p.LogPath), "\n")
-	m := reBacktestRate.FindStringSubmatch(out)
+	m := last(reBacktestRate.FindAllStringSubmatch(out, -1))
 	if m == nil {
 		return fmt.Errorf("%s: no events/s in its report: %s", name, harness.TailFile(p.LogPath, 5))
 	}
 	rate, _ := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64)
 	into.Rate = append(into.Rate, rate)
-	if m := reBacktestPeak.FindStringSubmatch(out); m != nil {
+	if m := last(reBacktestPeak.FindAllStringSubmatch(out, -1)); m != nil {
 		mib, _ := strconv.ParseFloat(m[1], 64)
 		into.PeakMiB = append(into.PeakMiB, mib)
 	}
 	return nil
+}
+
+func last(ms [][]string) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	return ms[len(ms)-1]
 }
 
 // produceOnce fills one topic as the producer step's first run does.
