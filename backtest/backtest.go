@@ -43,7 +43,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Precision: "exact: every event at its own time, through the live path's store and scripts"}
 
 	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second}
-	spans, err := plan(ctx, client, cfg.Topic, need, cfg.To, cfg.WarmUp)
+	spans, err := plan(ctx, client, cfg.Topic, need, cfg.To, cfg.WarmUp, cfg.Clock)
 	var retention *RetentionError
 	switch {
 	case errors.As(err, &retention) && cfg.FromHistory:

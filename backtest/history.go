@@ -144,7 +144,7 @@ func replayRows(ctx context.Context, p *partition, ch <-chan []history.MinuteRow
 		for _, r := range rs {
 			ev := event.Event{V: event.Version, Action: r.Action, Kind: r.Kind, Subject: r.Subject, TS: r.Minute, N: r.N}
 			if err := p.add(ctx, offset, r.Minute.UnixMilli(), &ev); err != nil {
-				return err
+				return err // the rows end before the range does: never errEnd
 			}
 			offset++
 		}

@@ -54,7 +54,7 @@ type span struct {
 // stable end), and refuses when retention removed records the replay
 // needs: a partition whose log start moved (records were deleted) and whose
 // first remaining record is after need.
-func plan(ctx context.Context, client *kafka.Client, topic string, need, to time.Time, warmUp time.Duration) ([]span, error) {
+func plan(ctx context.Context, client *kafka.Client, topic string, need, to time.Time, warmUp time.Duration, clock Clock) ([]span, error) {
 	parts, err := partitions(ctx, client, topic)
 	if err != nil {
 		return nil, err
@@ -67,18 +67,23 @@ func plan(ctx context.Context, client *kafka.Client, topic string, need, to time
 	if err != nil {
 		return nil, err
 	}
-	endAt, err := timeOffsets(ctx, client, topic, parts, to)
-	if err != nil {
-		return nil, err
+	// On the event clock, a record published at or after to may hold an
+	// event of before it: read to the log's end (the replay stops once its
+	// clock reaches to).
+	endAt := map[int]int64{}
+	if clock == ClockRecord {
+		if endAt, err = timeOffsets(ctx, client, topic, parts, to); err != nil {
+			return nil, err
+		}
 	}
 	spans := make([]span, 0, len(parts))
 	for _, p := range parts {
-		sp := span{Partition: p, Start: startAt[p], End: endAt[p]}
+		sp := span{Partition: p, Start: startAt[p], End: end[p]}
 		if sp.Start < 0 { // no record at or after need
 			sp.Start = end[p]
 		}
-		if sp.End < 0 || sp.End > end[p] {
-			sp.End = end[p]
+		if e, ok := endAt[p]; ok && e >= 0 && e < end[p] {
+			sp.End = e
 		}
 		sp.Start = max(sp.Start, first[p])
 		if first[p] > 0 && sp.Start == first[p] {

@@ -38,6 +38,7 @@ type partition struct {
 	sets  []*setState
 	onDec func(set string, d window.Decision)
 	from  int64 // ms: decisions before are the warm-up's
+	to    int64 // ms: the range's end: nothing from there on is reported
 
 	clock int64 // ms: the replay's clock, never going back
 	batch aggregator.Batch
@@ -62,7 +63,7 @@ type partStats struct {
 }
 
 func newPartition(id int, topic string, be backend, cfg *Config, stats *partStats) *partition {
-	p := &partition{id: id, topic: topic, rdb: be.rdb, onDec: cfg.OnDecision, from: cfg.From.UnixMilli(), stats: stats,
+	p := &partition{id: id, topic: topic, rdb: be.rdb, onDec: cfg.OnDecision, from: cfg.From.UnixMilli(), to: cfg.To.UnixMilli(), stats: stats,
 		batch: aggregator.Batch{Topic: topic, Partition: id}}
 	for _, s := range be.stores {
 		p.sets = append(p.sets, &setState{
@@ -75,15 +76,22 @@ func newPartition(id int, topic string, be backend, cfg *Config, stats *partStat
 	return p
 }
 
+// errEnd: the partition's clock reached the range's end; what follows
+// cannot change the report.
+var errEnd = errors.New("backtest: the range's end")
+
 // add takes the next offset of the stream: its clock sample (ms) and its
 // event, nil when the aggregator would not count it (refused). A new
-// second of the clock applies the tick before.
+// second of the clock applies the tick before; the range's end, errEnd.
 func (p *partition) add(ctx context.Context, offset, clock int64, ev *event.Event) error {
 	c := max(p.clock, clock)
 	if floorDiv(c, 1000) != floorDiv(p.clock, 1000) && len(p.batch.Records) > 0 {
 		if err := p.flush(ctx); err != nil {
 			return err
 		}
+	}
+	if c >= p.to {
+		return errEnd
 	}
 	p.clock = c
 	if ev != nil {

@@ -87,8 +87,9 @@ type Deny struct {
 	// while in force is no new decision.
 	Decisions int `json:"decisions"`
 	// First is when it was first denied in the range (From when the deny
-	// began in the warm-up), Last when its last deny ended (may be after
-	// To), DenySeconds how long it was denied within the range.
+	// began in the warm-up), Last when its last deny ended as of To (may
+	// be after To: nothing after To is replayed to extend it), DenySeconds
+	// how long it was denied within the range.
 	First       time.Time `json:"first"`
 	Last        time.Time `json:"last"`
 	DenySeconds float64   `json:"deny_seconds"`

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"golang.org/x/sync/errgroup"
 
 	"floodgate/aggregator"
 	"floodgate/event"
@@ -23,35 +22,52 @@ type item struct {
 }
 
 // replayKafka reads one partition's span and replays it: a reader
-// goroutine fetches and decodes ahead while the partition applies.
+// goroutine fetches and decodes ahead while the partition applies. The
+// partition stops reading once its clock reaches the range's end.
 func replayKafka(ctx context.Context, client *kafka.Client, cfg *Config, sp span, p *partition, rejects map[string]int64) error {
+	rctx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
 	ch := make(chan []item, 4)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
+	readErr := make(chan error, 1)
+	go func() {
 		defer close(ch)
-		return readSpan(gctx, client, cfg, sp, p.stats, ch)
-	})
-	g.Go(func() error {
-		for items := range ch {
-			for i := range items {
-				it := &items[i]
-				var ev *event.Event
-				if it.ok {
-					ev = &it.ev
-				} else {
-					rejects[it.reason]++
-				}
-				if err := p.add(gctx, it.offset, it.clock, ev); err != nil {
-					return err
-				}
+		readErr <- readSpan(rctx, client, cfg, sp, p.stats, ch)
+	}()
+	err := consume(ctx, p, ch, rejects)
+	stopReading()
+	for range ch { // let the reader end
+	}
+	rerr := <-readErr
+	switch {
+	case errors.Is(err, errEnd):
+		// Stopped reading on purpose: the reader's cancellation is no error.
+		p.stats.next.Store(sp.End)
+	case err != nil:
+		return err
+	case rerr != nil:
+		return rerr // what is in hand is incomplete
+	}
+	return p.finish(ctx)
+}
+
+// consume adds the items to the partition until the channel closes or the
+// partition's clock reaches the range's end (errEnd).
+func consume(ctx context.Context, p *partition, ch <-chan []item, rejects map[string]int64) error {
+	for items := range ch {
+		for i := range items {
+			it := &items[i]
+			var ev *event.Event
+			if it.ok {
+				ev = &it.ev
+			} else {
+				rejects[it.reason]++
+			}
+			if err := p.add(ctx, it.offset, it.clock, ev); err != nil {
+				return err
 			}
 		}
-		if err := gctx.Err(); err != nil {
-			return err // the reader failed: what is in hand is incomplete
-		}
-		return p.finish(gctx)
-	})
-	return g.Wait()
+	}
+	return nil
 }
 
 // readSpan fetches [sp.Start, sp.End) of a partition, committed records
