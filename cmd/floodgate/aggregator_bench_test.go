@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/event"
@@ -68,7 +69,7 @@ rules:
 		}
 	}
 	ends := e.logEnds()
-	calls0 := stacktest.RedisCalls(b, e.rdb)
+	calls0 := stacktest.RedisCalls(b, e.rdb.(*redis.Client))
 	p := e.start("bench")
 	// Time from the first stored offset to the last.
 	var first time.Time
@@ -97,7 +98,7 @@ rules:
 		time.Sleep(20 * time.Millisecond)
 	}
 	elapsed := time.Since(first)
-	calls := stacktest.RedisCalls(b, e.rdb) - calls0
+	calls := stacktest.RedisCalls(b, e.rdb.(*redis.Client)) - calls0
 	p.stop(b)
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(calls)/float64(n), "redis-cmds/event")
