@@ -26,7 +26,9 @@ package window
 // evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
 // decisions, {subject, headroom}* of evaluated subjects, change seq or 0}
 // when applied, {1, next} when the batch is already held, {2, next} when only
-// its tail is new (the caller trims and retries). Headroom is, over the
+// its tail is new (the caller trims and retries), {3, next} when the batch
+// starts after the stored offset (the slot lost writes it had acknowledged:
+// nothing is written, the caller reads the partition again from next). Headroom is, over the
 // subject's limits, the fewest events that would bring one to its near
 // threshold (<= 0 when near).
 const applyBody = `
@@ -42,6 +44,7 @@ if prev then
   prev = tonumber(prev)
   if last < prev then return {1, prev} end
   if first < prev then return {2, prev} end
+  if first > prev then return {3, prev} end
 else
   prev = -1
 end
