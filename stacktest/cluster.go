@@ -164,6 +164,162 @@ func StartRedisNode(tb testing.TB, port int) {
 
 func redisNode(port int) string { return "redis-" + strconv.Itoa(port) }
 
+// KillRedisPrimaryAhead kills (SIGKILL) the Redis Cluster primary serving
+// key's slot while it holds writes its replica lacks, as asynchronous
+// replication allows: the replica is stopped (SIGSTOP) and its replication
+// link closed (it cannot reconnect while stopped), ahead is called with a
+// client of the primary and returns once the primary took the writes the
+// test wants lost, then the primary is killed and the replica continued
+// (SIGCONT); the replica takes over without them after the node timeout
+// (WaitClusterOK waits for that). It returns both addresses. The primary
+// is found once this holds the fault lock (another test's failover may
+// have moved the slot); the replica is continued whatever happens; the
+// primary is restarted at the end of the test as with KillRedisNode.
+func KillRedisPrimaryAhead(tb testing.TB, key string, ahead func(primary *redis.Client)) (primaryAddr, replicaAddr string) {
+	tb.Helper()
+	lock, err := lockFaults("redis")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	locked := true
+	defer func() {
+		if locked {
+			unlock(lock)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	primaryAddr, err = primaryOfKey(ctx, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	primary := redis.NewClient(&redis.Options{Addr: primaryAddr})
+	defer func() { _ = primary.Close() }()
+	replicaAddr, err = replicaOf(ctx, primary)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pid, err := redisPID(portOf(replicaAddr))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		tb.Fatalf("stop replica %s (pid %d): %v", replicaAddr, pid, err)
+	}
+	stopped := true
+	cont := func() {
+		if stopped {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				tb.Errorf("continue replica %s (pid %d): %v", replicaAddr, pid, err)
+			}
+			stopped = false
+		}
+	}
+	defer cont()
+	// What the primary already sent sits in the stopped replica's socket
+	// buffer and would reach it: close the link, so that only the writes
+	// before this point can.
+	if err := primary.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		tb.Fatalf("close the replication link of %s: %v", primaryAddr, err)
+	}
+	ahead(primary)
+	locked = false
+	killLocked(tb, lock, redisNode(portOf(primaryAddr)))
+	cont()
+	return primaryAddr, replicaAddr
+}
+
+// RedisFailoverOfKey is RedisFailover of the primary serving key's slot,
+// found once this holds the fault lock (another test's fault may have moved
+// the slot meanwhile). It returns the old and the new primary's addresses.
+func RedisFailoverOfKey(tb testing.TB, rdb *redis.ClusterClient, key string) (from, to string) {
+	tb.Helper()
+	lock, err := lockFaults("redis")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer unlock(lock)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	from, err = primaryOfKey(ctx, key)
+	cancel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	to, err = failover(rdb, from)
+	if err != nil {
+		tb.Fatalf("redis failover of %s: %v", from, err)
+	}
+	return from, to
+}
+
+// primaryOfKey returns the address of the primary serving key's slot as the
+// nodes say now (a client's slot map may be stale), once that node confirms
+// it is a primary.
+func primaryOfKey(ctx context.Context, key string) (string, error) {
+	nodes := nodeClients()
+	defer closeAll(nodes)
+	var errs []error
+	for addr, c := range nodes {
+		slot, err := c.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: cluster keyslot: %w", addr, err))
+			continue
+		}
+		slots, err := c.ClusterSlots(ctx).Result()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: cluster slots: %w", addr, err))
+			continue
+		}
+		for _, r := range slots {
+			if int64(r.Start) > slot || slot > int64(r.End) || len(r.Nodes) == 0 {
+				continue
+			}
+			p := nodes[r.Nodes[0].Addr]
+			if p == nil {
+				errs = append(errs, fmt.Errorf("%s names %s, not a seed node, as the primary of slot %d", addr, r.Nodes[0].Addr, slot))
+				break
+			}
+			if role, err := p.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				return r.Nodes[0].Addr, nil
+			}
+			errs = append(errs, fmt.Errorf("%s names %s as the primary of slot %d, which is not one now", addr, r.Nodes[0].Addr, slot))
+			break
+		}
+	}
+	return "", fmt.Errorf("primary of key %s: %w", key, errors.Join(errs...))
+}
+
+// portOf returns the port of a host:port address (0 when it has none).
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// redisPID returns the pid of the cluster's Redis node on port, from
+// scripts/stack's pid file, after checking that it is that node's
+// redis-server.
+func redisPID(port int) (int, error) {
+	dir, err := stackDir()
+	if err != nil {
+		return 0, err
+	}
+	path := filepath.Join(dir, "cluster", redisNode(port), "redis.pid")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("pid of redis node %d: %w", port, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("pid file %s: %w", path, err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "redis-server") || !strings.Contains(string(cmdline), ":"+strconv.Itoa(port)) {
+		return 0, fmt.Errorf("pid %d of %s is not redis node %d (%q, %v)", pid, path, port, cmdline, err)
+	}
+	return pid, nil
+}
+
 // killed holds the fault lock of each node killed by this process until it
 // is started again.
 var killed sync.Map // node name → *os.File
@@ -174,6 +330,13 @@ func kill(tb testing.TB, kind, name string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	killLocked(tb, lock, name)
+}
+
+// killLocked kills node name holding its kind's fault lock, which it keeps
+// until the node is started again.
+func killLocked(tb testing.TB, lock *os.File, name string) {
+	tb.Helper()
 	if _, err := stack("stop", "--cluster", name, "--kill"); err != nil {
 		unlock(lock)
 		tb.Fatal(err)
