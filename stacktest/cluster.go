@@ -166,15 +166,14 @@ func redisNode(port int) string { return "redis-" + strconv.Itoa(port) }
 
 // KillRedisPrimaryAhead kills (SIGKILL) the Redis Cluster primary serving
 // key's slot while it holds writes its replica lacks, as asynchronous
-// replication allows: the replica is stopped (SIGSTOP) and its replication
-// link closed (it cannot reconnect while stopped), ahead is called with a
-// client of the primary and returns once the primary took the writes the
-// test wants lost, then the primary is killed and the replica continued
-// (SIGCONT); the replica takes over without them after the node timeout
-// (WaitClusterOK waits for that). It returns both addresses. The primary
-// is found once this holds the fault lock (another test's failover may
-// have moved the slot); the replica is continued whatever happens; the
-// primary is restarted at the end of the test as with KillRedisNode.
+// replication allows: the replica is cut off (CutOffRedisReplica), ahead is
+// called with a client of the primary and returns once the primary took
+// the writes the test wants lost, then the primary is killed and the
+// replica continued; it takes over without them after the node timeout
+// (WaitClusterOK waits for that). It returns both addresses. The primary is
+// found once this holds the fault lock (another test's failover may have
+// moved the slot); the replica is continued whatever happens; the primary
+// is restarted at the end of the test as with KillRedisNode.
 func KillRedisPrimaryAhead(tb testing.TB, key string, ahead func(primary *redis.Client)) (primaryAddr, replicaAddr string) {
 	tb.Helper()
 	lock, err := lockFaults("redis")
@@ -189,43 +188,31 @@ func KillRedisPrimaryAhead(tb testing.TB, key string, ahead func(primary *redis.
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	primaryAddr, err = primaryOfKey(ctx, key)
+	primaryAddr, err = RedisPrimaryOf(ctx, key)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	primary := redis.NewClient(&redis.Options{Addr: primaryAddr})
 	defer func() { _ = primary.Close() }()
-	replicaAddr, err = replicaOf(ctx, primary)
+	replicaAddr, resume, err := CutOffRedisReplica(ctx, primary)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pid, err := redisPID(portOf(replicaAddr))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		tb.Fatalf("stop replica %s (pid %d): %v", replicaAddr, pid, err)
-	}
-	stopped := true
-	cont := func() {
-		if stopped {
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				tb.Errorf("continue replica %s (pid %d): %v", replicaAddr, pid, err)
+	resumed := false
+	defer func() {
+		if !resumed {
+			if err := resume(); err != nil {
+				tb.Error(err)
 			}
-			stopped = false
 		}
-	}
-	defer cont()
-	// What the primary already sent sits in the stopped replica's socket
-	// buffer and would reach it: close the link, so that only the writes
-	// before this point can.
-	if err := primary.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
-		tb.Fatalf("close the replication link of %s: %v", primaryAddr, err)
-	}
+	}()
 	ahead(primary)
 	locked = false
 	killLocked(tb, lock, redisNode(portOf(primaryAddr)))
-	cont()
+	resumed = true
+	if err := resume(); err != nil {
+		tb.Fatal(err)
+	}
 	return primaryAddr, replicaAddr
 }
 
@@ -240,22 +227,39 @@ func RedisFailoverOfKey(tb testing.TB, rdb *redis.ClusterClient, key string) (fr
 	}
 	defer unlock(lock)
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	from, err = primaryOfKey(ctx, key)
+	from, err = RedisPrimaryOf(ctx, key)
 	cancel()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	to, err = failover(rdb, from)
+	to, err = FailoverRedis(rdb, from)
 	if err != nil {
 		tb.Fatalf("redis failover of %s: %v", from, err)
 	}
 	return from, to
 }
 
-// primaryOfKey returns the address of the primary serving key's slot as the
-// nodes say now (a client's slot map may be stale), once that node confirms
-// it is a primary.
-func primaryOfKey(ctx context.Context, key string) (string, error) {
+// ---------------------------------------------------------------- for harnesses
+
+// The functions below return errors instead of failing a test: the chaos
+// suite (bench/faults), which injects the same faults outside go test,
+// uses them, and takes the same fault locks.
+
+// LockFaults takes the fault lock of kind ("kafka" or "redis") that the
+// kill helpers of tests take, so that a harness and a test never have
+// nodes of one kind down at once; release frees it.
+func LockFaults(kind string) (release func(), err error) {
+	f, err := lockFaults(kind)
+	if err != nil {
+		return nil, err
+	}
+	return func() { unlock(f) }, nil
+}
+
+// RedisPrimaryOf returns the address of the primary serving key's slot as
+// the nodes say now (a client's slot map may be stale), once that node
+// confirms it is a primary.
+func RedisPrimaryOf(ctx context.Context, key string) (string, error) {
 	nodes := nodeClients()
 	defer closeAll(nodes)
 	var errs []error
@@ -288,6 +292,43 @@ func primaryOfKey(ctx context.Context, key string) (string, error) {
 	}
 	return "", fmt.Errorf("primary of key %s: %w", key, errors.Join(errs...))
 }
+
+// CutOffRedisReplica stops (SIGSTOP) the replica of primary and closes
+// its replication link, so that the writes primary takes from now on reach
+// no replica: stopped, the replica cannot reconnect, and what the primary
+// had sent before sits in its socket buffer. resume continues it (SIGCONT);
+// call it in every case.
+func CutOffRedisReplica(ctx context.Context, primary *redis.Client) (replicaAddr string, resume func() error, err error) {
+	replicaAddr, err = replicaOf(ctx, primary)
+	if err != nil {
+		return "", nil, err
+	}
+	pid, err := redisPID(portOf(replicaAddr))
+	if err != nil {
+		return "", nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return "", nil, fmt.Errorf("stop replica %s (pid %d): %w", replicaAddr, pid, err)
+	}
+	resume = func() error {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			return fmt.Errorf("continue replica %s (pid %d): %w", replicaAddr, pid, err)
+		}
+		return nil
+	}
+	if err := primary.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		return "", nil, errors.Join(fmt.Errorf("close the replication link of %s: %w", primary.Options().Addr, err), resume())
+	}
+	return replicaAddr, resume, nil
+}
+
+// WaitRedisHealthy is WaitClusterOK returning an error.
+func WaitRedisHealthy() error { return waitClusterOK() }
+
+// WaitKafkaReplicated waits until every partition of every topic of the
+// cluster has all its replicas in sync (a restarted node caught up), as
+// StartKafkaNode does.
+func WaitKafkaReplicated(brokers []string) error { return waitReplicated(brokers) }
 
 // portOf returns the port of a host:port address (0 when it has none).
 func portOf(addr string) int {
@@ -614,14 +655,16 @@ func RedisFailover(tb testing.TB, rdb *redis.ClusterClient, primaryAddr string) 
 		tb.Fatal(err)
 	}
 	defer unlock(lock)
-	addr, err := failover(rdb, primaryAddr)
+	addr, err := FailoverRedis(rdb, primaryAddr)
 	if err != nil {
 		tb.Fatalf("redis failover of %s: %v", primaryAddr, err)
 	}
 	return addr
 }
 
-func failover(rdb *redis.ClusterClient, primaryAddr string) (string, error) {
+// FailoverRedis is RedisFailover without the fault lock, returning an
+// error.
+func FailoverRedis(rdb *redis.ClusterClient, primaryAddr string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
 	primary := redis.NewClient(&redis.Options{Addr: primaryAddr})
