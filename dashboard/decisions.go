@@ -168,6 +168,9 @@ func readPartition(ctx context.Context, brokers []string, topic string, p int, s
 			logger.Warn("dashboard: skipping a malformed decision", "topic", topic, "partition", p, "offset", m.Offset, "err", err)
 			continue
 		}
+		if d.IsOperator() {
+			continue // an operator's ban, unban or reset: the page lists denies
+		}
 		r.Add(d)
 	}
 }

@@ -109,8 +109,10 @@ func NewID() string {
 
 // Split returns one Event per feature of a single request: features maps a
 // kind to its subject, e.g. {"ip": "203.0.113.7", "email": "a@example.com"}.
-// Features with an empty subject are skipped. Each event gets its own id and
-// N = 1; the events are ordered by kind. Split does not validate: Encode (or
+// Features with an empty subject are skipped. Each event gets its own id,
+// N = 1, and the request's other features as its attrs (at most MaxAttrs,
+// first by kind), so distinct-count rules see what an IP tried; the events
+// are ordered by kind. Split does not validate: Encode (or
 // producer.Publisher.Publish) does.
 func Split(action string, ts time.Time, features map[string]string) []Event {
 	kinds := make([]string, 0, len(features))
@@ -122,8 +124,17 @@ func Split(action string, ts time.Time, features map[string]string) []Event {
 	sort.Strings(kinds)
 	out := make([]Event, 0, len(kinds))
 	for _, k := range kinds {
+		var attrs map[string]string
+		for _, o := range kinds {
+			if o != k && len(attrs) < MaxAttrs {
+				if attrs == nil {
+					attrs = map[string]string{}
+				}
+				attrs[o] = features[o]
+			}
+		}
 		out = append(out, Event{
-			V: Version, ID: NewID(), Action: action, Kind: k, Subject: features[k], TS: ts, N: 1,
+			V: Version, ID: NewID(), Action: action, Kind: k, Subject: features[k], TS: ts, N: 1, Attrs: attrs,
 		})
 	}
 	return out

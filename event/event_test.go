@@ -324,6 +324,10 @@ func TestSplit(t *testing.T) {
 	if got[0].ID == got[1].ID {
 		t.Errorf("events share id %q", got[0].ID)
 	}
+	// Each event relates to the other features of the request.
+	if got[0].Attrs["ip"] != "203.0.113.7" || got[1].Attrs["email"] != "a@example.com" || len(got[0].Attrs) != 1 || len(got[1].Attrs) != 1 {
+		t.Errorf("attrs %v %v, want the other feature each", got[0].Attrs, got[1].Attrs)
+	}
 }
 
 func FuzzDecode(f *testing.F) {

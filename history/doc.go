@@ -16,8 +16,13 @@
 //	}, sink)
 //	err = g.Run(ctx)
 //
+// With SinkConfig.Visitors ({"visit": "ip"}), each bucket and total also
+// keeps a sketch of the distinct values of that attr (unique visitors):
+// exact up to 256, a HyperLogLog beyond, merged in SQL by the sink, the
+// roller and the dashboard functions.
+//
 // The ladder ("1m:2d,5m:14d,1h:400d,1d:forever", ParseLadder) is applied by
-// package roller. Querier answers count, curve, top and total through the
-// same SQL functions Grafana uses. docs/history.md and docs/dashboards.md
+// package roller. Querier answers count, curve, top, total and their
+// unique-visitor counterparts through the same SQL functions Grafana uses. docs/history.md and docs/dashboards.md
 // describe the schema and the guarantees.
 package history

@@ -48,7 +48,7 @@ func runChild() error {
 	schema := os.Getenv("FGTEST_SCHEMA")
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: os.Getenv("FGTEST_GROUP"), Schema: schema,
-		OffsetsTable: schema + ".consumer_offsets", Logger: logger})
+		OffsetsTable: schema + ".consumer_offsets", Logger: logger, Visitors: testVisitors})
 	if err != nil {
 		return err
 	}
@@ -68,10 +68,18 @@ func runGroup(ctx context.Context, s aggregator.Sink, brokers []string, topic, g
 	return g.Run(ctx)
 }
 
+// testVisitors is what the sinks of these tests count as visitors.
+var testVisitors = history.Visitors{"visit": "ip"}
+
 // produced tracks what a test published.
 type produced struct {
-	total  atomic.Int64
-	perKey map[string]int64 // action|kind|subject, written by one goroutine
+	total    atomic.Int64
+	perKey   map[string]int64           // action|kind|subject, written by one goroutine
+	visitors map[string]map[string]bool // action|kind|subject -> visitor ips
+}
+
+func newProduced() *produced {
+	return &produced{perKey: map[string]int64{}, visitors: map[string]map[string]bool{}}
 }
 
 func publish(t *testing.T, ctx context.Context, p *producer.Publisher, prod *produced, evs []event.Event) {
@@ -81,8 +89,15 @@ func publish(t *testing.T, ctx context.Context, p *producer.Publisher, prod *pro
 		return
 	}
 	for _, e := range evs {
-		prod.perKey[e.Action+"|"+e.Kind+"|"+e.Subject] += e.N
+		k := e.Action + "|" + e.Kind + "|" + e.Subject
+		prod.perKey[k] += e.N
 		prod.total.Add(e.N)
+		if ip := e.Attrs["ip"]; ip != "" && e.Action == "visit" {
+			if prod.visitors[k] == nil {
+				prod.visitors[k] = map[string]bool{}
+			}
+			prod.visitors[k][ip] = true
+		}
 	}
 }
 
@@ -93,6 +108,9 @@ func randomEvents(r *rand.Rand, n int, now time.Time, span time.Duration) []even
 			ID: event.NewID(), Action: []string{"visit", "login_failed", "signup"}[r.IntN(3)],
 			Kind: []string{"ip", "user"}[r.IntN(2)], Subject: fmt.Sprintf("k%03d", r.IntN(200)),
 			TS: now.Add(-time.Duration(r.Int64N(int64(span)))), N: 1 + r.Int64N(3),
+		}
+		if r.IntN(4) > 0 { // most events carry a visitor; only visits count it
+			out[i].Attrs = map[string]string{"ip": fmt.Sprintf("192.0.2.%d", r.IntN(30))}
 		}
 	}
 	return out
@@ -138,6 +156,7 @@ func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced,
 	if len(seen) != len(prod.perKey) {
 		t.Errorf("%d keys in history, %d produced", len(seen), len(prod.perKey))
 	}
+	checkVisitors(t, pool, schema, prod)
 	var bucketSum int64
 	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(n), 0)::bigint FROM `+pgx.Identifier{schema, "buckets"}.Sanitize()).Scan(&bucketSum); err != nil {
 		t.Fatal(err)
@@ -145,6 +164,36 @@ func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced,
 	if bucketSum != prod.total.Load() {
 		t.Errorf("buckets hold %d events, produced %d", bucketSum, prod.total.Load())
 	}
+}
+
+// checkVisitors compares every key's unique visitors, all time and over
+// its buckets, with the ips produced (30 at most: exact).
+func checkVisitors(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced) {
+	t.Helper()
+	q := history.NewQuerier(pool, schema)
+	ctx := context.Background()
+	bad, counted := 0, 0
+	for key := range prod.perKey {
+		parts := strings.SplitN(key, "|", 3)
+		k := history.Key{Action: parts[0], Kind: parts[1], Subject: parts[2]}
+		want := int64(len(prod.visitors[key]))
+		total, err := q.TotalVisitors(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBuckets, err := q.Visitors(ctx, k, time.Unix(0, 0), time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (total != want || inBuckets != want) && bad < 10 {
+			bad++
+			t.Errorf("visitors %s: %d all time, %d in buckets; produced %d", key, total, inBuckets, want)
+		}
+		if want > 0 {
+			counted++
+		}
+	}
+	t.Logf("unique visitors agree for %d keys (%d with visitors)", len(prod.perKey), counted)
 }
 
 func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
@@ -171,7 +220,7 @@ func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
 	}
 	defer p.Close()
 
-	prod := &produced{perKey: map[string]int64{}}
+	prod := newProduced()
 	r := rand.New(rand.NewPCG(7, 7))
 	now := time.Now().Truncate(time.Minute)
 	child := start()
@@ -211,7 +260,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	defer cancel()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Logger: logger})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Logger: logger, Visitors: testVisitors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +272,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	prod := &produced{perKey: map[string]int64{}}
+	prod := newProduced()
 	r := rand.New(rand.NewPCG(8, 8))
 	now := time.Now().Truncate(time.Minute)
 	burst := func(d time.Duration) {

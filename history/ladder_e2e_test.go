@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -52,7 +53,8 @@ func TestEndToEndLadder(t *testing.T) {
 	evs := make([]event.Event, 20000)
 	for i := range evs {
 		evs[i] = event.Event{ID: event.NewID(), Action: []string{"visit", "login_failed"}[r.IntN(2)], Kind: "ip",
-			Subject: "10.0.0." + strconv.Itoa(r.IntN(30)), TS: now.Add(-time.Duration(r.Int64N(int64(10 * 24 * time.Hour)))).Truncate(time.Millisecond), N: 1}
+			Subject: "10.0.0." + strconv.Itoa(r.IntN(30)), TS: now.Add(-time.Duration(r.Int64N(int64(10 * 24 * time.Hour)))).Truncate(time.Millisecond), N: 1,
+			Attrs: map[string]string{"ip": "192.0.2." + strconv.Itoa(r.IntN(200))}}
 	}
 	p, err := producer.New(producer.Config{Brokers: brokers, Topic: topic})
 	if err != nil {
@@ -64,14 +66,21 @@ func TestEndToEndLadder(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	prod := &produced{perKey: map[string]int64{}}
+	prod := newProduced()
 	for _, e := range evs {
-		prod.perKey[e.Action+"|"+e.Kind+"|"+e.Subject]++
+		k := e.Action + "|" + e.Kind + "|" + e.Subject
+		prod.perKey[k]++
 		prod.total.Add(1)
+		if e.Action == "visit" {
+			if prod.visitors[k] == nil {
+				prod.visitors[k] = map[string]bool{}
+			}
+			prod.visitors[k][e.Attrs["ip"]] = true
+		}
 	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Ladder: l, Logger: logger})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Ladder: l, Logger: logger, Visitors: testVisitors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +172,34 @@ func TestEndToEndLadder(t *testing.T) {
 	if out := floodgate("query", "total", "--action", "visit"); !strings.HasPrefix(out, strconv.FormatInt(count("visit", "", time.Time{}, now.Add(time.Hour)), 10)+"\t") {
 		t.Errorf("query total:\n%s", out)
 	}
+	// Unique visitors: per day and over the ten days, from the rolled
+	// tiers (200 ips: exact).
+	visitors := func(subject string, from, to time.Time) int64 {
+		seen := map[string]bool{}
+		for _, e := range evs {
+			if e.Action == "visit" && e.Subject == subject && !e.TS.Before(from) && e.TS.Before(to) {
+				seen[e.Attrs["ip"]] = true
+			}
+		}
+		return int64(len(seen))
+	}
+	out = floodgate("query", "visitors", "-a", "visit", "-s", "10.0.0.3", "--from", dayStart.Format(time.RFC3339),
+		"--to", now.Add(time.Minute).Format(time.RFC3339), "--step", "1d", "--now", now.Format(time.RFC3339))
+	for day := dayStart; day.Before(now); day = day.Add(24 * time.Hour) {
+		line := fmt.Sprintf("%s  %d  %d", day.Format(time.DateOnly), count("visit", "10.0.0.3", day, day.Add(24*time.Hour)), visitors("10.0.0.3", day, day.Add(24*time.Hour)))
+		if !strings.Contains(strings.Join(strings.Fields(out), "  "), line) {
+			t.Errorf("query visitors lacks %q:\n%s", line, out)
+		}
+	}
+	if want := fmt.Sprintf("%d\tunique visitors in range", visitors("10.0.0.3", dayStart, now.Add(time.Minute))); !strings.Contains(out, want) {
+		t.Errorf("query visitors lacks %q:\n%s", want, out)
+	}
+	t.Logf("query visitors:\n%s", out)
+	if out := floodgate("query", "top", "-a", "visit", "--visitors", "--ever"); !strings.Contains(out, "top 10 visit by unique visitors, all time") || !strings.Contains(out, "visitors") {
+		t.Errorf("query top --visitors:\n%s", out)
+	}
 	dash := floodgate("query", "dashboard", "--action", "visit", "--now", now.Format(time.RFC3339))
-	for _, want := range []string{"TOTALS", "LAST 24 HOURS", "TOP SUBJECTS", "ip:10.0.0."} {
+	for _, want := range []string{"TOTALS", "LAST 24 HOURS", "TOP SUBJECTS", "ip:10.0.0.", "UNIQUE VISITORS", "TOP SUBJECTS BY UNIQUE VISITORS"} {
 		if !strings.Contains(dash, want) {
 			t.Errorf("dashboard lacks %q:\n%s", want, dash)
 		}

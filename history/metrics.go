@@ -11,6 +11,7 @@ type sinkMetrics struct {
 	batches *prometheus.CounterVec
 	rows    prometheus.Counter
 	events  prometheus.Counter
+	visits  prometheus.Counter
 	late    prometheus.Counter
 	errors  prometheus.Counter
 	offset  *prometheus.GaugeVec
@@ -31,6 +32,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_history_events_total", ConstLabels: labels,
 			Help: "Events (sum of n) applied to history.",
+		}),
+		visits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_visits_total", ConstLabels: labels,
+			Help: "Events that carried the attr counted as their action's visitor (SinkConfig.Visitors), added to the sketches.",
 		}),
 		late: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_history_late_events_total", ConstLabels: labels,
@@ -53,7 +58,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.late, m.errors, m.offset, m.seconds} {
+	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.visits, m.late, m.errors, m.offset, m.seconds} {
 		if err := register(reg, c); err != nil {
 			return nil, fmt.Errorf("history sink metrics: %w", err)
 		}

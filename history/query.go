@@ -203,3 +203,98 @@ func (q *Querier) Tiers(ctx context.Context) ([]StoredTier, error) {
 	}
 	return out, nil
 }
+
+// Visitors returns the distinct visitors (values of the attr counted for the
+// action, SinkConfig.Visitors) of the events of k whose bucket starts in
+// [from, to): exact up to 256, a HyperLogLog estimate beyond (0.81% standard
+// error).
+func (q *Querier) Visitors(ctx context.Context, k Key, from, to time.Time) (int64, error) {
+	var n int64
+	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "visitors")+`($1, $2, $3, $4, $5)`,
+		k.Action, nullable(k.Subject), from, to, nullable(k.Kind)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("visitors %s [%s, %s): %w", k, from.Format(time.RFC3339), to.Format(time.RFC3339), err)
+	}
+	return n, nil
+}
+
+// TotalVisitors returns the distinct visitors of k ever (late events
+// included).
+func (q *Querier) TotalVisitors(ctx context.Context, k Key) (int64, error) {
+	var n int64
+	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "total_visitors")+`($1, $2, $3)`,
+		k.Action, nullable(k.Subject), nullable(k.Kind)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("total visitors %s: %w", k, err)
+	}
+	return n, nil
+}
+
+// VisitorPoint is one step of a visitors curve: the events and the distinct
+// visitors of that step.
+type VisitorPoint struct {
+	Time     time.Time
+	Events   int64
+	Visitors int64
+}
+
+// VisitorsCurve returns one point per step over [from, to), zeros included.
+// Each step counts its own distinct visitors: a visitor of two steps counts
+// in both.
+func (q *Querier) VisitorsCurve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]VisitorPoint, error) {
+	rows, err := q.db.Query(ctx, `SELECT "time", events, visitors FROM `+qualify(q.schema, "visitors_curve")+`($1, $2, $3, $4, $5, $6)`,
+		k.Action, nullable(k.Subject), from, to, step, nullable(k.Kind))
+	if err != nil {
+		return nil, fmt.Errorf("visitors curve %s: %w", k, err)
+	}
+	defer rows.Close()
+	var out []VisitorPoint
+	for rows.Next() {
+		var p VisitorPoint
+		if err := rows.Scan(&p.Time, &p.Events, &p.Visitors); err != nil {
+			return nil, fmt.Errorf("visitors curve %s: %w", k, err)
+		}
+		p.Time = p.Time.UTC()
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("visitors curve %s: %w", k, err)
+	}
+	return out, nil
+}
+
+// RankedVisitors is one row of a top-N by visitors.
+type RankedVisitors struct {
+	Kind, Subject    string
+	Visitors, Events int64
+}
+
+// TopVisitors returns the n subjects of the action with the most distinct
+// visitors in [from, to); zero from and to rank by all-time sketches.
+func (q *Querier) TopVisitors(ctx context.Context, action, kind string, from, to time.Time, n int) ([]RankedVisitors, error) {
+	var f, t any
+	if !from.IsZero() || !to.IsZero() {
+		f, t = from, to
+		if to.IsZero() {
+			t = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+		}
+	}
+	rows, err := q.db.Query(ctx, `SELECT kind, subject, visitors, events FROM `+qualify(q.schema, "top_visitors")+`($1, $2, $3, $4, $5)`,
+		action, f, t, n, nullable(kind))
+	if err != nil {
+		return nil, fmt.Errorf("top visitors %s: %w", action, err)
+	}
+	defer rows.Close()
+	var out []RankedVisitors
+	for rows.Next() {
+		var r RankedVisitors
+		if err := rows.Scan(&r.Kind, &r.Subject, &r.Visitors, &r.Events); err != nil {
+			return nil, fmt.Errorf("top visitors %s: %w", action, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("top visitors %s: %w", action, err)
+	}
+	return out, nil
+}

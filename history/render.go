@@ -66,6 +66,44 @@ func WriteCurve(w io.Writer, points []Point, step time.Duration) error {
 	return tw.Flush()
 }
 
+// WriteVisitorsCurve prints a sparkline of the visitors, then one line per
+// step: time, events, unique visitors and a bar of the visitors.
+func WriteVisitorsCurve(w io.Writer, points []VisitorPoint, step time.Duration) error {
+	var hi, events int64
+	spark := make([]Point, len(points))
+	for i, p := range points {
+		hi = max(hi, p.Visitors)
+		events += p.Events
+		spark[i] = Point{Time: p.Time, Value: p.Visitors}
+	}
+	layout := "2006-01-02 15:04"
+	if step%(24*time.Hour) == 0 {
+		layout = time.DateOnly
+	}
+	if _, err := fmt.Fprintf(w, "%s  events %d, peak %d unique visitors per %s\n", Sparkline(spark), events, hi, formatDuration(step)); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "\tevents\tvisitors\t \t\n")
+	for _, p := range points {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t \t%s\n", p.Time.Format(layout), p.Events, p.Visitors, bar(p.Visitors, hi, 40))
+	}
+	return tw.Flush()
+}
+
+// WriteTopVisitors prints a ranking by unique visitors with bars.
+func WriteTopVisitors(w io.Writer, rows []RankedVisitors) error {
+	var hi int64
+	for _, r := range rows {
+		hi = max(hi, r.Visitors)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for i, r := range rows {
+		fmt.Fprintf(tw, "%2d.\t%s:%s\t%d visitors\t%d events\t%s\n", i+1, r.Kind, r.Subject, r.Visitors, r.Events, bar(r.Visitors, hi, 30))
+	}
+	return tw.Flush()
+}
+
 // WriteTop prints a ranking with bars.
 func WriteTop(w io.Writer, rows []Ranked) error {
 	var hi int64
@@ -107,6 +145,10 @@ type Dashboard struct {
 	TopEver []Ranked // top subjects by all-time totals
 	Hourly  []Point  // last 24 hours, per hour
 	Daily   []Point  // last 30 days, per day
+	// Unique visitors, for an action history counts them of (else zero).
+	VisitorsEver    int64
+	VisitorsLast24h int64
+	TopVisitorsDay  []RankedVisitors // top subjects by visitors over the last 24 hours
 }
 
 // LoadDashboard reads a Dashboard for action as of now.
@@ -152,7 +194,22 @@ func LoadDashboard(ctx context.Context, q *Querier, action string, now time.Time
 	if d.Daily, err = q.Curve(ctx, k, dayEnd.Add(-30*24*time.Hour), dayEnd, 24*time.Hour); err != nil {
 		return nil, err
 	}
-	return d, nil
+	return d, d.loadVisitors(ctx, q, end, top)
+}
+
+// loadVisitors reads the unique visitors of the dashboard's action, if
+// history counts them for it.
+func (d *Dashboard) loadVisitors(ctx context.Context, q *Querier, end time.Time, top int) error {
+	k := Key{Action: d.Action}
+	var err error
+	if d.VisitorsEver, err = q.TotalVisitors(ctx, k); err != nil || d.VisitorsEver == 0 {
+		return err
+	}
+	if d.VisitorsLast24h, err = q.Visitors(ctx, k, end.Add(-24*time.Hour), end); err != nil {
+		return err
+	}
+	d.TopVisitorsDay, err = q.TopVisitors(ctx, d.Action, "", end.Add(-24*time.Hour), end, top)
+	return err
 }
 
 // Write prints the dashboard.
@@ -178,6 +235,9 @@ func (d *Dashboard) Write(w io.Writer) error {
 		fmt.Fprintf(ew, ", %d late (in totals only)", d.Late)
 	}
 	fmt.Fprintln(ew)
+	if d.VisitorsEver > 0 {
+		fmt.Fprintf(ew, "UNIQUE VISITORS: %d ever, %d in the last 24h\n", d.VisitorsEver, d.VisitorsLast24h)
+	}
 	fmt.Fprintf(ew, "\nLAST 30 DAYS  %s\n", Sparkline(d.Daily))
 	fmt.Fprintln(ew, "\nLAST 24 HOURS")
 	if err := WriteCurve(ew, d.Hourly, time.Hour); err != nil {
@@ -190,6 +250,12 @@ func (d *Dashboard) Write(w io.Writer) error {
 	fmt.Fprintln(ew, "\nTOP SUBJECTS, ALL TIME")
 	if err := WriteTop(ew, d.TopEver); err != nil {
 		return err
+	}
+	if d.VisitorsEver > 0 {
+		fmt.Fprintln(ew, "\nTOP SUBJECTS BY UNIQUE VISITORS, LAST 24 HOURS")
+		if err := WriteTopVisitors(ew, d.TopVisitorsDay); err != nil {
+			return err
+		}
 	}
 	return ew.err
 }

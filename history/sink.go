@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,9 @@ type SinkConfig struct {
 	// Ladder is stored when the database holds none yet (the roller owns it
 	// afterwards). Default DefaultLadder.
 	Ladder Ladder
+	// Visitors names, per action, the attr whose distinct values each
+	// bucket and total keeps a sketch of (unique visitors). Default none.
+	Visitors Visitors
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics. Nil: not registered.
@@ -56,6 +60,9 @@ func (c *SinkConfig) Validate() error {
 		if err := c.Ladder.Validate(); err != nil {
 			return fmt.Errorf("history sink config: %w", err)
 		}
+	}
+	if err := c.Visitors.Validate(); err != nil {
+		return fmt.Errorf("history sink config: %w", err)
 	}
 	return nil
 }
@@ -176,6 +183,65 @@ type key struct {
 	minute                int64 // Unix seconds of the minute start
 }
 
+// rows is a batch summed into bucket rows, in key order, as the arrays the
+// statement takes.
+type rows struct {
+	actions, subjects, kinds []string
+	minutes                  []time.Time
+	ns                       []int64
+	// The visitors of each row, deduplicated: pairs (row ordinal, counted
+	// from 1 like SQL's WITH ORDINALITY; hash of the value).
+	visitorRows   []int32
+	visitorHashes []int64
+	events        int64 // sum of n
+	visits        int64 // events that carried a counted attr
+}
+
+// summarize sums records into minute rows (a batch of 10 000 events about a
+// few hot keys becomes a few rows) and collects each row's visitors.
+func summarize(recs []aggregator.Record, vis Visitors) rows {
+	var out rows
+	sums := make(map[key]int64, len(recs))
+	seen := map[key][]int64{}
+	for _, r := range recs {
+		e := r.Event
+		n := e.N
+		if n == 0 {
+			n = 1
+		}
+		k := key{e.Action, e.Subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}
+		sums[k] += n
+		out.events += n
+		if h, ok := vis.visitorOf(e); ok {
+			seen[k] = append(seen[k], h)
+			out.visits++
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(sums), func(a, b key) int {
+		return cmp.Or(strings.Compare(a.action, b.action), strings.Compare(a.subject, b.subject),
+			strings.Compare(a.kind, b.kind), cmp.Compare(a.minute, b.minute))
+	})
+	out.actions = make([]string, 0, len(keys))
+	out.subjects = make([]string, 0, len(keys))
+	out.kinds = make([]string, 0, len(keys))
+	out.minutes = make([]time.Time, 0, len(keys))
+	out.ns = make([]int64, 0, len(keys))
+	for i, k := range keys {
+		out.actions = append(out.actions, k.action)
+		out.subjects = append(out.subjects, k.subject)
+		out.kinds = append(out.kinds, k.kind)
+		out.minutes = append(out.minutes, time.Unix(k.minute, 0).UTC())
+		out.ns = append(out.ns, sums[k])
+		hs := seen[k]
+		slices.Sort(hs)
+		for _, h := range slices.Compact(hs) {
+			out.visitorRows = append(out.visitorRows, int32(i+1))
+			out.visitorHashes = append(out.visitorHashes, h)
+		}
+	}
+	return out
+}
+
 // Apply sums the batch into minute buckets and writes them, the totals and
 // the partition's next offset in one statement. A batch the store already
 // holds is a no-op; a batch whose head it holds (a stale owner's batch
@@ -205,39 +271,11 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 // stored next offset trimTo lies inside (b.First, b.Last].
 func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error) {
 	start := time.Now()
-	sums := make(map[key]int64, len(b.Records))
-	var events int64
-	for _, r := range b.Records {
-		e := r.Event
-		n := e.N
-		if n == 0 {
-			n = 1
-		}
-		sums[key{e.Action, e.Subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}] += n
-		events += n
-	}
-	keys := make([]key, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		return cmp.Or(strings.Compare(a.action, b.action), strings.Compare(a.subject, b.subject),
-			strings.Compare(a.kind, b.kind), cmp.Compare(a.minute, b.minute))
-	})
-	actions := make([]string, len(keys))
-	subjects := make([]string, len(keys))
-	kinds := make([]string, len(keys))
-	minutes := make([]time.Time, len(keys))
-	ns := make([]int64, len(keys))
-	for i, k := range keys {
-		actions[i], subjects[i], kinds[i] = k.action, k.subject, k.kind
-		minutes[i] = time.Unix(k.minute, 0).UTC()
-		ns[i] = sums[k]
-	}
+	rs := summarize(b.Records, s.cfg.Visitors)
 	if err := s.ready(ctx); err != nil {
 		return -1, err
 	}
-	if err := s.ensurePartitions(ctx, minutes); err != nil {
+	if err := s.ensurePartitions(ctx, rs.minutes); err != nil {
 		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
 	}
 
@@ -246,7 +284,7 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	batch := &pgx.Batch{}
 	batch.Queue(lockRouteShared, s.cfg.Schema)
 	batch.Queue(s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
-		actions, subjects, kinds, minutes, ns)
+		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes)
 	var (
 		applied       bool
 		stored        *int64
@@ -283,7 +321,8 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	}
 	s.metrics.batches.WithLabelValues("applied").Inc()
 	s.metrics.rows.Add(float64(written))
-	s.metrics.events.Add(float64(events))
+	s.metrics.events.Add(float64(rs.events))
+	s.metrics.visits.Add(float64(rs.visits))
 	s.metrics.offset.WithLabelValues(b.Topic, fmt.Sprint(b.Partition)).Set(float64(b.Next()))
 	if late > 0 {
 		s.metrics.late.Add(float64(late))
@@ -327,8 +366,9 @@ func mod(a, b int64) int64 {
 
 // applySQL builds the batch statement. $1 group, $2 topic, $3 partition,
 // $4 first offset, $5 next offset, $6..$10 the bucket arrays (action,
-// subject, kind, minute, n). It returns (applied, stored next offset before,
-// bucket rows written, late events).
+// subject, kind, minute, n), $11..$12 the visitor pairs (row ordinal, hash).
+// It returns (applied, stored next offset before, bucket rows written, late
+// events).
 //
 // Every upsert inserts in key order (ORDER BY), so concurrent batches take
 // their row locks in the same order and cannot deadlock; the Go sort of the
@@ -337,6 +377,13 @@ func mod(a, b int64) int64 {
 // Each minute goes to the finest tier whose rolled_to is at or below it,
 // binned to that tier's width; a minute below every watermark is late: it
 // counts in totals and history_late only.
+//
+// Visitors: each row's hashes (distinct: summarize) become a sketch
+// (sketch_sorted), sketches of rows binned together are merged
+// (sketch_union_agg) and merged into the stored sketch on conflict
+// (sketch_union) — in this statement, so they are as exactly-once as the
+// counts. Rows without visitors carry NULL: the aggregate skips them and
+// sketch_union, plain SQL, calls no function for them.
 func applySQL(schema, offsets string) string {
 	q := func(name string) string { return qualify(schema, name) }
 	var b strings.Builder
@@ -351,30 +398,38 @@ func applySQL(schema, offsets string) string {
 	RETURNING 1
 ), tiers AS (
 	SELECT step, position, rolled_to FROM %[2]s
+), v AS (
+	SELECT i, %[3]s(array_agg(h ORDER BY h)) AS vis
+	FROM unnest($11::int[], $12::bigint[]) AS v(i, h)
+	WHERE EXISTS (SELECT 1 FROM off) GROUP BY i
 ), r AS (
-	SELECT u.a, u.s, u.k, u.m, u.n,
+	SELECT u.a, u.s, u.k, u.m, u.n, v.vis,
 		(SELECT t.step FROM tiers t WHERE u.m >= t.rolled_to ORDER BY t.position LIMIT 1) AS step
-	FROM unnest($6::text[], $7::text[], $8::text[], $9::timestamptz[], $10::bigint[]) AS u(a, s, k, m, n)
+	FROM unnest($6::text[], $7::text[], $8::text[], $9::timestamptz[], $10::bigint[]) WITH ORDINALITY AS u(a, s, k, m, n, i)
+	LEFT JOIN v ON v.i = u.i
 	WHERE EXISTS (SELECT 1 FROM off)
-)`, offsets, q("history_tiers"))
+)`, offsets, q("history_tiers"), q("sketch_sorted"))
+	agg, union := q("sketch_union_agg"), q("sketch_union")
 	var written []string
 	for _, st := range steps {
 		cte := "w_" + st.Name
 		fmt.Fprintf(&b, `, %[1]s AS (
-	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n)
-	SELECT a, s, k, date_bin('%[3]d seconds', m, timestamptz '2000-01-03 00:00:00+00'), sum(n)
+	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n, visitors)
+	SELECT a, s, k, date_bin('%[3]d seconds', m, timestamptz '2000-01-03 00:00:00+00'), sum(n), %[5]s(vis)
 	FROM r WHERE step = '%[4]s' GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
-	ON CONFLICT (action, subject, kind, bucket) DO UPDATE SET n = b.n + EXCLUDED.n
+	ON CONFLICT (action, subject, kind, bucket) DO UPDATE
+		SET n = b.n + EXCLUDED.n, visitors = %[6]s(b.visitors, EXCLUDED.visitors)
 	RETURNING 1
-)`, cte, q(st.Table()), int64(st.Width/time.Second), st.Name)
+)`, cte, q(st.Table()), int64(st.Width/time.Second), st.Name, agg, union)
 		written = append(written, "(SELECT count(*) FROM "+cte+")")
 	}
 	fmt.Fprintf(&b, `, tot AS (
-	INSERT INTO %[1]s AS t (action, subject, kind, n, first_at, last_at)
-	SELECT a, s, k, sum(n), min(m), max(m) FROM r GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+	INSERT INTO %[1]s AS t (action, subject, kind, n, first_at, last_at, visitors)
+	SELECT a, s, k, sum(n), min(m), max(m), %[4]s(vis) FROM r GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
 	ON CONFLICT (action, subject, kind) DO UPDATE
 		SET n = t.n + EXCLUDED.n, first_at = least(t.first_at, EXCLUDED.first_at),
-			last_at = greatest(t.last_at, EXCLUDED.last_at), updated_at = now()
+			last_at = greatest(t.last_at, EXCLUDED.last_at), updated_at = now(),
+			visitors = %[5]s(t.visitors, EXCLUDED.visitors)
 ), late AS (
 	INSERT INTO %[2]s AS l (action, subject, kind, n, first_at, last_at)
 	SELECT a, s, k, sum(n), min(m), max(m) FROM r WHERE step IS NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
@@ -385,6 +440,6 @@ func applySQL(schema, offsets string) string {
 SELECT EXISTS (SELECT 1 FROM off), (SELECT next_offset FROM cur),
 	%[3]s,
 	(SELECT coalesce(sum(n), 0) FROM r WHERE step IS NULL)::bigint`,
-		q("history_totals"), q("history_late"), strings.Join(written, " + "))
+		q("history_totals"), q("history_late"), strings.Join(written, " + "), agg, union)
 	return b.String()
 }

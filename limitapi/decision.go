@@ -43,6 +43,10 @@ type Limit struct {
 	// Estimated: answered from memory for a subject under half the limit,
 	// whose exact count the limiter does not hold (ask with Request.Exact).
 	Estimated bool
+	// Rate is set for a bucket rule ("10/1s"): Limit is then its burst,
+	// Count the tokens used, and Window the time an empty bucket takes to
+	// refill.
+	Rate string
 }
 
 // Denial says why a request is (or for a shadow rule, would be) denied.
@@ -55,6 +59,11 @@ type Denial struct {
 	Until               time.Time     // when one more event fits again
 	RetryAfter          time.Duration // Until minus the decision time
 	Shadow              bool
+	Rate                string // a bucket rule's rate, as in Limit
+	// Banned: an operator banned the subject until Until (no rule; Message
+	// is the ban's). Not carried over gRPC/Connect, where a ban is a
+	// denial without a rule.
+	Banned bool
 }
 
 // Decision answers a Request.

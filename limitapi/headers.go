@@ -53,7 +53,7 @@ func SetHeaders(h http.Header, d Decision) {
 		cur.WriteString(strconv.FormatInt(t, 10))
 	}
 	if den := d.Denial; den != nil && den.Rule != "" {
-		add(PolicyName(den.Rule, den.Kind, den.Window), den.Limit, int64(den.Window/time.Second), 0, RetrySeconds(den.RetryAfter))
+		add(policy(den.Rule, den.Kind, den.Window, den.Rate), den.Limit, RetrySeconds(den.Window), 0, RetrySeconds(den.RetryAfter))
 	}
 	for _, l := range d.Limits {
 		if l.Shadow || l.Allowlisted {
@@ -63,7 +63,7 @@ func SetHeaders(h http.Header, d Decision) {
 		if l.Exceeded {
 			r = 0
 		}
-		add(PolicyName(l.Rule, l.Kind, l.Window), l.Limit, int64(l.Window/time.Second), r, RetrySeconds(l.ResetAfter))
+		add(policy(l.Rule, l.Kind, l.Window, l.Rate), l.Limit, RetrySeconds(l.Window), r, RetrySeconds(l.ResetAfter))
 	}
 	if pol.Len() > 0 {
 		h.Set(HeaderRateLimitPolicy, pol.String())
@@ -72,6 +72,14 @@ func SetHeaders(h http.Header, d Decision) {
 	if !d.Allowed {
 		h.Set(HeaderRetryAfter, strconv.FormatInt(max(RetrySeconds(d.RetryAfter()), 1), 10))
 	}
+}
+
+// policy names a limit, or a bucket ("<rule>/<kind>/bucket").
+func policy(rule, kind string, w time.Duration, rate string) string {
+	if rate != "" {
+		return rule + "/" + kind + "/bucket"
+	}
+	return PolicyName(rule, kind, w)
 }
 
 // PolicyName names a limit in the RateLimit fields and Envoy answers:

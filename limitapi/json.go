@@ -32,8 +32,10 @@ type CheckResult struct {
 	Subject       string       `json:"subject,omitempty"`
 	Limit         int64        `json:"limit,omitempty"`
 	Window        string       `json:"window,omitempty"`
+	Rate          string       `json:"rate,omitempty"`
 	Count         int64        `json:"count,omitempty"`
 	RetryAfter    int64        `json:"retry_after,omitempty"`
+	Banned        bool         `json:"banned,omitempty"` // an operator's ban denies (no rule)
 	Degraded      bool         `json:"degraded,omitempty"`
 	Counted       bool         `json:"counted,omitempty"`
 	Limits        []LimitJSON  `json:"limits,omitempty"`
@@ -58,6 +60,9 @@ type LimitJSON struct {
 	// Estimated: count not known (under half the limit), remaining a lower
 	// bound.
 	Estimated bool `json:"estimated,omitempty"`
+	// Rate of a bucket rule ("10/1s"); limit is its burst, window the
+	// time it takes to refill.
+	Rate string `json:"rate,omitempty"`
 }
 
 // DenialJSON is a shadow denial in CheckResult.
@@ -70,14 +75,15 @@ type DenialJSON struct {
 	Count      int64  `json:"count"`
 	Message    string `json:"message,omitempty"`
 	RetryAfter int64  `json:"retry_after"`
+	Rate       string `json:"rate,omitempty"`
 }
 
 // Result converts a decision to its JSON body.
 func Result(d Decision) CheckResult {
 	r := CheckResult{Allowed: d.Allowed, Degraded: d.Degraded, Counted: d.Counted}
 	if den := d.Denial; den != nil {
-		r.Message, r.Rule, r.Kind, r.Subject = den.Message, den.Rule, den.Kind, den.Subject
-		r.Limit, r.Count, r.RetryAfter = den.Limit, den.Count, max(RetrySeconds(den.RetryAfter), 1)
+		r.Message, r.Rule, r.Kind, r.Subject, r.Banned = den.Message, den.Rule, den.Kind, den.Subject, den.Banned
+		r.Limit, r.Count, r.RetryAfter, r.Rate = den.Limit, den.Count, max(RetrySeconds(den.RetryAfter), 1), den.Rate
 		if den.Window > 0 {
 			r.Window = rules.FormatWindow(den.Window)
 		}
@@ -86,13 +92,13 @@ func Result(d Decision) CheckResult {
 		r.Limits = append(r.Limits, LimitJSON{
 			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: rules.FormatWindow(l.Window),
 			Count: l.Count, Remaining: l.Remaining, ResetAfter: RetrySeconds(l.ResetAfter),
-			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated,
+			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated, Rate: l.Rate,
 		})
 	}
 	for _, s := range d.ShadowDenials {
 		r.ShadowDenials = append(r.ShadowDenials, DenialJSON{
 			Rule: s.Rule, Kind: s.Kind, Subject: s.Subject, Limit: s.Limit, Window: rules.FormatWindow(s.Window),
-			Count: s.Count, Message: s.Message, RetryAfter: RetrySeconds(s.RetryAfter),
+			Count: s.Count, Message: s.Message, RetryAfter: RetrySeconds(s.RetryAfter), Rate: s.Rate,
 		})
 	}
 	return r

@@ -38,7 +38,7 @@ func DecisionToProto(d Decision) *floodgatev1.TakeResponse {
 		r.Limits[i] = &floodgatev1.Limit{
 			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: durationpb.New(l.Window),
 			Count: l.Count, Remaining: l.Remaining, ResetAfter: durationpb.New(l.ResetAfter),
-			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated,
+			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated, Rate: l.Rate,
 		}
 	}
 	for _, s := range d.ShadowDenials {
@@ -50,7 +50,7 @@ func DecisionToProto(d Decision) *floodgatev1.TakeResponse {
 func denialToProto(d Denial) *floodgatev1.Denial {
 	p := &floodgatev1.Denial{
 		Rule: d.Rule, Kind: d.Kind, Subject: d.Subject, Limit: d.Limit,
-		Count: d.Count, Message: d.Message, RetryAfter: durationpb.New(d.RetryAfter), Shadow: d.Shadow,
+		Count: d.Count, Message: d.Message, RetryAfter: durationpb.New(d.RetryAfter), Shadow: d.Shadow, Rate: d.Rate,
 	}
 	if d.Window > 0 {
 		p.Window = durationpb.New(d.Window)
@@ -70,7 +70,7 @@ func DecisionFromProto(r *floodgatev1.TakeResponse, now time.Time) Decision {
 		d.Limits = append(d.Limits, Limit{
 			Rule: l.GetRule(), Kind: l.GetKind(), Subject: l.GetSubject(), Limit: l.GetLimit(), Window: l.GetWindow().AsDuration(),
 			Count: l.GetCount(), Remaining: l.GetRemaining(), ResetAfter: l.GetResetAfter().AsDuration(),
-			Shadow: l.GetShadow(), Strict: l.GetStrict(), Exceeded: l.GetExceeded(), Allowlisted: l.GetAllowlisted(), Estimated: l.GetEstimated(),
+			Shadow: l.GetShadow(), Strict: l.GetStrict(), Exceeded: l.GetExceeded(), Allowlisted: l.GetAllowlisted(), Estimated: l.GetEstimated(), Rate: l.GetRate(),
 		})
 	}
 	for _, s := range r.GetShadowDenials() {
@@ -83,6 +83,6 @@ func denialFromProto(p *floodgatev1.Denial, now time.Time) Denial {
 	retry := p.GetRetryAfter().AsDuration()
 	return Denial{
 		Rule: p.GetRule(), Kind: p.GetKind(), Subject: p.GetSubject(), Limit: p.GetLimit(), Window: p.GetWindow().AsDuration(),
-		Count: p.GetCount(), Message: p.GetMessage(), RetryAfter: retry, Until: now.Add(retry), Shadow: p.GetShadow(),
+		Count: p.GetCount(), Message: p.GetMessage(), RetryAfter: retry, Until: now.Add(retry), Shadow: p.GetShadow(), Rate: p.GetRate(),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -126,7 +127,9 @@ func TestLimiterStartedMidStreamAgrees(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	parts := func() int { return testPartitions }
-	go func() { _ = limiter.Sync(ctx, limiter.SyncConfig{State: fresh, Source: e.store, Streams: e.rdb, Partitions: parts}) }()
+	go func() {
+		_ = limiter.Sync(ctx, limiter.SyncConfig{State: fresh, Source: e.store, Streams: e.rdb, Partitions: parts})
+	}()
 	lim, err := limiter.New(limiter.Config{Store: e.store, State: fresh, Partitions: parts, Rules: func() *rulesSet { return e.set }})
 	if err != nil {
 		t.Fatal(err)
@@ -164,5 +167,188 @@ func (e *env) applyBatch(tb testing.TB, evs []event.Event, now time.Time) {
 	}
 	for p, evs := range byPart {
 		e.applyTo(tb, p, evs, now)
+	}
+}
+
+// gcra is the reference token bucket: the theoretical arrival time, in
+// microseconds, advanced by every event in arrival order.
+type gcra struct{ tat int64 }
+
+func (g *gcra) add(us, n, interval int64) { g.tat = max(g.tat, us) + n*interval }
+
+// TestBucketAgreesWithGCRA drives bursty traffic through the aggregator's
+// write path and asks the limiter from memory after every batch and as time
+// passes: allowed exactly when the reference GCRA says the next event
+// conforms, with the same retry time to the microsecond.
+func TestBucketAgreesWithGCRA(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			var clock atomic.Int64
+			e := newEnv(t, func(c *limiter.Config, _ *limiter.ServerConfig) {
+				c.Now = func() time.Time { return time.UnixMicro(clock.Load()) }
+			})
+			e.set = mustRules(t, `
+rules:
+  - name: api
+    action: api
+    kinds: [user]
+    bucket: {rate: 3/s, burst: 4}
+  - name: one
+    action: api
+    kinds: [user]
+    bucket: {rate: 1/2s, burst: 1}
+    shadow: true
+`)
+			api := e.set.Rule("api").Bucket
+			maxw := int64(e.set.MaxWindowFor("api", "user") / time.Second)
+			rng := rand.New(rand.NewPCG(seed, 3))
+			refs := map[string]*gcra{}
+			clock.Store(time.Date(2031, 5, 6, 8, 0, 0, 0, time.UTC).UnixMicro())
+			checks, denies := 0, 0
+			check := func(batch int) {
+				now := clock.Load()
+				for subj, g := range refs {
+					d, err := e.lim.Check(context.Background(), limiter.Request{Action: "api", Subjects: []limiter.Subject{{Kind: "user", Subject: subj}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					checks++
+					until := g.tat + api.Interval().Microseconds() - api.Interval().Microseconds()*api.Burst
+					if d.Allowed != (until <= now) {
+						t.Fatalf("batch %d user %s at %d: allowed=%v, reference next conforms at %d (tat %d)", batch, subj, now, d.Allowed, until, g.tat)
+					}
+					if !d.Allowed {
+						denies++
+						if got := d.Denial.Until.UnixMicro(); got != until || d.Denial.Rate != "3/1s" {
+							t.Fatalf("batch %d user %s: retry at %d rate %q, reference %d", batch, subj, got, d.Denial.Rate, until)
+						}
+					}
+				}
+			}
+			for batch := range 150 {
+				clock.Add(int64(rng.ExpFloat64() * 400_000))
+				now := clock.Load()
+				var evs []event.Event
+				for range 1 + rng.IntN(6) {
+					subj := "u" + strconv.Itoa(rng.IntN(6))
+					n := 1 + rng.IntN(2)
+					if rng.Float64() < 0.15 {
+						n = 3 + rng.IntN(6) // burst
+					}
+					for range n {
+						us := now - rng.Int64N(900_000)
+						if rng.Float64() < 0.05 {
+							us = now - rng.Int64N(20_000_000) // late
+						}
+						evs = append(evs, event.Event{V: 1, ID: event.NewID(), Action: "api", Kind: "user", Subject: subj, TS: time.UnixMicro(us).UTC(), N: 1})
+						if refs[subj] == nil {
+							refs[subj] = &gcra{}
+						}
+						// The store keeps milliseconds of event time, and skips
+						// events older than the rules look back.
+						if windowtest.FloorDiv(us, 1_000_000) > windowtest.FloorDiv(now, 1_000_000)-maxw {
+							refs[subj].add(us/1000*1000, 1, api.Interval().Microseconds())
+						}
+					}
+				}
+				e.applyBatch(t, evs, time.UnixMicro(now))
+				check(batch)
+				clock.Add(int64(rng.IntN(1_500_000)))
+				check(batch)
+			}
+			t.Logf("%d checks from memory (%d denied): 0 disagreements with the reference GCRA", checks, denies)
+		})
+	}
+}
+
+// TestDistinctAgreesWithExactSets counts distinct e-mails per IP (events'
+// attrs) and asks the limiter from memory: denied exactly when the
+// reference set of e-mails seen in the window holds the limit, with the
+// same retry second.
+func TestDistinctAgreesWithExactSets(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			var clock atomic.Int64
+			e := newEnv(t, func(c *limiter.Config, _ *limiter.ServerConfig) {
+				c.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+			})
+			e.set = mustRules(t, `
+rules:
+  - name: stuffing
+    action: login_failed
+    kinds: [ip]
+    distinct: email
+    limits: [4/10s, 9/1m]
+`)
+			limits := e.set.Rule("stuffing").Limits
+			rng := rand.New(rand.NewPCG(seed, 4))
+			// per IP: e-mail -> the last second it was seen
+			refs := map[string]map[string]int64{}
+			clock.Store(time.Date(2031, 5, 6, 9, 0, 0, 0, time.UTC).UnixMilli())
+			checks, denies := 0, 0
+			count := func(seen map[string]int64, sec, w int64) (int64, []int64) {
+				var lasts []int64
+				for _, last := range seen {
+					if last >= sec-w+1 && last <= sec {
+						lasts = append(lasts, last)
+					}
+				}
+				slices.Sort(lasts)
+				return int64(len(lasts)), lasts
+			}
+			check := func(batch int) {
+				now := clock.Load()
+				sec := windowtest.FloorDiv(now, 1000)
+				for ip, seen := range refs {
+					d, err := e.lim.Check(context.Background(), limiter.Request{Action: "login_failed", Subjects: []limiter.Subject{{Kind: "ip", Subject: ip}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					checks++
+					var until int64
+					for _, l := range limits {
+						w := int64(l.Window / time.Second)
+						if c, lasts := count(seen, sec, w); c >= l.Count {
+							until = max(until, lasts[c+1-l.Count-1]+w)
+						}
+					}
+					if d.Allowed != (until == 0) {
+						t.Fatalf("batch %d ip %s at %d: allowed=%v, reference until %d (%v)", batch, ip, now, d.Allowed, until, seen)
+					}
+					if !d.Allowed {
+						denies++
+						if d.Denial.Until.Unix() != until {
+							t.Fatalf("batch %d ip %s: retry %s, reference %s", batch, ip, d.Denial.Until, time.Unix(until, 0))
+						}
+					}
+				}
+			}
+			for batch := range 200 {
+				clock.Add(int64(rng.ExpFloat64() * 800))
+				now := clock.Load()
+				var evs []event.Event
+				for range 1 + rng.IntN(5) {
+					ip := "198.51.100." + strconv.Itoa(rng.IntN(5))
+					for range 1 + rng.IntN(4) {
+						ts := now - rng.Int64N(2000)
+						ev := event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "ip", Subject: ip, TS: time.UnixMilli(ts).UTC(), N: 1}
+						if rng.Float64() < 0.9 { // some events name no e-mail
+							email := "u" + strconv.Itoa(rng.IntN(25)) + "@example.com"
+							ev.Attrs = map[string]string{"email": email}
+							if refs[ip] == nil {
+								refs[ip] = map[string]int64{}
+							}
+							refs[ip][email] = max(refs[ip][email], windowtest.FloorDiv(ts, 1000))
+						}
+						evs = append(evs, ev)
+					}
+				}
+				e.applyBatch(t, evs, time.UnixMilli(now))
+				check(batch)
+				clock.Add(int64(rng.IntN(4000)))
+				check(batch)
+			}
+			t.Logf("%d checks from memory (%d denied): 0 disagreements with the exact sets", checks, denies)
+		})
 	}
 }

@@ -264,6 +264,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		return l.degraded(ctx, op, req, d, err), nil
 	}
 	deny := assemble(&d, plans, views, now)
+	deny = pick(deny, banDenial(plans, views, now))
 	return l.finish(ctx, op, req, d, deny, plans, others, take, taken), nil
 }
 
@@ -276,7 +277,8 @@ type plan struct {
 
 type planLimit struct {
 	rule        *rules.Rule
-	limit       rules.Limit
+	limit       rules.Limit   // for a bucket: Count is the burst
+	bucket      *rules.Bucket // set for the rule's bucket
 	allowlisted bool
 }
 
@@ -294,6 +296,9 @@ func planSubjects(set *rules.Set, req Request) (plans []plan, others []Subject) 
 			allow := r.Allowed(s.Subject)
 			for _, lim := range r.Limits {
 				p.limits = append(p.limits, planLimit{rule: r, limit: lim, allowlisted: allow})
+			}
+			if r.Bucket != nil {
+				p.limits = append(p.limits, planLimit{rule: r, limit: rules.Limit{Count: r.Bucket.Burst}, bucket: r.Bucket, allowlisted: allow})
 			}
 			p.strict = p.strict || r.Strict
 		}
@@ -313,6 +318,9 @@ func fitsAtAll(plans []plan, n int64) error {
 	for i := range plans {
 		for _, pl := range plans[i].limits {
 			if pl.enforced() && n > pl.limit.Count {
+				if pl.bucket != nil {
+					return invalidf("n=%d exceeds the burst %d of rule %s; it can never be admitted", n, pl.bucket.Burst, pl.rule.Name)
+				}
 				return invalidf("n=%d exceeds the limit %s of rule %s; it can never be admitted", n, pl.limit, pl.rule.Name)
 			}
 		}
@@ -323,6 +331,7 @@ func fitsAtAll(plans []plan, n int64) error {
 // view is what is known of one subject's limits, however it was read.
 type view struct {
 	deny   *window.Deny // its deny record (Redis reads only)
+	ban    *window.Ban  // an operator's ban (bans.go)
 	limits []limitView  // per planLimit
 }
 
@@ -340,10 +349,19 @@ func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view 
 	for i := range plans {
 		p := &plans[i]
 		st, ok := l.cfg.State.Get(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
-		v := view{limits: make([]limitView, len(p.limits))}
+		v := view{ban: l.memoryBan(action, p, now), limits: make([]limitView, len(p.limits))}
 		for k, pl := range p.limits {
 			v.limits[k] = limitView{estimated: true}
 			if !ok {
+				continue
+			}
+			if pl.bucket != nil {
+				for _, bs := range st.Buckets {
+					if bs.Rule == pl.rule.Name {
+						v.limits[k] = bucketView(*pl.bucket, bs.TAT, now, 1)
+						break
+					}
+				}
 				continue
 			}
 			for _, ls := range st.Limits {
@@ -367,11 +385,35 @@ func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view 
 	return views
 }
 
+// bucketView is a bucket's state at now from its theoretical arrival time:
+// the tokens used, and when n more would conform.
+func bucketView(b rules.Bucket, tat, now time.Time, n int64) limitView {
+	T := b.Interval()
+	used := max(tat.Sub(now), 0)
+	v := limitView{count: min(int64((used+T-1)/T), b.Burst)}
+	if at := maxTime(tat, now).Add(T*time.Duration(n) - T*time.Duration(b.Burst)); at.After(now) {
+		v.until = at
+	}
+	return v
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // readRedis evaluates (or with take, takes) in Redis within the timeout.
 func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.Set, plans []plan, now time.Time, n int64, take bool) ([]view, bool, error) {
 	qs := make([]window.EvalQuery, len(plans))
+	subs := make([]Subject, len(plans))
 	for i := range plans {
-		qs[i] = evalQuery(action, set, &plans[i])
+		subs[i] = plans[i].sub
+	}
+	values := relatedValues(subs)
+	for i := range plans {
+		qs[i] = evalQuery(action, set, &plans[i], values)
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
@@ -395,32 +437,65 @@ func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.S
 	}
 	views := make([]view, len(plans))
 	for i, st := range states {
-		v := view{deny: st.Deny, limits: make([]limitView, len(st.Sums))}
-		for k := range st.Sums {
-			v.limits[k] = limitView{count: st.Sums[k], until: st.Until[k]}
+		v := view{deny: st.Deny, ban: st.Ban, limits: make([]limitView, len(plans[i].limits))}
+		w, b := 0, 0
+		for k, pl := range plans[i].limits {
+			if pl.bucket != nil {
+				be := st.Buckets[b]
+				lv := bucketView(*pl.bucket, be.TAT, now, 0)
+				lv.until = be.Until
+				v.limits[k] = lv
+				b++
+				continue
+			}
+			v.limits[k] = limitView{count: st.Sums[w], until: st.Until[w]}
+			w++
 		}
 		views[i] = v
 	}
 	return views, taken, nil
 }
 
-func evalQuery(action string, set *rules.Set, p *plan) window.EvalQuery {
+// evalQuery is a plan as the store reads it. values are the request's other
+// subjects: the related features a distinct limit counts.
+func evalQuery(action string, set *rules.Set, p *plan, values map[string]string) window.EvalQuery {
 	q := window.EvalQuery{
 		Subject:   window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject},
 		MaxWindow: set.MaxWindowFor(action, p.sub.Kind),
-		Limits:    make([]window.EvalLimit, len(p.limits)),
 		Count:     p.strict,
 	}
 	var last *rules.Rule
-	for k, pl := range p.limits {
+	for _, pl := range p.limits {
 		enf := pl.enforced()
-		q.Limits[k] = window.EvalLimit{Limit: pl.limit, Block: enf}
+		if pl.bucket != nil {
+			q.Buckets = append(q.Buckets, window.EvalBucket{Rule: pl.rule.Name, Bucket: *pl.bucket, Block: enf})
+		} else {
+			q.Limits = append(q.Limits, window.EvalLimit{Limit: pl.limit, Distinct: pl.rule.Distinct, Block: enf})
+			if d := pl.rule.Distinct; d != "" && values[d] != "" {
+				if q.Values == nil {
+					q.Values = map[string]string{}
+				}
+				q.Values[d] = values[d]
+			}
+		}
 		if enf && pl.rule != last {
 			q.BlockRules = append(q.BlockRules, pl.rule.Name)
 		}
 		last = pl.rule
 	}
 	return q
+}
+
+// relatedValues maps each kind of the request to its first subject: the
+// features an event of one subject relates to (its attrs).
+func relatedValues(subs []Subject) map[string]string {
+	m := make(map[string]string, len(subs))
+	for _, s := range subs {
+		if _, ok := m[s.Kind]; !ok {
+			m[s.Kind] = s.Subject
+		}
+	}
+	return m
 }
 
 // assemble fills d's limits and shadow denials from the views and returns
@@ -450,17 +525,20 @@ func decideSubject(d *Decision, p *plan, v view, now time.Time) *Denial {
 		lv := v.limits[k]
 		lim := Limit{
 			Rule: pl.rule.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
-			Limit: pl.limit.Count, Window: pl.limit.Window, Count: lv.count,
+			Limit: pl.limit.Count, Window: pl.window(), Count: lv.count,
 			Remaining: max(pl.limit.Count-lv.count, 0),
-			Shadow:    pl.rule.Shadow, Strict: pl.rule.Strict, Allowlisted: pl.allowlisted,
+			Shadow:    pl.rule.Shadow, Strict: pl.rule.Strict, Allowlisted: pl.allowlisted, Rate: pl.rate(),
 		}
 		if lv.estimated {
 			// Under half the limit: at most ceil(L/2)-1 counted.
 			lim.Estimated = true
 			lim.Remaining = pl.limit.Count - ((pl.limit.Count+1)/2 - 1)
-			lim.ResetAfter = pl.limit.Window
+			if pl.bucket != nil {
+				lim.Remaining = pl.limit.Count / 2
+			}
+			lim.ResetAfter = lim.Window
 		} else if lv.count > 0 {
-			lim.ResetAfter = pl.limit.Window
+			lim.ResetAfter = lim.Window
 		}
 		if !lv.until.IsZero() {
 			lim.Exceeded = true
@@ -474,7 +552,7 @@ func decideSubject(d *Decision, p *plan, v view, now time.Time) *Denial {
 				}
 			}
 		}
-		if rec != nil && rec.rule == pl.rule && v.deny.Limit == pl.limit {
+		if rec != nil && rec.rule == pl.rule && v.deny.Limit == pl.limit && (v.deny.Bucket != nil) == (pl.bucket != nil) {
 			lim.Exceeded = true
 			lim.ResetAfter = max(lim.ResetAfter, v.deny.Until.Sub(now))
 		}
@@ -504,11 +582,30 @@ func liveRecord(p *plan, rec *window.Deny, now time.Time) *record {
 }
 
 func denial(p *plan, r *rules.Rule, lim rules.Limit, count int64, until, now time.Time) Denial {
-	return Denial{
+	d := Denial{
 		Rule: r.Name, Kind: p.sub.Kind, Subject: p.sub.Subject,
 		Limit: lim.Count, Window: lim.Window, Count: count,
 		Message: r.Message, Until: until, RetryAfter: until.Sub(now), Shadow: r.Shadow,
 	}
+	if lim.Window == 0 && r.Bucket != nil {
+		d.Window, d.Rate = r.Bucket.Refill(), r.Bucket.Rate.String()
+	}
+	return d
+}
+
+// window is what a limit reports as its window: a bucket's refill time.
+func (pl *planLimit) window() time.Duration {
+	if pl.bucket != nil {
+		return pl.bucket.Refill()
+	}
+	return pl.limit.Window
+}
+
+func (pl *planLimit) rate() string {
+	if pl.bucket != nil {
+		return pl.bucket.Rate.String()
+	}
+	return ""
 }
 
 // finish counts the decision and, for an admitted take, publishes.
@@ -519,7 +616,7 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, d Decision
 	if deny != nil {
 		d.Allowed, d.Denial = false, deny
 		l.m.checks.WithLabelValues(op, "denied").Inc()
-		l.m.denies.WithLabelValues(deny.Rule).Inc()
+		l.m.denies.WithLabelValues(denyLabel(deny)).Inc()
 		return d
 	}
 	if take && !taken {
@@ -614,7 +711,7 @@ func (l *Limiter) publish(ctx context.Context, req Request, now time.Time, count
 			if id == "" || len(id) > event.MaxIDLen {
 				id = event.NewID()
 			}
-			evs = append(evs, event.Event{V: event.Version, ID: id, Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: now, N: n})
+			evs = append(evs, event.Event{V: event.Version, ID: id, Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: now, N: n, Attrs: attrsOf(s, req.Subjects)})
 		}
 		return evs
 	}
@@ -630,6 +727,24 @@ func (l *Limiter) publish(ctx context.Context, req Request, now time.Time, count
 			l.log.Error("limiter: publish events", "action", req.Action, "err", err)
 		}
 	}
+}
+
+// attrsOf is the attrs of an event of s: the request's other subjects, one
+// per kind (at most event.MaxAttrs), so distinct rules count them.
+func attrsOf(s Subject, subs []Subject) map[string]string {
+	var m map[string]string
+	for _, o := range subs {
+		if o.Kind == s.Kind || len(m) == event.MaxAttrs {
+			continue
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		if _, ok := m[o.Kind]; !ok {
+			m[o.Kind] = o.Subject
+		}
+	}
+	return m
 }
 
 // validate checks a request against the event contract, so that every

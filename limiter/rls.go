@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"floodgate/limitapi"
+	"floodgate/rules"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -111,7 +112,7 @@ func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rls
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.DurationUntilReset = durationpb.New(roundUp(den.RetryAfter))
 		if den.Rule != "" {
-			st.CurrentLimit = rlsLimit(limitapi.PolicyName(den.Rule, den.Kind, den.Window), den.Limit, den.Window)
+			st.CurrentLimit = rlsLimitOf(den.Rule, den.Kind, den.Limit, den.Window, den.Rate)
 		}
 		return st
 	}
@@ -134,13 +135,21 @@ func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rls
 		}
 	}
 	if best != nil {
-		st.CurrentLimit = rlsLimit(limitapi.PolicyName(best.Rule, best.Kind, best.Window), best.Limit, best.Window)
+		st.CurrentLimit = rlsLimitOf(best.Rule, best.Kind, best.Limit, best.Window, best.Rate)
 		if !best.Exceeded {
 			st.LimitRemaining = uint32(min(best.Remaining, int64(^uint32(0))))
 		}
 		st.DurationUntilReset = durationpb.New(roundUp(best.ResetAfter))
 	}
 	return st
+}
+
+// rlsLimitOf is a limit, or a bucket rule by its rate, in Envoy's terms.
+func rlsLimitOf(rule, kind string, count int64, w time.Duration, rate string) *rlsv3.RateLimitResponse_RateLimit {
+	if r, err := rules.ParseLimit(rate); rate != "" && err == nil {
+		return rlsLimit(rule+"/"+kind+"/bucket", r.Count, r.Window)
+	}
+	return rlsLimit(limitapi.PolicyName(rule, kind, w), count, w)
 }
 
 // rlsLimit expresses a window in Envoy's units: the largest unit that

@@ -18,6 +18,8 @@ type State struct {
 	seed   maphash.Seed
 	shards [64]stateShard
 
+	bans banTable // operators' bans (bans.go)
+
 	mu     sync.Mutex
 	loaded map[int]bool  // partitions whose snapshot is in
 	seq    map[int]int64 // last change applied, per partition
@@ -82,6 +84,7 @@ func (s *State) Reset(partition int, snap window.Snapshot) {
 	for sub, st := range snap.States {
 		s.put(partition, sub, st)
 	}
+	s.bans.reset(partition, snap.Bans)
 	s.mu.Lock()
 	s.loaded[partition] = true
 	s.seq[partition] = snap.Seq
@@ -100,6 +103,7 @@ func (s *State) Apply(partition int, c window.Change) {
 		}
 		s.put(partition, sc.Subject, *sc.State)
 	}
+	s.bans.apply(partition, c.Bans)
 	s.mu.Lock()
 	s.seq[partition] = c.Seq
 	s.mu.Unlock()
@@ -145,8 +149,10 @@ func (s *State) Len() int {
 	return n
 }
 
-// Sweep drops the subjects whose state says nothing any more at now.
+// Sweep drops the subjects whose state says nothing any more at now, and
+// the bans that ended.
 func (s *State) Sweep(now time.Time) {
+	s.bans.sweep(now)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

@@ -168,6 +168,7 @@ func (s *Sink) count(b aggregator.Batch, res window.ApplyResult, done time.Time)
 	s.m.events.WithLabelValues("old").Add(float64(res.Old))
 	s.m.events.WithLabelValues("counted_by_limiter").Add(float64(res.CountedByLimiter))
 	s.m.events.WithLabelValues("no_rule").Add(float64(res.NoRule))
+	s.m.events.WithLabelValues("duplicate").Add(float64(res.Duplicates))
 	s.m.subjects.WithLabelValues("evaluated").Add(float64(res.Evaluated))
 	s.m.subjects.WithLabelValues("skipped").Add(float64(res.Subjects - res.Evaluated))
 	if res.Misplaced > 0 {
@@ -199,7 +200,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	m := &sinkMetrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_events_total", ConstLabels: labels,
-			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule.",
+			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule, duplicate (an id counted already within the dedup horizon).",
 		}, []string{"result"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_decisions_total", ConstLabels: labels,
@@ -224,7 +225,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}),
 	}
 	// Export every series from the start, so rates work from the first scrape.
-	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule"} {
+	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule", "duplicate"} {
 		m.events.WithLabelValues(r)
 	}
 	for _, r := range []string{"applied", "duplicate", "trimmed"} {

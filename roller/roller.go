@@ -349,17 +349,21 @@ func (r *Roller) rollChunk(ctx context.Context, conn *pgxpool.Conn, a, b history
 					return fmt.Errorf("create %s partition: %w", b.Name, err)
 				}
 			}
+			// Counts add up; visitor sketches merge (a visitor of several
+			// finer buckets counts once in the coarser one).
 			err := tx.QueryRow(ctx, fmt.Sprintf(`WITH moved AS (
-	DELETE FROM %[1]s WHERE bucket >= $1 AND bucket < $2 RETURNING action, subject, kind, bucket, n
+	DELETE FROM %[1]s WHERE bucket >= $1 AND bucket < $2 RETURNING action, subject, kind, bucket, n, visitors
 ), ins AS (
-	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n)
-	SELECT action, subject, kind, date_bin('%[3]d seconds', bucket, timestamptz '2000-01-03 00:00:00+00'), sum(n)
+	INSERT INTO %[2]s AS b (action, subject, kind, bucket, n, visitors)
+	SELECT action, subject, kind, date_bin('%[3]d seconds', bucket, timestamptz '2000-01-03 00:00:00+00'), sum(n), %[4]s(visitors)
 	FROM moved GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 -- row locks in key order, as the sink's
-	ON CONFLICT (action, subject, kind, bucket) DO UPDATE SET n = b.n + EXCLUDED.n
+	ON CONFLICT (action, subject, kind, bucket) DO UPDATE
+		SET n = b.n + EXCLUDED.n, visitors = %[5]s(b.visitors, EXCLUDED.visitors)
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM ins), (SELECT coalesce(sum(n), 0)::bigint FROM moved)`,
-				r.q(a.Table()), r.q(b.Table()), int64(b.Width/time.Second)), lo, hi).Scan(&moved, &written, &events)
+				r.q(a.Table()), r.q(b.Table()), int64(b.Width/time.Second), r.q("sketch_union_agg"), r.q("sketch_union")),
+				lo, hi).Scan(&moved, &written, &events)
 			if err != nil {
 				return fmt.Errorf("move rows: %w", err)
 			}

@@ -26,6 +26,7 @@ type ev struct {
 	action, kind, subject string
 	ts                    time.Time
 	n                     int64
+	ip                    string // the visitor (attr "ip"), counted for visits
 }
 
 // spread returns count events over the days before now, deterministic.
@@ -39,6 +40,7 @@ func spread(count int, days int, seed uint64) []ev {
 			subject: fmt.Sprintf("s%02d", r.IntN(15)),
 			ts:      now.Add(-time.Duration(r.Int64N(int64(days) * int64(24*time.Hour)))),
 			n:       1 + r.Int64N(3),
+			ip:      fmt.Sprintf("10.0.0.%d", r.IntN(40)),
 		}
 	}
 	return out
@@ -62,6 +64,7 @@ func newEnv(t *testing.T, ladder string) *env {
 	}
 	s, err := history.NewSink(context.Background(), history.SinkConfig{
 		DB: pool, Group: "roller-test", Schema: schema, OffsetsTable: schema + ".consumer_offsets", Ladder: l,
+		Visitors: history.Visitors{"visit": "ip"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +79,11 @@ func (e *env) apply(t *testing.T, evs []ev) {
 		k := min(per, len(evs))
 		b := aggregator.Batch{Topic: "events", Partition: 0, First: e.next, Last: e.next + int64(k) - 1}
 		for i, x := range evs[:k] {
-			b.Records = append(b.Records, aggregator.Record{Offset: e.next + int64(i), Event: event.Event{
-				V: 1, ID: event.NewID(), Action: x.action, Kind: x.kind, Subject: x.subject, TS: x.ts, N: x.n}})
+			ev := event.Event{V: 1, ID: event.NewID(), Action: x.action, Kind: x.kind, Subject: x.subject, TS: x.ts, N: x.n}
+			if x.ip != "" {
+				ev.Attrs = map[string]string{"ip": x.ip}
+			}
+			b.Records = append(b.Records, aggregator.Record{Offset: e.next + int64(i), Event: ev})
 		}
 		if err := e.sink.Apply(context.Background(), b); err != nil {
 			t.Fatal(err)
@@ -100,16 +106,29 @@ func (e *env) roller(t *testing.T, ladder string, at time.Time) *Roller {
 	return r
 }
 
-// digest summarises every bucket row of every tier.
+// digest summarises every bucket row of every tier, visitor sketches
+// included.
 func (e *env) digest(t *testing.T) string {
 	t.Helper()
 	var d string
-	err := e.pool.QueryRow(context.Background(), `SELECT coalesce(md5(string_agg(format('%s|%s|%s|%s|%s|%s', step, action, subject, kind, bucket, n), ',' ORDER BY step, action, subject, kind, bucket)), 'empty') FROM `+
+	err := e.pool.QueryRow(context.Background(), `SELECT coalesce(md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s', step, action, subject, kind, bucket, n, visitors), ',' ORDER BY step, action, subject, kind, bucket)), 'empty') FROM `+
 		pgx.Identifier{e.schema, "buckets"}.Sanitize()).Scan(&d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// expectVisitors counts the distinct ips of the visits of subject ("": every
+// subject) in [from, to).
+func expectVisitors(evs []ev, subject string, from, to time.Time) int64 {
+	seen := map[string]bool{}
+	for _, x := range evs {
+		if x.action == "visit" && x.ip != "" && (subject == "" || x.subject == subject) && !x.ts.Before(from) && x.ts.Before(to) {
+			seen[x.ip] = true
+		}
+	}
+	return int64(len(seen))
 }
 
 func expectCount(evs []ev, action, subject string, from, to time.Time) int64 {
@@ -185,6 +204,20 @@ func TestRollerLadderAndIdempotence(t *testing.T) {
 					t.Errorf("%v day %s = %d, want %d", k, p.Time.Format(time.DateOnly), p.Value, want)
 				}
 			}
+			// Unique visitors (40 ips: exact) per day, merged by the rolls.
+			vc, err := e.q.VisitorsCurve(ctx, k, start, now.Add(time.Hour), 24*time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range vc {
+				want := int64(0)
+				if action == "visit" {
+					want = expectVisitors(evs, subject, p.Time, p.Time.Add(24*time.Hour))
+				}
+				if p.Visitors != want {
+					t.Errorf("%v day %s: %d visitors, want %d", k, p.Time.Format(time.DateOnly), p.Visitors, want)
+				}
+			}
 			// Hourly over the last 3 days (no tier coarser than 1h there).
 			from := history.Bin(now.Add(-3*24*time.Hour), time.Hour)
 			got, err := e.q.Count(ctx, k, from, now.Add(time.Minute))
@@ -200,10 +233,10 @@ func TestRollerLadderAndIdempotence(t *testing.T) {
 
 	// Late events land in the tier that now covers their time.
 	late := []ev{
-		{"visit", "ip", "late5m", now.Add(-2 * 24 * time.Hour), 1}, // 5m tier
-		{"visit", "ip", "late1h", now.Add(-5 * 24 * time.Hour), 2}, // 1h tier
-		{"visit", "ip", "late1d", now.Add(-9 * 24 * time.Hour), 3}, // 1d tier
-		{"visit", "ip", "late1m", now.Add(-10 * time.Minute), 4},   // 1m tier
+		{"visit", "ip", "late5m", now.Add(-2 * 24 * time.Hour), 1, ""}, // 5m tier
+		{"visit", "ip", "late1h", now.Add(-5 * 24 * time.Hour), 2, ""}, // 1h tier
+		{"visit", "ip", "late1d", now.Add(-9 * 24 * time.Hour), 3, ""}, // 1d tier
+		{"visit", "ip", "late1m", now.Add(-10 * time.Minute), 4, ""},   // 1m tier
 	}
 	e.apply(t, late)
 	for _, c := range []struct {
@@ -299,7 +332,7 @@ func TestRollerExpiresAndReportsLateEvents(t *testing.T) {
 		t.Fatalf("buckets %d + expired %d != produced %d", inBuckets, last.Events, all)
 	}
 	// An event older than the 5m tier's horizon: in totals and history_late.
-	e.apply(t, []ev{{"visit", "ip", "ancient", now.Add(-30 * 24 * time.Hour), 7}})
+	e.apply(t, []ev{{"visit", "ip", "ancient", now.Add(-30 * 24 * time.Hour), 7, ""}})
 	if tot, err := e.q.Total(ctx, history.Key{Action: "visit", Subject: "ancient"}); err != nil || tot != 7 {
 		t.Fatalf("total of the late event = %d, %v; want 7", tot, err)
 	}

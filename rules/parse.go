@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -173,6 +174,19 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 			if err := v.Decode(&r.Strict); err != nil || v.Kind != yaml.ScalarNode {
 				return nil, fail(v, "strict: want true or false")
 			}
+		case "bucket":
+			b, err := parseBucket(v)
+			if err != nil {
+				return nil, fail(v, "bucket: %v", err)
+			}
+			r.Bucket = &b
+		case "distinct":
+			if err := scalar(v, &r.Distinct); err != nil {
+				return nil, fail(v, "distinct: %v", err)
+			}
+			if !nameRE.MatchString(r.Distinct) {
+				return nil, fail(v, "distinct %q: a kind of the events' attrs, only [a-z0-9_.-], 1 to 64 bytes", r.Distinct)
+			}
 		case "message":
 			if err := scalar(v, &r.Message); err != nil {
 				return nil, fail(v, "message: %v", err)
@@ -180,7 +194,7 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 		case "allow":
 			allowNode = v
 		default:
-			return nil, fail(k, "unknown key %q (want name, action, kinds, limits, shadow, strict, message, allow)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, action, kinds, limits, bucket, distinct, shadow, strict, message, allow)", k.Value)
 		}
 	}
 	switch {
@@ -190,8 +204,22 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 		return nil, fail(n, "action is required")
 	case len(r.Kinds) == 0:
 		return nil, fail(n, "kinds is required (e.g. [ip, email])")
-	case len(r.Limits) == 0:
-		return nil, fail(n, "limits is required (e.g. [2/s, 5/m, 10/h, 100/d])")
+	case len(r.Limits) == 0 && r.Bucket == nil:
+		return nil, fail(n, "limits or bucket is required (e.g. limits: [2/s, 5/m, 10/h, 100/d])")
+	case r.Distinct != "" && len(r.Limits) == 0:
+		return nil, fail(n, "distinct counts with limits: give limits (e.g. [20/1h])")
+	case r.Distinct != "" && r.Bucket != nil:
+		return nil, fail(n, "distinct and bucket in one rule: a bucket counts events, not distinct values; use two rules")
+	}
+	if r.Distinct != "" {
+		for _, l := range r.Limits {
+			if l.Count >= MaxDistinct {
+				return nil, fail(n, "distinct limit %s: at most %d distinct values are kept per subject; use a count below that", l, MaxDistinct)
+			}
+		}
+	}
+	if r.Bucket != nil && r.Bucket.Refill() > MaxWindow {
+		return nil, fail(n, "bucket %s refills in %s, longer than the longest window %s", r.Bucket, r.Bucket.Refill(), FormatWindow(MaxWindow))
 	}
 	if allowNode != nil {
 		items, err := stringItems(allowNode)
@@ -205,6 +233,37 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 		}
 	}
 	return r, nil
+}
+
+// parseBucket reads "{rate: 10/s, burst: 50}".
+func parseBucket(v *yaml.Node) (Bucket, error) {
+	var w struct {
+		Rate  string `yaml:"rate"`
+		Burst int64  `yaml:"burst"`
+	}
+	if v.Kind != yaml.MappingNode {
+		return Bucket{}, errors.New("want a mapping {rate: 10/s, burst: 50}")
+	}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		if k := v.Content[i].Value; k != "rate" && k != "burst" {
+			return Bucket{}, fmt.Errorf("unknown key %q (want rate, burst)", k)
+		}
+	}
+	if err := v.Decode(&w); err != nil {
+		return Bucket{}, fmt.Errorf("want {rate: 10/s, burst: 50}: %v", err)
+	}
+	rate, err := ParseLimit(w.Rate)
+	if err != nil {
+		return Bucket{}, fmt.Errorf("rate: %w", err)
+	}
+	if w.Burst < 1 {
+		return Bucket{}, errors.New("burst must be a whole number >= 1")
+	}
+	b := Bucket{Rate: rate, Burst: w.Burst}
+	if b.Interval() < time.Microsecond {
+		return Bucket{}, fmt.Errorf("rate %s: more than one token per microsecond", rate)
+	}
+	return b, nil
 }
 
 func scalar(v *yaml.Node, dst *string) error {

@@ -25,6 +25,34 @@ type Limit struct {
 	Window time.Duration
 }
 
+// Bucket is a token bucket with burst, enforced as GCRA (the generic cell
+// rate algorithm: one theoretical arrival time per subject): tokens refill
+// at Rate, at most Burst are held, each event takes one. Burst events may
+// come at once; after that, one per Interval.
+type Bucket struct {
+	Rate  Limit // refill rate: Rate.Count tokens per Rate.Window
+	Burst int64 // most tokens held
+}
+
+// Interval is the time one token takes to refill, to the microsecond.
+func (b Bucket) Interval() time.Duration {
+	return (b.Rate.Window / time.Duration(b.Rate.Count)).Truncate(time.Microsecond)
+}
+
+// Refill is the time an empty bucket takes to fill: how long a subject's
+// bucket state matters after its last event.
+func (b Bucket) Refill() time.Duration { return b.Interval() * time.Duration(b.Burst) }
+
+// String is the bucket in the rules file syntax: "{rate: 10/1s, burst: 50}".
+func (b Bucket) String() string {
+	return "{rate: " + b.Rate.String() + ", burst: " + strconv.FormatInt(b.Burst, 10) + "}"
+}
+
+// MaxDistinct bounds what a distinct rule may count: its limits must stay
+// below it, and each subject keeps at most this many values (the newest),
+// so a count is exact whenever it matters to a limit.
+const MaxDistinct = 10_000
+
 // String returns the limit in the rules file syntax, with the window in its
 // largest whole unit: "5/1m", "2/1s", "100/1d", "10/30s", "90/90s".
 func (l Limit) String() string { return strconv.FormatInt(l.Count, 10) + "/" + FormatWindow(l.Window) }
@@ -106,7 +134,14 @@ type Rule struct {
 	Action  string   // the event action it limits
 	Kinds   []string // the feature kinds it applies to
 	Limits  []Limit  // all enforced together; sorted by window, shortest first
-	Shadow  bool     // decide and record, never deny
+	// Bucket, when set, is enforced beside Limits: a token bucket (GCRA).
+	Bucket *Bucket
+	// Distinct, when set, makes Limits count the distinct values of the
+	// events' related feature of that kind (event attrs) instead of
+	// events: "distinct: email, limits: [20/1h]" on kind ip denies an IP that
+	// tried more than 20 e-mails in an hour.
+	Distinct string
+	Shadow   bool // decide and record, never deny
 	Strict  bool     // the limiter checks and counts at request time (window.Store.Take)
 	Message string   // human text for the deny response
 	Line    int      // line of the rule in its file
@@ -138,11 +173,16 @@ func (r *Rule) Allowed(subject string) bool {
 	return false
 }
 
-// MaxWindow returns the rule's longest window.
+// MaxWindow returns the span of time the rule looks back: its longest
+// window, or the time its bucket takes to refill when that is longer
+// (rounded up to a whole second).
 func (r *Rule) MaxWindow() time.Duration {
 	var m time.Duration
 	for _, l := range r.Limits {
 		m = max(m, l.Window)
+	}
+	if r.Bucket != nil {
+		m = max(m, (r.Bucket.Refill() + time.Second - 1).Truncate(time.Second))
 	}
 	return m
 }

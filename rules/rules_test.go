@@ -65,8 +65,14 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(s.Rules()); got != 4 {
-		t.Fatalf("rules = %d, want 4", got)
+	if got := len(s.Rules()); got != 6 {
+		t.Fatalf("rules = %d, want 6", got)
+	}
+	if r := s.Rule("credential-stuffing"); r.Distinct != "email" || r.Limits[0] != (Limit{20, time.Hour}) {
+		t.Errorf("credential-stuffing = %+v", r)
+	}
+	if r := s.Rule("api"); r.Bucket == nil || r.Bucket.Burst != 50 || r.Bucket.Interval() != 100*time.Millisecond {
+		t.Errorf("api = %+v", r)
 	}
 	login := s.Match("login_failed", "email")
 	if len(login) != 1 || login[0].Name != "login-failed" {
@@ -141,7 +147,16 @@ func TestParseErrors(t *testing.T) {
 		{"dup window", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits:\n      - 2/60s\n      - 5/1m\n", 7, "two limits with window 1m"},
 		{"unknown key", "rules:\n  - name: a\n    action: x\n    kind: ip\n    limits: 1/s\n    shadwo: true\n", 6, `unknown key "shadwo"`},
 		{"no name", "rules:\n  - action: x\n    kinds: [ip]\n    limits: [1/s]\n", 2, "name is required"},
-		{"no limits", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n", 2, `rule "a": limits is required`},
+		{"no limits", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n", 2, `rule "a": limits or bucket is required`},
+		{"bucket not a mapping", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    bucket: 10/s\n", 5, "bucket: want a mapping"},
+		{"bucket bad rate", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    bucket: {rate: 10/w, burst: 5}\n", 5, "bucket: rate: limit \"10/w\""},
+		{"bucket no burst", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    bucket: {rate: 10/s}\n", 5, "burst must be a whole number >= 1"},
+		{"bucket unknown key", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    bucket: {rate: 10/s, burst: 5, size: 3}\n", 5, `unknown key "size"`},
+		{"bucket too slow", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    bucket: {rate: 1/7d, burst: 2}\n", 2, "refills in"},
+		{"distinct without limits", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: email\n    bucket: {rate: 1/s, burst: 2}\n", 2, "distinct counts with limits"},
+		{"distinct and bucket", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: email\n    limits: [5/m]\n    bucket: {rate: 1/s, burst: 2}\n", 2, "distinct and bucket in one rule"},
+		{"distinct too many", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: email\n    limits: [10000/h]\n", 2, "at most 10000 distinct values"},
+		{"distinct bad kind", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: E-mail\n    limits: [5/m]\n", 5, "distinct \"E-mail\""},
 		{"bad action", "rules:\n  - name: a\n    action: Login Failed\n    kinds: [ip]\n    limits: [1/s]\n", 3, "only [a-z0-9_.-]"},
 		{"bad shadow", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n    shadow: maybe\n", 6, "shadow: want true or false"},
 		{"bad cidr", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n    allow:\n      - 10.0.0.0/33\n", 7, "bad CIDR"},
@@ -158,6 +173,44 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("err = line %d %q, want line %d containing %q", e.Line, e.Reason, tt.line, tt.err)
 			}
 		})
+	}
+}
+
+func TestParseBucketAndDistinct(t *testing.T) {
+	set, err := Parse([]byte(`
+rules:
+  - name: api
+    action: api
+    kinds: [user]
+    bucket: {rate: 10/s, burst: 50}
+    limits: [1000/1h]
+  - name: stuffing
+    action: login_failed
+    kinds: [ip]
+    distinct: email
+    limits: [20/1h]
+  - name: slow
+    action: slow
+    kinds: [ip]
+    bucket: {rate: 3/1m, burst: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := set.Rule("api")
+	if api.Bucket == nil || api.Bucket.Interval() != 100*time.Millisecond || api.Bucket.Refill() != 5*time.Second || api.MaxWindow() != time.Hour {
+		t.Fatalf("api: %+v", api)
+	}
+	if s := set.Rule("stuffing"); s.Distinct != "email" || s.Bucket != nil {
+		t.Fatalf("stuffing: %+v", s)
+	}
+	// A bucket-only rule looks back as long as it takes to refill, in whole
+	// seconds: 2 tokens at one per 20s.
+	if got := set.MaxWindowFor("slow", "ip"); got != 40*time.Second {
+		t.Fatalf("slow: max window %s, want 40s", got)
+	}
+	if b := (Bucket{Rate: Limit{Count: 3, Window: time.Second}, Burst: 1}); b.Interval() != 333333*time.Microsecond {
+		t.Fatalf("3/s interval %s, want 333.333ms", b.Interval())
 	}
 }
 

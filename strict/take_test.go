@@ -325,3 +325,90 @@ func TestTakeAcrossSlotsAdmitsExactlyTheLimit(t *testing.T) {
 		t.Fatalf("counts email=%d ip=%d, want 5 and 5 (refused reservations refunded)", states[0].Sums[0], states[1].Sums[0])
 	}
 }
+
+// Concurrent takes of a bucket rule admit exactly what the bucket holds:
+// the burst at once, then one per interval; the arrival time the store
+// keeps matches the reference GCRA.
+func TestTakeBucketAdmitsExactlyTheBurst(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_000_400, 250_000_000)
+	b := rules.Bucket{Rate: rules.Limit{Count: 4, Window: time.Second}, Burst: 6}
+	sub := window.Subject{Action: "api", Kind: "user", Subject: "burst"}
+	q := []window.EvalQuery{{Subject: sub, MaxWindow: 2 * time.Second, Count: true, BlockRules: []string{"api"},
+		Buckets: []window.EvalBucket{{Rule: "api", Bucket: b, Block: true}}}}
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _, err := st.Take(context.Background(), now, q, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := taken.Load(); got != 6 {
+		t.Fatalf("taken %d of 50 at once, want the burst of 6", got)
+	}
+	// The next fits one interval (250ms) after the sixth's arrival time
+	// left the burst: at now + 250ms exactly.
+	ev, err := st.Evaluate(context.Background(), now, q, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interval := b.Interval()
+	wantTAT := now.Truncate(time.Millisecond).Add(6 * interval)
+	if got := ev[0].Buckets[0]; !got.TAT.Equal(wantTAT) || !got.Until.Equal(wantTAT.Add(interval-6*interval)) {
+		t.Fatalf("bucket %+v, want arrival time %s and the next at %s", got, wantTAT, wantTAT.Add(-5*interval))
+	}
+	if ok, _, err := st.Take(context.Background(), now.Add(interval-time.Millisecond), q, 1); err != nil || ok {
+		t.Fatalf("take 1ms before the next token: %v %v", ok, err)
+	}
+	if ok, _, err := st.Take(context.Background(), now.Add(interval), q, 1); err != nil || !ok {
+		t.Fatalf("take when the next token is in: %v %v", ok, err)
+	}
+	// n > what the bucket holds now is refused whole; n == burst after it
+	// refilled is admitted.
+	if ok, _, err := st.Take(context.Background(), now.Add(interval), q, 2); err != nil || ok {
+		t.Fatalf("take 2 with none left: %v %v", ok, err)
+	}
+	if ok, _, err := st.Take(context.Background(), now.Add(10*time.Second), q, 6); err != nil || !ok {
+		t.Fatalf("take the whole burst after a refill: %v %v", ok, err)
+	}
+}
+
+// A distinct limit: takes naming new e-mails are admitted up to the limit,
+// and one naming an e-mail the window saw already costs nothing, even at
+// the limit.
+func TestTakeDistinctCountsNewValuesOnly(t *testing.T) {
+	st, _ := takeStore(t)
+	now := time.Unix(1_800_000_500, 0)
+	ip := window.Subject{Action: "signup", Kind: "ip", Subject: "203.0.113.60"}
+	q := func(email string) []window.EvalQuery {
+		return []window.EvalQuery{{Subject: ip, MaxWindow: time.Hour, Count: true, BlockRules: []string{"many"},
+			Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 3, Window: time.Hour}, Distinct: "email", Block: true}},
+			Values: map[string]string{"email": email}}}
+	}
+	for i, email := range []string{"a@x", "b@x", "a@x", "c@x", "c@x"} {
+		ok, _, err := st.Take(context.Background(), now, q(email), 1)
+		if err != nil || !ok {
+			t.Fatalf("take %d (%s): %v %v, want taken", i, email, ok, err)
+		}
+	}
+	ok, states, err := st.Take(context.Background(), now, q("d@x"), 1)
+	if err != nil || ok {
+		t.Fatalf("a fourth e-mail: %v %v, want refused", ok, err)
+	}
+	if states[0].Sums[0] != 3 || states[0].Until[0] != time.Unix(now.Unix()+3600, 0).UTC() {
+		t.Fatalf("state %+v, want 3 distinct and a retry when the first leaves the hour", states[0])
+	}
+	if ok, _, err := st.Take(context.Background(), now, q("b@x"), 1); err != nil || !ok {
+		t.Fatalf("a known e-mail: %v %v, want taken", ok, err)
+	}
+}

@@ -2,12 +2,15 @@ package window
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"floodgate/aggregator"
+	"floodgate/event"
 	"floodgate/rules"
 )
 
@@ -20,8 +23,8 @@ type ApplyResult struct {
 	Trimmed int
 	// Events counted into buckets, and events skipped: older than every
 	// window of their rules, counted already by the limiter (strict mode),
-	// or matching no rule.
-	Applied, Old, CountedByLimiter, NoRule int
+	// matching no rule, or counted already under their id (Dedup).
+	Applied, Old, CountedByLimiter, NoRule, Duplicates int
 	// Misplaced counts events on another partition than their key's
 	// (murmur2 of "kind:subject"): they are counted in this partition's
 	// slot, where a strict take for their subject does not look.
@@ -43,6 +46,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Old += o.Old
 	r.CountedByLimiter += o.CountedByLimiter
 	r.NoRule += o.NoRule
+	r.Duplicates += o.Duplicates
 	r.Misplaced += o.Misplaced
 	r.Subjects += o.Subjects
 	r.Evaluated += o.Evaluated
@@ -120,6 +124,9 @@ func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch
 	for {
 		res, trimTo, err := s.applyOnce(ctx, group, b, set, now, hr)
 		res.Trimmed = trimmed
+		if errors.Is(err, errDedupRaced) {
+			continue // another writer counted one of the ids: look again
+		}
 		if err != nil || trimTo < 0 {
 			return res, err
 		}
@@ -141,12 +148,27 @@ type pendingSubject struct {
 	latest  int64 // its latest event, Unix ms
 	added   int64 // events of the batch, counted or not
 	incs    map[int64]int64
+	seen    map[seenKey]int64 // distinct values of the batch -> latest second
+	bev     []bucketEvent     // events for its buckets, in arrival order
 }
+
+type seenKey struct{ kind, value string }
+
+type bucketEvent struct{ us, n int64 }
+
+// errDedupRaced: an event id the batch was to count was counted by another
+// writer of the partition since the batch looked.
+var errDedupRaced = errors.New("dedup raced")
 
 // applyOnce returns trimTo >= 0 when the store holds the batch's head.
 func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, int64, error) {
 	var res ApplyResult
 	nowSec := floorDiv(now.UnixMilli(), 1000)
+	dups, err := s.duplicates(ctx, b, set, nowSec)
+	if err != nil {
+		return res, -1, err
+	}
+	var ids []any
 	pl := newProfiles(set)
 	subjects := map[Subject]*pendingSubject{}
 	var order []*pendingSubject
@@ -165,6 +187,8 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		ms := ev.TS.UnixMilli()
 		sec := floorDiv(ms, 1000)
 		if sec <= nowSec-maxw {
+			// Too old for every window, and for every bucket too: a bucket
+			// refills within maxw, so the event's token is back already.
 			res.Old++
 			continue
 		}
@@ -187,13 +211,22 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			res.CountedByLimiter++
 			continue
 		}
+		if s.dedup > 0 {
+			if dups[i] {
+				res.Duplicates++
+				continue
+			}
+			ids = append(ids, ev.ID)
+		}
 		ps.incs[sec] += n
+		pl.observe(ps, ev, sec)
 		res.Applied++
 	}
 	res.Subjects = len(order)
 
 	hr.use(set)
 	args := s.applyArgs(b, now, pl, order, hr, nowSec)
+	args = append(append(args, s.dedup, len(ids)), ids...)
 	start := time.Now()
 	out, err := applyScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, b.Topic, b.Partition)}, args...).Slice()
 	s.observe("apply", start)
@@ -210,6 +243,8 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	case 2:
 		return ApplyResult{}, prev, nil
 	case 3:
+		return ApplyResult{}, -1, errDedupRaced
+	case 4:
 		hr.forget()
 		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
 	}
@@ -231,6 +266,59 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	return res, -1, nil
 }
 
+// duplicates marks, by record index, the events of b counted already under
+// their id within the dedup horizon (one read of the partition's id set),
+// and the repeats of an id within b. Nil when dedup is off.
+func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64) (map[int]bool, error) {
+	if s.dedup == 0 {
+		return nil, nil
+	}
+	dups := map[int]bool{}
+	first := map[string]bool{}
+	var ids []any
+	var at []int
+	for i := range b.Records {
+		r := &b.Records[i]
+		if r.Counted || set.MaxWindowFor(r.Event.Action, r.Event.Kind) == 0 {
+			continue
+		}
+		if first[r.Event.ID] {
+			dups[i] = true
+			continue
+		}
+		first[r.Event.ID] = true
+		ids = append(ids, r.Event.ID)
+		at = append(at, i)
+	}
+	if len(ids) == 0 {
+		return dups, nil
+	}
+	start := time.Now()
+	scores, err := seenScript.RunRO(ctx, s.rdb, []string{s.keys.IDs(b.Partition)}, ids...).Slice()
+	s.observe("dedup", start)
+	if err != nil {
+		return nil, fmt.Errorf("read event ids partition=%d: %w", b.Partition, err)
+	}
+	for k, v := range scores {
+		// Redis answers scores as strings in RESP2 and floats in RESP3.
+		var sc float64
+		switch x := v.(type) {
+		case string:
+			sc, _ = strconv.ParseFloat(x, 64)
+		case float64:
+			sc = x
+		case int64:
+			sc = float64(x)
+		default:
+			continue // not counted
+		}
+		if int64(sc) > nowSec-s.dedup {
+			dups[at[k]] = true
+		}
+	}
+	return dups, nil
+}
+
 // applyArgs builds the apply script's ARGV (see applyBody).
 func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) []any {
 	args := make([]any, 0, 16+2*len(pl.rules)+8*len(order))
@@ -243,11 +331,12 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 	for _, p := range pl.list {
 		args = append(args, p.maxw, len(p.limits))
 		for _, l := range p.limits {
-			shadow := 0
-			if l.rule.Shadow {
-				shadow = 1
-			}
-			args = append(args, l.ruleIx+1, l.limit.Count, int64(l.limit.Window/time.Second), shadow)
+			args = append(args, l.ruleIx+1, l.limit.Count, int64(l.limit.Window/time.Second), flag(l.rule.Shadow), l.rule.Distinct)
+		}
+		args = append(args, len(p.buckets))
+		for _, b := range p.buckets {
+			bk := b.rule.Bucket
+			args = append(args, b.ruleIx+1, bk.Interval().Microseconds(), bk.Burst, flag(b.rule.Shadow), bk.Rate.String())
 		}
 	}
 	args = append(args, len(order))
@@ -264,6 +353,14 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 		slices.Sort(secs)
 		for _, sec := range secs {
 			args = append(args, sec, ps.incs[sec])
+		}
+		args = append(args, len(ps.seen))
+		for k, sec := range ps.seen {
+			args = append(args, k.kind, k.value, sec)
+		}
+		args = append(args, len(ps.bev))
+		for _, e := range ps.bev {
+			args = append(args, e.us, e.n)
 		}
 	}
 	return args
@@ -286,8 +383,10 @@ type profileKey struct {
 }
 
 type profile struct {
-	maxw   int64
-	limits []profileLimit
+	maxw     int64
+	limits   []profileLimit
+	buckets  []profileLimit // rules with a bucket
+	distinct []string       // kinds of attrs its distinct limits count
 }
 
 type profileLimit struct {
@@ -327,25 +426,62 @@ func (p *profiles) of(sub Subject, maxw int64) int {
 		for _, l := range r.Limits {
 			pr.limits = append(pr.limits, profileLimit{rule: r, ruleIx: ix, limit: l})
 		}
+		if r.Bucket != nil {
+			pr.buckets = append(pr.buckets, profileLimit{rule: r, ruleIx: ix})
+		}
+		if r.Distinct != "" && !slices.Contains(pr.distinct, r.Distinct) {
+			pr.distinct = append(pr.distinct, r.Distinct)
+		}
 	}
 	p.list = append(p.list, pr)
 	p.byKey[key] = len(p.list) - 1
 	return len(p.list) - 1
 }
 
+// observe records what an event adds to its subject's distinct sets and
+// buckets.
+func (p *profiles) observe(ps *pendingSubject, ev *event.Event, sec int64) {
+	pr := &p.list[ps.profile]
+	for _, kind := range pr.distinct {
+		if v, ok := ev.Attrs[kind]; ok {
+			if ps.seen == nil {
+				ps.seen = map[seenKey]int64{}
+			}
+			k := seenKey{kind, v}
+			ps.seen[k] = max(ps.seen[k], sec)
+		}
+	}
+	if len(pr.buckets) > 0 {
+		// Event times travel in milliseconds (the event contract).
+		ps.bev = append(ps.bev, bucketEvent{us: ev.TS.UnixMilli() * 1000, n: max(ev.N, 1)})
+	}
+}
+
 // decisions reads the script's {subject, limit, count, until_ms, shadow,
-// eval_sec}* tuples.
+// eval_sec}* tuples; a limit index past the subject's window limits is one
+// of its buckets.
 func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
 	var out []Decision
 	for i := 0; i+5 < len(flat); i += 6 {
 		ps := order[flat[i]-1]
-		l := p.list[ps.profile].limits[flat[i+1]-1]
+		pr := p.list[ps.profile]
+		ix := int(flat[i+1]) - 1
+		var l profileLimit
+		var bucket *rules.Bucket
+		if ix < len(pr.limits) {
+			l = pr.limits[ix]
+		} else {
+			l = pr.buckets[ix-len(pr.limits)]
+			bucket = l.rule.Bucket
+			l.limit = rules.Limit{Count: bucket.Burst}
+		}
 		out = append(out, Decision{
 			Action:  ps.sub.Action,
 			Kind:    ps.sub.Kind,
 			Subject: ps.sub.Subject,
 			Rule:    l.rule.Name,
 			Limit:   l.limit,
+			Bucket:  bucket,
 			Count:   flat[i+2],
 			Until:   time.UnixMilli(flat[i+3]).UTC(),
 			Shadow:  flat[i+4] == 1,
@@ -355,6 +491,13 @@ func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
 		})
 	}
 	return out
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func replyInt(v []any, i int) int64 {

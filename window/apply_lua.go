@@ -8,8 +8,15 @@ package window
 //	KEYS: offset key
 //	ARGV: slot, first, last, now_ms, slack, expect, maxlog,
 //	      nrules, {name, message}*nrules,
-//	      nprofiles, {maxw, nlimits, {rule, count, w, shadow}*nlimits}*nprofiles,
-//	      nsubjects, {field, profile, eval_sec, evaluate, nincs, {sec, n}*nincs}*nsubjects
+//	      nprofiles, {maxw, nlimits, {rule, count, w, shadow, distinct kind}*nlimits,
+//	                  nbuckets, {rule, interval_us, burst, shadow, rate}*nbuckets}*nprofiles,
+//	      nsubjects, {field, profile, eval_sec, evaluate, nincs, {sec, n}*nincs,
+//	                  nseen, {distinct kind, value, sec}*nseen, nbev, {us, n}*nbev}*nsubjects
+//
+// Distinct limits count the values in the subject's distinct set of their
+// kind (a sorted set value -> the last second it was seen); buckets keep
+// the subject's theoretical arrival time per rule (GCRA, microseconds),
+// advanced by every event in arrival order.
 //
 // expect is the offset the caller last stored for the partition (-2 when it
 // does not know): when the stored offset differs, another owner moved the
@@ -22,15 +29,19 @@ package window
 // would fit again; when the count is over the limit, a deny (or shadow)
 // record, the exceeded limit with the latest until winning.
 //
-// Returns {0, previous next offset or -1, all (1 when every subject was
+// After the subjects: horizon (seconds, 0 when dedup is off), nids, id*: the
+// ids of the events counted, recorded in the slot's @ids set.
+//
+// Returns {3, next} when one of the ids was counted since the caller looked
+// (it looks again), or {0, previous next offset or -1, all (1 when every subject was
 // evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
 // decisions, {subject, headroom}* of evaluated subjects, change seq or 0}
 // when applied, {1, next} when the batch is already held, {2, next} when only
-// its tail is new (the caller trims and retries), {3, next} when the batch
+// its tail is new (the caller trims and retries), {4, next} when the batch
 // starts after the stored offset (the slot lost writes it had acknowledged:
-// nothing is written, the caller reads the partition again from next). Headroom is, over the
-// subject's limits, the fewest events that would bring one to its near
-// threshold (<= 0 when near).
+// nothing is written, the caller reads the partition again from next).
+// Headroom is, over the subject's limits, the fewest events that would
+// bring one to its near threshold (<= 0 when near).
 const applyBody = `
 local a = ARGV
 local offkey = KEYS[1]
@@ -39,12 +50,13 @@ local first, last = tonumber(a[2]), tonumber(a[3])
 local now_ms, slack = tonumber(a[4]), tonumber(a[5])
 local expect, maxlog = tonumber(a[6]), tonumber(a[7])
 local now = math.floor(now_ms / 1000)
+local now_us = now_ms * 1000
 local prev = redis.call('GET', offkey)
 if prev then
   prev = tonumber(prev)
   if last < prev then return {1, prev} end
   if first < prev then return {2, prev} end
-  if first > prev then return {3, prev} end
+  if first > prev then return {4, prev} end
 else
   prev = -1
 end
@@ -58,11 +70,18 @@ for r = 1, nrules do rules[r] = {a[i], a[i + 1]}; i = i + 2 end
 local profiles = {}
 local nprof = tonumber(a[i]); i = i + 1
 for q = 1, nprof do
-  local pr = {maxw = tonumber(a[i]), limits = {}}
+  local pr = {maxw = tonumber(a[i]), limits = {}, buckets = {}}
   local nl = tonumber(a[i + 1]); i = i + 2
   for l = 1, nl do
-    pr.limits[l] = {tonumber(a[i]), tonumber(a[i + 1]), tonumber(a[i + 2]), a[i + 3] == '1'}
-    i = i + 4
+    -- {rule, count, window, shadow, distinct kind or ''}
+    pr.limits[l] = {tonumber(a[i]), tonumber(a[i + 1]), tonumber(a[i + 2]), a[i + 3] == '1', a[i + 4]}
+    i = i + 5
+  end
+  local nb = tonumber(a[i]); i = i + 1
+  for b = 1, nb do
+    -- {rule, interval us, burst, shadow, rate as in the rules file}
+    pr.buckets[b] = {tonumber(a[i]), tonumber(a[i + 1]), tonumber(a[i + 2]), a[i + 3] == '1', a[i + 4]}
+    i = i + 5
   end
   profiles[q] = pr
 end
@@ -70,11 +89,21 @@ end
 local subjects = {}
 local nsub = tonumber(a[i]); i = i + 1
 for s = 1, nsub do
-  local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), ev = a[i + 3] == '1', incs = {}}
+  local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), ev = a[i + 3] == '1', incs = {}, seen = {}, bev = {}}
   local ni = tonumber(a[i + 4]); i = i + 5
   for k = 1, ni do
     local sec = tonumber(a[i])
     sub.incs[sec] = (sub.incs[sec] or 0) + tonumber(a[i + 1])
+    i = i + 2
+  end
+  local nd = tonumber(a[i]); i = i + 1
+  for k = 1, nd do
+    sub.seen[k] = {a[i], a[i + 1], tonumber(a[i + 2])} -- distinct kind, value, second
+    i = i + 3
+  end
+  local nbe = tonumber(a[i]); i = i + 1
+  for k = 1, nbe do
+    sub.bev[k] = {tonumber(a[i]), tonumber(a[i + 1])} -- event time us, n (arrival order)
     i = i + 2
   end
   subjects[s] = sub
@@ -83,35 +112,87 @@ end
 local statekey, expkey = slot .. ':@state', slot .. ':@exp'
 local logkey, seqkey = slot .. ':@log', slot .. ':@seq'
 
--- evaluate one subject at second t into best (deny/shadow per kind) and
--- near (per limit {count, until}); returns the headroom seen at t
+-- event ids this batch counts (the caller left out those it found counted
+-- within the horizon); one counted since it looked means another writer
+-- raced this one: nothing is written and the caller looks again
+local idkey = slot .. ':@ids'
+local horizon = tonumber(a[i]); i = i + 1
+local ids = {}
+local nids = tonumber(a[i]); i = i + 1
+for k = 1, nids do
+  ids[k] = a[i]; i = i + 1
+  local sc = redis.call('ZSCORE', idkey, ids[k])
+  if sc and tonumber(sc) > now - horizon then return {3, prev} end
+end
+
+local function dkey(sub, kind) return slot .. ':' .. sub.f .. ':d:' .. kind end
+local function gkey(sub) return slot .. ':' .. sub.f .. ':g' end
+
+-- a limit's count at second t, and the second it loses excess events
+local function fg_count(c, sub, lim, t)
+  if lim[5] ~= '' then return fg_dcount(dkey(sub, lim[5]), t - lim[3] + 1, t) end
+  return fg_sum(c, slot, sub.f, t, lim[3])
+end
+local function fg_lim_until(c, sub, lim, t, excess)
+  if lim[5] ~= '' then return fg_duntil(dkey(sub, lim[5]), t - lim[3] + 1, t, lim[3], excess) end
+  return fg_until(c, slot, sub.f, t, lim[3], excess)
+end
+
+-- consider one candidate deny record (until in ms) for a kind
+local function fg_best(best, kind, cand)
+  if best[kind] == nil or cand.u_ms > best[kind].u_ms then best[kind] = cand end
+end
+
+-- evaluate one subject's window limits at second t into best and near (per
+-- limit {count, until s}); returns the headroom seen at t
 local function fg_eval(c, sub, t, best, near)
   local h = nil
   for l, lim in ipairs(sub.prof.limits) do
-    local L, w = lim[2], lim[3]
-    local count = fg_sum(c, slot, sub.f, t, w)
+    local L = lim[2]
+    local count = fg_count(c, sub, lim, t)
     local thr = math.floor((L + 1) / 2)
     if h == nil or thr - count < h then h = thr - count end
     if count >= thr then
       local u = 0
-      if count >= L then u = fg_until(c, slot, sub.f, t, w, count + 1 - L) end
+      if count >= L then u = fg_lim_until(c, sub, lim, t, count + 1 - L) end
       local nr = near[l]
       if nr == nil then near[l] = {count, u}
       else nr[1] = math.max(nr[1], count); nr[2] = math.max(nr[2], u) end
     end
     if count > L then
-      local u = fg_until(c, slot, sub.f, t, w, count - L)
-      local kind = lim[4] and 'shadow' or 'deny'
-      if best[kind] == nil or u > best[kind].u then
-        best[kind] = {l = l, lim = lim, count = count, u = u, t = t}
-      end
+      local u = fg_lim_until(c, sub, lim, t, count - L)
+      fg_best(best, lim[4] and 'shadow' or 'deny', {l = l, lim = lim, count = count, u_ms = u * 1000, t = t})
     end
   end
   return h or 1000000000000
 end
 
--- Phase 1: every increment and every read, each write recorded; a failing
--- call (WRONGTYPE on a foreign key) undoes them all and fails the run.
+-- evaluate one subject's buckets at now from their arrival times (tats):
+-- near when half the burst is used; over (a deny record) when the bucket
+-- is overdrawn; returns the headroom in events
+local function fg_eval_buckets(sub, tats, best, bnear)
+  local h = nil
+  for b, bk in ipairs(sub.prof.buckets) do
+    local T, burst = bk[2], bk[3]
+    local dvt = T * burst
+    local tat = tats[b] or 0
+    local used = math.max(tat - now_us, 0)
+    local left = math.floor((dvt / 2 - used) / T)
+    if h == nil or left < h then h = left end
+    -- near at half the burst, and always when the next event would not
+    -- conform (a burst of 1 blocks before it is half used)
+    if used * 2 >= dvt or tat + T - dvt > now_us then bnear[b] = tat end
+    if tat - dvt > now_us then
+      local overdrawn = math.ceil((tat - dvt - now_us) / T)
+      fg_best(best, bk[4] and 'shadow' or 'deny', {b = b, bk = bk, count = burst + overdrawn, u_ms = math.ceil((tat - dvt) / 1000), t = now})
+    end
+  end
+  return h or 1000000000000
+end
+
+-- Phase 1: every write that counts (increments, distinct values, bucket
+-- arrival times) and every read, each write recorded; a failing call
+-- (WRONGTYPE on a foreign key) undoes them all and fails the run.
 local undo = {}
 local evals = {}
 local seq0
@@ -119,62 +200,111 @@ local err = fg_guard(undo, function()
   redis.call('HLEN', statekey)
   redis.call('ZCARD', expkey)
   redis.call('XLEN', logkey)
+  redis.call('ZCARD', idkey)
   seq0 = tonumber(redis.call('GET', seqkey) or '0')
   if seq0 == nil then error({err = 'change sequence ' .. seqkey .. ' is not an integer'}) end
   for s = 1, nsub do
     local sub = subjects[s]
     fg_incr(nil, slot, sub.f, sub.incs, sub.prof.maxw, now, slack, undo)
+    for _, v in ipairs(sub.seen) do fg_zseen(dkey(sub, v[1]), v[2], v[3], undo) end
+    sub.tats = {}
+    if #sub.prof.buckets > 0 then
+      local key = gkey(sub)
+      for b, bk in ipairs(sub.prof.buckets) do
+        local name = rules[bk[1]][1]
+        local tat = tonumber(redis.call('HGET', key, name) or '0')
+        for _, e in ipairs(sub.bev) do tat = math.max(tat, e[1]) + e[2] * bk[2] end
+        if #sub.bev > 0 then fg_hset(key, name, string.format('%d', tat), undo) end
+        sub.tats[b] = tat
+      end
+    end
   end
   for s = 1, nsub do
     local sub = subjects[s]
     if all or sub.ev then
-      local c, best, near = {}, {}, {}
+      local c, best, near, bnear = {}, {}, {}, {}
       local h = fg_eval(c, sub, sub.e, best, near)
       if sub.e > now then
         -- a window shorter than the skew evaluated only at the future second
         -- would miss the batch's events of now
         h = math.min(h, fg_eval(c, sub, now, best, near))
       end
+      h = math.min(h, fg_eval_buckets(sub, sub.tats, best, bnear))
       local recs = {}
       for kind, b in pairs(best) do recs[kind] = redis.call('GET', slot .. ':' .. sub.f .. ':' .. kind) end
-      evals[#evals + 1] = {s = s, best = best, near = near, h = h, recs = recs, old = redis.call('HGET', statekey, sub.f)}
+      evals[#evals + 1] = {s = s, best = best, near = near, bnear = bnear, h = h, recs = recs, old = redis.call('HGET', statekey, sub.f)}
     end
   end
 end)
 if err then return err end
 
 -- Phase 2: writes that cannot fail on the types checked above.
+if horizon > 0 then
+  for _, id in ipairs(ids) do redis.call('ZADD', idkey, now, id) end
+  redis.call('ZREMRANGEBYSCORE', idkey, '-inf', now - horizon)
+end
+for s = 1, nsub do
+  local sub = subjects[s]
+  local kinds = {}
+  for _, v in ipairs(sub.seen) do kinds[v[1]] = true end
+  for kind, _ in pairs(kinds) do
+    -- what no window can read any more, and the oldest past the cap
+    local key = dkey(sub, kind)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - sub.prof.maxw)
+    redis.call('ZREMRANGEBYRANK', key, 0, -(MAXDISTINCT + 1))
+    redis.call('EXPIRE', key, sub.prof.maxw + slack)
+  end
+  if #sub.bev > 0 then
+    local ttl = slack
+    for _, tat in pairs(sub.tats) do ttl = math.max(ttl, math.ceil((tat - now_us) / 1000000) + slack) end
+    redis.call('EXPIRE', gkey(sub), ttl)
+  end
+end
+
 local out = {0, prev, all and 1 or 0}
 local decs, hs, changes, djson = {}, {}, {}, {}
 for _, ev in ipairs(evals) do
   local sub = subjects[ev.s]
   for kind, b in pairs(ev.best) do
-    local rule = rules[b.lim[1]]
-    local u_ms = b.u * 1000
+    local rule, L, wfmt, bucket, index
+    if b.lim then
+      rule, L, wfmt, bucket, index = rules[b.lim[1]], b.lim[2], fg_fmt_window(b.lim[3]), '', b.l
+    else
+      rule, L, wfmt, index = rules[b.bk[1]], b.bk[3], '', #sub.prof.limits + b.b
+      bucket = ',"bucket":{"rate":' .. cjson.encode(b.bk[5]) .. ',"burst":' .. string.format('%d', b.bk[3]) .. '}'
+    end
+    local u_ms = b.u_ms
     local old = ev.recs[kind]
-    local write, new = true, true
+    local write, new, since = true, true, b.t * 1000
     if old then
       local ok, o = pcall(cjson.decode, old)
-      if ok and type(o) == 'table' then
-        if tonumber(o['until']) and tonumber(o['until']) >= u_ms then write = false end
-        new = write and (o['rule'] ~= rule[1] or o['window'] ~= fg_fmt_window(b.lim[3]))
+      -- a record whose until has passed is no record, whether or not the
+      -- server has dropped it yet (its clock is not the script's)
+      if ok and type(o) == 'table' and tonumber(o['until']) and tonumber(o['until']) > now_ms then
+        if tonumber(o['until']) >= u_ms then write = false end
+        new = write and (o['rule'] ~= rule[1] or o['window'] ~= wfmt)
+        -- an extended record keeps the time of the decision that made it
+        if not new and tonumber(o['since']) then since = tonumber(o['since']) end
       end
     end
     if write and u_ms > now_ms then
-      redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, fg_deny_json(rule[1], b.lim[2], b.lim[3], b.count, u_ms, rule[2]), 'PX', u_ms - now_ms)
+      local rec = fg_deny_json(rule[1], L, b.lim and b.lim[3], b.count, u_ms, rule[2], since)
+      if bucket ~= '' then rec = string.sub(rec, 1, -2) .. bucket .. '}' end
+      redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, rec, 'PX', u_ms - now_ms)
       if new then
         local shadow = kind == 'shadow'
-        for _, x in ipairs({ev.s, b.l, b.count, u_ms, shadow and 1 or 0, b.t}) do decs[#decs + 1] = x end
+        for _, x in ipairs({ev.s, index, b.count, u_ms, shadow and 1 or 0, b.t}) do decs[#decs + 1] = x end
         djson[#djson + 1] = '{"f":' .. cjson.encode(sub.f) .. ',"rule":' .. cjson.encode(rule[1]) ..
-          ',"limit":' .. string.format('%d', b.lim[2]) .. ',"window":"' .. fg_fmt_window(b.lim[3]) ..
+          ',"limit":' .. string.format('%d', L) .. ',"window":"' .. wfmt ..
           '","count":' .. string.format('%d', b.count) .. ',"until":' .. string.format('%d', u_ms) ..
           ',"shadow":' .. tostring(shadow) .. ',"message":' .. cjson.encode(rule[2]) ..
-          ',"ts":' .. string.format('%d', b.t * 1000) .. '}'
+          ',"ts":' .. string.format('%d', b.t * 1000) .. bucket .. '}'
       end
     end
   end
-  -- state: the near limits in profile order, as the limiter reads them
-  local parts, t, x = {}, math.max(sub.e, now), 0
+  -- state: the near limits and buckets in profile order, as the limiter
+  -- reads them
+  local parts, bparts, t, x = {}, {}, math.max(sub.e, now), 0
   for l, lim in ipairs(sub.prof.limits) do
     local nr = ev.near[l]
     if nr then
@@ -182,8 +312,17 @@ for _, ev in ipairs(evals) do
       x = math.max(x, nr[2], t + lim[3])
     end
   end
-  if #parts > 0 then
-    local js = '{"t":' .. string.format('%d', t) .. ',"l":[' .. table.concat(parts, ',') .. ']}'
+  for b, bk in ipairs(sub.prof.buckets) do
+    local tat = ev.bnear[b]
+    if tat then
+      bparts[#bparts + 1] = '[' .. cjson.encode(rules[bk[1]][1]) .. ',' .. string.format('%d', tat) .. ']'
+      x = math.max(x, math.ceil(tat / 1000000))
+    end
+  end
+  if #parts > 0 or #bparts > 0 then
+    local js = '{"t":' .. string.format('%d', t) .. ',"l":[' .. table.concat(parts, ',') .. ']'
+    if #bparts > 0 then js = js .. ',"b":[' .. table.concat(bparts, ',') .. ']' end
+    js = js .. '}'
     if js ~= ev.old then
       redis.call('HSET', statekey, sub.f, js)
       redis.call('ZADD', expkey, x, sub.f)
@@ -213,10 +352,10 @@ local seq = 0
 if #changes > 0 or #djson > 0 then
   seq = seq0 + 1
   redis.call('SET', seqkey, seq)
-  local x = {'XADD', logkey, 'MAXLEN', '~', maxlog, '*', 'q', seq, 'o', last + 1}
-  if #changes > 0 then x[#x + 1] = 's'; x[#x + 1] = '[' .. table.concat(changes, ',') .. ']' end
-  if #djson > 0 then x[#x + 1] = 'd'; x[#x + 1] = '[' .. table.concat(djson, ',') .. ']' end
-  redis.call(unpack(x))
+  local xa = {'XADD', logkey, 'MAXLEN', '~', maxlog, '*', 'q', seq, 'o', last + 1}
+  if #changes > 0 then xa[#xa + 1] = 's'; xa[#xa + 1] = '[' .. table.concat(changes, ',') .. ']' end
+  if #djson > 0 then xa[#xa + 1] = 'd'; xa[#xa + 1] = '[' .. table.concat(djson, ',') .. ']' end
+  redis.call(unpack(xa))
 end
 out[6] = seq
 return out

@@ -54,6 +54,7 @@ const (
 	logSuffix   = ":@log"   // stream of changes (state and decisions)
 	seqSuffix   = ":@seq"   // sequence number of the last change entry
 	relaySuffix = ":@relay" // stream id of the last change published to Kafka
+	idsSuffix   = ":@ids"   // zset event id -> second it was counted (dedup)
 )
 
 // Keys locates the live keys of one prefix. docs/redis.md lists them.
@@ -80,6 +81,10 @@ func (k Keys) Seq(partition int) string { return k.Slot(partition) + seqSuffix }
 // Relay returns the key holding the id of the last change entry of a
 // partition published to the decisions topic.
 func (k Keys) Relay(partition int) string { return k.Slot(partition) + relaySuffix }
+
+// IDs returns the key of the event ids a partition counted within the
+// dedup horizon.
+func (k Keys) IDs(partition int) string { return k.Slot(partition) + idsSuffix }
 
 // Deny returns the key of a subject's deny record in its partition's slot.
 func (k Keys) Deny(partition int, sub Subject) string {
@@ -108,6 +113,18 @@ func (k Keys) Bucket(partition int, sub Subject, level byte, t time.Time) string
 		return ""
 	}
 	return k.Slot(partition) + ":" + Field(sub) + ":" + string(level) + ":" + strconv.FormatInt(n, 10)
+}
+
+// Arrivals returns the key of a subject's bucket arrival times (GCRA): a
+// hash rule -> theoretical arrival time, Unix microseconds.
+func (k Keys) Arrivals(partition int, sub Subject) string {
+	return k.Slot(partition) + ":" + Field(sub) + ":g"
+}
+
+// Distinct returns the key of a subject's distinct values of an attr kind:
+// a sorted set value -> the last second it was seen.
+func (k Keys) Distinct(partition int, sub Subject, kind string) string {
+	return k.Slot(partition) + ":" + Field(sub) + ":d:" + kind
 }
 
 // Pattern matches every live key of the prefix (SCAN MATCH; braces are

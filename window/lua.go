@@ -36,8 +36,13 @@ package window
 //	                                       each write is recorded in undo (a table, or nil)
 //	fg_guard(undo, fn)                  -> run fn; on a Redis error undo its writes and return
 //	                                       an error reply (nil when fn succeeded)
+//	fg_zseen(key, value, sec, undo)     -> a distinct set saw value at second sec
+//	fg_hset(key, field, value, undo)    -> set a bucket's arrival time
+//	fg_dcount(key, a, b)                -> distinct values last seen in seconds [a, b]
+//	fg_duntil(key, a, b, w, excess)     -> second at which a window [a, b] of w seconds holds
+//	                                       excess fewer distinct values (no new ones assumed)
 //	fg_fmt_window(w)                    -> "30s", "5m", "1h", "1d"
-//	fg_deny_json(rule, limit, w, count, until_ms, message)
+//	fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
 //	                                    -> deny record JSON (see Deny)
 const LuaLib = `
 local function fg_key(slot, f, level, n)
@@ -162,16 +167,51 @@ local function fg_hincr(c, key, field, n, ttl, undo)
     if ttl < 1 then ttl = 1 end
     redis.call('EXPIRE', key, ttl)
   end
-  if undo then undo[#undo + 1] = {key, field, n, created} end
+  if undo then undo[#undo + 1] = {'h', key, field, n, created} end
   local t = c and c[key]
   if t then t[field] = (t[field] or 0) + n end
+end
+
+-- fg_zseen records that value was seen at second sec in a distinct set
+-- (score: the last second it was seen), recording the undo.
+local function fg_zseen(key, value, sec, undo)
+  local old = redis.call('ZSCORE', key, value)
+  if old and tonumber(old) >= sec then return end
+  redis.call('ZADD', key, sec, value)
+  if undo then undo[#undo + 1] = {'z', key, value, old} end
+end
+
+-- fg_hset sets a hash field (a bucket's theoretical arrival time),
+-- recording the undo.
+local function fg_hset(key, field, value, undo)
+  local old = redis.call('HGET', key, field)
+  redis.call('HSET', key, field, value)
+  if undo then undo[#undo + 1] = {'s', key, field, old} end
 end
 
 local function fg_undo(undo)
   for i = #undo, 1, -1 do
     local u = undo[i]
-    if u[4] then redis.call('HDEL', u[1], u[2]) else redis.call('HINCRBY', u[1], u[2], -u[3]) end
+    if u[1] == 'h' then
+      if u[5] then redis.call('HDEL', u[2], u[3]) else redis.call('HINCRBY', u[2], u[3], -u[4]) end
+    elseif u[1] == 'z' then
+      if u[4] then redis.call('ZADD', u[2], u[4], u[3]) else redis.call('ZREM', u[2], u[3]) end
+    else
+      if u[4] then redis.call('HSET', u[2], u[3], u[4]) else redis.call('HDEL', u[2], u[3]) end
+    end
   end
+end
+
+-- distinct values of a subject's distinct set whose last second lies in
+-- [a, b], and the second from which the set holds excess fewer of them
+local function fg_dcount(key, a, b)
+  return redis.call('ZCOUNT', key, a, b)
+end
+
+local function fg_duntil(key, a, b, w, excess)
+  local r = redis.call('ZRANGEBYSCORE', key, a, b, 'WITHSCORES', 'LIMIT', excess - 1, 1)
+  if #r == 2 then return tonumber(r[2]) + w end
+  return b + w
 end
 
 -- fg_guard runs fn; if a Redis call in it fails (a foreign key of another
@@ -215,12 +255,15 @@ local function fg_fmt_window(w)
   return string.format('%ds', w)
 end
 
-local function fg_deny_json(rule, limit, w, count, until_ms, message)
+local function fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
+  local wf = ''
+  if w and w > 0 then wf = fg_fmt_window(w) end
   return '{"rule":' .. cjson.encode(rule) ..
     ',"limit":' .. string.format('%d', limit) ..
-    ',"window":"' .. fg_fmt_window(w) ..
+    ',"window":"' .. wf ..
     '","count":' .. string.format('%d', count) ..
     ',"until":' .. string.format('%d', until_ms) ..
-    ',"message":' .. cjson.encode(message) .. '}'
+    ',"message":' .. cjson.encode(message) ..
+    ',"since":' .. string.format('%d', since_ms) .. '}'
 end
 `

@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + evalBody)
-	takeScript   = redis.NewScript("#!lua\n" + LuaLib + evalBody)
+	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + banLib + evalBody)
+	takeScript   = redis.NewScript("#!lua\n" + LuaLib + banLib + evalBody)
 	refundScript = redis.NewScript("#!lua\n" + LuaLib + refundBody)
 	checkScript  = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + checkBody)
 )
@@ -26,10 +26,20 @@ const Ahead = 5 * time.Second
 // EvalLimit is one limit of one subject in an Evaluate or Take call.
 type EvalLimit struct {
 	Limit rules.Limit
+	// Distinct, when set, makes the limit count the subject's distinct
+	// values of that attr kind (a distinct rule) instead of events.
+	Distinct string
 	// Block makes the limit stop a Take when the take would go over it
 	// (enforced rules). Non-blocking limits (shadow rules, allowlisted
 	// subjects) are only reported.
 	Block bool
+}
+
+// EvalBucket is one bucket rule of one subject in an Evaluate or Take call.
+type EvalBucket struct {
+	Rule   string
+	Bucket rules.Bucket
+	Block  bool // as EvalLimit.Block
 }
 
 // EvalQuery asks for one subject's deny record and the state of its limits.
@@ -40,6 +50,12 @@ type EvalQuery struct {
 	// it needs, exactly as the aggregator would. Required for Take.
 	MaxWindow time.Duration
 	Limits    []EvalLimit
+	Buckets   []EvalBucket
+	// Values are the request's related features (attr kind -> value): a
+	// distinct limit counts its kind's value as new unless the window saw
+	// it already, and a take records it. Without a value a distinct limit
+	// assumes a new one.
+	Values map[string]string
 	// BlockRules names the rules whose deny record stops a Take (enforced
 	// rules that do not allowlist the subject).
 	BlockRules []string
@@ -51,6 +67,7 @@ type EvalQuery struct {
 // EvalState answers an EvalQuery.
 type EvalState struct {
 	Deny *Deny // the subject's deny record, nil when none
+	Ban  *Ban  // an operator's ban in force, nil when none: it denies (and blocks takes) whatever the counts
 	// Sums are the events in each limit's window ending with now's second
 	// (plus those up to Ahead past it), before any take, in Limits order.
 	Sums []int64
@@ -58,6 +75,15 @@ type EvalState struct {
 	// first whole second at which it would fit (no more events assumed).
 	// Evaluate uses n = 1: "may one more happen?".
 	Until []time.Time
+	// Buckets, in Buckets order.
+	Buckets []BucketEval
+}
+
+// BucketEval answers an EvalBucket.
+type BucketEval struct {
+	TAT time.Time // the theoretical arrival time before any take (zero: full)
+	// Until is zero when n more fit; otherwise when they would.
+	Until time.Time
 }
 
 // TakeRequest is one strict take in one slot: all its queries are checked
@@ -131,17 +157,22 @@ func (s *Store) TakeSlot(ctx context.Context, partition int, now time.Time, reqs
 func (s *Store) Refund(ctx context.Context, partition int, now time.Time, qs []EvalQuery, n int64) error {
 	args := []any{s.keys.Slot(partition), now.UnixMilli(), int64(s.slack / time.Second), n}
 	var subs []any
+	count := 0
 	for _, q := range qs {
 		if q.Count {
-			subs = append(subs, Field(q.Subject), int64(q.MaxWindow/time.Second))
+			count++
+			subs = append(subs, Field(q.Subject), int64(q.MaxWindow/time.Second), len(q.Buckets))
+			for _, b := range q.Buckets {
+				subs = append(subs, b.Rule, b.Bucket.Interval().Microseconds())
+			}
 		}
 	}
-	args = append(append(args, len(subs)/2), subs...)
+	args = append(append(args, count), subs...)
 	start := time.Now()
 	err := refundScript.Run(ctx, s.rdb, []string{s.keys.State(partition)}, args...).Err()
 	s.observe("refund", start)
 	if err != nil {
-		return fmt.Errorf("refund %d subjects partition=%d: %w", len(subs)/2, partition, err)
+		return fmt.Errorf("refund %d subjects partition=%d: %w", count, partition, err)
 	}
 	return nil
 }
@@ -213,17 +244,21 @@ func (s *Store) evalArgs(op string, partition int, now time.Time, reqs []TakeReq
 			for _, name := range q.BlockRules {
 				args = append(args, name)
 			}
+			args = append(args, len(q.Values))
+			for k, v := range q.Values {
+				args = append(args, k, v)
+			}
 			args = append(args, len(q.Limits))
 			for _, l := range q.Limits {
 				w := l.Limit.Window
 				if w < time.Second || w%time.Second != 0 || w > rules.MaxWindow {
 					return nil, fmt.Errorf("%s %s: window %s is not a whole number of seconds in [1s, %s]", op, Field(q.Subject), w, rules.FormatWindow(rules.MaxWindow))
 				}
-				blk := 0
-				if l.Block {
-					blk = 1
-				}
-				args = append(args, l.Limit.Count, int64(w/time.Second), blk)
+				args = append(args, l.Limit.Count, int64(w/time.Second), flag(l.Block), l.Distinct)
+			}
+			args = append(args, len(q.Buckets))
+			for _, b := range q.Buckets {
+				args = append(args, b.Rule, b.Bucket.Interval().Microseconds(), b.Bucket.Burst, flag(b.Block))
 			}
 		}
 	}
@@ -238,8 +273,8 @@ func parseStates(op string, qs []EvalQuery, v any) ([]EvalState, error) {
 	out := make([]EvalState, len(qs))
 	for i, x := range rows {
 		row, ok := x.([]any)
-		nl := len(qs[i].Limits)
-		if !ok || len(row) != 1+2*nl {
+		nl, nb := len(qs[i].Limits), len(qs[i].Buckets)
+		if !ok || len(row) != 2+2*nl+2*nb {
 			return nil, fmt.Errorf("%s %s: bad reply %v", op, Field(qs[i].Subject), x)
 		}
 		if js, ok := row[0].(string); ok {
@@ -248,6 +283,13 @@ func parseStates(op string, qs []EvalQuery, v any) ([]EvalState, error) {
 				return nil, fmt.Errorf("%s %s: %w", op, Field(qs[i].Subject), err)
 			}
 			out[i].Deny = d
+		}
+		if js, ok := row[1+2*nl+2*nb].(string); ok {
+			b, err := ParseBan([]byte(js))
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", op, Field(qs[i].Subject), err)
+			}
+			out[i].Ban = b
 		}
 		out[i].Sums = make([]int64, nl)
 		out[i].Until = make([]time.Time, nl)
@@ -261,6 +303,21 @@ func parseStates(op string, qs []EvalQuery, v any) ([]EvalState, error) {
 			if u > 0 {
 				out[i].Until[k] = time.Unix(u, 0).UTC()
 			}
+		}
+		for k := 0; k < nb; k++ {
+			tat, ok1 := row[1+2*nl+2*k].(int64)
+			u, ok2 := row[2+2*nl+2*k].(int64)
+			if !ok1 || !ok2 {
+				return nil, errors.New(op + ": non-integer bucket time in reply")
+			}
+			var be BucketEval
+			if tat > 0 {
+				be.TAT = time.UnixMicro(tat).UTC()
+			}
+			if u > 0 {
+				be.Until = time.UnixMicro(u).UTC()
+			}
+			out[i].Buckets = append(out[i].Buckets, be)
 		}
 	}
 	return out, nil

@@ -14,9 +14,15 @@ package window
 //	KEYS: the slot's state key (routing only)
 //	ARGV: slot, now_ms, slack, ahead, nrequests,
 //	      {n, take, nsubjects,
-//	       {field, maxw, count, nblock, rule*nblock, nlimits, {limit, w, block}*nlimits}*nsubjects}*nrequests
+//	       {field, maxw, count, nblock, rule*nblock, nvalues, {distinct kind, value}*nvalues,
+//	        nlimits, {limit, w, block, distinct kind or ''}*nlimits,
+//	        nbuckets, {rule, interval_us, burst, block}*nbuckets}*nsubjects}*nrequests
 //
-// Returns {{taken, {deny JSON or false, {sum, until_sec}*nlimits}*nsubjects}*nrequests}.
+// Returns {{taken, {deny JSON or false, {sum, until_sec}*nlimits,
+// {tat_us, until_us}*nbuckets, ban JSON or false}*nsubjects}*nrequests}. A
+// distinct limit counts the subject's distinct set; a bucket (GCRA) admits n
+// when its arrival time advanced by n intervals stays within the burst. A
+// subject's ban in force (banLib) blocks a take whatever its counts.
 // A Redis error (a foreign key of another type) undoes the run's counts and
 // fails it whole.
 const evalBody = `
@@ -35,6 +41,7 @@ local a = ARGV
 local slot = a[1]
 local now_ms = tonumber(a[2])
 local now = math.floor(now_ms / 1000)
+local now_us = now_ms * 1000
 local slack, ahead = tonumber(a[3]), tonumber(a[4])
 local nreq = tonumber(a[5])
 local i = 6
@@ -52,28 +59,72 @@ local err = fg_guard(undo, function()
       local nb = tonumber(a[i + 3]); i = i + 4
       local block = {}
       for b = 1, nb do block[a[i]] = true; i = i + 1 end
+      local nv = tonumber(a[i]); i = i + 1
+      local vals = {} -- distinct kind -> the request's value
+      for v = 1, nv do vals[a[i]] = a[i + 1]; i = i + 2 end
       local early = fg_ahead(c, slot, f, now, ahead)
       local deny = redis.call('GET', slot .. ':' .. f .. ':deny')
       local row = {deny}
       if deny and take and nb > 0 then
         local ok, d = pcall(cjson.decode, deny)
-        if ok and type(d) == 'table' and block[d['rule']] then blocked = true end
+        if ok and type(d) == 'table' and block[d['rule']] and (tonumber(d['until']) or 0) > now_ms then blocked = true end
       end
       local nl = tonumber(a[i]); i = i + 1
+      local seen = {}
       for l = 1, nl do
-        local lim, w, blk = tonumber(a[i]), tonumber(a[i + 1]), a[i + 2] == '1'
-        i = i + 3
-        local sum = fg_sum(c, slot, f, now, w) + early
+        local lim, w, blk, dk = tonumber(a[i]), tonumber(a[i + 1]), a[i + 2] == '1', a[i + 3]
+        i = i + 4
+        local sum, add
+        if dk ~= '' then
+          -- distinct values: the request's own value adds one unless the
+          -- window saw it already; without one, assume a new value
+          local key = slot .. ':' .. f .. ':d:' .. dk
+          sum = fg_dcount(key, now - w + 1, now + ahead)
+          add = n
+          local v = vals[dk]
+          if v then
+            local last = redis.call('ZSCORE', key, v)
+            if last and tonumber(last) >= now - w + 1 then add = 0 end
+            seen[dk] = v
+          end
+        else
+          sum = fg_sum(c, slot, f, now, w) + early
+          add = n
+        end
         local u = 0
-        if sum + n > lim then
-          u = fg_until(c, slot, f, now, w, sum + n - lim, ahead)
+        if add > 0 and sum + add > lim then
+          if dk ~= '' then
+            u = fg_duntil(slot .. ':' .. f .. ':d:' .. dk, now - w + 1, now + ahead, w, sum + add - lim)
+          else
+            u = fg_until(c, slot, f, now, w, sum + add - lim, ahead)
+          end
           if blk then blocked = true end
         end
         row[#row + 1] = sum
         row[#row + 1] = u
       end
+      local nbk = tonumber(a[i]); i = i + 1
+      local bks = {}
+      for b = 1, nbk do
+        local name, T, burst, blk = a[i], tonumber(a[i + 1]), tonumber(a[i + 2]), a[i + 3] == '1'
+        i = i + 4
+        local tat = tonumber(redis.call('HGET', slot .. ':' .. f .. ':g', name) or '0')
+        local new = math.max(tat, now_us) + n * T
+        local allow_at = new - T * burst
+        local u = 0
+        if allow_at > now_us then
+          u = allow_at
+          if blk then blocked = true end
+        end
+        row[#row + 1] = tat
+        row[#row + 1] = u
+        bks[b] = {name, new}
+      end
+      local ban = fg_ban(slot, f, now_ms)
+      if ban and take then blocked = true end
+      row[#row + 1] = ban or false
       rows[s] = row
-      subs[s] = {f, maxw, count}
+      subs[s] = {f, maxw, count, seen, bks}
     end
     local taken = 0
     if take and not blocked then
@@ -85,6 +136,8 @@ local err = fg_guard(undo, function()
         if sub[3] and not done[sub[1]] then
           done[sub[1]] = true
           fg_incr(c, slot, sub[1], {[now] = n}, sub[2], now, slack, undo)
+          for dk, v in pairs(sub[4]) do fg_zseen(slot .. ':' .. sub[1] .. ':d:' .. dk, v, now, undo) end
+          for _, bk in ipairs(sub[5]) do fg_hset(slot .. ':' .. sub[1] .. ':g', bk[1], string.format('%d', bk[2]), undo) end
         end
       end
       taken = 1
@@ -97,10 +150,12 @@ return out
 `
 
 // refundBody takes back n events counted at now_ms for subjects of one slot:
-// the reservation of a strict take that another slot refused.
+// the reservation of a strict take that another slot refused. A bucket's
+// arrival time moves back by n intervals (a time before now is a full
+// bucket either way). Distinct values a take recorded stay recorded.
 //
 //	KEYS: the slot's state key (routing only)
-//	ARGV: slot, now_ms, slack, n, nsubjects, {field, maxw}*nsubjects
+//	ARGV: slot, now_ms, slack, n, nsubjects, {field, maxw, nbuckets, {rule, interval_us}*nbuckets}*nsubjects
 const refundBody = `
 local a = ARGV
 local slot = a[1]
@@ -108,8 +163,15 @@ local now = math.floor(tonumber(a[2]) / 1000)
 local slack, n = tonumber(a[3]), tonumber(a[4])
 local i = 6
 for s = 1, tonumber(a[5]) do
-  fg_incr(nil, slot, a[i], {[now] = -n}, tonumber(a[i + 1]), now, slack, nil)
-  i = i + 2
+  local f = a[i]
+  fg_incr(nil, slot, f, {[now] = -n}, tonumber(a[i + 1]), now, slack, nil)
+  local nb = tonumber(a[i + 2]); i = i + 3
+  for b = 1, nb do
+    local key, name, T = slot .. ':' .. f .. ':g', a[i], tonumber(a[i + 1])
+    local tat = tonumber(redis.call('HGET', key, name) or '0')
+    if tat > 0 then redis.call('HSET', key, name, string.format('%d', tat - n * T)) end
+    i = i + 2
+  end
 end
 return 1
 `

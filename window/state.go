@@ -19,12 +19,25 @@ import (
 // half of every limit. Written by the apply script into the slot's state
 // hash and change stream as
 //
-//	{"t":<eval second>,"l":[["<rule>",<limit>,<window s>,<count>,<until s or 0>],...]}
+//	{"t":<eval second>,"l":[["<rule>",<limit>,<window s>,<count>,<until s or 0>],...],
+//	 "b":[["<rule>",<theoretical arrival time, unix us>],...]}
 type SubjectState struct {
 	// At is the second the subject was evaluated at.
 	At time.Time
 	// Limits are its near limits, in rule order.
 	Limits []LimitState
+	// Buckets are its bucket rules at half their burst or more.
+	Buckets []BucketState
+}
+
+// BucketState is a near bucket of a SubjectState: its theoretical arrival
+// time (GCRA), from which the rule's interval and burst give everything: an
+// event at t conforms when t >= TAT + interval - interval*burst, and
+// (TAT - t)/interval tokens are used at t. The TAT does not move without
+// events, so it stays exact until the aggregator writes the next one.
+type BucketState struct {
+	Rule string
+	TAT  time.Time
 }
 
 // LimitState is one near limit of a SubjectState.
@@ -51,6 +64,9 @@ func (s SubjectState) Expires() time.Time {
 	for _, l := range s.Limits {
 		x = maxTime(x, l.Until, s.At.Add(l.Limit.Window))
 	}
+	for _, b := range s.Buckets {
+		x = maxTime(x, b.TAT)
+	}
 	return x
 }
 
@@ -69,6 +85,7 @@ func ParseState(data []byte) (SubjectState, error) {
 	var w struct {
 		T int64               `json:"t"`
 		L [][]json.RawMessage `json:"l"`
+		B [][]json.RawMessage `json:"b"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return SubjectState{}, fmt.Errorf("subject state: %w", err)
@@ -91,6 +108,15 @@ func ParseState(data []byte) (SubjectState, error) {
 		}
 		st.Limits = append(st.Limits, ls)
 	}
+	for _, b := range w.B {
+		var bs BucketState
+		var tat int64
+		if len(b) != 2 || json.Unmarshal(b[0], &bs.Rule) != nil || json.Unmarshal(b[1], &tat) != nil {
+			return SubjectState{}, fmt.Errorf("subject state: bad bucket %s", b)
+		}
+		bs.TAT = time.UnixMicro(tat).UTC()
+		st.Buckets = append(st.Buckets, bs)
+	}
 	return st, nil
 }
 
@@ -110,6 +136,7 @@ type Change struct {
 	Next      int64 // the partition's next offset once the batch was applied
 	States    []StateChange
 	Decisions []Decision
+	Bans      []BanChange // operators' bans and unbans (admin.go)
 }
 
 // decisionLog is a decision as the apply script writes it into the stream:
@@ -154,6 +181,11 @@ func ParseChange(m redis.XMessage) (Change, error) {
 			c.States = append(c.States, sc)
 		}
 	}
+	if s := str(m.Values["b"]); s != "" {
+		if c.Bans, err = parseBanChanges(m.ID, s); err != nil {
+			return Change{}, err
+		}
+	}
 	if s := str(m.Values["d"]); s != "" {
 		var ds []decisionLog
 		if err := json.Unmarshal([]byte(s), &ds); err != nil {
@@ -186,34 +218,36 @@ type Snapshot struct {
 	LastID string // id of the last change entry, "0-0" when none
 	Seq    int64  // its sequence number, 0 when none
 	States map[Subject]SubjectState
+	Bans   map[Subject]Ban // bans in force (admin.go)
 }
 
-// snapshotBody reads a partition's state hash with the position of its
-// change stream, atomically.
+// snapshotBody reads a partition's state hash and bans with the position
+// of its change stream, atomically.
 //
-//	KEYS: state key, log key, seq key
+//	KEYS: state key, log key, seq key, bans key
 //
-// Returns {last entry id or "0-0", seq, {field, json}*}.
+// Returns {last entry id or "0-0", seq, {field, json}*, {field, ban json}*}.
 const snapshotBody = `
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local id = '0-0'
 if #last > 0 then id = last[1][1] end
-return {id, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGETALL', KEYS[1])}
+return {id, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4])}
 `
 
 var snapshotScript = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
 
-// Snapshot reads a partition's current state and stream position in one
-// read-only script run. States already expired at now are left out.
+// Snapshot reads a partition's current state, bans and stream position in
+// one read-only script run. States and bans already expired at now are left
+// out.
 func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Snapshot, error) {
 	k := s.keys
 	start := time.Now()
-	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.State(partition), k.Log(partition), k.Seq(partition)}).Slice()
+	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.State(partition), k.Log(partition), k.Seq(partition), k.Bans(partition)}).Slice()
 	s.observe("snapshot", start)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
 	}
-	if len(v) != 3 {
+	if len(v) != 4 {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad reply", partition)
 	}
 	snap := Snapshot{LastID: str(v[0]), States: map[Subject]SubjectState{}}
@@ -231,6 +265,10 @@ func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Sna
 		if st.Expires().After(now) {
 			snap.States[sub] = st
 		}
+	}
+	bans, _ := v[3].([]any)
+	if snap.Bans, err = parseBans(bans, now); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
 	}
 	if snap.LastID == "" {
 		return Snapshot{}, errors.New("snapshot: no stream position in reply")

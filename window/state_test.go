@@ -184,3 +184,33 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 	assertSum(t, st, a, base, time.Hour, 1)
 	assertSum(t, st, z, base, time.Hour, 1)
 }
+
+// With a dedup horizon, an event id counted once is skipped when it comes
+// again (a producer's retry) — in a later batch or in the same one — until
+// the horizon has passed.
+func TestDedupSkipsARetriedEvent(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, Dedup: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "t"}
+	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.9"}
+	e1, e2 := ev(sub.Action, sub.Kind, sub.Subject, base), ev(sub.Action, sub.Kind, sub.Subject, base)
+	res, err := st.Apply(ctx, "g", b.batch(e1, e2, e1), set, base, nil)
+	if err != nil || res.Applied != 2 || res.Duplicates != 1 {
+		t.Fatalf("first batch: %+v %v, want 2 applied and the repeat skipped", res, err)
+	}
+	res, err = st.Apply(ctx, "g", b.batch(e2, ev(sub.Action, sub.Kind, sub.Subject, base)), set, base.Add(time.Minute), nil)
+	if err != nil || res.Applied != 1 || res.Duplicates != 1 {
+		t.Fatalf("retry batch: %+v %v, want the new event applied and the retry skipped", res, err)
+	}
+	assertSum(t, st, sub, base.Add(time.Minute), time.Hour, 3)
+	later := base.Add(11 * time.Minute)
+	res, err = st.Apply(ctx, "g", b.batch(e1), set, later, nil)
+	if err != nil || res.Applied != 1 {
+		t.Fatalf("after the horizon: %+v %v, want the id counted again", res, err)
+	}
+}

@@ -51,6 +51,11 @@ type StoreConfig struct {
 	// the relay is far behind (the decisions topic down for long), and the
 	// relay then reports the entries it lost. Default 100000.
 	MaxLog int64
+	// Dedup, when positive, is the horizon within which an event id already
+	// counted in a partition is skipped (a producer's retry): the ids are
+	// kept in the partition's slot and checked in the apply script. Zero
+	// counts every event (the default).
+	Dedup time.Duration
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
 }
@@ -66,6 +71,7 @@ type Store struct {
 	slack   time.Duration
 	maxSub  int
 	maxLog  int64
+	dedup   int64 // seconds; 0 off
 	latency *prometheus.HistogramVec
 }
 
@@ -73,8 +79,9 @@ type Store struct {
 // shebang makes Redis refuse a writing script up front when it is out of
 // memory, instead of failing half-way.
 var (
-	applyScript  = redis.NewScript("#!lua\n" + LuaLib + applyBody)
+	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
+	seenScript   = redis.NewScript("#!lua flags=no-writes\n" + `return redis.call('ZMSCORE', KEYS[1], unpack(ARGV))`)
 )
 
 // NewStore returns a Store over rdb.
@@ -95,6 +102,8 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		return nil, fmt.Errorf("window store: max subjects %d is negative", cfg.MaxSubjects)
 	case cfg.MaxLog < 0:
 		return nil, fmt.Errorf("window store: max log %d is negative", cfg.MaxLog)
+	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
+		return nil, fmt.Errorf("window store: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
 	}
 	if cfg.Slack == 0 {
 		cfg.Slack = time.Minute
@@ -112,6 +121,7 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		slack:  cfg.Slack,
 		maxSub: cfg.MaxSubjects,
 		maxLog: cfg.MaxLog,
+		dedup:  int64(cfg.Dedup / time.Second),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_redis_seconds",
 			Help:    "Redis script round trips of the window store by operation.",
@@ -170,55 +180,114 @@ func (s *Store) Resume(ctx context.Context, group, topic string, partition int) 
 }
 
 // Deny is a deny record: the subject is over Limit (Count events in the
-// window) and will be back under it at Until unless more events come. The
+// window) and will be back under it at Until unless more events come. For
+// a bucket rule, Bucket is set, Limit.Count is the burst (and Count the
+// events it held) and Until is when the bucket is no longer overdrawn. The
 // record expires at Until, so its presence alone means "deny".
 type Deny struct {
 	Rule    string
 	Limit   rules.Limit
+	Bucket  *rules.Bucket
 	Count   int64
 	Until   time.Time
 	Message string
+	// Since is when the decision that made the record was taken (kept while
+	// the same rule and window extend it); zero for records written before
+	// it was recorded.
+	Since time.Time
 }
 
 // denyWire is the JSON of deny records; written by the apply script.
 type denyWire struct {
-	Rule    string `json:"rule"`
-	Limit   int64  `json:"limit"`
-	Window  string `json:"window"`
-	Count   int64  `json:"count"`
-	Until   int64  `json:"until"` // Unix milliseconds
-	Message string `json:"message"`
+	Rule    string      `json:"rule"`
+	Limit   int64       `json:"limit"`
+	Window  string      `json:"window"`
+	Bucket  *bucketWire `json:"bucket,omitempty"`
+	Count   int64       `json:"count"`
+	Until   int64       `json:"until"` // Unix milliseconds
+	Message string      `json:"message"`
+	Since   int64       `json:"since,omitempty"` // Unix milliseconds
+}
+
+// bucketWire is a bucket rule in records and decisions:
+// {"rate":"10/1s","burst":50}.
+type bucketWire struct {
+	Rate  string `json:"rate"`
+	Burst int64  `json:"burst"`
+}
+
+func (b *bucketWire) bucket() (*rules.Bucket, error) {
+	if b == nil {
+		return nil, nil
+	}
+	rate, err := rules.ParseLimit(b.Rate)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: %w", err)
+	}
+	return &rules.Bucket{Rate: rate, Burst: b.Burst}, nil
+}
+
+func wireBucket(b *rules.Bucket) *bucketWire {
+	if b == nil {
+		return nil
+	}
+	return &bucketWire{Rate: b.Rate.String(), Burst: b.Burst}
+}
+
+// limitOf reads a record's limit: a window, or a bucket (no window).
+func limitOf(count int64, window string, b *bucketWire) (rules.Limit, *rules.Bucket, error) {
+	if b != nil {
+		bk, err := b.bucket()
+		return rules.Limit{Count: count}, bk, err
+	}
+	win, err := rules.ParseWindow(window)
+	return rules.Limit{Count: count, Window: win}, nil, err
 }
 
 // ParseDeny decodes a deny record:
 //
-//	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"..."}
+//	{"rule":"login-failed","limit":5,"window":"1m","count":6,"until":1767225600000,"message":"...","since":1767225540000}
+//	{"rule":"api","limit":50,"window":"","bucket":{"rate":"10/1s","burst":50},"count":53,"until":...}
 //
-// until is in Unix milliseconds, window in the rules file syntax.
+// until and since are in Unix milliseconds, window in the rules file syntax.
 func ParseDeny(data []byte) (*Deny, error) {
 	var w denyWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("deny record: %w", err)
 	}
-	win, err := rules.ParseWindow(w.Window)
+	lim, bk, err := limitOf(w.Limit, w.Window, w.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("deny record: %w", err)
 	}
-	return &Deny{
+	d := &Deny{
 		Rule:    w.Rule,
-		Limit:   rules.Limit{Count: w.Limit, Window: win},
+		Limit:   lim,
+		Bucket:  bk,
 		Count:   w.Count,
 		Until:   time.UnixMilli(w.Until).UTC(),
 		Message: w.Message,
-	}, nil
+	}
+	if w.Since > 0 {
+		d.Since = time.UnixMilli(w.Since).UTC()
+	}
+	return d, nil
 }
 
 // MarshalJSON writes the deny record format (see ParseDeny).
 func (d Deny) MarshalJSON() ([]byte, error) {
-	return json.Marshal(denyWire{Rule: d.Rule, Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count, Until: d.Until.UnixMilli(), Message: d.Message})
+	w := denyWire{Rule: d.Rule, Limit: d.Limit.Count, Bucket: wireBucket(d.Bucket), Count: d.Count, Until: d.Until.UnixMilli(), Message: d.Message}
+	if d.Bucket == nil {
+		w.Window = rules.FormatWindow(d.Limit.Window)
+	}
+	if !d.Since.IsZero() {
+		w.Since = d.Since.UnixMilli()
+	}
+	return json.Marshal(w)
 }
 
-// Decision is a new deny (or, for shadow rules, would-be deny) of a subject.
+// Decision is a new deny (or, for shadow rules, would-be deny) of a
+// subject, or an operator's action on one (Type): the floodgate.decisions
+// message.
 type Decision struct {
 	// ID identifies the decision across redeliveries: publication to the
 	// decisions topic is at least once, and a consumer that sees an ID
@@ -227,52 +296,87 @@ type Decision struct {
 	Action, Kind, Subject string
 	Rule                  string
 	Limit                 rules.Limit
-	Count                 int64     // events in the window when decided
-	Until                 time.Time // when the window falls back under the limit
+	Bucket                *rules.Bucket // a bucket rule's decision: Limit.Count is the burst
+	Count                 int64         // events in the window when decided
+	Until                 time.Time     // when the window falls back under the limit
 	Shadow                bool
 	Message               string
 	TS                    time.Time // evaluation time (whole second)
 	// Trigger is the time of the subject's latest event in the batch that
 	// made the decision (not published: the live delay metric's start).
 	Trigger time.Time
+	// Type is empty for the aggregator's deny decisions, or the operator
+	// action: DecisionBan (Until, Message), DecisionUnban (Rule when only
+	// that rule's records were cleared), DecisionReset. See admin.go.
+	Type        DecisionType
+	Operator    string   // who acted (operator actions)
+	Cleared     []string // what an unban or reset removed: deny, shadow, ban, state
+	DeletedKeys int64    // counter keys a reset deleted
+	Offset      int64    // a reset's boundary: the live group's next offset at the reset; -1 unknown
 }
 
 type decisionWire struct {
-	ID      string `json:"id,omitempty"`
-	Action  string `json:"action"`
-	Kind    string `json:"kind"`
-	Subject string `json:"subject"`
-	Rule    string `json:"rule"`
-	Limit   int64  `json:"limit"`
-	Window  string `json:"window"`
-	Count   int64  `json:"count"`
-	Until   int64  `json:"until"`
-	Shadow  bool   `json:"shadow"`
-	Message string `json:"message,omitempty"`
-	TS      int64  `json:"ts"`
+	ID      string      `json:"id,omitempty"`
+	Action  string      `json:"action"`
+	Kind    string      `json:"kind"`
+	Subject string      `json:"subject"`
+	Rule    string      `json:"rule"`
+	Limit   int64       `json:"limit"`
+	Window  string      `json:"window"`
+	Bucket  *bucketWire `json:"bucket,omitempty"`
+	Count   int64       `json:"count"`
+	Until   int64       `json:"until"`
+	Shadow  bool        `json:"shadow"`
+	Message string      `json:"message,omitempty"`
+	TS      int64       `json:"ts"`
+	// operator actions only (admin.go)
+	Type     DecisionType `json:"type,omitempty"`
+	Operator string       `json:"operator,omitempty"`
+	Cleared  []string     `json:"cleared,omitempty"`
+	Deleted  int64        `json:"deleted_keys,omitempty"`
+	Offset   *int64       `json:"offset,omitempty"`
 }
 
 func (w decisionWire) decision() (Decision, error) {
-	win, err := rules.ParseWindow(w.Window)
-	if err != nil {
-		return Decision{}, fmt.Errorf("decision: %w", err)
+	var lim rules.Limit
+	var bk *rules.Bucket
+	if w.Type == "" { // operator actions have no limit
+		var err error
+		if lim, bk, err = limitOf(w.Limit, w.Window, w.Bucket); err != nil {
+			return Decision{}, fmt.Errorf("decision: %w", err)
+		}
 	}
-	return Decision{
+	d := Decision{
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
-		Limit: rules.Limit{Count: w.Limit, Window: win}, Count: w.Count,
-		Until: time.UnixMilli(w.Until).UTC(), Shadow: w.Shadow, Message: w.Message,
-		TS: time.UnixMilli(w.TS).UTC(),
-	}, nil
+		Limit: lim, Bucket: bk, Count: w.Count,
+		Shadow: w.Shadow, Message: w.Message, TS: time.UnixMilli(w.TS).UTC(),
+		Type: w.Type, Operator: w.Operator, Cleared: w.Cleared, DeletedKeys: w.Deleted, Offset: -1,
+	}
+	if w.Until != 0 {
+		d.Until = time.UnixMilli(w.Until).UTC()
+	}
+	if w.Offset != nil {
+		d.Offset = *w.Offset
+	}
+	return d, nil
 }
 
 // MarshalJSON writes the floodgate.decisions message value: times in Unix
-// milliseconds, as in events.
+// milliseconds, as in events. Operator actions have their own fields
+// (operatorWire).
 func (d Decision) MarshalJSON() ([]byte, error) {
-	return json.Marshal(decisionWire{
+	if d.Type != "" {
+		return json.Marshal(d.operatorWire())
+	}
+	w := decisionWire{
 		ID: d.ID, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Rule: d.Rule,
-		Limit: d.Limit.Count, Window: rules.FormatWindow(d.Limit.Window), Count: d.Count,
+		Limit: d.Limit.Count, Bucket: wireBucket(d.Bucket), Count: d.Count,
 		Until: d.Until.UnixMilli(), Shadow: d.Shadow, Message: d.Message, TS: d.TS.UnixMilli(),
-	})
+	}
+	if d.Bucket == nil {
+		w.Window = rules.FormatWindow(d.Limit.Window)
+	}
+	return json.Marshal(w)
 }
 
 // UnmarshalJSON reads a floodgate.decisions message value.

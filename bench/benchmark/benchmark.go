@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,10 +28,18 @@ type Options struct {
 	Runs         int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
 	Subjects     int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes       int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
-	ModerateRate float64       `name:"moderate-rate" default:"5000" help:"Events/s of the second latency run, below saturation."`
+	LatFractions []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
 	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
 	PartCount    int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
+	// The sketches step (unique visitors in history).
+	SketchEvents   int `name:"sketch-events" default:"200000" help:"Visits the history sink applies in the sketches step (batches of 10 000)."`
+	SketchKeys     int `name:"sketch-keys" default:"5000" help:"Links of the sketches step (Zipf: a few hot ones)."`
+	SketchVisitors int `name:"sketch-visitors" default:"200000" help:"Distinct visitors the sketches step draws from."`
+	// Only runs the named steps (e.g. --only sketches): each step on its
+	// own, at small sizes, without the whole run. Steps that read an
+	// earlier step's topic (live, history, java-consumer) need producer.
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, latency, limiter, cluster, roller, sketches."`
 }
 
 // Config configures Run.
@@ -47,6 +56,9 @@ func (c *Config) validate() error {
 	}
 	if c.Events <= 0 || c.Runs <= 0 {
 		return errors.New("bench config: events and runs must be positive")
+	}
+	if c.SketchEvents <= 0 || c.SketchKeys < 2 || c.SketchVisitors <= 0 {
+		return errors.New("bench config: sketch events and visitors must be positive, sketch keys at least 2")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -84,16 +96,13 @@ type Results struct {
 	JavaCmd      string
 	JavaConsume  []float64 // fetch.nMsg.sec
 	JavaConsCmd  string
-	Live         []float64
-	LiveCmd      string
+	Live         []float64 // LiveNow.Rate
+	LiveNow      liveFigures
+	LiveLegacy   liveFigures // --batch-wait 50ms --evaluate-all: the settings before
+	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
-	RedisCmds    []float64 // per event
-	RedisBytes   []float64 // per subject
-	Subjects     []int
-	Lat          Latency // at half the live maximum (or lower: LatHalvings)
-	LatHalvings  int     // times the rate was halved from half the live maximum
-	LatModerate  Latency // at ModerateRate: what a deployment below saturation sees
+	Lat          []Latency // at Options.LatFractions of the live maximum
 	LimiterTable string
 	LimiterCmd   string
 	RollerRows   int64
@@ -103,6 +112,8 @@ type Results struct {
 	Curve        []float64 // ms per query
 	CurveCmd     string
 	CurveErr     string
+	Sketches     []SketchRun // without, then with unique-visitor sketches
+	SketchOpts   Options
 	RSS          map[string]int64
 	Errors       []string
 }
@@ -132,7 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 	b := &bench{
 		cfg: cfg, id: strconv.FormatInt(time.Now().Unix()%1_000_000_000, 36),
 		kafka: harness.NewKafka(cfg.Brokers), java: java, log: cfg.Logger,
-		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}},
+		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}, SketchOpts: cfg.Options},
 	}
 	b.res.LoadStart = harness.LoadAvg()
 	b.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
@@ -157,12 +168,15 @@ func Run(ctx context.Context, cfg Config) error {
 		{"live", b.live},
 		{"history", b.history},
 		{"latency", b.latency},
-		{"latency at a moderate rate", b.latencyModerate},
 		{"limiter", b.limiter},
 		{"roller", b.roller},
+		{"sketches", b.sketches},
 	}
 	for _, st := range steps {
 		if st.name == "roller" && cfg.SkipSlow {
+			continue
+		}
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, st.name) {
 			continue
 		}
 		b.log.Info("bench: step", "step", st.name, "load1", harness.Load1())
@@ -324,61 +338,104 @@ func (b *bench) javaConsumer(ctx context.Context) error {
 }
 
 // live: a fresh `floodgate aggregator --no-history` group over the
-// pre-filled topic; events/s from its first applied batch to its last.
+// pre-filled topic; events/s from its first applied batch to its last. Each
+// run also runs the settings floodgate had before adaptive batching and
+// headroom (--batch-wait 50ms --evaluate-all), and with --dedup, so that
+// their Redis cost per event is measured in the same run.
+// legacyArgs are the aggregator settings before adaptive batching and
+// headroom; dedupArgs turn dedup on.
+var (
+	legacyArgs = []string{"--batch-wait", "50ms", "--evaluate-all"}
+	dedupArgs  = []string{"--dedup", "10m"}
+)
+
 func (b *bench) live(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		prefix := fmt.Sprintf("bench%sr%d", b.id, i)
-		addr, err := harness.FreePort()
-		if err != nil {
-			return err
-		}
-		args := []string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
-			"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
-			"--group", fmt.Sprintf("bench-%s-live-%d", b.id, i), "--key-prefix", prefix,
-			"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}
-		b.res.LiveCmd = "floodgate " + strings.Join(args, " ")
-		b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
-		before, err := harness.ReadRedisInfo(ctx, b.rdb)
-		if err != nil {
-			return err
-		}
-		p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
-		if err != nil {
-			return err
-		}
-		rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
-		after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
-		serr := p.Stop(15 * time.Second)
-		b.peak("floodgate aggregator --no-history", p)
-		if err != nil {
-			return err
-		}
-		if ierr != nil {
-			return ierr
-		}
-		if serr != nil {
-			return serr
-		}
-		subs, err := harness.CountTags(ctx, b.rdb, prefix)
-		if err != nil {
-			return err
-		}
-		b.res.Live = append(b.res.Live, rate)
-		// Only the aggregator talks to this Redis during the run (plus our two INFO pairs).
-		cmds := after.TotalCalls("info") - before.TotalCalls("info")
-		b.res.RedisCmds = append(b.res.RedisCmds, float64(cmds)/float64(b.cfg.Events))
-		b.res.Subjects = append(b.res.Subjects, subs)
-		if subs > 0 {
-			b.res.RedisBytes = append(b.res.RedisBytes, float64(after.UsedMemory-before.UsedMemory)/float64(subs))
-		}
-		if err := harness.DeletePrefix(ctx, b.rdb, prefix); err != nil {
-			return err
+		for _, v := range []struct {
+			name string
+			args []string
+			into *liveFigures
+		}{
+			{"", nil, &b.res.LiveNow},
+			{"legacy", legacyArgs, &b.res.LiveLegacy},
+			{"dedup", dedupArgs, &b.res.LiveDedup},
+		} {
+			if v.name != "" && i > 0 {
+				continue // one run of each comparison is enough
+			}
+			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.args)
+			if err != nil {
+				return err
+			}
+			v.into.add(f)
 		}
 	}
+	b.res.Live = b.res.LiveNow.Rate
 	return nil
+}
+
+// liveFigures are the live runs of one setting.
+type liveFigures struct {
+	Rate, Cmds, CPU, Bytes []float64 // events/s; Redis commands, CPU µs per event; bytes per subject
+	Subjects               []int
+	Cmd                    string
+}
+
+func (l *liveFigures) add(o liveFigures) {
+	l.Rate = append(l.Rate, o.Rate...)
+	l.Cmds = append(l.Cmds, o.Cmds...)
+	l.CPU = append(l.CPU, o.CPU...)
+	l.Bytes = append(l.Bytes, o.Bytes...)
+	l.Subjects = append(l.Subjects, o.Subjects...)
+	l.Cmd = o.Cmd
+}
+
+func (b *bench) liveRun(ctx context.Context, run string, extra []string) (liveFigures, error) {
+	var f liveFigures
+	prefix := "bench" + b.id + "r" + run
+	addr, err := harness.FreePort()
+	if err != nil {
+		return f, err
+	}
+	args := append([]string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
+		"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
+		"--group", "bench-" + b.id + "-live-" + run, "--key-prefix", prefix,
+		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}, extra...)
+	f.Cmd = "floodgate " + strings.Join(args, " ")
+	b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
+	before, err := harness.ReadRedisInfo(ctx, b.rdb)
+	if err != nil {
+		return f, err
+	}
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return f, err
+	}
+	rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
+	serr := p.Stop(15 * time.Second)
+	b.peak("floodgate aggregator --no-history", p)
+	if err = errors.Join(err, ierr, serr); err != nil {
+		return f, err
+	}
+	subs, err := harness.CountSubjects(ctx, b.rdb, prefix)
+	if err != nil {
+		return f, err
+	}
+	// Only the aggregator talks to this Redis during the run (plus our INFO
+	// calls).
+	events := float64(b.cfg.Events)
+	f.Rate = []float64{rate}
+	f.Cmds = []float64{float64(after.TotalCalls("info")-before.TotalCalls("info")) / events}
+	f.CPU = []float64{(after.CPU - before.CPU) * 1e6 / events}
+	f.Subjects = []int{subs}
+	if subs > 0 {
+		f.Bytes = []float64{float64(after.UsedMemory-before.UsedMemory) / float64(subs)}
+	}
+	return f, harness.DeletePrefix(ctx, b.rdb, prefix)
 }
 
 // waitMetric polls a counter until it reaches want and returns the rate
@@ -491,9 +548,11 @@ func gatherCounter(reg *prometheus.Registry, name string) float64 {
 	return t
 }
 
-// Latency is one event-to-deny measurement: background load at Rate, and
-// probes timed from their Publish call to their deny record.
+// Latency is one event-to-deny measurement: background load at Rate (a
+// Fraction of the live maximum), and probes timed from their Publish call
+// to the limiter's 429.
 type Latency struct {
+	Fraction       float64
 	Rate, Achieved float64 // events/s offered and acknowledged
 	P50, P99, Max  time.Duration
 	N, Missed      int // probes denied in time, probes never denied

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -17,44 +18,29 @@ import (
 	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/producer"
-	"floodgate/window"
 )
 
 type kafkaMessage = kafka.Message
 
-// latency: the live aggregator under background load at half its measured
-// maximum; probes publish 3 events (limit 2/m) for a fresh subject and poll
-// Redis (one Check round trip every 2 ms) until the deny record appears.
+// latency: the live aggregator and a limiter under background load at 10,
+// 50 and 80 % of the live maximum; each probe publishes 3 events of a
+// fresh subject (limit 2/m) and polls the limiter's public check
+// (GET /v1/check, every millisecond) until it answers 429: from the publish
+// call to the deny a client sees.
 func (b *bench) latency(ctx context.Context) error {
-	maxRate := harness.Median(b.res.Live)
+	maxRate := harness.Median(b.res.LiveNow.Rate)
 	if maxRate == 0 {
 		return errors.New("no live throughput measured")
 	}
-	// The live maximum is measured draining a backlog with no producer
-	// beside it; on a small machine half of it, with the load generator
-	// competing for the same cores, may not be sustainable. A backlog shows
-	// as missed probes or seconds of latency: then halve the rate and
-	// measure again, and report the rate that was actually held.
-	rate := maxRate / 2
-	for attempt := 0; ; attempt++ {
-		l, err := b.latencyAt(ctx, rate, attempt)
+	for i, f := range b.cfg.LatFractions {
+		l, err := b.latencyAt(ctx, maxRate*f, i)
+		l.Fraction = f
+		b.res.Lat = append(b.res.Lat, l)
 		if err != nil {
 			return err
 		}
-		b.res.Lat, b.res.LatHalvings = l, attempt
-		if (l.Missed == 0 && l.P50 < 2*time.Second) || attempt == 3 {
-			return nil
-		}
-		rate /= 2
 	}
-}
-
-// latencyModerate measures at a fixed rate well below saturation: the
-// latency of a deployment that is not running flat out.
-func (b *bench) latencyModerate(ctx context.Context) error {
-	l, err := b.latencyAt(ctx, b.cfg.ModerateRate, 9)
-	b.res.LatModerate = l
-	return err
+	return nil
 }
 
 // latencyAt measures at one rate; each attempt has its own topic, group and
@@ -66,37 +52,17 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		return l, err
 	}
 	prefix := fmt.Sprintf("bench%s-%d", b.id, attempt)
-	addr, err := harness.FreePort()
+	svc, err := b.liveServices(ctx, t, prefix, fmt.Sprintf("lat%d", attempt))
 	if err != nil {
 		return l, err
 	}
-	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
-		"--topic", t, "--dlq-topic", t + ".dlq", "--decisions-topic", t + ".decisions",
-		"--group", fmt.Sprintf("bench-%s-lat%d", b.id, attempt), "--key-prefix", prefix,
-		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}
-	b.topics = append(b.topics, t+".dlq", t+".decisions")
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-latency", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
-	if err != nil {
-		return l, err
-	}
-	defer func() {
-		_ = p.Stop(15 * time.Second)
-		b.peak("floodgate aggregator --no-history", p)
-	}()
-	if err := harness.WaitHTTP(ctx, "http://"+addr+"/metrics", 30*time.Second); err != nil {
-		return l, err
-	}
-	rdb := b.rdb
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix, Partitions: func() int { return b.cfg.PartCount }})
-	if err != nil {
-		return l, err
-	}
+	defer svc.stop()
 	pub, err := producer.New(producer.Config{Brokers: b.cfg.Brokers, Topic: t})
 	if err != nil {
 		return l, err
 	}
 	defer pub.Close()
-	probePub, err := producer.New(producer.Config{Brokers: b.cfg.Brokers, Topic: t})
+	probePub, err := producer.New(producer.Config{Brokers: b.cfg.Brokers, Topic: t, BatchTimeout: time.Millisecond})
 	if err != nil {
 		return l, err
 	}
@@ -114,6 +80,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	}()
 	// Let the group join and the load settle.
 	time.Sleep(8 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second}
 	var lats []time.Duration
 	missed := 0
 	// At most a minute of probing: past the sustainable rate every probe
@@ -132,16 +99,18 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 			wg.Wait()
 			return l, err
 		}
-		q := []window.Query{{Subject: window.Subject{Action: "bench_probe", Kind: "ip", Subject: sub}, Windows: []time.Duration{time.Minute}}}
+		u := svc.limiter + "/v1/check?action=bench_probe&ip=" + sub
 		seen := false
 		for time.Since(start) < 15*time.Second {
-			st, err := store.Check(ctx, time.Now(), q)
-			if err == nil && st[0].Deny != nil {
-				lats = append(lats, time.Since(start))
-				seen = true
-				break
+			if resp, err := client.Get(u); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusTooManyRequests {
+					lats = append(lats, time.Since(start))
+					seen = true
+					break
+				}
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
 		if !seen {
 			missed++
@@ -160,6 +129,56 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		l.Max = lats[len(lats)-1]
 	}
 	return l, nil
+}
+
+// liveServices are a live aggregator and a limiter over one topic and key
+// prefix, as processes of the real binary.
+type liveServices struct {
+	agg, lim *harness.Proc
+	limiter  string // base URL
+	stop     func()
+}
+
+func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*liveServices, error) {
+	aggAddr, err := harness.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	limAddr, err := harness.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	common := []string{"--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", topic,
+		"--key-prefix", prefix, "--redis-addr", b.cfg.RedisAddr, "--rules", b.rules}
+	aggArgs := append([]string{"aggregator", "--no-history", "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
+		"--group", "bench-" + b.id + "-" + name, "--metrics-addr", aggAddr}, common...)
+	limArgs := append([]string{"limiter", "--http-addr", limAddr, "--rls-addr", "off", "--no-publish"}, common...)
+	b.topics = append(b.topics, topic+".dlq", topic+".decisions")
+	svc := &liveServices{limiter: "http://" + limAddr}
+	svc.agg, err = harness.Start(ctx, harness.ProcConfig{Name: "aggregator-" + name, Bin: b.cfg.Bin, Args: aggArgs, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return nil, err
+	}
+	svc.lim, err = harness.Start(ctx, harness.ProcConfig{Name: "limiter-" + name, Bin: b.cfg.Bin, Args: limArgs, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		_ = svc.agg.Stop(15 * time.Second)
+		return nil, err
+	}
+	svc.stop = func() {
+		_ = svc.agg.Stop(15 * time.Second)
+		_ = svc.lim.Stop(15 * time.Second)
+		b.peak("floodgate aggregator --no-history", svc.agg)
+		b.peak("floodgate limiter", svc.lim)
+	}
+	if err := harness.WaitHTTP(ctx, "http://"+aggAddr+"/metrics", 30*time.Second); err != nil {
+		svc.stop()
+		return nil, err
+	}
+	if err := harness.WaitHTTP(ctx, svc.limiter+"/readyz", 30*time.Second); err != nil {
+		svc.stop()
+		return nil, err
+	}
+	return svc, nil
 }
 
 // limiter: the limiter's load generator, `floodbench limiter` (this

@@ -14,7 +14,9 @@ import (
 // command (commandstats) and used_memory.
 type RedisInfo struct {
 	Calls      map[string]int64 // cmdstat_<name> calls
+	Usec       map[string]int64 // cmdstat_<name> usec: time spent in the command (scripts include what they call)
 	UsedMemory int64
+	CPU        float64 // used_cpu_user + used_cpu_sys, seconds: everything the server spent
 }
 
 // TotalCalls sums the calls of every command except those named in skip
@@ -35,9 +37,24 @@ func (r RedisInfo) TotalCalls(skip ...string) int64 {
 	return t
 }
 
+// TotalUsec sums the microseconds of the commands named in only. A
+// script's EVALSHA includes the commands it calls, which commandstats also
+// counts under their own names: name only what clients send.
+func (r RedisInfo) TotalUsec(only ...string) int64 {
+	var t int64
+	for name, n := range r.Usec {
+		for _, o := range only {
+			if name == o {
+				t += n
+			}
+		}
+	}
+	return t
+}
+
 // ReadRedisInfo runs INFO commandstats and INFO memory.
 func ReadRedisInfo(ctx context.Context, rdb *redis.Client) (RedisInfo, error) {
-	out := RedisInfo{Calls: map[string]int64{}}
+	out := RedisInfo{Calls: map[string]int64{}, Usec: map[string]int64{}}
 	cs, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return out, fmt.Errorf("redis INFO commandstats: %w", err)
@@ -54,6 +71,24 @@ func ReadRedisInfo(ctx context.Context, rdb *redis.Client) (RedisInfo, error) {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				out.Calls[strings.TrimPrefix(name, "cmdstat_")] = n
 			}
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out.Usec[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	cpu, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return out, fmt.Errorf("redis INFO cpu: %w", err)
+	}
+	sc = bufio.NewScanner(strings.NewReader(cpu))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				out.CPU += f
+			}
 		}
 	}
 	mem, err := rdb.Info(ctx, "memory").Result()
@@ -69,28 +104,56 @@ func ReadRedisInfo(ctx context.Context, rdb *redis.Client) (RedisInfo, error) {
 	return out, nil
 }
 
-// CountTags scans keys matching prefix+":*" and returns the number of
-// distinct hash tags ({...}), i.e. distinct subjects with state in Redis.
-func CountTags(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
+// CountSubjects scans the live keys of prefix (window.Keys layout:
+// "{prefix:pN}:<action>:<kind>:<subject>:<suffix>") and returns the number of
+// distinct subjects with keys in Redis.
+func CountSubjects(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
 	seen := map[string]struct{}{}
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	iter := rdb.Scan(ctx, 0, "{"+prefix+":p*", 1000).Iterator()
 	for iter.Next(ctx) {
-		k := iter.Val()
-		i := strings.IndexByte(k, '{')
-		j := strings.IndexByte(k, '}')
-		if i >= 0 && j > i {
-			seen[k[i:j+1]] = struct{}{}
+		if f, ok := subjectOf(iter.Val()); ok {
+			seen[f] = struct{}{}
 		}
 	}
 	if err := iter.Err(); err != nil {
-		return 0, fmt.Errorf("scan %s:*: %w", prefix, err)
+		return 0, fmt.Errorf("scan {%s:p*: %w", prefix, err)
 	}
 	return len(seen), nil
 }
 
-// DeletePrefix deletes every key matching prefix+":*".
+// subjectOf is the subject field of a live key: the slot and the key's
+// suffix (":s:<n>", ":deny", ":d:<kind>", ...) taken away; partition keys
+// ("@...") have none.
+func subjectOf(key string) (string, bool) {
+	_, rest, ok := strings.Cut(key, "}:")
+	if !ok || strings.HasPrefix(rest, "@") {
+		return "", false
+	}
+	parts := strings.Split(rest, ":")
+	// action, kind, subject (which may hold ':'), then 1 or 2 suffix parts.
+	if len(parts) < 4 {
+		return "", false
+	}
+	switch parts[len(parts)-1] {
+	case "deny", "shadow", "g":
+		return strings.Join(parts[:len(parts)-1], ":"), true
+	}
+	return strings.Join(parts[:len(parts)-2], ":"), true
+}
+
+// DeletePrefix deletes every key of prefix: the live layout's
+// "{prefix:p*" and anything else under "prefix:*".
 func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	for _, pattern := range []string{"{" + prefix + ":p*", prefix + ":*"} {
+		if err := deletePattern(ctx, rdb, pattern); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deletePattern(ctx context.Context, rdb *redis.Client, pattern string) error {
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 	var batch []string
 	flush := func() error {
 		if len(batch) == 0 {
@@ -104,15 +167,15 @@ func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
 		batch = append(batch, iter.Val())
 		if len(batch) == 500 {
 			if err := flush(); err != nil {
-				return fmt.Errorf("delete %s:*: %w", prefix, err)
+				return fmt.Errorf("delete %s: %w", pattern, err)
 			}
 		}
 	}
 	if err := iter.Err(); err != nil {
-		return fmt.Errorf("scan %s:*: %w", prefix, err)
+		return fmt.Errorf("scan %s: %w", pattern, err)
 	}
 	if err := flush(); err != nil {
-		return fmt.Errorf("delete %s:*: %w", prefix, err)
+		return fmt.Errorf("delete %s: %w", pattern, err)
 	}
 	return nil
 }

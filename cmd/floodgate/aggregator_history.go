@@ -25,6 +25,9 @@ type HistoryFlags struct {
 	// HistorySchema is the roller's and query's --schema: the same
 	// FLOODGATE_HISTORY_SCHEMA points all three at one history.
 	HistorySchema string `name:"history-schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables and the history group's offsets (tests)."`
+	// Visitors names the attr counted as each action's unique visitors
+	// (docs/history.md, "Unique visitors").
+	Visitors string `name:"visitors" env:"FLOODGATE_VISITORS" default:"" help:"Unique visitors in history: action=attr,... (e.g. visit=ip): per bucket and total, a sketch of the distinct values of that attr of the action's events. Empty: none."`
 	LadderFlags
 	PostgresFlags
 
@@ -92,6 +95,10 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 	if err != nil {
 		return nil, nil, err
 	}
+	visitors, err := history.ParseVisitors(h.Visitors)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--visitors: %w", err)
+	}
 	pool, err := historyPool(h.PostgresURL)
 	if err != nil {
 		return nil, nil, err
@@ -114,6 +121,7 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 		Schema:       schema,
 		OffsetsTable: schema + ".consumer_offsets",
 		Ladder:       ladder,
+		Visitors:     visitors,
 		Logger:       logger,
 		Registerer:   reg,
 	})

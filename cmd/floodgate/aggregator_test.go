@@ -632,3 +632,119 @@ func httpGet(url string) (string, error) {
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
 }
+
+const ruleTypesRules = `
+rules:
+  - name: seen
+    action: crash
+    kinds: [k]
+    distinct: email
+    limits: [9999/1d]
+  - name: pace
+    action: crash
+    kinds: [k]
+    bucket: {rate: 100/1h, burst: 10000}
+`
+
+// TestAggregatorCrashExactlyOnceRuleTypes SIGKILLs the aggregator while
+// events with related e-mails flow under a distinct rule and a bucket rule:
+// at the end every subject's distinct set holds exactly the e-mails sent for
+// it, and its bucket's arrival time is the reference GCRA's over the events
+// in partition order — each event applied once.
+func TestAggregatorCrashExactlyOnceRuleTypes(t *testing.T) {
+	t.Parallel()
+	e := newLiveEnv(t, 4, ruleTypesRules)
+	ctx := context.Background()
+	w := e.writer()
+	defer w.Close()
+	subs := subjects(12)
+	send := func(n, from int) {
+		msgs := make([]kafka.Message, 0, n)
+		for i := range n {
+			s := subs[(from+i)%len(subs)]
+			ev := event.Event{ID: event.NewID(), Action: "crash", Kind: "k", Subject: s, TS: time.Now(),
+				Attrs: map[string]string{"email": "e" + strconv.Itoa((from+i)%37) + "@example.com"}}
+			v, err := event.Encode(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
+		}
+		writeAll(t, ctx, w, msgs)
+	}
+	p := e.start("run0")
+	sent := 0
+	for round := range 3 {
+		for i := range 12 {
+			send(50, sent)
+			sent += 50
+			if i == 7 {
+				p.kill(t)
+				t.Logf("round %d: SIGKILLed after %d events", round, sent)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		p = e.start(fmt.Sprintf("run%d", round+1))
+	}
+	// The reference: the topic as the aggregator reads it, partition by
+	// partition in offset order.
+	type ref struct {
+		emails map[string]bool
+		tat    int64
+	}
+	refs := map[string]*ref{}
+	interval := (time.Hour / 100).Microseconds()
+	for part, end := range e.logEnds() {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.topic, Partition: part, MaxWait: 100 * time.Millisecond})
+		for off := int64(0); off < end; {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			off = m.Offset + 1
+			ev, err := event.Decode(m.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rf := refs[ev.Subject]
+			if rf == nil {
+				rf = &ref{emails: map[string]bool{}}
+				refs[ev.Subject] = rf
+			}
+			rf.emails[ev.Attrs["email"]] = true
+			rf.tat = max(rf.tat, ev.TS.UnixMilli()*1000) + interval
+		}
+		r.Close()
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		mismatch := ""
+		for subj, rf := range refs {
+			sub := window.Subject{Action: "crash", Kind: "k", Subject: subj}
+			part := window.Partition(sub, e.partitions)
+			n, err := e.rdb.ZCard(ctx, e.store.Keys().Distinct(part, sub, "email")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tat, err := e.rdb.HGet(ctx, e.store.Keys().Arrivals(part, sub), "pace").Int64()
+			if err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+			if n > int64(len(rf.emails)) || tat > rf.tat {
+				t.Fatalf("subject %s: %d distinct e-mails and arrival time %d, reference %d and %d: counted twice", subj, n, tat, len(rf.emails), rf.tat)
+			}
+			if n != int64(len(rf.emails)) || tat != rf.tat {
+				mismatch = fmt.Sprintf("subject %s: %d of %d e-mails, arrival time %d of %d", subj, n, len(rf.emails), tat, rf.tat)
+			}
+		}
+		if mismatch == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(mismatch)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	p.stop(t)
+	e.checkOffsets()
+}

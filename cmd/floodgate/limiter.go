@@ -34,6 +34,7 @@ type LimiterFlags struct {
 type LimiterServeCmd struct {
 	LimiterFlags
 	KafkaFlags
+	AdminFlags
 
 	Rules     string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
 	HTTPAddr  string `name:"http-addr" env:"FLOODGATE_HTTP_ADDR" default:"127.0.0.1:8080" help:"Connect/gRPC (h2c), /v1/check, /v1/take, /healthz, /readyz, /metrics."`
@@ -111,8 +112,15 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	admin, err := c.admin(c.AuthToken, c.Topic, store, watcher.Current, lim, state, reg, logger)
+	if err != nil {
+		return err
+	}
 	if err := srv.Start(); err != nil {
 		return err
+	}
+	if err := admin.Start(); err != nil {
+		return errors.Join(err, srv.Shutdown(ctx))
 	}
 	logger.Info("limiter started", "http", srv.HTTPAddr(), "rls", srv.RLSAddr(),
 		"key_prefix", c.KeyPrefix, "timeout", c.Timeout, "failure_mode", c.FailureMode, "auth", c.AuthToken != "")
@@ -133,10 +141,11 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 			return err
 		}
 	})
+	eg.Go(func() error { return admin.Wait(gctx) })
 	err = eg.Wait()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err = errors.Join(err, srv.Shutdown(sctx))
+	err = errors.Join(err, srv.Shutdown(sctx), admin.Shutdown(sctx))
 	logger.Info("limiter stopped", "err", err)
 	return err
 }

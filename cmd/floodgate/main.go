@@ -30,6 +30,10 @@ type CLI struct {
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
+	Inspect    InspectCmd    `cmd:"" help:"Show a subject's counts, deny, shadow and ban records, and what a check answers now and why."`
+	Ban        BanCmd        `cmd:"" help:"Deny subjects for a while whatever their counts (audited, seen by every limiter)."`
+	Unban      UnbanCmd      `cmd:"" help:"Clear subjects' deny records, bans and decision state; their counts stay (audited)."`
+	Reset      ResetCmd      `cmd:"" help:"Unban subjects and delete their counters: they start afresh (audited)."`
 	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
 	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
 }

@@ -15,6 +15,7 @@ type QueryCmd struct {
 	Curve     QueryCurveCmd     `cmd:"" help:"Events per step over a time range, with a chart."`
 	Top       QueryTopCmd       `cmd:"" help:"Subjects with the most events of an action."`
 	Total     QueryTotalCmd     `cmd:"" help:"Events of an action (and subject) ever."`
+	Visitors  QueryVisitorsCmd  `cmd:"" help:"Unique visitors of an action (and subject): per step, in a time range and ever."`
 	Dashboard QueryDashboardCmd `cmd:"" help:"Totals, top subjects and curves in the terminal."`
 }
 
@@ -153,10 +154,11 @@ func (c *QueryCurveCmd) Run(ctx context.Context) error {
 type QueryTopCmd struct {
 	queryFlags
 	rangeFlags
-	Action string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
-	Kind   string `name:"kind" short:"k" help:"Only subjects of this kind."`
-	N      int    `name:"n" short:"n" default:"10" help:"How many subjects."`
-	Ever   bool   `name:"ever" help:"Rank by all-time totals instead of a range."`
+	Action   string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
+	Kind     string `name:"kind" short:"k" help:"Only subjects of this kind."`
+	N        int    `name:"n" short:"n" default:"10" help:"How many subjects."`
+	Ever     bool   `name:"ever" help:"Rank by all-time totals instead of a range."`
+	Visitors bool   `name:"visitors" help:"Rank by unique visitors instead of events."`
 }
 
 // Run prints the ranking.
@@ -173,14 +175,25 @@ func (c *QueryTopCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer done()
+	what := c.Action
+	if c.Visitors {
+		what += " by unique visitors"
+	}
+	if c.Ever {
+		fmt.Printf("top %d %s, all time\n", c.N, what)
+	} else {
+		fmt.Printf("top %d %s [%s, %s)\n", c.N, what, from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	if c.Visitors {
+		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.N)
+		if err != nil {
+			return err
+		}
+		return history.WriteTopVisitors(os.Stdout, rows)
+	}
 	rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.N)
 	if err != nil {
 		return err
-	}
-	if c.Ever {
-		fmt.Printf("top %d %s, all time\n", c.N, c.Action)
-	} else {
-		fmt.Printf("top %d %s [%s, %s)\n", c.N, c.Action, from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	return history.WriteTop(os.Stdout, rows)
 }
@@ -203,6 +216,52 @@ func (c *QueryTotalCmd) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("%d\t%s, all time\n", n, c.key())
+	return nil
+}
+
+// QueryVisitorsCmd is `floodgate query visitors`.
+type QueryVisitorsCmd struct {
+	queryFlags
+	keyFlags
+	rangeFlags
+	Step string `name:"step" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+}
+
+// Run prints events and unique visitors per step, then the range's and
+// all-time unique visitors (a visitor of several steps counts once there).
+func (c *QueryVisitorsCmd) Run(ctx context.Context) error {
+	from, to, err := c.bounds()
+	if err != nil {
+		return err
+	}
+	step := history.AutoStep(to.Sub(from), 48)
+	if c.Step != "" {
+		if step, err = history.ParseDuration(c.Step); err != nil {
+			return fmt.Errorf("--step: %w", err)
+		}
+	}
+	q, done, err := c.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	points, err := q.VisitorsCurve(ctx, c.key(), from, to, step)
+	if err != nil {
+		return err
+	}
+	inRange, err := q.Visitors(ctx, c.key(), from, to)
+	if err != nil {
+		return err
+	}
+	ever, err := q.TotalVisitors(ctx, c.key())
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+	if err := history.WriteVisitorsCurve(os.Stdout, points, step); err != nil {
+		return err
+	}
+	fmt.Printf("%d\tunique visitors in range\n%d\tunique visitors ever\n", inRange, ever)
 	return nil
 }
 

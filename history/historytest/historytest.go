@@ -8,19 +8,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
-	"path/filepath"
-	"regexp"
-	"runtime"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"floodgate/migrations"
 	"floodgate/stacktest"
 )
 
@@ -46,7 +41,7 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 
 // Schema creates a fresh schema holding history's migrations (00002 and
 // later, with "floodgate." rewritten) and a consumer_offsets table shaped
-// like migration 00001's. It is dropped when the test ends unless
+// like migration 00001's (migrations.InstallHistory). It is dropped when the test ends unless
 // FLOODGATE_KEEP_SCHEMA is set. The name is returned.
 func Schema(tb testing.TB, pool *pgxpool.Pool) string {
 	tb.Helper()
@@ -69,61 +64,7 @@ func Schema(tb testing.TB, pool *pgxpool.Pool) string {
 	return name
 }
 
-var qualified = regexp.MustCompile(`\bfloodgate\.`)
-
-// Install applies history's migrations to schema.
+// Install applies history's migrations to schema (migrations.InstallHistory).
 func Install(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	files, err := MigrationFiles()
-	if err != nil {
-		return err
-	}
-	q := pgx.Identifier{schema}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+q+`;
-CREATE TABLE `+q+`.consumer_offsets (
-	consumer_group text NOT NULL, topic text NOT NULL, "partition" int NOT NULL,
-	next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (consumer_group, topic, "partition"))`); err != nil {
-		return fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		up := string(src)
-		if i := strings.Index(up, "-- +goose Down"); i >= 0 {
-			up = up[:i]
-		}
-		up = strings.ReplaceAll(up, "CREATE SCHEMA IF NOT EXISTS floodgate;", "")
-		up = qualified.ReplaceAllString(up, schema+".")
-		if _, err := pool.Exec(ctx, up); err != nil {
-			return fmt.Errorf("apply %s to schema %s: %w", filepath.Base(f), schema, err)
-		}
-	}
-	return nil
-}
-
-// MigrationFiles lists history's migration files (00002 and later, named
-// *history*), in order.
-func MigrationFiles() ([]string, error) {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return nil, fmt.Errorf("historytest: cannot locate the source tree")
-	}
-	dir := filepath.Join(filepath.Dir(self), "..", "..", "migrations")
-	all, err := filepath.Glob(filepath.Join(dir, "*.sql"))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, f := range all {
-		if base := filepath.Base(f); base >= "00002" && strings.Contains(base, "history") {
-			out = append(out, f)
-		}
-	}
-	sort.Strings(out)
-	if len(out) == 0 {
-		return nil, fmt.Errorf("historytest: no history migrations under %s", dir)
-	}
-	return out, nil
+	return migrations.InstallHistory(ctx, pool, schema)
 }

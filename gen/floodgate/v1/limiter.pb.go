@@ -226,7 +226,10 @@ type Limit struct {
 	Allowlisted bool                   `protobuf:"varint,12,opt,name=allowlisted,proto3" json:"allowlisted,omitempty"`               // subject is on the rule's allowlist
 	// estimated: answered from memory for a subject under half the limit;
 	// count is not known (0) and remaining is a guaranteed lower bound.
-	Estimated     bool `protobuf:"varint,13,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	Estimated bool `protobuf:"varint,13,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	// rate of a bucket rule ("10/1s"): then limit is its burst and window the
+	// time it takes to refill; empty for a sliding window.
+	Rate          string `protobuf:"bytes,14,opt,name=rate,proto3" json:"rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,6 +355,13 @@ func (x *Limit) GetEstimated() bool {
 	return false
 }
 
+func (x *Limit) GetRate() string {
+	if x != nil {
+		return x.Rate
+	}
+	return ""
+}
+
 // Denial is why a request is (or, for shadow rules, would be) denied.
 type Denial struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -364,6 +374,7 @@ type Denial struct {
 	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`                         // the rule's human message
 	RetryAfter    *durationpb.Duration   `protobuf:"bytes,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"` // when the subject may try again
 	Shadow        bool                   `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Rate          string                 `protobuf:"bytes,10,opt,name=rate,proto3" json:"rate,omitempty"` // a bucket rule's rate, as in Limit
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,6 +470,13 @@ func (x *Denial) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *Denial) GetRate() string {
+	if x != nil {
+		return x.Rate
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -637,7 +655,7 @@ const file_floodgate_v1_limiter_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x121\n" +
 	"\bsubjects\x18\x02 \x03(\v2\x15.floodgate.v1.SubjectR\bsubjects\x12\f\n" +
 	"\x01n\x18\x03 \x01(\x03R\x01n\x12\x0e\n" +
-	"\x02id\x18\x04 \x01(\tR\x02id\"\x8e\x03\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\"\xa2\x03\n" +
 	"\x05Limit\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -653,7 +671,8 @@ const file_floodgate_v1_limiter_proto_rawDesc = "" +
 	" \x01(\bR\x06strict\x12\x1a\n" +
 	"\bexceeded\x18\v \x01(\bR\bexceeded\x12 \n" +
 	"\vallowlisted\x18\f \x01(\bR\vallowlisted\x12\x1c\n" +
-	"\testimated\x18\r \x01(\bR\testimated\"\x97\x02\n" +
+	"\testimated\x18\r \x01(\bR\testimated\x12\x12\n" +
+	"\x04rate\x18\x0e \x01(\tR\x04rate\"\xab\x02\n" +
 	"\x06Denial\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -664,7 +683,9 @@ const file_floodgate_v1_limiter_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\x12:\n" +
 	"\vretry_after\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
-	"\x06shadow\x18\t \x01(\bR\x06shadow\"\xdd\x01\n" +
+	"\x06shadow\x18\t \x01(\bR\x06shadow\x12\x12\n" +
+	"\x04rate\x18\n" +
+	" \x01(\tR\x04rate\"\xdd\x01\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12,\n" +
 	"\x06denial\x18\x02 \x01(\v2\x14.floodgate.v1.DenialR\x06denial\x12+\n" +

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"floodgate/limiter"
+	"floodgate/operator"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// AdminFlags configure the limiter's admin endpoints (package operator).
+type AdminFlags struct {
+	AdminAddr  string   `name:"admin-addr" env:"FLOODGATE_ADMIN_ADDR" default:"127.0.0.1:8082" help:"Admin endpoints /v1/admin/{inspect,ban,unban,reset}; served only with --admin-token."`
+	AdminToken []string `name:"admin-token" env:"FLOODGATE_ADMIN_TOKEN" sep:"," help:"Admin tokens as name=secret (comma separated; secrets of 16+ bytes, none equal to --auth-token); the name is the operator recorded in the audit. Empty: no admin endpoints."`
+	LiveGroup  string   `name:"live-group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group: a reset records its offset as the boundary of what was reset."`
+}
+
+// adminServer is the limiter's admin listener, or nothing (nil) when no
+// admin token is configured.
+type adminServer struct{ srv *operator.Server }
+
+// admin builds the admin endpoints over the limiter's own store, rules,
+// decisions and memory; they are off without an admin token.
+func (f *AdminFlags) admin(authToken, topic string, store *window.Store, set func() *rules.Set, lim *limiter.Limiter, state *limiter.State,
+	reg prometheus.Registerer, logger *slog.Logger) (*adminServer, error) {
+	if len(f.AdminToken) == 0 {
+		return &adminServer{}, nil
+	}
+	tokens, err := operator.ParseTokens(f.AdminToken)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tokens {
+		if authToken != "" && t.Secret == authToken {
+			return nil, fmt.Errorf("admin token %q: its secret is the --auth-token; give the admin endpoints a secret of their own", t.Name)
+		}
+	}
+	op, err := operator.New(operator.Config{
+		Store: store, Rules: set, Checker: lim, Applied: state.Seq, Group: f.LiveGroup, Topic: topic,
+		Logger: logger, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := operator.NewServer(operator.ServerConfig{Operator: op, Tokens: tokens, Addr: f.AdminAddr, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return &adminServer{srv: srv}, nil
+}
+
+func (a *adminServer) Start() error {
+	if a.srv == nil {
+		return nil
+	}
+	return a.srv.Start()
+}
+
+// Wait returns when ctx ends, or with the error of a failed listener.
+func (a *adminServer) Wait(ctx context.Context) error {
+	if a.srv == nil {
+		<-ctx.Done()
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-a.srv.Err():
+		if err != nil {
+			return err
+		}
+		return errors.New("admin listener stopped")
+	}
+}
+
+func (a *adminServer) Shutdown(ctx context.Context) error {
+	if a.srv == nil {
+		return nil
+	}
+	return a.srv.Shutdown(ctx)
+}

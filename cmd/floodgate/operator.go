@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"floodgate/limitapi"
+	"floodgate/operator"
+	"floodgate/rules"
+	"floodgate/topics"
+	"floodgate/window"
+)
+
+// The operator commands (docs/operations.md) talk to Redis directly through
+// the same window scripts as the limiter's admin endpoints: they need no
+// running limiter, and every running limiter sees their writes through the
+// change streams.
+
+// operatorFlags locate the live store and name the subjects.
+type operatorFlags struct {
+	KafkaFlags
+	RedisFlags
+	KeyPrefix string   `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
+	Rules     string   `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's and the limiter's."`
+	Action    string   `name:"action" short:"a" required:"" help:"Action of the subjects, e.g. login_failed."`
+	Subjects  []string `arg:"" name:"kind=subject" help:"Subjects as kind=value, e.g. ip=203.0.113.7 email=a@example.com (a value may hold '=')."`
+	JSON      bool     `name:"json" help:"Print the result as JSON."`
+}
+
+// writeFlags are the settings of the commands that change something.
+type writeFlags struct {
+	Operator string `name:"operator" env:"FLOODGATE_OPERATOR" help:"Who acts, recorded in the audit on the decisions topic (default: $USER)."`
+	Group    string `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group (a reset records its offset as its boundary)."`
+}
+
+// InspectCmd shows what is known of subjects and what a check answers.
+type InspectCmd struct {
+	operatorFlags
+}
+
+// BanCmd denies subjects for a while whatever their counts.
+type BanCmd struct {
+	operatorFlags
+	writeFlags
+	For     string `name:"for" required:"" help:"How long: 90s, 30m, 1h, 1h30m, 2d (at most 366d)."`
+	Message string `name:"message" short:"m" help:"What denied requests are told (default: the limiter's)."`
+}
+
+// UnbanCmd clears subjects' deny records, bans and decision state.
+type UnbanCmd struct {
+	operatorFlags
+	writeFlags
+	Rule string `name:"rule" help:"Only this rule's deny and shadow records and state (a ban stays)."`
+}
+
+// ResetCmd unbans subjects and deletes their counters.
+type ResetCmd struct {
+	operatorFlags
+	writeFlags
+}
+
+// Run inspects.
+func (c *InspectCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	op, req, done, err := c.open(ctx, logger, "")
+	if err != nil {
+		return err
+	}
+	defer done()
+	in, err := op.Inspect(ctx, req)
+	if err != nil {
+		return err
+	}
+	return c.print(in, in.Text())
+}
+
+// Run bans.
+func (c *BanCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	d, err := operator.ParseFor(c.For)
+	if err != nil {
+		return fmt.Errorf("--for: %w", err)
+	}
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
+		req.For, req.Message = d, c.Message
+		return op.Ban(ctx, req)
+	})
+}
+
+// Run unbans.
+func (c *UnbanCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
+		req.Rule = c.Rule
+		return op.Unban(ctx, req)
+	})
+}
+
+// Run resets.
+func (c *ResetCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
+		return op.Reset(ctx, req)
+	})
+}
+
+// write runs one write command and prints what it did (what it did before
+// a failure, too).
+func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeFlags, run func(context.Context, *operator.Operator, operator.Request) (operator.Result, error)) error {
+	name := w.Operator
+	if name == "" {
+		name = os.Getenv("USER")
+	}
+	if name == "" {
+		return errors.New("--operator is required (or FLOODGATE_OPERATOR, or $USER): the audit names who acted")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	o, req, done, err := c.open(ctx, logger, w.Group)
+	if err != nil {
+		return err
+	}
+	defer done()
+	req.Operator = name
+	res, err := run(ctx, o, req)
+	if len(res.Subjects) > 0 {
+		if perr := c.print(res, res.Text()); perr != nil {
+			err = errors.Join(err, perr)
+		}
+	}
+	return err
+}
+
+// cliTimeout bounds a command's work, so a stuck Redis or Kafka ends it.
+const cliTimeout = 30 * time.Second
+
+// open connects to Redis and Kafka (the partition count finds each
+// subject's slot) and returns an Operator with the request's subjects.
+func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group string) (*operator.Operator, operator.Request, func(), error) {
+	req := operator.Request{Action: c.Action}
+	for _, s := range c.Subjects {
+		kind, value, ok := strings.Cut(s, "=")
+		if !ok {
+			return nil, req, nil, fmt.Errorf("subject %q: want kind=value, e.g. ip=203.0.113.7", s)
+		}
+		req.Subjects = append(req.Subjects, limitapi.Subject{Kind: kind, Subject: value})
+	}
+	set, err := rules.Load(c.Rules)
+	if err != nil {
+		return nil, req, nil, err
+	}
+	rulesFn := func() *rules.Set { return set }
+	rdb := c.redisClient()
+	done := func() { closeLogged(logger, "redis", rdb) }
+	fail := func(err error) (*operator.Operator, operator.Request, func(), error) {
+		done()
+		return nil, req, nil, err
+	}
+	if err := c.ping(ctx, rdb); err != nil {
+		return fail(err)
+	}
+	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	if err != nil {
+		return fail(err)
+	}
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get})
+	if err != nil {
+		return fail(err)
+	}
+	cfg := operator.Config{Store: store, Rules: rulesFn, Checker: operator.NewSnapshotChecker(store, rulesFn, 0), Logger: logger}
+	if group != "" { // writes: a reset records the group's offset
+		cfg.Group, cfg.Topic = group, c.Topic
+	}
+	o, err := operator.New(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	return o, req, done, nil
+}
+
+func (c *operatorFlags) print(v any, text string) error {
+	if !c.JSON {
+		_, err := fmt.Print(text)
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,5 @@
+package history
+
+// VisitorHash is visitorHash, for tests that build sketches in SQL from
+// values as the sink does.
+var VisitorHash = visitorHash

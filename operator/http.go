@@ -1,0 +1,235 @@
+package operator
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"floodgate/limiter"
+	"floodgate/window"
+)
+
+// Request settings of the admin endpoints travel as header fields: every
+// query parameter but "action" names a kind, as on /v1/check.
+const (
+	HeaderRule    = "Floodgate-Rule"    // unban: only this rule's records
+	HeaderFor     = "Floodgate-For"     // ban: how long ("1h", "30m", "90s", "2d")
+	HeaderMessage = "Floodgate-Message" // ban: what the subject is told
+)
+
+// maxQueryBytes bounds the query string of an admin request.
+const maxQueryBytes = 8 << 10
+
+// requestTimeout bounds the Redis work of one admin request: a stuck Redis
+// gets a 500, not a hung operator.
+const requestTimeout = 10 * time.Second
+
+// Token is an admin token: its Name is the operator recorded in the audit
+// of what its holder does.
+type Token struct {
+	Name, Secret string
+}
+
+// MinSecretLen is the shortest admin token secret accepted.
+const MinSecretLen = 16
+
+// ParseTokens reads admin tokens given as "name=secret" (--admin-token,
+// comma separated). Names follow the operator names' alphabet; secrets are
+// at least MinSecretLen bytes; both are unique.
+func ParseTokens(specs []string) ([]Token, error) {
+	var out []Token
+	seen := map[string]bool{}
+	for _, s := range specs {
+		name, secret, ok := strings.Cut(strings.TrimSpace(s), "=")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("admin token %q: want name=secret", redact(s))
+		case !operatorRE.MatchString(name):
+			return nil, fmt.Errorf("admin token %q: name must be 1 to 64 of [A-Za-z0-9_.@+-]", name)
+		case len(secret) < MinSecretLen:
+			return nil, fmt.Errorf("admin token %q: secret shorter than %d bytes", name, MinSecretLen)
+		case strings.ContainsAny(secret, " \t\r\n"):
+			return nil, fmt.Errorf("admin token %q: secret holds whitespace", name)
+		case seen["n:"+name] || seen["s:"+secret]:
+			return nil, fmt.Errorf("admin token %q: name or secret given twice", name)
+		}
+		seen["n:"+name], seen["s:"+secret] = true, true
+		out = append(out, Token{Name: name, Secret: secret})
+	}
+	return out, nil
+}
+
+func redact(s string) string {
+	if len(s) > 4 {
+		return s[:4] + "…"
+	}
+	return "…"
+}
+
+// NewHandler serves the admin endpoints of o, each requiring one of tokens
+// as "Authorization: Bearer <secret>":
+//
+//	GET  /v1/admin/inspect?action=login_failed&ip=203.0.113.7
+//	POST /v1/admin/ban?action=login_failed&ip=203.0.113.7     Floodgate-For: 1h, Floodgate-Message: ...
+//	POST /v1/admin/unban?action=login_failed&ip=203.0.113.7   [Floodgate-Rule: login-failed]
+//	POST /v1/admin/reset?action=login_failed&ip=203.0.113.7
+//
+// Answers are JSON: 200 with the Inspection or Result, 400 {"error"} for a
+// bad request, 401 without a valid admin token, 405, 413, 414, 500.
+func NewHandler(o *Operator, tokens []Token, maxBytes int64) (http.Handler, error) {
+	if o == nil || len(tokens) == 0 {
+		return nil, errors.New("admin handler: an operator and at least one token are required")
+	}
+	if maxBytes <= 0 {
+		maxBytes = limiter.DefaultMaxRequestBytes
+	}
+	h := &handler{o: o, tokens: tokens, maxBytes: maxBytes}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/admin/inspect", h.serve("inspect", http.MethodGet))
+	for _, op := range []window.AdminOp{window.OpBan, window.OpUnban, window.OpReset} {
+		mux.HandleFunc("/v1/admin/"+string(op), h.serve(string(op), http.MethodPost))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such admin endpoint: " + r.URL.Path})
+	})
+	return mux, nil
+}
+
+type handler struct {
+	o        *Operator
+	tokens   []Token
+	maxBytes int64
+}
+
+type errorBody struct {
+	Error string  `json:"error"`
+	Done  *Result `json:"done,omitempty"` // what a write did before it failed
+}
+
+// serve handles one endpoint: auth first (nothing about the request is
+// told without a token), then the method, the request and the action.
+func (h *handler) serve(action, method string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, ok := h.operator(r.Header.Get("Authorization"))
+		if !ok {
+			h.o.actions.WithLabelValues(action, "unauthenticated").Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "missing or wrong admin token"})
+			return
+		}
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "use " + method + " for /v1/admin/" + action})
+			return
+		}
+		req, status, err := h.request(w, r, name)
+		if err != nil {
+			h.o.actions.WithLabelValues(action, "invalid").Inc()
+			writeJSON(w, status, errorBody{Error: err.Error()})
+			return
+		}
+		v, err := h.run(r, action, req)
+		if err != nil {
+			status := http.StatusInternalServerError
+			if IsInvalid(err) {
+				status = http.StatusBadRequest
+			}
+			body := errorBody{Error: err.Error()}
+			if res, ok := v.(Result); ok && len(res.Subjects) > 0 {
+				body.Done = &res
+			}
+			writeJSON(w, status, body)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func (h *handler) run(r *http.Request, action string, req Request) (any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	switch window.AdminOp(action) {
+	case window.OpBan:
+		return h.o.Ban(ctx, req)
+	case window.OpUnban:
+		return h.o.Unban(ctx, req)
+	case window.OpReset:
+		return h.o.Reset(ctx, req)
+	}
+	return h.o.Inspect(ctx, req)
+}
+
+// operator returns the name of the token in the Authorization header,
+// comparing every token in constant time.
+func (h *handler) operator(header string) (string, bool) {
+	const p = "bearer "
+	if len(header) < len(p) || !strings.EqualFold(header[:len(p)], p) {
+		return "", false
+	}
+	got := []byte(strings.TrimSpace(header[len(p):]))
+	name := ""
+	for _, t := range h.tokens {
+		if subtle.ConstantTimeCompare(got, []byte(t.Secret)) == 1 {
+			name = t.Name
+		}
+	}
+	return name, name != ""
+}
+
+// request reads the action and subjects from the query (and a POST's form
+// body) as /v1/check does, and the settings from the header fields.
+func (h *handler) request(w http.ResponseWriter, r *http.Request, operator string) (Request, int, error) {
+	if len(r.URL.RawQuery) > maxQueryBytes {
+		return Request{}, http.StatusRequestURITooLong, fmt.Errorf("query longer than %d bytes", maxQueryBytes)
+	}
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, h.maxBytes)
+		if err := r.ParseForm(); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return Request{}, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", h.maxBytes)
+			}
+			return Request{}, http.StatusBadRequest, fmt.Errorf("bad form: %w", err)
+		}
+	} else {
+		r.Form = r.URL.Query()
+	}
+	q, err := limiter.ParseQuery(r.Form)
+	if err != nil {
+		return Request{}, http.StatusBadRequest, err
+	}
+	req := Request{Action: q.Action, Subjects: q.Subjects, Operator: operator,
+		Rule: r.Header.Get(HeaderRule), Message: r.Header.Get(HeaderMessage)}
+	if v := r.Header.Get(HeaderFor); v != "" {
+		if req.For, err = ParseFor(v); err != nil {
+			return Request{}, http.StatusBadRequest, fmt.Errorf("%s: %w", HeaderFor, err)
+		}
+	}
+	return req, 0, nil
+}
+
+// ParseFor reads a ban's duration: Go's syntax ("90s", "30m", "1h30m") or
+// whole days ("2d").
+func ParseFor(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		if days, err := strconv.ParseInt(n, 10, 64); err == nil && days >= 1 && days <= int64(MaxBan/(24*time.Hour)) {
+			return time.Duration(days) * 24 * time.Hour, nil
+		}
+	} else if d, err := time.ParseDuration(v); err == nil {
+		return d, nil
+	}
+	return 0, invalidf("duration %q: want e.g. 90s, 30m, 1h, 1h30m or 2d", v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
+}

@@ -1,0 +1,65 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"floodgate/limitapi"
+	"floodgate/limiter"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// SnapshotChecker answers checks as a limiter that has caught up with the
+// change streams would: each check loads the snapshots of its subjects'
+// partitions into a fresh limiter memory and decides with the limiter's
+// own logic (exact checks read Redis). It is the Checker of `floodgate
+// inspect`, which runs no limiter of its own.
+type SnapshotChecker struct {
+	store   *window.Store
+	rules   func() *rules.Set
+	timeout time.Duration
+	now     func() time.Time
+}
+
+var _ Checker = (*SnapshotChecker)(nil)
+
+// NewSnapshotChecker returns a SnapshotChecker over store (which must know
+// the partition count); timeout bounds each Redis read (0: 5s).
+func NewSnapshotChecker(store *window.Store, rules func() *rules.Set, timeout time.Duration) *SnapshotChecker {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	return &SnapshotChecker{store: store, rules: rules, timeout: timeout, now: time.Now}
+}
+
+// Check implements Checker.
+func (c *SnapshotChecker) Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
+	state := limiter.NewState()
+	now := c.now()
+	loaded := map[int]bool{}
+	for _, s := range req.Subjects {
+		p, err := c.store.PartitionOf(window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject})
+		if err != nil {
+			return limitapi.Decision{}, err
+		}
+		if loaded[p] {
+			continue
+		}
+		snap, err := c.store.Snapshot(ctx, p, now)
+		if err != nil {
+			return limitapi.Decision{}, fmt.Errorf("load memory of partition %d: %w", p, err)
+		}
+		state.Reset(p, snap)
+		loaded[p] = true
+	}
+	lim, err := limiter.New(limiter.Config{
+		Store: c.store, State: state, Partitions: func() int { return len(loaded) }, Rules: c.rules,
+		Timeout: c.timeout, FailureMode: limiter.FailClosed, Now: func() time.Time { return now },
+	})
+	if err != nil {
+		return limitapi.Decision{}, err
+	}
+	return lim.Check(ctx, req)
+}

@@ -1,0 +1,410 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"floodgate/event"
+	"floodgate/limitapi"
+	"floodgate/limiter"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// Store is what operator actions need of the live store; *window.Store.
+type Store interface {
+	Admin(ctx context.Context, now time.Time, req window.AdminRequest) (window.AdminResult, error)
+	Records(ctx context.Context, now time.Time, sub window.Subject) (window.Records, error)
+	PartitionOf(sub window.Subject) (int, error)
+}
+
+var _ Store = (*window.Store)(nil)
+
+var _ Checker = (*limiter.Limiter)(nil)
+
+// Checker answers a check as a limiter does, from memory or (Exact) from
+// Redis: *limiter.Limiter, or a SnapshotChecker where no limiter runs.
+type Checker interface {
+	Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error)
+}
+
+// Limits of a request.
+const (
+	MaxSubjects   = 16
+	MaxBan        = 366 * 24 * time.Hour
+	MaxMessageLen = 512
+	// DefaultApplyWait bounds how long a write through a limiter's admin
+	// endpoint waits for that limiter's memory to apply it.
+	DefaultApplyWait = 2 * time.Second
+)
+
+// Config configures an Operator.
+type Config struct {
+	Store Store             // required
+	Rules func() *rules.Set // the rules in force; required
+	// Checker answers Inspect's "what would a check say now". Required for
+	// Inspect.
+	Checker Checker
+	// Applied, when set, returns the sequence number of the last change of
+	// a partition this process's limiter memory holds (limiter.State.Seq):
+	// a write waits until its entries are applied, up to ApplyWait, and says
+	// whether they were (Result.AppliedHere).
+	Applied func(partition int) int64
+	// ApplyWait bounds that wait. Default DefaultApplyWait.
+	ApplyWait time.Duration
+	// Group and Topic name the live consumer group and the events topic: a
+	// reset records the group's next offset as its boundary. Empty: not
+	// recorded.
+	Group, Topic string
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives floodgate_admin_actions_total. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Operator runs the operator controls — inspect, ban, unban, reset — on
+// the live store. Writes take effect in every limiter through the change
+// streams, and are published on the decisions topic by the relay of the
+// aggregator that owns the partition (docs/operations.md). Safe for
+// concurrent use.
+type Operator struct {
+	cfg     Config
+	log     *slog.Logger
+	actions *prometheus.CounterVec
+}
+
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("operator: nil store")
+	case c.Rules == nil:
+		return errors.New("operator: no rules source")
+	case c.ApplyWait < 0:
+		return fmt.Errorf("operator: apply wait %s is negative", c.ApplyWait)
+	case (c.Group == "") != (c.Topic == ""):
+		return fmt.Errorf("operator: group %q and topic %q: give both (a reset's boundary) or neither", c.Group, c.Topic)
+	}
+	return nil
+}
+
+// New validates cfg and returns an Operator.
+func New(cfg Config) (*Operator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ApplyWait == 0 {
+		cfg.ApplyWait = DefaultApplyWait
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	o := &Operator{cfg: cfg, log: cfg.Logger.With("component", "operator"), actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_admin_actions_total",
+		Help: "Operator actions by action (inspect, ban, unban, reset) and result (ok, invalid, unauthenticated, error).",
+	}, []string{"action", "result"})}
+	for _, a := range []string{"inspect", "ban", "unban", "reset"} {
+		for _, r := range []string{"ok", "invalid", "unauthenticated", "error"} {
+			o.actions.WithLabelValues(a, r)
+		}
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(o.actions); err != nil {
+			return nil, fmt.Errorf("operator: register metrics: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// Request names an action's subjects and, for writes, its settings.
+type Request struct {
+	Action   string
+	Subjects []limitapi.Subject
+	// Operator is who acts, recorded in the audit. Required for writes.
+	Operator string
+	// Rule restricts an unban to that rule's records.
+	Rule string
+	// For is how long a ban lasts (1s..MaxBan); Message what the banned
+	// subject is told (default: the limiter's).
+	For     time.Duration
+	Message string
+}
+
+// Result tells what a write did.
+type Result struct {
+	Op       window.AdminOp  `json:"op"`
+	Action   string          `json:"action"`
+	Operator string          `json:"operator"`
+	At       time.Time       `json:"at"`
+	Rule     string          `json:"rule,omitempty"`
+	Until    *time.Time      `json:"until,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Subjects []SubjectResult `json:"subjects"`
+	// AppliedHere is set when Config.Applied is: whether this limiter's
+	// memory applied every change within ApplyWait.
+	AppliedHere *bool `json:"applied_here,omitempty"`
+}
+
+// SubjectResult is what a write did to one subject.
+type SubjectResult struct {
+	Kind      string   `json:"kind"`
+	Subject   string   `json:"subject"`
+	Partition int      `json:"partition"`
+	Seq       int64    `json:"seq"`   // its change entry's sequence number in the partition
+	Entry     string   `json:"entry"` // its change entry's id
+	Cleared   []string `json:"cleared,omitempty"`
+	// DeletedKeys counts the counter keys a reset deleted.
+	DeletedKeys int64 `json:"deleted_keys,omitempty"`
+	// Offset is a reset's boundary: the live group's next offset in the
+	// partition when it ran; events from it on are counted afresh.
+	Offset *int64 `json:"offset,omitempty"`
+}
+
+// Ban denies req's subjects for req.For whatever their counts.
+func (o *Operator) Ban(ctx context.Context, req Request) (Result, error) {
+	return o.write(ctx, window.OpBan, req)
+}
+
+// Unban clears req's subjects' deny and shadow records, bans and decision
+// state (with req.Rule: only that rule's records and state); their counts
+// stay.
+func (o *Operator) Unban(ctx context.Context, req Request) (Result, error) {
+	return o.write(ctx, window.OpUnban, req)
+}
+
+// Reset unbans req's subjects and deletes their counters: they start
+// afresh.
+func (o *Operator) Reset(ctx context.Context, req Request) (Result, error) {
+	return o.write(ctx, window.OpReset, req)
+}
+
+// write runs op on every subject, one script run each (each atomic in its
+// slot; several subjects are not one transaction). On an error, the result
+// holds the subjects done before it.
+func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (Result, error) {
+	set := o.cfg.Rules()
+	if err := o.validate(op, &req, set); err != nil {
+		o.actions.WithLabelValues(string(op), "invalid").Inc()
+		return Result{}, err
+	}
+	now := o.cfg.Now()
+	res := Result{Op: op, Action: req.Action, Operator: req.Operator, At: now, Rule: req.Rule, Message: req.Message}
+	if op == window.OpBan {
+		until := now.Add(req.For)
+		res.Until = &until
+	}
+	for _, s := range req.Subjects {
+		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject}
+		ar := window.AdminRequest{Op: op, Subject: sub, Operator: req.Operator, Rule: req.Rule, Message: req.Message,
+			MaxWindow: set.MaxWindowFor(req.Action, s.Kind), Distinct: distinctKinds(set, req.Action, s.Kind), Group: o.cfg.Group, Topic: o.cfg.Topic}
+		if res.Until != nil {
+			ar.Until = *res.Until
+		}
+		r, err := o.cfg.Store.Admin(ctx, now, ar)
+		if err != nil {
+			o.actions.WithLabelValues(string(op), "error").Inc()
+			return res, fmt.Errorf("%s %s by %s: %w", op, window.Field(sub), req.Operator, err)
+		}
+		sr := SubjectResult{Kind: s.Kind, Subject: s.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, DeletedKeys: r.DeletedKeys}
+		if op == window.OpReset && r.Offset >= 0 {
+			sr.Offset = &r.Offset
+		}
+		res.Subjects = append(res.Subjects, sr)
+		attrs := []any{"op", op, "operator", req.Operator, "action", req.Action, "kind", s.Kind, "subject", s.Subject,
+			"partition", r.Partition, "seq", r.Seq}
+		switch op {
+		case window.OpBan:
+			attrs = append(attrs, "until", ar.Until)
+		case window.OpUnban:
+			attrs = append(attrs, "rule", req.Rule, "cleared", r.Cleared)
+		case window.OpReset:
+			attrs = append(attrs, "cleared", r.Cleared, "deleted_keys", r.DeletedKeys, "offset", r.Offset)
+		}
+		o.log.Info("operator action", attrs...)
+	}
+	o.actions.WithLabelValues(string(op), "ok").Inc()
+	if o.cfg.Applied != nil {
+		ok := o.waitApplied(ctx, res.Subjects)
+		res.AppliedHere = &ok
+	}
+	return res, nil
+}
+
+// waitApplied waits until this process's limiter memory holds every
+// subject's change, up to ApplyWait: its feed reads the entry within one
+// stream read.
+func (o *Operator) waitApplied(ctx context.Context, subs []SubjectResult) bool {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.ApplyWait)
+	defer cancel()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		done := true
+		for _, s := range subs {
+			done = done && o.cfg.Applied(s.Partition) >= s.Seq
+		}
+		if done {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// operatorRE is the alphabet of operator names: token names, $USER,
+// e-mail addresses.
+var operatorRE = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,64}$`)
+
+// validate checks req for op against the event contract, the request
+// limits and the rules, and removes repeated subjects.
+func (o *Operator) validate(op window.AdminOp, req *Request, set *rules.Set) error {
+	if err := validateSubjects(req); err != nil {
+		return err
+	}
+	if op == window.OpBan || op == window.OpUnban || op == window.OpReset {
+		if !operatorRE.MatchString(req.Operator) {
+			return invalidf("operator %q: 1 to 64 of [A-Za-z0-9_.@+-] (--operator, or the admin token's name)", req.Operator)
+		}
+	}
+	if req.Rule != "" && op != window.OpUnban {
+		return invalidf("a rule applies to unban only: a %s covers every rule of the action and kind", op)
+	}
+	if op != window.OpBan && (req.For != 0 || req.Message != "") {
+		return invalidf("a duration and a message apply to ban only")
+	}
+	switch op {
+	case window.OpBan:
+		if req.For < time.Second || req.For > MaxBan {
+			return invalidf("ban for %s: want 1s to %s", req.For, MaxBan)
+		}
+		if err := validMessage(req.Message); err != nil {
+			return err
+		}
+		return needRules(req, set, "a ban would never be consulted")
+	case window.OpUnban:
+		if req.Rule != "" && !ruleRE.MatchString(req.Rule) {
+			return invalidf("rule %q: only [a-z0-9_.-], 1 to 64 bytes", req.Rule)
+		}
+	case window.OpReset:
+		return needRules(req, set, "nothing is counted to reset (unban clears its records)")
+	}
+	return nil
+}
+
+var ruleRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+// distinctKinds are the attr kinds the distinct rules of an action and kind
+// count: a reset deletes their sets.
+func distinctKinds(set *rules.Set, action, kind string) []string {
+	var out []string
+	for _, r := range set.Match(action, kind) {
+		if r.Distinct != "" && !slices.Contains(out, r.Distinct) {
+			out = append(out, r.Distinct)
+		}
+	}
+	return out
+}
+
+// validateSubjects checks names as the limiter does (the event contract)
+// and removes repeated subjects.
+func validateSubjects(req *Request) error {
+	if req.Action == "" {
+		return invalidf("action is required")
+	}
+	if len(req.Subjects) == 0 {
+		return invalidf("no subjects: give at least one kind=subject")
+	}
+	var subs []limitapi.Subject
+	for _, s := range req.Subjects {
+		e := event.Event{ID: "x", Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: time.Unix(1_800_000_000, 0)}
+		if err := e.Validate(); err != nil {
+			var ee *event.Error
+			if errors.As(err, &ee) {
+				why := ee.Detail
+				if why == "" {
+					why = ee.Reason
+				}
+				return invalidf("%s %q: %s", ee.Field, fieldValue(ee.Field, req.Action, s), why)
+			}
+			return invalidf("%v", err)
+		}
+		dup := false
+		for _, o := range subs {
+			dup = dup || o == s
+		}
+		if !dup {
+			subs = append(subs, s)
+		}
+	}
+	if len(subs) > MaxSubjects {
+		return invalidf("%d subjects, at most %d", len(subs), MaxSubjects)
+	}
+	req.Subjects = subs
+	return nil
+}
+
+func fieldValue(field, action string, s limitapi.Subject) string {
+	switch field {
+	case "action":
+		return action
+	case "kind":
+		return s.Kind
+	}
+	return s.Subject
+}
+
+func validMessage(m string) error {
+	if len(m) > MaxMessageLen {
+		return invalidf("message of %d bytes, at most %d", len(m), MaxMessageLen)
+	}
+	if !utf8.ValidString(m) {
+		return invalidf("message is not UTF-8")
+	}
+	for _, r := range m {
+		if unicode.IsControl(r) {
+			return invalidf("message holds a control character")
+		}
+	}
+	return nil
+}
+
+// needRules refuses subjects that no rule of the action applies to.
+func needRules(req *Request, set *rules.Set, why string) error {
+	for _, s := range req.Subjects {
+		if len(set.Match(req.Action, s.Kind)) == 0 {
+			return invalidf("no rule of action %q applies to kind %q: %s", req.Action, s.Kind, why)
+		}
+	}
+	return nil
+}
+
+// Error is an operator request refused as invalid: HTTP 400, a CLI usage
+// error.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+func invalidf(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
+
+// IsInvalid reports whether err refuses a request as invalid.
+func IsInvalid(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
