@@ -123,6 +123,18 @@ func newEnv(t testing.TB, cfg envConfig) *liveEnv {
 	if _, err := topics.Ensure(ctx, e.brokers, specs...); err != nil {
 		t.Fatalf("create topics: %v", err)
 	}
+	// The aggregator refuses to start without its output topics: wait
+	// until the brokers' metadata lists them.
+	for {
+		have, err := topics.Partitions(ctx, e.brokers, e.dlq, e.decisions)
+		if err == nil && have[e.dlq] > 0 && have[e.decisions] > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("topics %s, %s not in metadata: %v (have %v)", e.dlq, e.decisions, err, have)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
