@@ -41,9 +41,11 @@ package window
 // decisions, {subject, headroom per limit and bucket}* of evaluated subjects,
 // change seq or 0}
 // when applied, {1, next} when the batch is already held, {2, next} when only
-// its tail is new (the caller trims and retries). A limit's headroom is the
-// fewest events that would bring it to its near threshold (<= 0 when near),
-// NOEVAL for one the plan left out.
+// its tail is new (the caller trims and retries), {4, next} when the batch
+// starts after the stored offset (the slot lost writes it had acknowledged:
+// nothing is written, the caller reads the partition again from next). A
+// limit's headroom is the fewest events that would bring it to its near
+// threshold (<= 0 when near), NOEVAL for one the plan left out.
 const applyBody = `
 local a = ARGV
 local offkey = KEYS[1]
@@ -58,6 +60,7 @@ if prev then
   prev = tonumber(prev)
   if last < prev then return {1, prev} end
   if first < prev then return {2, prev} end
+  if first > prev then return {4, prev} end
 else
   prev = -1
 end
