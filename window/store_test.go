@@ -516,3 +516,20 @@ rules:
 		t.Fatalf("decisions in the change stream %v, want %v", got, want)
 	}
 }
+
+// Every script compiles and loads, on a single Redis and on every primary
+// of the cluster profile.
+func TestLoadScripts(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	if err := newStore(t, rdb).LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	crdb := stacktest.ClusterRedis(t)
+	st, err := window.NewStore(crdb, window.StoreConfig{Prefix: stacktest.ClusterPrefix(t, crdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
