@@ -23,7 +23,7 @@ package window
 // partition and every subject is evaluated, whatever evaluate says.
 //
 // plan says which of the subject's limits (windows, then buckets) to
-// evaluate: '' none, '*' all, else one '0' or '1' per limit.
+// evaluate: ” none, '*' all, else one '0' or '1' per limit.
 //
 // Each evaluated limit is evaluated at eval_sec (max of now and its latest
 // event) and, when that lies ahead of now, at now too. Per limit: the count;
