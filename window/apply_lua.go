@@ -20,10 +20,10 @@ package window
 //
 // expect is the offset the caller last stored for the partition (-2 when it
 // does not know): when the stored offset differs, another owner moved the
-// partition and every subject is evaluated, whatever evaluate says.
+// partition and every subject is evaluated, whatever the plans say.
 //
 // plan says which of the subject's limits (windows, then buckets) to
-// evaluate: ” none, '*' all, else one '0' or '1' per limit.
+// evaluate: empty for none, "*" for all, else one '0' or '1' per limit.
 //
 // Each evaluated limit is evaluated at eval_sec (max of now and its latest
 // event) and, when that lies ahead of now, at now too. Per limit: the count;
