@@ -181,31 +181,6 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 	return svc, nil
 }
 
-// limiter: the limiter's load generator, `floodbench limiter` (this
-// binary, run as its own process so its peak RSS is its own).
-func (b *bench) limiter(ctx context.Context) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("limiter bench: find floodbench: %w", err)
-	}
-	args := []string{"limiter", "--redis-addr", b.cfg.RedisAddr, "--key-prefix", "bench" + b.id,
-		"--duration", b.cfg.LimiterD.String(), "--concurrency", "1,16,64", "--markdown"}
-	b.res.LimiterCmd = "floodbench " + strings.Join(args, " ")
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: "limiter-bench", Bin: self, Args: args, LogDir: b.cfg.WorkDir})
-	b.peak("floodbench limiter (limiter + its load generator)", p)
-	if err != nil {
-		return err
-	}
-	var table []string
-	for _, line := range splitLog(p.LogPath) {
-		if strings.HasPrefix(line, "|") {
-			table = append(table, line)
-		}
-	}
-	b.res.LimiterTable = strings.Join(table, "\n")
-	return nil
-}
-
 // roller: history with 4 days of backfilled events, then `floodgate roller
 // once`; and the one-year curve query, timed five times.
 func (b *bench) roller(ctx context.Context) error {

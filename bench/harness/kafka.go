@@ -24,8 +24,23 @@ func NewKafka(brokers []string) *Kafka {
 
 // CreateTopic creates a topic (idempotent) with the given partitions.
 func (k *Kafka) CreateTopic(ctx context.Context, name string, partitions int) error {
-	_, err := topics.Ensure(ctx, k.Brokers, topics.Spec{Name: name, Partitions: partitions})
+	return k.Create(ctx, topics.Spec{Name: name, Partitions: partitions})
+}
+
+// Create creates a topic (idempotent) as spec says: replication factor and
+// configuration entries too.
+func (k *Kafka) Create(ctx context.Context, spec topics.Spec) error {
+	_, err := topics.Ensure(ctx, k.Brokers, spec)
 	return err
+}
+
+// Reachable asks the brokers for metadata, to tell a stack that is up from
+// one that is not.
+func (k *Kafka) Reachable(ctx context.Context) error {
+	if _, err := k.client.Metadata(ctx, &kafka.MetadataRequest{}); err != nil {
+		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	return nil
 }
 
 // DeleteTopics deletes topics, ignoring those that do not exist.

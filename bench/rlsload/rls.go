@@ -10,6 +10,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -147,4 +148,30 @@ func (c *Client) WaitReady(ctx context.Context, s Shape, timeout time.Duration) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// WaitCode waits until every subject of the shape answers want, asking up
+// to 16 at a time: a limiter answers from memory fed by change streams, so
+// a deny written to Redis reaches it a stream read later.
+func (c *Client) WaitCode(ctx context.Context, s Shape, want rlsv3.RateLimitResponse_Code, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range max(s.Subjects, 1) {
+		g.Go(func() error {
+			for {
+				code, err := c.Ask(gctx, s, i)
+				if err == nil && code == want {
+					return nil
+				}
+				select {
+				case <-gctx.Done():
+					return fmt.Errorf("rls load: subject %d of %s never answered %v: %w (last %v, %v)", s.Base+i, s.Domain, want, gctx.Err(), code, err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		})
+	}
+	return g.Wait()
 }
