@@ -231,6 +231,21 @@ func (b *bench) topic(name string) (string, error) {
 	return t, nil
 }
 
+// outputTopics creates the dead-letter and decisions topics of an events
+// topic (the aggregator requires both); they are deleted with the others.
+func (b *bench) outputTopics(ctx context.Context, events string) error {
+	for _, t := range []string{events + ".dlq", events + ".decisions"} {
+		if slices.Contains(b.topics, t) {
+			continue
+		}
+		if err := b.kafka.CreateTopic(ctx, t, 1); err != nil {
+			return err
+		}
+		b.topics = append(b.topics, t)
+	}
+	return nil
+}
+
 func (b *bench) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -404,7 +419,9 @@ func (b *bench) liveRun(ctx context.Context, run string, extra []string) (liveFi
 	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
 	args := append(b.aggregatorArgs(single, b.topics[0], "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
 	f.Cmd = "floodgate " + strings.Join(args, " ")
-	b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
+	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
+		return f, err
+	}
 	before, err := harness.ReadRedisInfo(ctx, b.rdb)
 	if err != nil {
 		return f, err

@@ -689,3 +689,27 @@ func TestAggregatorCrashExactlyOnceRuleTypes(t *testing.T) {
 	p.stop(t)
 	e.checkOffsets()
 }
+
+// TestAggregatorRefusesMissingOutputTopics: without its dead-letter or
+// decisions topic the aggregator would count and then retry those writes
+// for ever; it refuses to start instead, naming the topic.
+func TestAggregatorRefusesMissingOutputTopics(t *testing.T) {
+	e := newLiveEnv(t, 2, countRules)
+	e.decisions = e.topic + ".missing"
+	p := e.start("agg")
+	select {
+	case err := <-p.done:
+		if err == nil {
+			t.Fatal("aggregator exited 0 without its decisions topic")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("aggregator still running without its decisions topic")
+	}
+	log, err := os.ReadFile(filepath.Join(e.dir, "agg.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "topic " + e.decisions + " does not exist"; !strings.Contains(string(log), want) {
+		t.Fatalf("log does not say %q:\n%s", want, log)
+	}
+}
