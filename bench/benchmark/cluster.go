@@ -12,6 +12,7 @@ import (
 
 	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
+	"floodgate/event"
 	"floodgate/topics"
 )
 
@@ -19,9 +20,9 @@ import (
 type ClusterFigures struct {
 	// Skipped says why the step did not run ("" when it ran).
 	Skipped string
-	// Produce is the pre-fill's events/s (floodgate produce, acks=all on a
+	// Produce is each pre-fill's events/s (floodgate produce, acks=all on a
 	// topic with replication factor 3).
-	Produce    float64
+	Produce    []float64
 	ProduceCmd string
 	// One and Two are live events/s per run with one aggregator process and
 	// with two in one group.
@@ -57,12 +58,11 @@ func (b *bench) cluster(ctx context.Context) error {
 		b.log.Warn("bench: cluster step skipped", "why", cf.Skipped)
 		return nil
 	}
-	topic := "floodgate.bench." + b.id + ".cluster"
-	var prefixes []string
+	var topicsMade, prefixes []string
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := kc.DeleteTopics(cctx, topic, topic+".dlq", topic+".decisions"); err != nil {
+		if err := kc.DeleteTopics(cctx, topicsMade...); err != nil {
 			b.log.Warn("bench: delete cluster topics", "err", err)
 		}
 		for _, p := range prefixes {
@@ -71,34 +71,85 @@ func (b *bench) cluster(ctx context.Context) error {
 			}
 		}
 	}()
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err := kc.Create(tctx, topics.Spec{Name: topic, Partitions: b.cfg.PartCount, ReplicationFactor: clusterRF,
-		Configs: map[string]string{"min.insync.replicas": clusterMinISR}})
-	cancel()
-	if err != nil {
-		return err
-	}
-	if err := b.clusterPrefill(ctx, t, topic); err != nil {
-		return err
-	}
+	var topic string
 	for i := range b.cfg.Runs {
-		for _, procs := range []int{1, 2} {
-			prefix := fmt.Sprintf("bench%sc%dr%d", b.id, procs, i)
-			prefixes = append(prefixes, prefix)
-			rate, err := b.clusterLive(ctx, t, topic, prefix, procs, i)
-			if err != nil {
-				return err
-			}
-			if procs == 1 {
-				cf.One = append(cf.One, rate)
-			} else {
-				cf.Two = append(cf.Two, rate)
-			}
+		topic = fmt.Sprintf("floodgate.bench.%s.cluster%d", b.id, i)
+		made, err := b.clusterTopics(ctx, kc, topic)
+		topicsMade = append(topicsMade, made...)
+		if err != nil {
+			return err
 		}
+		p1, p2 := fmt.Sprintf("bench%sc1r%d", b.id, i), fmt.Sprintf("bench%sc2r%d", b.id, i)
+		prefixes = append(prefixes, p1, p2)
+		two, err := b.clusterGated(ctx, t, topic, p2, i)
+		if err != nil {
+			return err
+		}
+		cf.Two = append(cf.Two, two)
+		// The topic is open now: one process, its join left out by starting
+		// at its first counted message, as the single-node live step does.
+		one, err := b.clusterLive(ctx, t, topic, p1, 1, i, nil)
+		if err != nil {
+			return err
+		}
+		cf.One = append(cf.One, one)
 	}
 	prefix := "bench" + b.id + "cl"
 	prefixes = append(prefixes, prefix)
 	return b.clusterLookups(ctx, t, topic, prefix)
+}
+
+// clusterTopics creates the events topic of a run (replication factor 3,
+// min.insync.replicas 2) and the dead-letter and decisions topics the
+// aggregator requires, and returns those it created.
+func (b *bench) clusterTopics(ctx context.Context, kc *harness.Kafka, topic string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var made []string
+	for _, s := range []topics.Spec{{Name: topic, Partitions: b.cfg.PartCount}, {Name: topic + ".dlq", Partitions: 1}, {Name: topic + ".decisions", Partitions: 1}} {
+		s.ReplicationFactor, s.Configs = clusterRF, map[string]string{"min.insync.replicas": clusterMinISR}
+		if err := kc.Create(ctx, s); err != nil {
+			return made, err
+		}
+		made = append(made, s.Name)
+	}
+	return made, nil
+}
+
+// clusterGated pre-fills a run's topic behind a gate (an open transaction,
+// harness.Gate), starts two aggregator processes in one group, and releases
+// the gate once both have joined: both start on a full topic together, and
+// no rebalance falls inside the timing.
+func (b *bench) clusterGated(ctx context.Context, t target, topic, prefix string, run int) (float64, error) {
+	values, err := gateEvents(b.cfg.PartCount)
+	if err != nil {
+		return 0, err
+	}
+	gate, err := harness.OpenGate(ctx, t.brokers, topic, values)
+	if err != nil {
+		return 0, err
+	}
+	err = b.clusterPrefill(ctx, t, topic, run)
+	var rate float64
+	if err == nil {
+		rate, err = b.clusterLive(ctx, t, topic, prefix, 2, run, gate)
+	}
+	return rate, errors.Join(err, gate.Close())
+}
+
+// gateEvents are the gate's records, one per partition: valid events that
+// no rule counts.
+func gateEvents(partitions int) ([][]byte, error) {
+	vs := make([][]byte, partitions)
+	for p := range vs {
+		v, err := event.Encode(event.Event{V: event.Version, ID: event.NewID(), Action: "bench_gate", Kind: "partition",
+			Subject: strconv.Itoa(p), TS: time.Now(), N: 1})
+		if err != nil {
+			return nil, fmt.Errorf("gate event: %w", err)
+		}
+		vs[p] = v
+	}
+	return vs, nil
 }
 
 // clusterReachable checks that a broker answers metadata and every Redis
@@ -119,8 +170,8 @@ func clusterReachable(ctx context.Context, kc *harness.Kafka, rdb *redis.Cluster
 
 // clusterPrefill produces the benchmark's synthetic events into the
 // replicated topic, with the producer step's settings.
-func (b *bench) clusterPrefill(ctx context.Context, t target, topic string) error {
-	args := b.produceArgs(t.brokers, topic, b.cfg.Events, 1)
+func (b *bench) clusterPrefill(ctx context.Context, t target, topic string, run int) error {
+	args := b.produceArgs(t.brokers, topic, b.cfg.Events, run+1)
 	b.res.Cluster.ProduceCmd = "floodgate " + strings.Join(args, " ")
 	start := time.Now()
 	p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-cluster", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
@@ -129,15 +180,16 @@ func (b *bench) clusterPrefill(ctx context.Context, t target, topic string) erro
 	if err != nil {
 		return err
 	}
-	b.res.Cluster.Produce = producedRate(p, b.cfg.Events, wall)
+	b.res.Cluster.Produce = append(b.res.Cluster.Produce, producedRate(p, b.cfg.Events, wall))
 	return nil
 }
 
 // clusterLive runs procs `floodgate aggregator --no-history` processes in
 // one fresh group over the pre-filled topic and returns their summed
 // events/s, from the first sample at which every process had counted a
-// message to the last message.
-func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string, procs, run int) (float64, error) {
+// message to the last message. With a gate, it releases the gate once
+// every process has joined the group.
+func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string, procs, run int, gate *harness.Gate) (float64, error) {
 	group := fmt.Sprintf("bench-%s-cluster%d-%d", b.id, procs, run)
 	var ps []*harness.Proc
 	var urls []string
@@ -163,7 +215,18 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 		ps = append(ps, p)
 		urls = append(urls, "http://"+addr+"/metrics")
 	}
-	rate, err := waitCounted(ctx, ps, urls, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	if gate != nil {
+		err := waitJoined(ctx, ps, urls)
+		if err == nil {
+			err = gate.Release(ctx)
+		}
+		if err != nil {
+			return 0, errors.Join(err, stopAll())
+		}
+	}
+	// The gate's records are read too, one per partition.
+	want := float64(b.cfg.Events + b.cfg.PartCount)
+	rate, err := waitCounted(ctx, ps, urls, "floodgate_aggregator_messages_in_total", want)
 	if err != nil {
 		err = fmt.Errorf("%d aggregator process(es) on the cluster: %w", procs, err)
 	}
@@ -171,8 +234,18 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 }
 
 // clusterLookups: allowed RLS checks (four limits on two subjects) at c=16
-// and c=64 against a limiter on Redis Cluster and the cluster's topic.
+// and c=64 against a limiter on Redis Cluster and the cluster's topic,
+// next to the no-op RLS server (measured here when the limiter step did
+// not run).
 func (b *bench) clusterLookups(ctx context.Context, t target, topic, prefix string) error {
+	conc := []int{16, 64}
+	if noopRate(b.res.Lookups, 16) == 0 || noopRate(b.res.Lookups, 64) == 0 {
+		noop, err := b.noopRuns(ctx, conc, false)
+		b.res.Lookups = append(b.res.Lookups, noop...)
+		if err != nil {
+			return err
+		}
+	}
 	rulesPath, _, err := b.lookupRules()
 	if err != nil {
 		return err
@@ -182,9 +255,33 @@ func (b *bench) clusterLookups(ctx context.Context, t target, topic, prefix stri
 		return err
 	}
 	b.res.LookupCmds = append(b.res.LookupCmds, lim.cmd)
-	runs, err := b.rlsMeasure(ctx, lim.rls, scAllowedFour, true, shapeFour, rlsload.OK, []int{16, 64}, 0)
+	runs, err := b.rlsMeasure(ctx, lim.rls, scAllowedFour, true, shapeFour, rlsload.OK, conc, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return errors.Join(err, b.stopProc(lim.Proc, "floodgate limiter --rls-mode check (cluster)"))
+}
+
+// waitJoined waits until every aggregator process has joined a generation
+// of its group (floodgate_aggregator_generations_total): a member joins the
+// generation that every member known to the group joins, so they are then
+// all in one.
+func waitJoined(ctx context.Context, procs []*harness.Proc, urls []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		for _, p := range procs {
+			if !p.Alive() {
+				return fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+			}
+		}
+		if _, all, err := scrapeSum(ctx, urls, "floodgate_aggregator_generations_total"); err == nil && all {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("aggregators did not all join their group: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // producedRate is what `floodgate produce` reports (events acknowledged

@@ -138,7 +138,7 @@ func (b *bench) stopProc(p *harness.Proc, label string) error {
 // c=1/16/64 and paced, plus allowed checks over HTTP /v1/check.
 func (b *bench) limiter(ctx context.Context) error {
 	t := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
-	noop, err := b.noopRuns(ctx, lookupConcurrency)
+	noop, err := b.noopRuns(ctx, lookupConcurrency, true)
 	b.res.Lookups = append(b.res.Lookups, noop...)
 	if err != nil {
 		return err
@@ -203,8 +203,9 @@ func (b *bench) lookupRules() (string, *rules.Set, error) {
 
 // noopRuns measures the no-op RLS server, run as a process of its own
 // (`floodbench rls-noop`), with the four-limit request shape (the largest
-// check), closed loop at each concurrency and paced at half its c=16 rate.
-func (b *bench) noopRuns(ctx context.Context, conc []int) ([]Lookup, error) {
+// check), closed loop at each concurrency and, if paced, at half its c=16
+// rate.
+func (b *bench) noopRuns(ctx context.Context, conc []int, paced bool) ([]Lookup, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("limiter bench: find floodbench: %w", err)
@@ -219,17 +220,13 @@ func (b *bench) noopRuns(ctx context.Context, conc []int) ([]Lookup, error) {
 	if err != nil {
 		return nil, err
 	}
-	runs, err := b.noopMeasure(ctx, addr, conc)
-	return runs, errors.Join(err, b.stopProc(p, "floodbench rls-noop"))
-}
-
-func (b *bench) noopMeasure(ctx context.Context, addr string, conc []int) ([]Lookup, error) {
 	runs, err := b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, conc, 0)
-	if err != nil {
-		return runs, err
+	if err == nil && paced {
+		var more []Lookup
+		more, err = b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, nil, noopRate(runs, 16)/2)
+		runs = append(runs, more...)
 	}
-	paced, err := b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, nil, noopRate(runs, 16)/2)
-	return append(runs, paced...), err
+	return runs, errors.Join(err, b.stopProc(p, "floodbench rls-noop"))
 }
 
 // rlsMeasure dials an RLS server, waits until it answers and measures one

@@ -27,10 +27,15 @@ func WriteText(w io.Writer, rs []Result) {
 	}
 }
 
-// Latency formats a latency in µs below a millisecond, else in ms.
+// Latency formats a latency in µs below a millisecond, else in ms with
+// two decimals below 100 ms.
 func Latency(d time.Duration) string {
-	if d < time.Millisecond {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case d < time.Millisecond:
 		return strconv.FormatInt(int64(d/time.Microsecond), 10) + " µs"
+	case ms < 100:
+		return strconv.FormatFloat(ms, 'f', 2, 64) + " ms"
 	}
-	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 2, 64) + " ms"
+	return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"
 }

@@ -66,13 +66,16 @@ func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
 type BenchCmd struct {
 	Stack
 	benchmark.Options
-	Out string `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
+	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" sep:"," help:"Brokers of the cluster profile (scripts/stack env --cluster); without them the cluster step is skipped."`
+	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" sep:"," help:"Redis Cluster seeds of the cluster profile."`
+	Out               string   `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
 }
 
 // Run runs the benchmark and writes the summary.
 func (c *BenchCmd) Run(ctx context.Context, log *slog.Logger) error {
 	return benchmark.Run(ctx, benchmark.Config{
 		Bin: c.Bin, Repo: c.Repo, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
+		ClusterBrokers: c.ClusterBrokers, ClusterRedisAddrs: c.ClusterRedisAddrs,
 		WorkDir: c.WorkDir, Options: c.Options, Out: c.Out, Logger: log,
 	})
 }
