@@ -62,8 +62,10 @@ func (b *bench) cluster(ctx context.Context) error {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := kc.DeleteTopics(cctx, topicsMade...); err != nil {
-			b.log.Warn("bench: delete cluster topics", "err", err)
+		if len(topicsMade) > 0 {
+			if err := kc.DeleteTopics(cctx, topicsMade...); err != nil {
+				b.log.Warn("bench: delete cluster topics", "err", err)
+			}
 		}
 		for _, p := range prefixes {
 			if err := harness.DeletePrefix(cctx, rdb, p); err != nil {
@@ -246,7 +248,7 @@ func (b *bench) clusterLookups(ctx context.Context, t target, topic, prefix stri
 			return err
 		}
 	}
-	rulesPath, _, err := b.lookupRules()
+	rulesPath, _, err := b.writeLookupRules()
 	if err != nil {
 		return err
 	}

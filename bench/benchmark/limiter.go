@@ -147,7 +147,7 @@ func (b *bench) limiter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rulesPath, set, err := b.lookupRules()
+	rulesPath, set, err := b.writeLookupRules()
 	if err != nil {
 		return err
 	}
@@ -188,8 +188,8 @@ func (b *bench) limiter(ctx context.Context) error {
 	return err
 }
 
-// lookupRules writes the limiter step's rules file and parses it.
-func (b *bench) lookupRules() (string, *rules.Set, error) {
+// writeLookupRules writes the limiter step's rules file and parses it.
+func (b *bench) writeLookupRules() (string, *rules.Set, error) {
 	set, err := rules.Parse([]byte(lookupRules))
 	if err != nil {
 		return "", nil, fmt.Errorf("limiter bench rules: %w", err)
