@@ -62,10 +62,18 @@ func (b *bench) cluster(ctx context.Context) error {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if len(topicsMade) > 0 {
-			if err := kc.DeleteTopics(cctx, topicsMade...); err != nil {
-				b.log.Warn("bench: delete cluster topics", "err", err)
+		// Retried: other suites stop cluster nodes on purpose, and the
+		// request fails while its broker is down.
+		for try := 0; len(topicsMade) > 0; try++ {
+			err := kc.DeleteTopics(cctx, topicsMade...)
+			if err == nil {
+				break
 			}
+			if try == 4 || cctx.Err() != nil {
+				b.log.Warn("bench: delete cluster topics", "topics", topicsMade, "err", err)
+				break
+			}
+			time.Sleep(3 * time.Second)
 		}
 		for _, p := range prefixes {
 			if err := harness.DeletePrefix(cctx, rdb, p); err != nil {

@@ -52,6 +52,14 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		return l, err
 	}
 	prefix := fmt.Sprintf("bench%s-%d", b.id, attempt)
+	// Deferred first, so it runs after the services stopped.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := harness.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+			b.log.Warn("bench: delete latency keys", "prefix", prefix, "err", err)
+		}
+	}()
 	svc, err := b.liveServices(ctx, t, prefix, fmt.Sprintf("lat%d", attempt))
 	if err != nil {
 		return l, err
