@@ -254,11 +254,19 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	if replyInt(out, 2) == 1 {
 		hr.forget()
 	}
+	// {subject index, headroom per limit and bucket}* of evaluated subjects
 	hs := replyInts(out[4])
-	for i := 0; i+1 < len(hs); i += 2 {
+	for i := 0; i < len(hs); {
 		ps := order[hs[i]-1]
-		hr.set(ps.sub, hs[i+1], ps.eval)
+		pr := &pl.list[ps.profile]
+		n := len(pr.limits) + len(pr.buckets)
+		if i+1+n > len(hs) {
+			hr.forget() // a reply this code did not ask for: trust none of it
+			break
+		}
+		hr.set(ps.sub, hs[i+1:i+1+n], ps.eval)
 		res.Evaluated++
+		i += 1 + n
 	}
 	hr.stored(b.Last + 1)
 	res.Changes = replyInt(out, 5)
@@ -341,11 +349,9 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 	}
 	args = append(args, len(order))
 	for _, ps := range order {
-		eval := 0
-		if hr.needs(ps.sub, ps.added, ps.eval, nowSec) {
-			eval = 1
-		}
-		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, eval, len(ps.incs))
+		pr := &pl.list[ps.profile]
+		plan := hr.needs(ps.sub, len(pr.limits)+len(pr.buckets), ps.added, ps.eval, nowSec)
+		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.incs))
 		secs := make([]int64, 0, len(ps.incs))
 		for sec := range ps.incs {
 			secs = append(secs, sec)

@@ -81,7 +81,15 @@ type Store struct {
 var (
 	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
-	seenScript   = redis.NewScript("#!lua flags=no-writes\n" + `return redis.call('ZMSCORE', KEYS[1], unpack(ARGV))`)
+	// seenScript reads the scores of many ids in chunks: Lua's unpack
+	// fails past a few thousand values, and a backlog's batch holds more.
+	seenScript = redis.NewScript("#!lua flags=no-writes\n" + `
+local out = {}
+for i = 1, #ARGV, 1000 do
+  local part = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  for k = 1, #part do out[#out + 1] = part[k] end
+end
+return out`)
 )
 
 // NewStore returns a Store over rdb.
