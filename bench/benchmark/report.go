@@ -346,7 +346,7 @@ func lookupGoals(r *Results) []goal {
 	}
 	p99Goal.detail = strings.Join(parts, ", ")
 
-	k := func(v float64) string { return fmt.Sprintf("%.1fk", v/1e3) }
+	k := func(v float64) string { return fmt.Sprintf("%gk", v/1e3) }
 	takeGoal := goal{text: fmt.Sprintf("strict takes ≥ %.1f× the old figures: ≥ %s/s at c=16, ≥ %s/s at c=64 (old %s, %s)", goalTakeGain,
 		k(goalTakeGain*oldTakeC16), k(goalTakeGain*oldTakeC64), k(oldTakeC16), k(oldTakeC64)), measured: true, met: true}
 	parts = nil
