@@ -211,7 +211,7 @@ var lookupLabels = map[string]string{
 	scAllowedOne:  "allowed check, one limit (ip 100/m)",
 	scAllowedFour: "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
 	scDenied:      "denied check (ip over 10/h)",
-	scStrict:      "strict take (`--rls-mode take`, counted in Redis)",
+	scStrict:      "strict take (`--rls-mode take`: counted in Redis, published to Kafka)",
 	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
 }
 
