@@ -21,9 +21,6 @@ type ApplyResult struct {
 	// Trimmed counts records skipped because the store already held their
 	// offsets (a stale owner's batch overlapping the new owner's).
 	Trimmed int
-	// Gap is the number of offsets between the stored next offset and the
-	// batch's first one (0 when contiguous or when nothing was stored).
-	Gap int64
 	// Events counted into buckets, and events skipped: older than every
 	// window of their rules, counted already by the limiter (strict mode),
 	// matching no rule, or counted already under their id (Dedup).
@@ -45,7 +42,6 @@ type ApplyResult struct {
 func (r *ApplyResult) add(o ApplyResult) {
 	r.Duplicate = r.Duplicate && o.Duplicate
 	r.Trimmed += o.Trimmed
-	r.Gap += o.Gap
 	r.Applied += o.Applied
 	r.Old += o.Old
 	r.CountedByLimiter += o.CountedByLimiter
@@ -64,7 +60,11 @@ func (r *ApplyResult) add(o ApplyResult) {
 // stored, and the touched subjects that may have moved relative to their
 // limits are evaluated against the rules in set — their deny records, their
 // state and a change entry written — all in one script run in the
-// partition's slot. A batch the store already holds changes nothing.
+// partition's slot. A batch the store already holds changes nothing; a
+// batch that starts after the stored offset changes nothing either and
+// returns *aggregator.RewindError: the slot lost writes it had acknowledged
+// (a failover), and the partition must be applied again from the stored
+// offset.
 //
 // hr remembers how far each subject stood from its limits, so that only
 // subjects a batch can have brought near a limit are evaluated; nil
@@ -244,12 +244,12 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		return ApplyResult{}, prev, nil
 	case 3:
 		return ApplyResult{}, -1, errDedupRaced
+	case 4:
+		hr.forget()
+		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
 	}
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
-	}
-	if prev >= 0 && b.First > prev {
-		res.Gap = b.First - prev
 	}
 	if replyInt(out, 2) == 1 {
 		hr.forget()

@@ -20,10 +20,10 @@ package window
 //
 // expect is the offset the caller last stored for the partition (-2 when it
 // does not know): when the stored offset differs, another owner moved the
-// partition and every subject is evaluated, whatever evaluate says.
+// partition and every subject is evaluated, whatever the plans say.
 //
 // plan says which of the subject's limits (windows, then buckets) to
-// evaluate: '' none, '*' all, else one '0' or '1' per limit.
+// evaluate: empty for none, "*" for all, else one '0' or '1' per limit.
 //
 // Each evaluated limit is evaluated at eval_sec (max of now and its latest
 // event) and, when that lies ahead of now, at now too. Per limit: the count;
@@ -41,9 +41,11 @@ package window
 // decisions, {subject, headroom per limit and bucket}* of evaluated subjects,
 // change seq or 0}
 // when applied, {1, next} when the batch is already held, {2, next} when only
-// its tail is new (the caller trims and retries). A limit's headroom is the
-// fewest events that would bring it to its near threshold (<= 0 when near),
-// NOEVAL for one the plan left out.
+// its tail is new (the caller trims and retries), {4, next} when the batch
+// starts after the stored offset (the slot lost writes it had acknowledged:
+// nothing is written, the caller reads the partition again from next). A
+// limit's headroom is the fewest events that would bring it to its near
+// threshold (<= 0 when near), NOEVAL for one the plan left out.
 const applyBody = `
 local a = ARGV
 local offkey = KEYS[1]
@@ -58,6 +60,7 @@ if prev then
   prev = tonumber(prev)
   if last < prev then return {1, prev} end
   if first < prev then return {2, prev} end
+  if first > prev then return {4, prev} end
 else
   prev = -1
 end
