@@ -49,7 +49,8 @@ type Config struct {
 	Bin, Repo, RedisAddr, PostgresURL, WorkDir, Out string
 	Brokers                                         []string
 	// The cluster profile (scripts/stack env --cluster): its brokers and
-	// Redis Cluster seeds. Without them the cluster step is skipped.
+	// Redis Cluster seeds. When it does not answer, the cluster step is
+	// skipped with a note in the summary.
 	ClusterBrokers, ClusterRedisAddrs []string
 	Options
 	Logger *slog.Logger

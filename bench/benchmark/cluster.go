@@ -45,19 +45,14 @@ const (
 func (b *bench) cluster(ctx context.Context) error {
 	cf := &b.res.Cluster
 	t := target{brokers: b.cfg.ClusterBrokers, redis: b.cfg.ClusterRedisAddrs, cluster: true}
-	if len(t.brokers) == 0 || len(t.redis) == 0 {
-		cf.Skipped = "no cluster addresses (--cluster-brokers, --cluster-redis-addrs; scripts/bench reads them from `scripts/stack env --cluster`)"
+	if err := harness.ClusterAnswers(ctx, t.brokers, t.redis); err != nil {
+		cf.Skipped = fmt.Sprintf("the cluster profile does not answer (%v); start it with `scripts/stack up --cluster`", err)
 		b.log.Warn("bench: cluster step skipped", "why", cf.Skipped)
 		return nil
 	}
 	kc := harness.NewKafka(t.brokers)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.redis})
 	defer rdb.Close()
-	if err := clusterReachable(ctx, kc, rdb); err != nil {
-		cf.Skipped = fmt.Sprintf("the cluster profile is not up (%v); start it with `scripts/stack up --cluster`", err)
-		b.log.Warn("bench: cluster step skipped", "why", cf.Skipped)
-		return nil
-	}
 	var topicsMade, prefixes []string
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -160,22 +155,6 @@ func gateEvents(partitions int) ([][]byte, error) {
 		vs[p] = v
 	}
 	return vs, nil
-}
-
-// clusterReachable checks that a broker answers metadata and every Redis
-// Cluster node a PING, within a few seconds.
-func clusterReachable(ctx context.Context, kc *harness.Kafka, rdb *redis.ClusterClient) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := kc.Reachable(ctx); err != nil {
-		return err
-	}
-	return rdb.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-		if err := node.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis %s: %w", node.Options().Addr, err)
-		}
-		return nil
-	})
 }
 
 // clusterPrefill produces the benchmark's synthetic events into the

@@ -34,15 +34,6 @@ func (k *Kafka) Create(ctx context.Context, spec topics.Spec) error {
 	return err
 }
 
-// Reachable asks the brokers for metadata, to tell a stack that is up from
-// one that is not.
-func (k *Kafka) Reachable(ctx context.Context) error {
-	if _, err := k.client.Metadata(ctx, &kafka.MetadataRequest{}); err != nil {
-		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
-	}
-	return nil
-}
-
 // DeleteTopics deletes topics, ignoring those that do not exist.
 func (k *Kafka) DeleteTopics(ctx context.Context, names ...string) error {
 	resp, err := k.client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: names})

@@ -31,16 +31,22 @@ type Stack struct {
 	WorkDir     string   `name:"workdir" help:"Logs and generated files (default: a temp dir)."`
 }
 
+// ClusterStack locates the stack's --cluster profile (see `scripts/stack
+// env --cluster`).
+type ClusterStack struct {
+	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" default:"127.0.0.1:29092,127.0.0.1:29192,127.0.0.1:29292" sep:"," help:"Brokers of the --cluster profile."`
+	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" default:"127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005,127.0.0.1:17006" sep:"," help:"Redis Cluster seeds of the --cluster profile."`
+}
+
 // ChaosCmd runs the fault suite.
 type ChaosCmd struct {
 	Stack
-	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" default:"127.0.0.1:29092,127.0.0.1:29192,127.0.0.1:29292" sep:"," help:"Brokers of the --cluster profile."`
-	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" default:"127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005,127.0.0.1:17006" sep:"," help:"Redis Cluster seeds of the --cluster profile."`
-	Rate              float64  `name:"rate" default:"2000" help:"Background load, events/s."`
-	Subjects          int      `name:"subjects" default:"300" help:"Subjects per scenario."`
-	Kills             int      `name:"kills" default:"3" help:"SIGKILLs of an aggregator."`
-	Only              []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
-	Out               string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
+	ClusterStack
+	Rate     float64  `name:"rate" default:"2000" help:"Background load, events/s."`
+	Subjects int      `name:"subjects" default:"300" help:"Subjects per scenario."`
+	Kills    int      `name:"kills" default:"3" help:"SIGKILLs of an aggregator."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
+	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
 }
 
 // Run runs the suite; it fails when a scenario failed.
@@ -69,9 +75,8 @@ func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
 type BenchCmd struct {
 	Stack
 	benchmark.Options
-	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" sep:"," help:"Brokers of the cluster profile (scripts/stack env --cluster); without them the cluster step is skipped."`
-	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" sep:"," help:"Redis Cluster seeds of the cluster profile."`
-	Out               string   `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
+	ClusterStack
+	Out string `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
 }
 
 // Run runs the benchmark and writes the summary.
