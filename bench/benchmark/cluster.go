@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
-	"floodgate/event"
 	"floodgate/topics"
 )
 
@@ -86,7 +86,8 @@ func (b *bench) cluster(ctx context.Context) error {
 		}
 		p1, p2 := fmt.Sprintf("bench%sc1r%d", b.id, i), fmt.Sprintf("bench%sc2r%d", b.id, i)
 		prefixes = append(prefixes, p1, p2)
-		two, err := b.clusterGated(ctx, t, topic, p2, i)
+		prefill := func(ctx context.Context) error { return b.clusterPrefill(ctx, t, topic, i) }
+		two, err := b.clusterLive(ctx, t, topic, p2, 2, i, prefill)
 		if err != nil {
 			return err
 		}
@@ -121,42 +122,6 @@ func (b *bench) clusterTopics(ctx context.Context, kc *harness.Kafka, topic stri
 	return made, nil
 }
 
-// clusterGated pre-fills a run's topic behind a gate (an open transaction,
-// harness.Gate), starts two aggregator processes in one group, and releases
-// the gate once both have joined: both start on a full topic together, and
-// no rebalance falls inside the timing.
-func (b *bench) clusterGated(ctx context.Context, t target, topic, prefix string, run int) (float64, error) {
-	values, err := gateEvents(b.cfg.PartCount)
-	if err != nil {
-		return 0, err
-	}
-	gate, err := harness.OpenGate(ctx, t.brokers, topic, values)
-	if err != nil {
-		return 0, err
-	}
-	err = b.clusterPrefill(ctx, t, topic, run)
-	var rate float64
-	if err == nil {
-		rate, err = b.clusterLive(ctx, t, topic, prefix, 2, run, gate)
-	}
-	return rate, errors.Join(err, gate.Close())
-}
-
-// gateEvents are the gate's records, one per partition: valid events that
-// no rule counts.
-func gateEvents(partitions int) ([][]byte, error) {
-	vs := make([][]byte, partitions)
-	for p := range vs {
-		v, err := event.Encode(event.Event{V: event.Version, ID: event.NewID(), Action: "bench_gate", Kind: "partition",
-			Subject: strconv.Itoa(p), TS: time.Now(), N: 1})
-		if err != nil {
-			return nil, fmt.Errorf("gate event: %w", err)
-		}
-		vs[p] = v
-	}
-	return vs, nil
-}
-
 // clusterPrefill produces the benchmark's synthetic events into the
 // replicated topic, with the producer step's settings.
 func (b *bench) clusterPrefill(ctx context.Context, t target, topic string, run int) error {
@@ -174,11 +139,14 @@ func (b *bench) clusterPrefill(ctx context.Context, t target, topic string, run 
 }
 
 // clusterLive runs procs `floodgate aggregator --no-history` processes in
-// one fresh group over the pre-filled topic and returns their summed
-// events/s, from the first sample at which every process had counted a
-// message to the last message. With a gate, it releases the gate once
-// every process has joined the group.
-func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string, procs, run int, gate *harness.Gate) (float64, error) {
+// one fresh group over the topic and returns their summed events/s, from
+// the first sample at which every process had counted a message to the
+// last message. With fill, the processes join the group on the empty
+// topic and are paused (SIGSTOP) while fill fills it, then continued
+// together: no member joins late, no rebalance falls inside the timing,
+// and the producer does not set the pace (as the cluster scale-out test
+// benchmark in cmd/floodgate does).
+func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string, procs, run int, fill func(context.Context) error) (float64, error) {
 	group := fmt.Sprintf("bench-%s-cluster%d-%d", b.id, procs, run)
 	var ps []*harness.Proc
 	var urls []string
@@ -195,6 +163,10 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 			return 0, errors.Join(err, stopAll())
 		}
 		args := b.aggregatorArgs(t, topic, group, prefix, addr)
+		if fill != nil {
+			// Paused members keep their partitions while the topic fills.
+			args = append(args, pausedArgs...)
+		}
 		b.res.Cluster.LiveCmd = "floodgate " + strings.Join(args, " ")
 		name := fmt.Sprintf("aggregator-cluster%d-%d-%d", procs, run, n)
 		p, err := harness.Start(ctx, harness.ProcConfig{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
@@ -204,18 +176,12 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 		ps = append(ps, p)
 		urls = append(urls, "http://"+addr+"/metrics")
 	}
-	if gate != nil {
-		err := waitJoined(ctx, ps, urls)
-		if err == nil {
-			err = gate.Release(ctx)
-		}
-		if err != nil {
+	if fill != nil {
+		if err := pausedFill(ctx, ps, urls, fill); err != nil {
 			return 0, errors.Join(err, stopAll())
 		}
 	}
-	// The gate's records are read too, one per partition.
-	want := float64(b.cfg.Events + b.cfg.PartCount)
-	rate, err := waitCounted(ctx, ps, urls, "floodgate_aggregator_messages_in_total", want)
+	rate, err := waitCounted(ctx, ps, urls, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
 	if err != nil {
 		err = fmt.Errorf("%d aggregator process(es) on the cluster: %w", procs, err)
 	}
@@ -247,6 +213,30 @@ func (b *bench) clusterLookups(ctx context.Context, t target, topic, prefix stri
 	runs, err := b.rlsMeasure(ctx, lim.rls, scAllowedFour, true, shapeFour, rlsload.OK, conc, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return errors.Join(err, b.stopProc(lim.Proc, "floodgate limiter --rls-mode check (cluster)"))
+}
+
+// pausedArgs keep a paused member in its group: the session timeout
+// outlasts the fill.
+var pausedArgs = []string{"--session-timeout", "60s"}
+
+// pausedFill waits until every process joined its group, pauses them all
+// (SIGSTOP), runs fill, and continues them (SIGCONT) whatever fill did.
+func pausedFill(ctx context.Context, ps []*harness.Proc, urls []string, fill func(context.Context) error) error {
+	if err := waitJoined(ctx, ps, urls); err != nil {
+		return err
+	}
+	signal := func(sig syscall.Signal) error {
+		var errs []error
+		for _, p := range ps {
+			errs = append(errs, p.Signal(sig))
+		}
+		return errors.Join(errs...)
+	}
+	err := signal(syscall.SIGSTOP)
+	if err == nil {
+		err = fill(ctx)
+	}
+	return errors.Join(err, signal(syscall.SIGCONT))
 }
 
 // waitJoined waits until every aggregator process has joined a generation
