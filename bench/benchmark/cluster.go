@@ -92,7 +92,7 @@ func (b *bench) cluster(ctx context.Context) error {
 			return err
 		}
 		cf.Two = append(cf.Two, two)
-		// The topic is open now: one process, its join left out by starting
+		// The topic is full now: one process, its join left out by starting
 		// at its first counted message, as the single-node live step does.
 		one, err := b.clusterLive(ctx, t, topic, p1, 1, i, nil)
 		if err != nil {
