@@ -41,6 +41,7 @@ type partition struct {
 	to    int64 // ms: the range's end: nothing from there on is reported
 
 	clock int64 // ms: the replay's clock, never going back
+	next  int64 // the offset after the last tick applied; -1 before
 	batch aggregator.Batch
 	stats *partStats
 }
@@ -64,7 +65,7 @@ type partStats struct {
 
 func newPartition(id int, topic string, be backend, cfg *Config, stats *partStats) *partition {
 	p := &partition{id: id, topic: topic, rdb: be.rdb, onDec: cfg.OnDecision, from: cfg.From.UnixMilli(), to: cfg.To.UnixMilli(), stats: stats,
-		batch: aggregator.Batch{Topic: topic, Partition: id}}
+		next: -1, batch: aggregator.Batch{Topic: topic, Partition: id}}
 	for _, s := range be.stores {
 		p.sets = append(p.sets, &setState{
 			ruleSet: s,
@@ -108,10 +109,13 @@ func (p *partition) flush(ctx context.Context) error {
 		return nil
 	}
 	b := p.batch
-	// The batch covers its records' offsets; offsets between ticks hold
-	// nothing counted (refused messages), and the store takes a batch that
-	// starts past its stored offset as it comes.
+	// Batches are contiguous, as the aggregator's: a tick covers the
+	// offsets since the last one (refused messages hold none counted), so
+	// the store finds each starting where it stands.
 	b.First, b.Last = b.Records[0].Offset, b.Records[len(b.Records)-1].Offset
+	if p.next >= 0 {
+		b.First = p.next
+	}
 	now := time.UnixMilli(p.clock)
 	errs := make([]error, len(p.sets))
 	var wg sync.WaitGroup
@@ -123,6 +127,7 @@ func (p *partition) flush(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	p.next = b.Last + 1
 	p.batch.Records = p.batch.Records[:0]
 	p.stats.clock.Store(p.clock)
 	return nil

@@ -437,3 +437,17 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 	}
 	return nil
 }
+
+// LoadScripts loads every script of the Store into Redis (every primary of a
+// cluster), so that the first apply, check or take after a start runs by
+// its SHA instead of sending and compiling its source within its deadline:
+// a strict take's budget is a few hundred milliseconds.
+func (s *Store) LoadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{applyScript, resumeScript, seenScript, evalScript, takeScript, refundScript,
+		checkScript, snapshotScript, adminScript, recordsScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("load scripts: %w", err)
+		}
+	}
+	return nil
+}

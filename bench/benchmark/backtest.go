@@ -110,7 +110,7 @@ func (b *bench) produceOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	args := b.produceArgs(t, b.cfg.Events, 1)
+	args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, 1)
 	p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-backtest", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	b.peak("floodgate produce", p)
 	return err

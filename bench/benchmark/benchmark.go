@@ -49,6 +49,10 @@ type Options struct {
 type Config struct {
 	Bin, Repo, RedisAddr, PostgresURL, WorkDir, Out string
 	Brokers                                         []string
+	// The cluster profile (scripts/stack env --cluster): its brokers and
+	// Redis Cluster seeds. When it does not answer, the cluster step is
+	// skipped with a note in the summary.
+	ClusterBrokers, ClusterRedisAddrs []string
 	Options
 	Logger *slog.Logger
 }
@@ -109,8 +113,8 @@ type Results struct {
 	Backtest     backtestFigures
 	BacktestBase backtestFigures // with --baseline
 	Lat          []Latency       // at Options.LatFractions of the live maximum
-	LimiterTable string
-	LimiterCmd   string
+	Lookups      []Lookup        // limiter step, then the cluster step's
+	LookupCmds   []string        // the no-op server's and the limiters' command lines
 	RollerRows   int64
 	RollerTook   time.Duration
 	RollerCmd    string
@@ -118,8 +122,9 @@ type Results struct {
 	Curve        []float64 // ms per query
 	CurveCmd     string
 	CurveErr     string
+	Cluster      ClusterFigures
 	Sketches     []SketchRun // without, then with unique-visitor sketches
-	SketchOpts   Options
+	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS          map[string]int64
 	Errors       []string
 }
@@ -176,6 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"backtest", b.backtest},
 		{"latency", b.latency},
 		{"limiter", b.limiter},
+		{"cluster", b.cluster},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
 	}
@@ -275,8 +281,8 @@ func (b *bench) peak(name string, p *harness.Proc) {
 
 var reProduced = regexp.MustCompile(`acknowledged in \S+ \(([\d.]+)/s\)`)
 
-func (b *bench) produceArgs(topic string, n int, seed int) []string {
-	return []string{"produce", "--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", topic, "--no-create-topics",
+func (b *bench) produceArgs(brokers []string, topic string, n int, seed int) []string {
+	return []string{"produce", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--no-create-topics",
 		"--count", strconv.Itoa(n), "--subjects", strconv.Itoa(b.cfg.Subjects), "--actions", "bench_visit,bench_login",
 		"--kind", "ip", "--seed", strconv.Itoa(seed), "--acks", acks, "--compression", compression,
 		"--linger", strconv.Itoa(lingerMS) + "ms", "--batch-size", strconv.Itoa(batchEvents), "--progress", "0"}
@@ -290,7 +296,7 @@ func (b *bench) producer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		args := b.produceArgs(t, b.cfg.Events, i+1)
+		args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, i+1)
 		b.res.ProduceCmd = "floodgate " + strings.Join(args, " ")
 		start := time.Now()
 		p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
@@ -299,11 +305,7 @@ func (b *bench) producer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate := float64(b.cfg.Events) / wall.Seconds()
-		if m := reProduced.FindStringSubmatch(harness.TailFile(p.LogPath, 5)); m != nil {
-			rate, _ = strconv.ParseFloat(m[1], 64)
-		}
-		b.res.Produce = append(b.res.Produce, rate)
+		b.res.Produce = append(b.res.Produce, producedRate(p, b.cfg.Events, wall))
 	}
 	// The record size of the Java runs: the mean value size of our events.
 	var total, n int
@@ -447,10 +449,8 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	if err != nil {
 		return f, err
 	}
-	args := append([]string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
-		"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
-		"--group", "bench-" + b.id + "-live-" + run, "--key-prefix", prefix,
-		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}, extra...)
+	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
+	args := append(b.aggregatorArgs(single, b.topics[0], "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
 	f.Cmd = "floodgate " + strings.Join(args, " ")
 	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
 		return f, err
@@ -463,7 +463,7 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	if err != nil {
 		return f, err
 	}
-	rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	rate, err := waitCounted(ctx, []*harness.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
 	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	serr := p.Stop(15 * time.Second)
 	if bin == b.cfg.Bin {
@@ -489,28 +489,44 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	return f, harness.DeletePrefix(ctx, b.rdb, prefix)
 }
 
-// waitMetric polls a counter until it reaches want and returns the rate
-// between its first non-zero sample and the sample that reached want.
-func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want float64) (float64, error) {
+// aggregatorArgs are the arguments of a live aggregator (no history) on t
+// over topic, with the benchmark's rules.
+func (b *bench) aggregatorArgs(t target, topic, group, prefix, metricsAddr string) []string {
+	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(t.brokers, ","),
+		"--topic", topic, "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
+		"--group", group, "--key-prefix", prefix}
+	args = append(args, t.redisArgs()...)
+	return append(args, "--rules", b.rules, "--metrics-addr", metricsAddr)
+}
+
+// waitCounted polls a counter on the metrics of one or more processes
+// until their sum reaches want, and returns the rate between the first
+// sample at which every process had counted something (a group whose
+// members all joined and read) and the sample that reached want.
+func waitCounted(ctx context.Context, procs []*harness.Proc, urls []string, name string, want float64) (float64, error) {
 	deadline := time.Now().Add(10 * time.Minute)
 	var t0 time.Time
 	var v0 float64
 	for time.Now().Before(deadline) {
-		if !p.Alive() {
-			return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+		for _, p := range procs {
+			if !p.Alive() {
+				return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+			}
 		}
-		s, err := harness.Scrape(ctx, url)
+		sum, all, err := scrapeSum(ctx, urls, name)
 		now := time.Now()
 		if err == nil {
-			v := s.Sum(name)
-			if v > 0 && t0.IsZero() {
-				t0, v0 = now, v
+			if all && t0.IsZero() {
+				t0, v0 = now, sum
 			}
-			if v >= want {
-				if now.Sub(t0) <= 0 || v-v0 <= 0 {
+			if sum >= want {
+				if t0.IsZero() {
+					return 0, fmt.Errorf("%s: reached %v before every process had counted (a member joined late): raise --events", name, want)
+				}
+				if now.Sub(t0) <= 0 || sum-v0 <= 0 {
 					return 0, fmt.Errorf("%s: reached %v in one poll: too few events to time", name, want)
 				}
-				return (v - v0) / now.Sub(t0).Seconds(), nil
+				return (sum - v0) / now.Sub(t0).Seconds(), nil
 			}
 		}
 		select {
@@ -520,6 +536,22 @@ func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want flo
 		}
 	}
 	return 0, fmt.Errorf("%s did not reach %v", name, want)
+}
+
+// scrapeSum sums a counter over metrics endpoints and tells whether every
+// one of them had counted something.
+func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, all bool, err error) {
+	all = true
+	for _, u := range urls {
+		s, err := harness.Scrape(ctx, u)
+		if err != nil {
+			return 0, false, err
+		}
+		v := s.Sum(name)
+		sum += v
+		all = all && v > 0
+	}
+	return sum, all, nil
 }
 
 // history: the history group (aggregator.Group + history.Sink, exactly

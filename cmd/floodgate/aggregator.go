@@ -71,6 +71,9 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := store.LoadScripts(ctx); err != nil {
+		return err
+	}
 
 	dlq := c.writer(c.DLQTopic)
 	defer closeLogged(logger, "dead-letter writer", dlq)
