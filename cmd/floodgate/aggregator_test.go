@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -45,6 +44,9 @@ type liveEnv struct {
 	mu                       sync.Mutex
 	produced                 map[string]int64 // subject -> events
 	extraArgs                []string
+	// historySchema, when set, runs the history group too, into this
+	// schema (historytest.Schema) of the database at postgresURL.
+	historySchema, postgresURL string
 }
 
 func newLiveEnv(t *testing.T, partitions int, rulesYAML string) *liveEnv {
@@ -114,12 +116,17 @@ type proc struct {
 
 func (e *liveEnv) start(name string) *proc {
 	e.t.Helper()
-	args := append([]string{"aggregator", "--no-history",
+	hist := []string{"--no-history"}
+	if e.historySchema != "" {
+		hist = []string{"--history", "--history-schema", e.historySchema, "--history-group", e.group + "-history",
+			"--postgres-url", e.postgresURL}
+	}
+	args := append(append([]string{"aggregator"}, hist...),
 		"--topic", e.topic, "--dlq-topic", e.dlq, "--decisions-topic", e.decisions,
 		"--group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath,
 		"--metrics-addr", "127.0.0.1:0", "--session-timeout", "6s", "--batch-wait", "20ms",
-		"--log-level", "debug",
-	}, e.extraArgs...)
+		"--log-level", "debug")
+	args = append(args, e.extraArgs...)
 	cmd := exec.Command(e.bin, args...)
 	cmd.Env = append(os.Environ(), "FLOODGATE_BROKERS="+strings.Join(e.brokers, ","), "FLOODGATE_REDIS_ADDR="+e.rdb.Options().Addr)
 	logf, err := os.Create(filepath.Join(e.dir, name+".log"))
@@ -538,21 +545,7 @@ func headers(m kafka.Message) map[string]string {
 func metricsOK(t *testing.T, e *liveEnv) {
 	t.Helper()
 	p := e.start("metrics")
-	addr := ""
-	deadline := time.Now().Add(20 * time.Second)
-	for addr == "" && time.Now().Before(deadline) {
-		b, _ := os.ReadFile(filepath.Join(e.dir, "metrics.log"))
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if i := strings.Index(sc.Text(), "metrics=http://"); i >= 0 {
-				addr = strings.Fields(sc.Text()[i+len("metrics="):])[0]
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if addr == "" {
-		t.Fatal("no metrics address logged")
-	}
+	addr := metricsAddr(t, e, "metrics")
 	base := strings.TrimSuffix(addr, "/metrics")
 	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "floodgate_live_events_total"} {
 		resp, err := httpGet(base + path)
