@@ -271,3 +271,55 @@ func TestSinkDedupRacingOwners(t *testing.T) {
 		t.Fatalf("history counted %d events, %d distinct ids", total, len(distinct))
 	}
 }
+
+// TestSinkPrunesInTheBackground: RunPartition (which aggregator.Group runs
+// beside every partition it owns) deletes the ids past the horizon, and
+// only those.
+func TestSinkPrunesInTheBackground(t *testing.T) {
+	pool := historytest.Pool(t)
+	schema := historytest.Schema(t, pool)
+	ctx := context.Background()
+	c := &clock{}
+	c0 := time.Date(2030, 5, 6, 7, 0, 0, 0, time.UTC)
+	c.set(c0)
+	s, err := history.NewSink(ctx, history.SinkConfig{
+		DB: pool, Group: "test-prune", Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+		Dedup: 2 * time.Second, Now: c.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []aggregator.Record
+	for i := range 25 {
+		recs = append(recs, ev(int64(i), fmt.Sprintf("old-%d", i), "a", "10.0.0.1", c0, 1))
+	}
+	if err := s.Apply(ctx, aggregator.Batch{Topic: "t", Partition: 0, First: 0, Last: 24, Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	c.set(c0.Add(2 * time.Second)) // the old ids are past the horizon now
+	if err := s.Apply(ctx, aggregator.Batch{Topic: "t", Partition: 0, First: 25, Last: 25, Records: []aggregator.Record{
+		ev(25, "new", "a", "10.0.0.1", c0, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.RunPartition(rctx, "t", 0); close(done) }()
+	defer func() { cancel(); <-done }()
+	ids := pgx.Identifier{schema, "history_ids"}.Sanitize()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+ids).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ids left 30s after the horizon passed, want 1", n)
+		}
+	}
+	var left [16]byte
+	if err := pool.QueryRow(ctx, `SELECT id FROM `+ids).Scan(&left); err != nil || left != history.IDKey("new") {
+		t.Fatalf("id left %x, %v; want IDKey(new)", left, err)
+	}
+}
