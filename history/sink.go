@@ -278,16 +278,11 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		}
 		// The stored offset lies in (First, Last]: only the records from it on
 		// are new. trimTo > b.First, so this ends.
-		kept := make([]aggregator.Record, 0, len(b.Records))
-		for _, r := range b.Records {
-			if r.Offset >= trimTo {
-				kept = append(kept, r)
-			}
-		}
+		kept := aggregator.TrimBatch(b, trimTo)
 		s.metrics.batches.WithLabelValues("trimmed").Inc()
 		s.log.Info("batch overlaps the stored offset; applying its tail", "topic", b.Topic, "partition", b.Partition,
-			"first", b.First, "last", b.Last, "stored", trimTo, "records_dropped", len(b.Records)-len(kept))
-		b.First, b.Records = trimTo, kept
+			"first", b.First, "last", b.Last, "stored", trimTo, "records_dropped", len(b.Records)-len(kept.Records))
+		b = kept
 	}
 }
 
