@@ -160,14 +160,18 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	var todo []int
+	stored := map[int]int64{}
 	for _, p := range parts {
-		_, ok, err := cfg.Store.Resume(ctx, cfg.Group, cfg.Topic, p)
+		next, ok, err := cfg.Store.Resume(ctx, cfg.Group, cfg.Topic, p)
 		if err != nil {
 			return res, fmt.Errorf("rebuild: %w", err)
 		}
 		if ok && !cfg.Force {
 			res.Skipped++
 			continue
+		}
+		if ok {
+			stored[p] = next
 		}
 		todo = append(todo, p)
 	}
@@ -178,6 +182,12 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	from, end, err := ranges(ctx, client, cfg.Topic, todo, res.From)
 	if err != nil {
 		return res, err
+	}
+	for p, next := range stored {
+		// The store refuses a batch that starts after its offset (it
+		// would skip what lies between): start there; events older than
+		// every window are skipped as they are read.
+		from[p] = min(from[p], next)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -30,6 +31,7 @@ type Options struct {
 	Runs         int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
 	Subjects     int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes       int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
+	LegacyRev    string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
 	LatFractions []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
 	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
@@ -48,6 +50,10 @@ type Options struct {
 type Config struct {
 	Bin, Repo, RedisAddr, PostgresURL, WorkDir, Out string
 	Brokers                                         []string
+	// The cluster profile (scripts/stack env --cluster): its brokers and
+	// Redis Cluster seeds. When it does not answer, the cluster step is
+	// skipped with a note in the summary.
+	ClusterBrokers, ClusterRedisAddrs []string
 	Options
 	Logger *slog.Logger
 }
@@ -100,14 +106,15 @@ type Results struct {
 	JavaConsCmd  string
 	Live         []float64 // LiveNow.Rate
 	LiveNow      liveFigures
-	LiveLegacy   liveFigures // --batch-wait 50ms --evaluate-all: the settings before
+	LiveLegacy   liveFigures // the aggregator of Options.LegacyRev
+	LegacyRev    string
 	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
 	HistoryDedup HistoryDedup
 	Lat          []Latency // at Options.LatFractions of the live maximum
-	LimiterTable string
-	LimiterCmd   string
+	Lookups      []Lookup  // limiter step, then the cluster step's
+	LookupCmds   []string  // the no-op server's and the limiters' command lines
 	RollerRows   int64
 	RollerTook   time.Duration
 	RollerCmd    string
@@ -115,8 +122,9 @@ type Results struct {
 	Curve        []float64 // ms per query
 	CurveCmd     string
 	CurveErr     string
+	Cluster      ClusterFigures
 	Sketches     []SketchRun // without, then with unique-visitor sketches
-	SketchOpts   Options
+	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS          map[string]int64
 	Errors       []string
 }
@@ -172,6 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"history", b.history},
 		{"latency", b.latency},
 		{"limiter", b.limiter},
+		{"cluster", b.cluster},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
 	}
@@ -229,6 +238,21 @@ func (b *bench) topic(name string) (string, error) {
 	return t, nil
 }
 
+// outputTopics creates the dead-letter and decisions topics of an events
+// topic (the aggregator requires both); they are deleted with the others.
+func (b *bench) outputTopics(ctx context.Context, events string) error {
+	for _, t := range []string{events + ".dlq", events + ".decisions"} {
+		if slices.Contains(b.topics, t) {
+			continue
+		}
+		if err := b.kafka.CreateTopic(ctx, t, 1); err != nil {
+			return err
+		}
+		b.topics = append(b.topics, t)
+	}
+	return nil
+}
+
 func (b *bench) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -256,8 +280,8 @@ func (b *bench) peak(name string, p *harness.Proc) {
 
 var reProduced = regexp.MustCompile(`acknowledged in \S+ \(([\d.]+)/s\)`)
 
-func (b *bench) produceArgs(topic string, n int, seed int) []string {
-	return []string{"produce", "--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", topic, "--no-create-topics",
+func (b *bench) produceArgs(brokers []string, topic string, n int, seed int) []string {
+	return []string{"produce", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--no-create-topics",
 		"--count", strconv.Itoa(n), "--subjects", strconv.Itoa(b.cfg.Subjects), "--actions", "bench_visit,bench_login",
 		"--kind", "ip", "--seed", strconv.Itoa(seed), "--acks", acks, "--compression", compression,
 		"--linger", strconv.Itoa(lingerMS) + "ms", "--batch-size", strconv.Itoa(batchEvents), "--progress", "0"}
@@ -271,7 +295,7 @@ func (b *bench) producer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		args := b.produceArgs(t, b.cfg.Events, i+1)
+		args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, i+1)
 		b.res.ProduceCmd = "floodgate " + strings.Join(args, " ")
 		start := time.Now()
 		p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
@@ -280,11 +304,7 @@ func (b *bench) producer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate := float64(b.cfg.Events) / wall.Seconds()
-		if m := reProduced.FindStringSubmatch(harness.TailFile(p.LogPath, 5)); m != nil {
-			rate, _ = strconv.ParseFloat(m[1], 64)
-		}
-		b.res.Produce = append(b.res.Produce, rate)
+		b.res.Produce = append(b.res.Produce, producedRate(p, b.cfg.Events, wall))
 	}
 	// The record size of the Java runs: the mean value size of our events.
 	var total, n int
@@ -341,43 +361,68 @@ func (b *bench) javaConsumer(ctx context.Context) error {
 }
 
 // live: a fresh `floodgate aggregator --no-history` group over the
-// pre-filled topic; events/s from its first applied batch to its last. Each
-// run also runs the settings floodgate had before adaptive batching and
-// headroom (--batch-wait 50ms --evaluate-all), and with --dedup, so that
-// their Redis cost per event is measured in the same run.
-// legacyArgs are the aggregator settings before adaptive batching and
-// headroom; dedupArgs turn dedup on.
-var (
-	legacyArgs = []string{"--batch-wait", "50ms", "--evaluate-all"}
-	dedupArgs  = []string{"--dedup", "10m"}
-)
-
+// pre-filled topic; events/s from its first applied batch to its last. The
+// first run is followed by one of the aggregator as issue 11 measured it
+// (built from Options.LegacyRev: fixed 50 ms batches, every touched subject
+// re-evaluated, decisions published inline) and one with --dedup, so that
+// their Redis cost per event is measured in the same run on the same topic.
 func (b *bench) live(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
+	defer func() { b.res.Live = b.res.LiveNow.Rate }()
+	legacy, err := b.legacyBin(ctx)
+	if err != nil {
+		b.res.Errors = append(b.res.Errors, fmt.Sprintf("legacy aggregator (%s): %v", b.cfg.LegacyRev, err))
+	}
 	for i := 0; i < b.cfg.Runs; i++ {
 		for _, v := range []struct {
-			name string
-			args []string
-			into *liveFigures
+			name, bin string
+			args      []string
+			into      *liveFigures
 		}{
-			{"", nil, &b.res.LiveNow},
-			{"legacy", legacyArgs, &b.res.LiveLegacy},
-			{"dedup", dedupArgs, &b.res.LiveDedup},
+			{"", b.cfg.Bin, nil, &b.res.LiveNow},
+			{"legacy", legacy, nil, &b.res.LiveLegacy},
+			{"dedup", b.cfg.Bin, dedupArgs, &b.res.LiveDedup},
 		} {
-			if v.name != "" && i > 0 {
+			if v.name != "" && i > 0 || v.bin == "" {
 				continue // one run of each comparison is enough
 			}
-			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.args)
+			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.bin, v.args)
 			if err != nil {
 				return err
 			}
 			v.into.add(f)
 		}
 	}
-	b.res.Live = b.res.LiveNow.Rate
 	return nil
+}
+
+// dedupArgs turn dedup on for the dedup run.
+var dedupArgs = []string{"--dedup", "10m"}
+
+// legacyBin builds cmd/floodgate as of Options.LegacyRev (git archive of
+// the repository, so no worktree is left behind) into the work directory.
+func (b *bench) legacyBin(ctx context.Context) (string, error) {
+	if b.cfg.LegacyRev == "" {
+		return "", nil
+	}
+	src := filepath.Join(b.cfg.WorkDir, "legacy-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", b.cfg.Repo, b.cfg.LegacyRev, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s: %w: %s", b.cfg.LegacyRev, err, out)
+	}
+	bin := filepath.Join(b.cfg.WorkDir, "floodgate-legacy")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/floodgate")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build at %s: %w: %s", b.cfg.LegacyRev, err, out)
+	}
+	b.res.LegacyRev = b.cfg.LegacyRev
+	return bin, nil
 }
 
 // liveFigures are the live runs of one setting.
@@ -396,31 +441,33 @@ func (l *liveFigures) add(o liveFigures) {
 	l.Cmd = o.Cmd
 }
 
-func (b *bench) liveRun(ctx context.Context, run string, extra []string) (liveFigures, error) {
+func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (liveFigures, error) {
 	var f liveFigures
 	prefix := "bench" + b.id + "r" + run
 	addr, err := harness.FreePort()
 	if err != nil {
 		return f, err
 	}
-	args := append([]string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
-		"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
-		"--group", "bench-" + b.id + "-live-" + run, "--key-prefix", prefix,
-		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}, extra...)
+	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
+	args := append(b.aggregatorArgs(single, b.topics[0], "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
 	f.Cmd = "floodgate " + strings.Join(args, " ")
-	b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
+	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
+		return f, err
+	}
 	before, err := harness.ReadRedisInfo(ctx, b.rdb)
 	if err != nil {
 		return f, err
 	}
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: bin, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return f, err
 	}
-	rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	rate, err := waitCounted(ctx, []*harness.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
 	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	serr := p.Stop(15 * time.Second)
-	b.peak("floodgate aggregator --no-history", p)
+	if bin == b.cfg.Bin {
+		b.peak("floodgate aggregator --no-history", p)
+	}
 	if err = errors.Join(err, ierr, serr); err != nil {
 		return f, err
 	}
@@ -441,28 +488,44 @@ func (b *bench) liveRun(ctx context.Context, run string, extra []string) (liveFi
 	return f, harness.DeletePrefix(ctx, b.rdb, prefix)
 }
 
-// waitMetric polls a counter until it reaches want and returns the rate
-// between its first non-zero sample and the sample that reached want.
-func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want float64) (float64, error) {
+// aggregatorArgs are the arguments of a live aggregator (no history) on t
+// over topic, with the benchmark's rules.
+func (b *bench) aggregatorArgs(t target, topic, group, prefix, metricsAddr string) []string {
+	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(t.brokers, ","),
+		"--topic", topic, "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
+		"--group", group, "--key-prefix", prefix}
+	args = append(args, t.redisArgs()...)
+	return append(args, "--rules", b.rules, "--metrics-addr", metricsAddr)
+}
+
+// waitCounted polls a counter on the metrics of one or more processes
+// until their sum reaches want, and returns the rate between the first
+// sample at which every process had counted something (a group whose
+// members all joined and read) and the sample that reached want.
+func waitCounted(ctx context.Context, procs []*harness.Proc, urls []string, name string, want float64) (float64, error) {
 	deadline := time.Now().Add(10 * time.Minute)
 	var t0 time.Time
 	var v0 float64
 	for time.Now().Before(deadline) {
-		if !p.Alive() {
-			return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+		for _, p := range procs {
+			if !p.Alive() {
+				return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+			}
 		}
-		s, err := harness.Scrape(ctx, url)
+		sum, all, err := scrapeSum(ctx, urls, name)
 		now := time.Now()
 		if err == nil {
-			v := s.Sum(name)
-			if v > 0 && t0.IsZero() {
-				t0, v0 = now, v
+			if all && t0.IsZero() {
+				t0, v0 = now, sum
 			}
-			if v >= want {
-				if now.Sub(t0) <= 0 || v-v0 <= 0 {
+			if sum >= want {
+				if t0.IsZero() {
+					return 0, fmt.Errorf("%s: reached %v before every process had counted (a member joined late): raise --events", name, want)
+				}
+				if now.Sub(t0) <= 0 || sum-v0 <= 0 {
 					return 0, fmt.Errorf("%s: reached %v in one poll: too few events to time", name, want)
 				}
-				return (v - v0) / now.Sub(t0).Seconds(), nil
+				return (sum - v0) / now.Sub(t0).Seconds(), nil
 			}
 		}
 		select {
@@ -472,6 +535,22 @@ func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want flo
 		}
 	}
 	return 0, fmt.Errorf("%s did not reach %v", name, want)
+}
+
+// scrapeSum sums a counter over metrics endpoints and tells whether every
+// one of them had counted something.
+func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, all bool, err error) {
+	all = true
+	for _, u := range urls {
+		s, err := harness.Scrape(ctx, u)
+		if err != nil {
+			return 0, false, err
+		}
+		v := s.Sum(name)
+		sum += v
+		all = all && v > 0
+	}
+	return sum, all, nil
 }
 
 // history: the history group (aggregator.Group + history.Sink, exactly

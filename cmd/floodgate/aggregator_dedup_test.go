@@ -13,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/event"
-	"floodgate/history/historytest"
 	"floodgate/stacktest"
 )
 
@@ -30,10 +27,7 @@ import (
 // copies the last process saw as duplicates.
 func TestAggregatorCrashDedupHistory(t *testing.T) {
 	t.Parallel()
-	e := newLiveEnv(t, 4, countRules)
-	pool := historytest.Pool(t)
-	e.historySchema = historytest.Schema(t, pool)
-	e.postgresURL = stacktest.PostgresURL(t)
+	e := newEnv(t, envConfig{partitions: 4, rules: countRules, history: true})
 	e.extraArgs = []string{"--dedup", "10m"}
 	ctx := context.Background()
 	w := e.writer()
@@ -86,7 +80,7 @@ func TestAggregatorCrashDedupHistory(t *testing.T) {
 	t.Logf("%d distinct events, %d copies", len(sent), copies)
 
 	e.waitExact("crash", 90*time.Second)
-	waitHistoryExact(t, pool, e, 90*time.Second)
+	waitHistoryExact(t, e, 90*time.Second)
 
 	// The last process counted copies as duplicates on both paths.
 	body, err := httpGet(metricsAddr(t, e, last))
@@ -105,48 +99,23 @@ func TestAggregatorCrashDedupHistory(t *testing.T) {
 // waitHistoryExact waits until history's total of every produced subject
 // equals its produced count (distinct ids), and fails at once on a total
 // above it (a double count).
-func waitHistoryExact(t *testing.T, pool *pgxpool.Pool, e *liveEnv, within time.Duration) {
+func waitHistoryExact(t *testing.T, e *liveEnv, within time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	totals := pgx.Identifier{e.historySchema, "history_totals"}.Sanitize()
-	deadline := time.Now().Add(within)
-	for {
-		rows, err := pool.Query(ctx, `SELECT subject, n FROM `+totals+` WHERE action = 'crash' AND kind = 'k'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]int64{}
-		for rows.Next() {
-			var s string
-			var n int64
-			if err := rows.Scan(&s, &n); err != nil {
-				t.Fatal(err)
-			}
-			got[s] = n
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
+	var got map[string]int64
+	stacktest.WaitFor(t, "history totals equal to the distinct ids", within, func() bool {
+		got = e.historyTotals("crash")
 		e.mu.Lock()
-		exact, want := true, int64(0)
+		defer e.mu.Unlock()
+		exact := len(got) == len(e.produced)
 		for s, n := range e.produced {
-			want += n
 			if got[s] > n {
-				e.mu.Unlock()
 				t.Fatalf("history: subject %s counted %d, %d distinct ids: double count", s, got[s], n)
 			}
 			exact = exact && got[s] == n
 		}
-		e.mu.Unlock()
-		if exact && len(got) == len(e.produced) {
-			t.Logf("history: all %d subjects exact, %d events counted once", len(got), want)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history after %s: totals %v, distinct ids %v", within, got, e.produced)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return exact
+	})
+	t.Logf("history: all %d subjects exact", len(got))
 }
 
 // metricsAddr returns the /metrics URL the named process logged.
