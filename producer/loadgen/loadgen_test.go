@@ -28,7 +28,9 @@ func TestParseLine(t *testing.T) {
 		{"null id and ts", `{"id":null,"ts":null,"action":"a","kind":"ip","subject":"s"}`,
 			func(e event.Event) bool { return e.ID != "" && e.TS.Equal(t0) }, ""},
 		{"attrs kept, defaults filled", `{"action":"login_failed","kind":"ip","subject":"203.0.113.7","attrs":{"email":"a@example.com"}}`,
-			func(e event.Event) bool { return e.Attrs["email"] == "a@example.com" && len(e.Attrs) == 1 && e.TS.Equal(t0) }, ""},
+			func(e event.Event) bool {
+				return e.Attrs["email"] == "a@example.com" && len(e.Attrs) == 1 && e.TS.Equal(t0)
+			}, ""},
 		{"attrs kept", `{"v":1,"id":"a2","action":"login_failed","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":"b@example.com"}}`,
 			func(e event.Event) bool { return e.ID == "a2" && e.Attrs["email"] == "b@example.com" }, ""},
 		{"rfc3339 ts kept", `{"action":"a","kind":"ip","subject":"s","ts":"2024-01-02T03:04:05Z"}`,
