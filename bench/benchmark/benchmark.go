@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/bench/harness"
 	"floodgate/history"
+	"floodgate/migrations"
 )
 
 // Options are the benchmark's tunables (flags of floodbench bench).
@@ -110,6 +112,7 @@ type Results struct {
 	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
+	HistoryDedup HistoryDedup
 	Backtest     backtestFigures
 	BacktestBase backtestFigures // with --baseline
 	Lat          []Latency       // at Options.LatFractions of the live maximum
@@ -556,62 +559,126 @@ func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, al
 
 // history: the history group (aggregator.Group + history.Sink, exactly
 // what `floodgate aggregator` wires) in this process, over the pre-filled
-// topic; events/s from the first stored offset to the last.
+// topic; events/s from the first stored offset to the last. Once, after the
+// first run, it runs again without and with dedup (HistoryDedup), each in a
+// schema of its own.
 func (b *bench) history(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		group := fmt.Sprintf("bench-%s-hist-%d", b.id, i)
-		reg := prometheus.NewRegistry()
-		sink, err := history.NewSink(ctx, history.SinkConfig{DB: b.pool, Group: group, Registerer: reg, Logger: b.log})
+		f, err := b.historyRun(ctx, fmt.Sprint(i), history.DefaultSchema, 0)
 		if err != nil {
 			return err
 		}
-		g, err := aggregator.NewGroup(aggregator.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
-		if err != nil {
+		b.res.History = append(b.res.History, f.Rate)
+		b.res.HistoryRows = append(b.res.HistoryRows, f.Rows)
+	}
+	for _, v := range []struct {
+		dedup time.Duration
+		into  *historyFigures
+	}{{0, &b.res.HistoryDedup.Without}, {historyDedup, &b.res.HistoryDedup.With}} {
+		if err := b.historyPrivate(ctx, v.dedup, v.into); err != nil {
 			return err
-		}
-		gctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- g.Run(gctx) }()
-		var t0 time.Time
-		var v0 int64
-		var rate float64
-		var werr error
-		for deadline := time.Now().Add(10 * time.Minute); ; {
-			var v int64
-			err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM floodgate.consumer_offsets WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
-			now := time.Now()
-			if err == nil && v > 0 && t0.IsZero() {
-				t0, v0 = now, v
-			}
-			if err == nil && v >= int64(b.cfg.Events) {
-				if now.Sub(t0) > 0 && v > v0 {
-					rate = float64(v-v0) / now.Sub(t0).Seconds()
-				} else {
-					werr = errors.New("history: all events in one poll: too few to time")
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				werr = errors.New("history group did not finish in 10 minutes")
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		rows := gatherCounter(reg, "floodgate_history_bucket_rows_written_total")
-		cancel()
-		<-done
-		if werr != nil {
-			return werr
-		}
-		b.res.History = append(b.res.History, rate)
-		if !t0.IsZero() {
-			b.res.HistoryRows = append(b.res.HistoryRows, rows*rate/float64(b.cfg.Events))
 		}
 	}
 	return nil
+}
+
+// historyDedup is the horizon of the dedup run (dedupArgs).
+const historyDedup = 10 * time.Minute
+
+// HistoryDedup compares the history group without and with dedup, each in
+// a fresh schema (migrations.InstallHistory), so that neither meets the
+// other's rows or ids.
+type HistoryDedup struct {
+	Without, With historyFigures
+}
+
+// historyFigures are one history run.
+type historyFigures struct {
+	Rate    float64 // events/s
+	Rows    float64 // bucket rows/s
+	IDBytes float64 // history_ids bytes (heap + indexes) per event counted; dedup only
+}
+
+// historyPrivate runs the history group once in a schema of its own.
+func (b *bench) historyPrivate(ctx context.Context, dedup time.Duration, into *historyFigures) (err error) {
+	schema := fmt.Sprintf("fgbench_%s_hist_dedup_%v", b.id, dedup > 0)
+	if err := migrations.InstallHistory(ctx, b.pool, schema); err != nil {
+		return err
+	}
+	defer func() {
+		if _, derr := b.pool.Exec(context.WithoutCancel(ctx), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); derr != nil {
+			err = errors.Join(err, fmt.Errorf("drop schema %s: %w", schema, derr))
+		}
+	}()
+	f, err := b.historyRun(ctx, fmt.Sprintf("dedup-%v", dedup > 0), schema, dedup)
+	if err != nil {
+		return err
+	}
+	if dedup > 0 {
+		var size int64
+		if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, pgx.Identifier{schema, "history_ids"}.Sanitize()).Scan(&size); err != nil {
+			return fmt.Errorf("size of %s.history_ids: %w", schema, err)
+		}
+		f.IDBytes = float64(size) / float64(b.cfg.Events)
+	}
+	*into = f
+	return nil
+}
+
+// historyRun runs a fresh history group over the pre-filled topic into
+// schema, with dedup when positive.
+func (b *bench) historyRun(ctx context.Context, run, schema string, dedup time.Duration) (historyFigures, error) {
+	var f historyFigures
+	group := fmt.Sprintf("bench-%s-hist-%s", b.id, run)
+	offsets := pgx.Identifier{schema, "consumer_offsets"}.Sanitize()
+	reg := prometheus.NewRegistry()
+	sink, err := history.NewSink(ctx, history.SinkConfig{DB: b.pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+		Dedup: dedup, Registerer: reg, Logger: b.log})
+	if err != nil {
+		return f, err
+	}
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
+	if err != nil {
+		return f, err
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(gctx) }()
+	var t0 time.Time
+	var v0 int64
+	var werr error
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		var v int64
+		err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM `+offsets+` WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
+		now := time.Now()
+		if err == nil && v > 0 && t0.IsZero() {
+			t0, v0 = now, v
+		}
+		if err == nil && v >= int64(b.cfg.Events) {
+			if now.Sub(t0) > 0 && v > v0 {
+				f.Rate = float64(v-v0) / now.Sub(t0).Seconds()
+			} else {
+				werr = errors.New("history: all events in one poll: too few to time")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			werr = errors.New("history group did not finish in 10 minutes")
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rows := gatherCounter(reg, "floodgate_history_bucket_rows_written_total")
+	cancel()
+	<-done
+	if werr != nil {
+		return f, werr
+	}
+	f.Rows = rows * f.Rate / float64(b.cfg.Events)
+	return f, nil
 }
 
 func gatherCounter(reg *prometheus.Registry, name string) float64 {

@@ -54,6 +54,12 @@ func Render(r *Results) string {
 	w("| aggregator history events/s (Postgres) | %s | %s (same) | %s | %s |\n",
 		harness.Human(harness.Median(r.History)), harness.Human(harness.Median(r.JavaConsume)),
 		ratio(harness.Median(r.History), harness.Median(r.JavaConsume)), runs(r.History))
+	if hd := r.HistoryDedup; hd.With.Rate > 0 {
+		w("| aggregator history events/s with `%s` | %s | %s (same) | %s | without %s, with %s (with ÷ without %s), each once in a fresh schema; history_ids %.0f bytes per event |\n",
+			strings.Join(dedupArgs, " "), harness.Human(hd.With.Rate), harness.Human(harness.Median(r.JavaConsume)),
+			ratio(hd.With.Rate, harness.Median(r.JavaConsume)), harness.Human(hd.Without.Rate), harness.Human(hd.With.Rate),
+			ratio(hd.With.Rate, hd.Without.Rate), hd.With.IDBytes)
+	}
 	renderBacktest(w, r)
 	for _, l := range r.Lat {
 		goal := ""
@@ -101,7 +107,8 @@ func Render(r *Results) string {
 	w("- producer: wall time of `%s` as it reports it (events acknowledged / time); ceiling: `%s` with --record-size the mean size of our JSON events (read back from the topic). Java's payload is random letters and unkeyed (sticky partitioner); ours is keyed JSON (murmur2).\n", r.ProduceCmd, r.JavaCmd)
 	w("- live: a fresh group of `%s` over the first producer topic (pre-filled with %d events); the rate is taken from its first to its last counted message (floodgate_aggregator_messages_in_total), so the group join is excluded, as ConsumerPerformance's fetch.nMsg.sec excludes it: `%s`. After the first run, the same command once with the aggregator built from `%s` (git archive + go build: issue 11's baseline, fixed 50 ms batches, every touched subject re-evaluated, decisions published inline) and once with `%s`.\n",
 		r.LiveNow.Cmd, r.Events, r.JavaConsCmd, r.LegacyRev, strings.Join(dedupArgs, " "))
-	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total.\n")
+	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total. The dedup row: once, after the runs, the same group without and then with `SinkConfig.Dedup` = %s (what `%s` sets), each in a schema of its own (migrations.InstallHistory), so that both start from empty tables; the topic's ids are all distinct, so it is the price of checking and recording every id; bytes per event: pg_total_relation_size of history_ids (heap and both indexes) after the run, divided by the events.\n",
+		historyDedup, strings.Join(dedupArgs, " "))
 	backtestHow(w, r)
 	w("- latency: the live aggregator and a limiter (real processes) under paced background load at each fraction of the live median; each probe publishes 3 events for a fresh subject over a 2/m rule and asks the limiter (HTTP /v1/check, every 2 ms) until it answers 429; time from the Publish call, so it spans Kafka, the aggregator, Redis, the change stream and the limiter's memory.\n")
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
