@@ -113,11 +113,9 @@ type Results struct {
 	History      []float64
 	HistoryRows  []float64 // rows/s
 	HistoryDedup HistoryDedup
-	Backtest     backtestFigures
-	BacktestBase backtestFigures // with --baseline
-	Lat          []Latency       // at Options.LatFractions of the live maximum
-	Lookups      []Lookup        // limiter step, then the cluster step's
-	LookupCmds   []string        // the no-op server's and the limiters' command lines
+	Lat          []Latency // at Options.LatFractions of the live maximum
+	Lookups      []Lookup  // limiter step, then the cluster step's
+	LookupCmds   []string  // the no-op server's and the limiters' command lines
 	RollerRows   int64
 	RollerTook   time.Duration
 	RollerCmd    string
@@ -130,6 +128,9 @@ type Results struct {
 	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS          map[string]int64
 	Errors       []string
+
+	Backtest     backtestFigures
+	BacktestBase backtestFigures // with --baseline
 }
 
 type bench struct {
