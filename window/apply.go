@@ -37,6 +37,11 @@ type ApplyResult struct {
 	Changes int64
 	// Decisions are the new deny and shadow decisions.
 	Decisions []Decision
+	// Extended are the deny and shadow records the batch wrote over a live
+	// record of the same rule and window, with a later Until: no new
+	// decision (nothing is published), but the subject stays denied longer.
+	// Replays read them to measure deny time.
+	Extended []Decision
 }
 
 func (r *ApplyResult) add(o ApplyResult) {
@@ -52,6 +57,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Evaluated += o.Evaluated
 	r.Changes = max(r.Changes, o.Changes)
 	r.Decisions = append(r.Decisions, o.Decisions...)
+	r.Extended = append(r.Extended, o.Extended...)
 }
 
 // Apply applies a batch of a partition for a consumer group at time now:
@@ -271,6 +277,9 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	hr.stored(b.Last + 1)
 	res.Changes = replyInt(out, 5)
 	res.Decisions = pl.decisions(replyInts(out[3]), order)
+	if len(out) > 6 {
+		res.Extended = pl.decisions(replyInts(out[6]), order)
+	}
 	return res, -1, nil
 }
 
@@ -331,7 +340,7 @@ func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.S
 func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) []any {
 	args := make([]any, 0, 16+2*len(pl.rules)+8*len(order))
 	args = append(args, s.keys.Slot(b.Partition), b.First, b.Last, now.UnixMilli(), int64(s.slack/time.Second),
-		hr.expect(), s.maxLog, len(pl.rules))
+		hr.expect(), s.maxLog, s.keep, len(pl.rules))
 	for _, r := range pl.rules {
 		args = append(args, r.Name, r.Message)
 	}

@@ -6,7 +6,7 @@ package window
 // script run in the partition's slot.
 //
 //	KEYS: offset key
-//	ARGV: slot, first, last, now_ms, slack, expect, maxlog,
+//	ARGV: slot, first, last, now_ms, slack, expect, maxlog, keep_ms,
 //	      nrules, {name, message}*nrules,
 //	      nprofiles, {maxw, nlimits, {rule, count, w, shadow, distinct kind}*nlimits,
 //	                  nbuckets, {rule, interval_us, burst, shadow, rate}*nbuckets}*nprofiles,
@@ -35,11 +35,18 @@ package window
 // After the subjects: horizon (seconds, 0 when dedup is off), nids, id*: the
 // ids of the events counted, recorded in the slot's @ids set.
 //
+// keep_ms keeps deny and shadow records that long past their until (0: they
+// expire exactly at until). The script itself treats a record whose until
+// has passed as none; replays on event time keep them so that Redis's wall
+// clock, which runs at another pace than theirs, never drops one early.
+//
 // Returns {3, next} when one of the ids was counted since the caller looked
 // (it looks again), or {0, previous next offset or -1, all (1 when every subject was
 // evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
 // decisions, {subject, headroom per limit and bucket}* of evaluated subjects,
-// change seq or 0}
+// change seq or 0, {subject, limit, count, until_ms, shadow, eval_sec}* of
+// records extended (written over a live record of the same rule and window:
+// no new decision)}
 // when applied, {1, next} when the batch is already held, {2, next} when only
 // its tail is new (the caller trims and retries), {4, next} when the batch
 // starts after the stored offset (the slot lost writes it had acknowledged:
@@ -53,6 +60,7 @@ local slot = a[1]
 local first, last = tonumber(a[2]), tonumber(a[3])
 local now_ms, slack = tonumber(a[4]), tonumber(a[5])
 local expect, maxlog = tonumber(a[6]), tonumber(a[7])
+local keep_ms = tonumber(a[8])
 local now = math.floor(now_ms / 1000)
 local now_us = now_ms * 1000
 local prev = redis.call('GET', offkey)
@@ -66,7 +74,7 @@ else
 end
 local all = prev ~= expect
 
-local i = 8
+local i = 9
 local rules = {}
 local nrules = tonumber(a[i]); i = i + 1
 for r = 1, nrules do rules[r] = {a[i], a[i + 1]}; i = i + 2 end
@@ -277,7 +285,7 @@ for s = 1, nsub do
 end
 
 local out = {0, prev, all and 1 or 0}
-local decs, hs, changes, djson = {}, {}, {}, {}
+local decs, hs, changes, djson, exts = {}, {}, {}, {}, {}
 for _, ev in ipairs(evals) do
   local sub = subjects[ev.s]
   for kind, b in pairs(ev.best) do
@@ -305,10 +313,13 @@ for _, ev in ipairs(evals) do
     if write and u_ms > now_ms then
       local rec = fg_deny_json(rule[1], L, b.lim and b.lim[3], b.count, u_ms, rule[2], since)
       if bucket ~= '' then rec = string.sub(rec, 1, -2) .. bucket .. '}' end
-      redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, rec, 'PX', u_ms - now_ms)
+      redis.call('SET', slot .. ':' .. sub.f .. ':' .. kind, rec, 'PX', u_ms - now_ms + keep_ms)
+      local shadow = kind == 'shadow'
+      -- an extension is reported too (a replay measures how long a subject
+      -- stays denied), but only a new decision enters the change stream
+      local list = new and decs or exts
+      for _, x in ipairs({ev.s, index, b.count, u_ms, shadow and 1 or 0, b.t}) do list[#list + 1] = x end
       if new then
-        local shadow = kind == 'shadow'
-        for _, x in ipairs({ev.s, index, b.count, u_ms, shadow and 1 or 0, b.t}) do decs[#decs + 1] = x end
         djson[#djson + 1] = '{"f":' .. cjson.encode(sub.f) .. ',"rule":' .. cjson.encode(rule[1]) ..
           ',"limit":' .. string.format('%d', L) .. ',"window":"' .. wfmt ..
           '","count":' .. string.format('%d', b.count) .. ',"until":' .. string.format('%d', u_ms) ..
@@ -373,6 +384,7 @@ if #changes > 0 or #djson > 0 then
   redis.call(unpack(xa))
 end
 out[6] = seq
+out[7] = exts
 return out
 `
 

@@ -56,6 +56,13 @@ type StoreConfig struct {
 	// kept in the partition's slot and checked in the apply script. Zero
 	// counts every event (the default).
 	Dedup time.Duration
+	// KeepRecords keeps deny and shadow records this long past their until.
+	// Default 0: they expire exactly at until, so that a record's presence
+	// alone means "deny" to every reader. Replays on event time (package
+	// backtest) set it: their clock runs at another pace than Redis's, which
+	// would otherwise drop records early; the apply script, their only
+	// reader there, treats a record whose until has passed as none.
+	KeepRecords time.Duration
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
 }
@@ -72,6 +79,7 @@ type Store struct {
 	maxSub  int
 	maxLog  int64
 	dedup   int64 // seconds; 0 off
+	keep    int64 // ms deny records outlive their until
 	latency *prometheus.HistogramVec
 }
 
@@ -110,6 +118,8 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		return nil, fmt.Errorf("window store: max subjects %d is negative", cfg.MaxSubjects)
 	case cfg.MaxLog < 0:
 		return nil, fmt.Errorf("window store: max log %d is negative", cfg.MaxLog)
+	case cfg.KeepRecords < 0:
+		return nil, fmt.Errorf("window store: keep records %s is negative", cfg.KeepRecords)
 	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
 		return nil, fmt.Errorf("window store: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
 	}
@@ -130,6 +140,7 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		maxSub: cfg.MaxSubjects,
 		maxLog: cfg.MaxLog,
 		dedup:  int64(cfg.Dedup / time.Second),
+		keep:   cfg.KeepRecords.Milliseconds(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_redis_seconds",
 			Help:    "Redis script round trips of the window store by operation.",

@@ -42,8 +42,9 @@ type Options struct {
 	SketchVisitors int `name:"sketch-visitors" default:"200000" help:"Distinct visitors the sketches step draws from."`
 	// Only runs the named steps (e.g. --only sketches): each step on its
 	// own, at small sizes, without the whole run. Steps that read an
-	// earlier step's topic (live, history, java-consumer) need producer.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, latency, limiter, cluster, roller, sketches."`
+	// earlier step's topic (live, history, java-consumer) need producer;
+	// backtest makes its own topic and ceiling when run alone.
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches."`
 }
 
 // Config configures Run.
@@ -127,6 +128,9 @@ type Results struct {
 	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS          map[string]int64
 	Errors       []string
+
+	Backtest     backtestFigures
+	BacktestBase backtestFigures // with --baseline
 }
 
 type bench struct {
@@ -178,6 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"java-consumer", b.javaConsumer},
 		{"live", b.live},
 		{"history", b.history},
+		{"backtest", b.backtest},
 		{"latency", b.latency},
 		{"limiter", b.limiter},
 		{"cluster", b.cluster},

@@ -60,6 +60,7 @@ func Render(r *Results) string {
 			ratio(hd.With.Rate, harness.Median(r.JavaConsume)), harness.Human(hd.Without.Rate), harness.Human(hd.With.Rate),
 			ratio(hd.With.Rate, hd.Without.Rate), hd.With.IDBytes)
 	}
+	renderBacktest(w, r)
 	for _, l := range r.Lat {
 		goal := ""
 		switch l.Fraction {
@@ -108,6 +109,7 @@ func Render(r *Results) string {
 		r.LiveNow.Cmd, r.Events, r.JavaConsCmd, r.LegacyRev, strings.Join(dedupArgs, " "))
 	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total. The dedup row: once, after the runs, the same group without and then with `SinkConfig.Dedup` = %s (what `%s` sets), each in a schema of its own (migrations.InstallHistory), so that both start from empty tables; the topic's ids are all distinct, so it is the price of checking and recording every id; bytes per event: pg_total_relation_size of history_ids (heap and both indexes) after the run, divided by the events.\n",
 		historyDedup, strings.Join(dedupArgs, " "))
+	backtestHow(w, r)
 	w("- latency: the live aggregator and a limiter (real processes) under paced background load at each fraction of the live median; each probe publishes 3 events for a fresh subject over a 2/m rule and asks the limiter (HTTP /v1/check, every 2 ms) until it answers 429; time from the Publish call, so it spans Kafka, the aggregator, Redis, the change stream and the limiter's memory.\n")
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)

@@ -30,6 +30,7 @@ type CLI struct {
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
+	Backtest   BacktestCmd   `cmd:"" help:"Replay the events topic through a rules file: whom it would have denied, and what changes against the rules in force."`
 	Inspect    InspectCmd    `cmd:"" help:"Show a subject's counts, deny, shadow and ban records, and what a check answers now and why."`
 	Ban        BanCmd        `cmd:"" help:"Deny subjects for a while whatever their counts (audited, seen by every limiter)."`
 	Unban      UnbanCmd      `cmd:"" help:"Clear subjects' deny records, bans and decision state; their counts stay (audited)."`
