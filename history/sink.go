@@ -89,6 +89,7 @@ type Sink struct {
 	cfg       SinkConfig
 	applySQL  string
 	resumeSQL string
+	resetSQL  string
 	log       *slog.Logger
 	metrics   *sinkMetrics
 
@@ -97,7 +98,10 @@ type Sink struct {
 	parts    map[time.Time]bool // 1m partitions known to exist, by day
 }
 
-var _ aggregator.Sink = (*Sink)(nil)
+var (
+	_ aggregator.Sink           = (*Sink)(nil)
+	_ aggregator.OffsetResetter = (*Sink)(nil)
+)
 
 // NewSink checks cfg, stores the ladder if the database has none (now or,
 // when Postgres is down, at the first Resume or Apply), and returns a Sink
@@ -117,6 +121,8 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		applySQL: applySQL(cfg.Schema, offsets),
 		resumeSQL: `SELECT next_offset FROM ` + offsets +
 			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3`,
+		resetSQL: `UPDATE ` + offsets + ` SET next_offset = $5, updated_at = now()` +
+			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3 AND next_offset = $4`,
 		log:     cfg.Logger.With("group", cfg.Group),
 		metrics: m,
 		parts:   map[time.Time]bool{},
@@ -158,6 +164,22 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 		return 0, false, fmt.Errorf("history resume group=%s topic=%s partition=%d: %w", s.cfg.Group, topic, partition, err)
 	}
 	return next, true, nil
+}
+
+// ResetOffset moves the partition's stored next offset back from from to to
+// (aggregator.OffsetResetter): the topic was deleted and recreated, and the
+// stored offset lies beyond the new log's end. The buckets and totals stay;
+// the new log's events are added to them. It fails, changing nothing, when
+// the stored offset is not from (another owner moved it).
+func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error {
+	tag, err := s.cfg.DB.Exec(ctx, s.resetSQL, s.cfg.Group, topic, partition, from, to)
+	if err != nil {
+		return fmt.Errorf("history reset offset group=%s topic=%s partition=%d from %d to %d: %w", s.cfg.Group, topic, partition, from, to, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("history reset offset group=%s topic=%s partition=%d: it no longer stands at %d", s.cfg.Group, topic, partition, from)
+	}
+	return nil
 }
 
 // OffsetConflictError is returned for a batch that starts after the stored
