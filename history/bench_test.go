@@ -25,9 +25,8 @@ func TestBenchmarkHistory(t *testing.T) {
 		t.Skip("set FLOODGATE_BENCH=1 to measure")
 	}
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "bench", Schema: schema, OffsetsTable: schema + ".consumer_offsets"})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "bench"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +58,7 @@ func TestBenchmarkHistory(t *testing.T) {
 
 	// 2. Roller: move all of it 1m → 5m → 1h.
 	l, _ := history.ParseLadder("1m:1h,5m:2h,1h:forever")
-	r, err := roller.New(roller.Config{Pool: pool, Schema: schema, Ladder: l, Now: func() time.Time { return now.Add(10 * 24 * time.Hour) }})
+	r, err := roller.New(roller.Config{Pool: pool, Ladder: l, Now: func() time.Time { return now.Add(10 * 24 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func TestBenchmarkHistory(t *testing.T) {
 	// default ladder's full density (2 days of minutes, 12 days of 5
 	// minutes, the rest of the year hourly); 100k other keys have 20
 	// scattered rows each.
-	qs := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	qs := func(name string) string { return pgx.Identifier{"floodgate", name}.Sanitize() }
 	for _, st := range []string{"1m", "5m", "1h"} {
 		if _, err := pool.Exec(ctx, `DELETE FROM `+qs("bucket_"+st)); err != nil {
 			t.Fatal(err)
@@ -107,7 +106,7 @@ func TestBenchmarkHistory(t *testing.T) {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
-	q := history.NewQuerier(pool, schema)
+	q := history.NewQuerier(pool)
 	measure := func(step time.Duration) (time.Duration, int) {
 		var lat []time.Duration
 		var points int

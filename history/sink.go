@@ -25,12 +25,6 @@ type SinkConfig struct {
 	// Group is the consumer group whose offsets the sink stores, e.g.
 	// "floodgate-history". Required.
 	Group string
-	// Schema holds history's tables and functions. Default "floodgate".
-	Schema string
-	// OffsetsTable is "schema.table" of the offsets store (columns
-	// consumer_group, topic, partition, next_offset, updated_at; unique on the
-	// first three). Default "floodgate.consumer_offsets".
-	OffsetsTable string
 	// Ladder is stored when the database holds none yet (the roller owns it
 	// afterwards). Default DefaultLadder.
 	Ladder Ladder
@@ -51,11 +45,6 @@ func (c *SinkConfig) Validate() error {
 	case c.Group == "":
 		return errors.New("history sink config: no consumer group")
 	}
-	if c.OffsetsTable != "" {
-		if _, err := parseTable(c.OffsetsTable); err != nil {
-			return fmt.Errorf("history sink config: offsets %w", err)
-		}
-	}
 	if c.Ladder != nil {
 		if err := c.Ladder.Validate(); err != nil {
 			return fmt.Errorf("history sink config: %w", err)
@@ -68,12 +57,6 @@ func (c *SinkConfig) Validate() error {
 }
 
 func (c *SinkConfig) setDefaults() {
-	if c.Schema == "" {
-		c.Schema = DefaultSchema
-	}
-	if c.OffsetsTable == "" {
-		c.OffsetsTable = DefaultOffsetsTable
-	}
 	if c.Ladder == nil {
 		c.Ladder, _ = ParseLadder(DefaultLadder)
 	}
@@ -111,14 +94,14 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	offsets, _ := parseTable(cfg.OffsetsTable)
+	offsets := qualify("consumer_offsets")
 	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink{
 		cfg:      cfg,
-		applySQL: applySQL(cfg.Schema, offsets),
+		applySQL: applySQL(offsets),
 		resumeSQL: `SELECT next_offset FROM ` + offsets +
 			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3`,
 		resetSQL: `UPDATE ` + offsets + ` SET next_offset = $5, updated_at = now()` +
@@ -143,7 +126,7 @@ func (s *Sink) ready(ctx context.Context) error {
 	if s.laddered {
 		return nil
 	}
-	if err := EnsureLadder(ctx, s.cfg.DB, s.cfg.Schema, s.cfg.Ladder, true); err != nil {
+	if err := EnsureLadder(ctx, s.cfg.DB, s.cfg.Ladder, true); err != nil {
 		return fmt.Errorf("history sink: %w", err)
 	}
 	s.laddered = true
@@ -304,7 +287,7 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	// One round trip, one implicit transaction: the routing lock, then the
 	// statement.
 	batch := &pgx.Batch{}
-	batch.Queue(lockRouteShared, s.cfg.Schema)
+	batch.Queue(lockRouteShared, schema)
 	batch.Queue(s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
 		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes)
 	var (
@@ -368,7 +351,7 @@ func (s *Sink) ensurePartitions(ctx context.Context, minutes []time.Time) error 
 	}
 	s.mu.Unlock()
 	for _, day := range missing {
-		if _, err := s.cfg.DB.Exec(ctx, `SELECT `+qualify(s.cfg.Schema, "ensure_partition")+`('1m', $1)`, day); err != nil {
+		if _, err := s.cfg.DB.Exec(ctx, `SELECT `+qualify("ensure_partition")+`('1m', $1)`, day); err != nil {
 			return fmt.Errorf("ensure 1m partition %s: %w", day.Format(time.DateOnly), err)
 		}
 		s.mu.Lock()
@@ -406,8 +389,8 @@ func mod(a, b int64) int64 {
 // (sketch_union) — in this statement, so they are as exactly-once as the
 // counts. Rows without visitors carry NULL: the aggregate skips them and
 // sketch_union, plain SQL, calls no function for them.
-func applySQL(schema, offsets string) string {
-	q := func(name string) string { return qualify(schema, name) }
+func applySQL(offsets string) string {
+	q := qualify
 	var b strings.Builder
 	fmt.Fprintf(&b, `WITH cur AS (
 	SELECT next_offset FROM %[1]s WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3

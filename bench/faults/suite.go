@@ -249,7 +249,7 @@ rules:
 	if s.pool, err = pgxpool.New(ctx, cfg.PostgresURL); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s.query = history.NewQuerier(s.pool, "")
+	s.query = history.NewQuerier(s.pool)
 	if s.pub, err = producer.New(producer.Config{Brokers: cfg.Brokers, Topic: s.topic, MaxAttempts: 3, WriteTimeout: 5 * time.Second}); err != nil {
 		return nil, err
 	}
