@@ -114,12 +114,19 @@ type proc struct {
 
 func (e *liveEnv) start(name string) *proc {
 	e.t.Helper()
-	args := append([]string{"aggregator", "--no-history",
+	return e.run(name, append([]string{"--no-history", "--metrics-addr", "127.0.0.1:0"}, e.extraArgs...)...)
+}
+
+// run starts `floodgate aggregator` on the env's topics, group, prefix and
+// rules, with args after those.
+func (e *liveEnv) run(name string, args ...string) *proc {
+	e.t.Helper()
+	args = append([]string{"aggregator",
 		"--topic", e.topic, "--dlq-topic", e.dlq, "--decisions-topic", e.decisions,
 		"--group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath,
-		"--metrics-addr", "127.0.0.1:0", "--session-timeout", "6s", "--batch-wait", "20ms",
+		"--session-timeout", "6s", "--batch-wait", "20ms",
 		"--log-level", "debug",
-	}, e.extraArgs...)
+	}, args...)
 	cmd := exec.Command(e.bin, args...)
 	cmd.Env = append(os.Environ(), "FLOODGATE_BROKERS="+strings.Join(e.brokers, ","), "FLOODGATE_REDIS_ADDR="+e.rdb.Options().Addr)
 	logf, err := os.Create(filepath.Join(e.dir, name+".log"))
