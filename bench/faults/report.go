@@ -1,8 +1,10 @@
 package faults
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,20 +17,59 @@ func FormatRow(r Row) string {
 	if !r.Pass {
 		status = "FAIL"
 	}
-	return fmt.Sprintf("chaos %-4s %-55s produced=%d in-doubt=%d in-topic=%d postgres=%d redis=%d dlq=%d lost(pg/redis)=%d/%d dup(pg/redis)=%d/%d recovery=%s %s",
+	return fmt.Sprintf("chaos %-4s %-55s produced=%d in-doubt=%d in-topic=%d postgres=%d redis=%d dlq=%d lost(pg/redis)=%d/%d dup(pg/redis)=%d/%d reported=%q recovery=%s %s",
 		status, r.Fault, r.Produced, r.InDoubt, r.InTopic, r.Postgres, r.Redis, r.DeadLettered,
-		r.LostPG, r.LostRedis, r.DupPG, r.DupRedis, r.Recovery.Round(100*time.Millisecond), r.Note)
+		r.LostPG, r.LostRedis, r.DupPG, r.DupRedis, r.Reported, r.Recovery.Round(100*time.Millisecond), r.Note)
 }
 
+// docRow is one scenario's lines of the fault table and notes, as kept in
+// the document for runs of a subset (--only): a scenario not run keeps its
+// earlier lines and says when they were measured.
+type docRow struct {
+	Scenario string `json:"scenario"`
+	Table    string `json:"table"`
+	Note     string `json:"note"`
+	Measured string `json:"measured"` // "2006-01-02 15:04 UTC at commit `…`, 2000 events/s over 300 subjects"
+}
+
+// rowsMarker starts the comment at the end of the document holding its
+// rows (JSON), read back by the next run.
+const rowsMarker = "<!-- floodbench chaos rows (read back by --only runs; do not edit): "
+
 // WriteDoc writes docs/faults.md: the method, the machine and the table.
+// Scenarios not run this time (Config.Only) keep the rows the document
+// already holds.
 func WriteDoc(path string, s *Suite, rows []Row) error {
 	m := harness.DescribeMachine(s.cfg.Repo)
+	measured := fmt.Sprintf("%s at commit `%s`, %.0f events/s over %d subjects", m.Date.Format("2006-01-02 15:04 UTC"), m.Commit, s.cfg.Rate, s.cfg.Subjects)
+	prev := readDocRows(path)
+	ran := map[string]Row{}
+	for _, r := range rows {
+		ran[r.Scenario] = r
+	}
+	var doc []docRow
+	kept := false
+	for _, sc := range s.scenarios() {
+		name := sc.name
+		if r, ok := ran[name]; ok {
+			doc = append(doc, renderRow(r, measured))
+			continue
+		}
+		if d, ok := prev[name]; ok {
+			doc = append(doc, d)
+			kept = true
+		}
+	}
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# Faults\n\n")
 	w("Written by `make chaos` (scripts/chaos → `go run ./bench/cmd/floodbench chaos`); do not edit by hand.\n\n")
-	w("Measured %s on %d × %s, %s RAM, Linux %s, at commit `%s`; load average at the end %s.\n\n",
+	w("Measured %s on %d × %s, %s RAM, Linux %s, at commit `%s`; load average at the end %s.\n",
 		m.Date.Format("2006-01-02 15:04 UTC"), m.CPUs, m.CPUModel, m.MemTotal, m.Kernel, m.Commit, m.LoadAvg)
+	if kept {
+		w("That run was `--only %s`: the other rows are kept from earlier runs, each note saying when it was measured.\n", strings.Join(s.cfg.Only, ","))
+	}
+	w("\n")
 	w("Each fault is injected alone, under a paced load of %.0f events/s over %d subjects, into one running\n", s.cfg.Rate, s.cfg.Subjects)
 	w("`floodgate aggregator` (live group → Redis, history group → Postgres, one process):\n\n")
 	w("```\n%s %s\n```\n\n", s.cfg.Bin, strings.Join(s.aggregatorArgs("127.0.0.1:<port>"), " "))
@@ -40,26 +81,21 @@ func WriteDoc(path string, s *Suite, rows []Row) error {
 	w("event that was in Kafka half a second after the fault ended (service back, process restarted).\n")
 	w("The design promises zero lost and zero dup everywhere except Redis in the Redis-restart case (Redis runs\n")
 	w("without persistence: a restart loses counters, deny records and offsets), where the rebuild restores them.\n\n")
-	w("| fault | produced (acked) | in topic | Postgres | Redis | dead-lettered | lost PG / Redis | dup PG / Redis | recovery | result |\n")
-	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
-	for _, r := range rows {
-		res := "**pass**"
-		if !r.Pass {
-			res = "**FAIL**"
-		}
-		prod := fmt.Sprint(r.Produced)
-		if r.InDoubt > 0 {
-			prod += fmt.Sprintf(" (+%d in doubt)", r.InDoubt)
-		}
-		w("| %s | %s | %d | %d | %d | %d | %d / %d | %d / %d | %s | %s |\n",
-			r.Fault, prod, r.InTopic, r.Postgres, r.Redis, r.DeadLettered, r.LostPG, r.LostRedis, r.DupPG, r.DupRedis,
-			r.Recovery.Round(100*time.Millisecond), res)
+	w("The faults that take records out of Kafka (retention, a recreated topic) run a second aggregator on a\n")
+	w("topic of their own and count against what the producer got acknowledged, not against the topic: there,\n")
+	w("**lost** is what no one could count, and **reported** is what floodgate said about it — an ERROR log\n")
+	w("naming group, partition and offsets, and a metric (live / history group). A loss is acceptable only\n")
+	w("when it is reported: the result fails on any silent one.\n\n")
+	w("| fault | produced (acked) | in topic | Postgres | Redis | dead-lettered | lost PG / Redis | dup PG / Redis | reported (ERROR + metric) | recovery | result |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, d := range doc {
+		w("%s\n", d.Table)
 	}
 	w("\n### Notes per fault\n\n")
-	for _, r := range rows {
-		w("- **%s** — recovery: %s.", r.Fault, r.RecoveryNote)
-		if r.Note != "" {
-			w(" %s.", strings.TrimSuffix(r.Note, "."))
+	for _, d := range doc {
+		w("%s", d.Note)
+		if d.Measured != measured {
+			w(" (measured %s)", d.Measured)
 		}
 		w("\n")
 	}
@@ -80,9 +116,104 @@ func WriteDoc(path string, s *Suite, rows []Row) error {
 	w("aggregator → run the rebuild (`recovery.Rebuild` with `Reset`; the `floodgate rebuild` subcommand in\n")
 	w("cmd/floodgate/rebuild.go wraps it) → start the aggregator. The table's Redis-restart row measures exactly\n")
 	w("that sequence, and re-checks every earlier scenario's subjects in Redis after the rebuild.\n")
+	state, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("encode rows: %w", err)
+	}
+	w("\n%s%s -->\n", rowsMarker, state)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// renderRow is a row's table and notes lines.
+func renderRow(r Row, measured string) docRow {
+	res := "**pass**"
+	if !r.Pass {
+		res = "**FAIL**"
+	}
+	prod := fmt.Sprint(r.Produced)
+	if r.InDoubt > 0 {
+		prod += fmt.Sprintf(" (+%d in doubt)", r.InDoubt)
+	}
+	reported := r.Reported
+	if reported == "" {
+		reported = "—"
+	}
+	table := fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d / %d | %d / %d | %s | %s | %s |",
+		r.Fault, prod, r.InTopic, r.Postgres, r.Redis, r.DeadLettered, r.LostPG, r.LostRedis, r.DupPG, r.DupRedis,
+		reported, r.Recovery.Round(100*time.Millisecond), res)
+	note := fmt.Sprintf("- **%s** — recovery: %s.", r.Fault, r.RecoveryNote)
+	if r.Note != "" {
+		note += fmt.Sprintf(" %s.", strings.TrimSuffix(r.Note, "."))
+	}
+	return docRow{Scenario: r.Scenario, Table: table, Note: note, Measured: measured}
+}
+
+// legacyScenarios are the scenarios of documents written before the rows
+// were kept, in their table order.
+var legacyScenarios = []string{"baseline", "sigkill", "malformed", "bad-rules", "postgres", "kafka", "redis"}
+
+var (
+	measuredLine = regexp.MustCompile("^Measured (\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC) .* at commit (`[^`]*`)")
+	loadLine     = regexp.MustCompile(`paced load of (\d+ events/s over \d+ subjects)`)
+)
+
+// readDocRows reads the rows of the document at path: from its rows
+// comment, or, in a document written before it had one, from its table
+// and notes in legacyScenarios order. Nothing (no file, another shape)
+// is no rows.
+func readDocRows(path string) map[string]docRow {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	text := string(b)
+	out := map[string]docRow{}
+	if i := strings.LastIndex(text, rowsMarker); i >= 0 {
+		rest := text[i+len(rowsMarker):]
+		if j := strings.Index(rest, " -->"); j >= 0 {
+			var rows []docRow
+			if json.Unmarshal([]byte(rest[:j]), &rows) == nil {
+				for _, r := range rows {
+					out[r.Scenario] = r
+				}
+			}
+		}
+		return out
+	}
+	var tables, notes []string
+	measured := ""
+	inNotes := false
+	for _, l := range strings.Split(text, "\n") {
+		switch {
+		case measuredLine.MatchString(l):
+			m := measuredLine.FindStringSubmatch(l)
+			measured = m[1] + " at commit " + m[2] + measured
+		case loadLine.MatchString(l):
+			measured += ", " + loadLine.FindStringSubmatch(l)[1]
+		case strings.HasPrefix(l, "### Notes per fault"):
+			inNotes = true
+		case strings.HasPrefix(l, "## "):
+			inNotes = false
+		case !inNotes && strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| fault |"):
+			// Before the reported column: add it, empty.
+			cells := strings.Split(l, " | ")
+			if len(cells) == 10 {
+				cells = append(cells[:8], append([]string{"—"}, cells[8:]...)...)
+			}
+			tables = append(tables, strings.Join(cells, " | "))
+		case inNotes && strings.HasPrefix(l, "- **"):
+			notes = append(notes, l)
+		}
+	}
+	if len(tables) != len(legacyScenarios) || len(notes) != len(legacyScenarios) {
+		return out
+	}
+	for i, name := range legacyScenarios {
+		out[name] = docRow{Scenario: name, Table: tables[i], Note: notes[i], Measured: measured}
+	}
+	return out
 }

@@ -88,6 +88,7 @@ func (c *Config) setDefaults() error {
 
 // Row is one line of the fault table.
 type Row struct {
+	Scenario     string // its name, as --only matches it
 	Fault        string
 	Produced     int64 // acknowledged to the load generator
 	InDoubt      int64 // Publish calls that failed: may or may not be in Kafka
@@ -99,6 +100,9 @@ type Row struct {
 	DupPG        int64
 	LostRedis    int64
 	DupRedis     int64
+	// Reported is what the system reported lost or failed (an ERROR log and
+	// a metric), in the scenario's unit; empty when nothing was.
+	Reported     string
 	Recovery     time.Duration
 	RecoveryNote string
 	Note         string
@@ -132,6 +136,7 @@ type Suite struct {
 	log   *slog.Logger
 
 	procs []*harness.Proc
+	sides []*side
 }
 
 // Run runs every scenario and returns the table rows.
@@ -148,19 +153,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	}
 	defer s.close()
 
-	type scenario struct {
-		name string
-		run  func(context.Context) (Row, error)
-	}
-	all := []scenario{
-		{"baseline", s.baseline},
-		{"sigkill", s.sigkill},
-		{"malformed", s.malformed},
-		{"bad-rules", s.badRules},
-		{"postgres", s.postgresRestart},
-		{"kafka", s.kafkaRestart},
-		{"redis", s.redisRestart}, // last: its rebuild re-checks every earlier scenario
-	}
+	all := s.scenarios()
 	var rows []Row
 	for _, sc := range all {
 		if !s.wanted(sc.name) {
@@ -168,6 +161,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 		s.log.Info("chaos: scenario start", "scenario", sc.name, "load1", harness.Load1())
 		row, err := sc.run(ctx)
+		row.Scenario = sc.name
 		if err != nil {
 			row.Fault = sc.name
 			row.Note = "ERROR: " + err.Error()
@@ -186,6 +180,30 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 	}
 	return rows, nil
+}
+
+// scenario is one fault: a name for --only and its run.
+type scenario struct {
+	name string
+	run  func(context.Context) (Row, error)
+}
+
+// scenarios lists the faults in the order they run and are reported.
+func (s *Suite) scenarios() []scenario {
+	return []scenario{
+		{"baseline", s.baseline},
+		{"sigkill", s.sigkill},
+		{"malformed", s.malformed},
+		{"bad-rules", s.badRules},
+		{"postgres", s.postgresRestart},
+		{"kafka", s.kafkaRestart},
+		{"apply-error", s.applyError},
+		{"crash-publish", s.crashBeforePublish},
+		{"rebuild-beside", s.rebuildBeside},
+		{"retention-gap", s.retentionGap},
+		{"topic-recreated", s.topicRecreated},
+		{"redis", s.redisRestart}, // last: its rebuild re-checks every earlier scenario
+	}
 }
 
 func (s *Suite) wanted(name string) bool {
@@ -264,6 +282,11 @@ rules:
 func (s *Suite) close() {
 	if s.agg != nil {
 		_ = s.agg.Stop(15 * time.Second)
+	}
+	for _, sd := range s.sides {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sd.close(ctx)
+		cancel()
 	}
 	if s.pub != nil {
 		_ = s.pub.Close()
@@ -525,7 +548,7 @@ func (s *Suite) count(ctx context.Context, scenario string, m mark, t *harness.T
 	if err != nil {
 		return err
 	}
-	rc, err := s.redisCounts(ctx, prefix, truth)
+	rc, err := s.redisCounts(ctx, s.store, prefix, truth)
 	if err != nil {
 		return err
 	}
@@ -570,7 +593,7 @@ func (s *Suite) pgCounts(ctx context.Context, prefix string) (map[string]int64, 
 // redisCounts sums each subject's 1d window with the Store's Check. The
 // subjects asked are those of the truth plus every subject name the load
 // could have used.
-func (s *Suite) redisCounts(ctx context.Context, prefix string, truth map[string]int64) (map[string]int64, error) {
+func (s *Suite) redisCounts(ctx context.Context, store *window.Store, prefix string, truth map[string]int64) (map[string]int64, error) {
 	subs := map[string]bool{}
 	for sub := range truth {
 		subs[sub] = true
@@ -591,7 +614,7 @@ func (s *Suite) redisCounts(ctx context.Context, prefix string, truth map[string
 		for j, n := range chunk {
 			qs[j] = window.Query{Subject: window.Subject{Action: s.act, Kind: "ip", Subject: n}, Windows: []time.Duration{24 * time.Hour}}
 		}
-		st, err := s.store.Check(ctx, now, qs)
+		st, err := store.Check(ctx, now, qs)
 		if err != nil {
 			return nil, err
 		}

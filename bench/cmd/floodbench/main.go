@@ -36,7 +36,7 @@ type ChaosCmd struct {
 	Rate     float64  `name:"rate" default:"2000" help:"Background load, events/s."`
 	Subjects int      `name:"subjects" default:"300" help:"Subjects per scenario."`
 	Kills    int      `name:"kills" default:"3" help:"SIGKILLs of the aggregator."`
-	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,redis)."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,apply-error,crash-publish,rebuild-beside,retention-gap,topic-recreated,redis)."`
 	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
 }
 
