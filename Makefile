@@ -18,7 +18,7 @@ bench:
 	scripts/stack up && scripts/bench
 
 chaos:
-	scripts/stack up && scripts/chaos
+	scripts/stack up && scripts/stack up --cluster && scripts/chaos
 
 build:
 	go build -o bin/floodgate ./cmd/floodgate

@@ -344,24 +344,9 @@ func (w *worker) run(ctx, genCtx context.Context) {
 	if !ok {
 		return
 	}
-	f, err := NewFetcher(FetcherConfig{Client: g.client, Topic: g.cfg.Topic, Partition: w.partition, Offset: next,
-		MaxBytes: g.cfg.FetchMaxBytes, MaxWait: g.cfg.FetchMaxWait})
-	if err != nil {
-		w.log.Error("partition not started", "err", err)
-		return
-	}
-	w.next = next
 	w.log.Info("partition started", "offset", next)
 
 	var wg sync.WaitGroup
-	// Room for a few responses: the next batch is fetched while this one is
-	// applied, and batches grow only while a backlog waits here.
-	ch := make(chan fetched, 8)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w.fetchLoop(stop, f, ch)
-	}()
 	// A sink's per-partition work (the live relay) runs beside the batches
 	// and ends only once the last batch is applied.
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -372,20 +357,64 @@ func (w *worker) run(ctx, genCtx context.Context) {
 			pr.RunPartition(rctx, g.cfg.Topic, w.partition)
 		}()
 	}
-	w.applyLoop(ctx, stop, ch)
+	for stop.Err() == nil {
+		rewind := w.consume(ctx, stop, next)
+		if rewind == nil {
+			break
+		}
+		// The sink lost batches it had acknowledged: what it holds is a
+		// consistent past (offset and effects together), so reading again
+		// from its offset applies exactly what was lost.
+		g.metrics.rewinds.WithLabelValues(strconv.Itoa(w.partition)).Inc()
+		w.log.Error("the sink lost batches it had acknowledged (a failover of its store?); reading the partition again from its offset",
+			"sink_next", rewind.Next, "batch_first", rewind.First, "lost_offsets", rewind.First-rewind.Next)
+		next = rewind.Next
+	}
 	cancel()
 	rcancel()
 	wg.Wait()
 }
 
+// consume reads the partition from offset next and applies it until stop
+// fires, or until the sink says it lost batches it had acknowledged: then
+// it returns the sink's *RewindError, for the caller to read again from
+// there.
+func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
+	g := w.g
+	f, err := NewFetcher(FetcherConfig{Client: g.client, Topic: g.cfg.Topic, Partition: w.partition, Offset: next,
+		MaxBytes: g.cfg.FetchMaxBytes, MaxWait: g.cfg.FetchMaxWait})
+	if err != nil {
+		w.log.Error("partition not started", "err", err)
+		return nil
+	}
+	w.next, w.carry, w.held = next, nil, nil
+	// The fetch loop stops with the apply loop: what it fetched past a
+	// rewind is read again.
+	fstop, fcancel := context.WithCancel(stop)
+	defer fcancel()
+	// Room for a few responses: the next batch is fetched while this one is
+	// applied, and batches grow only while a backlog waits here.
+	ch := make(chan fetched, 8)
+	fetching := make(chan struct{})
+	go func() {
+		defer close(fetching)
+		w.fetchLoop(fstop, f, ch)
+	}()
+	rewind := w.applyLoop(ctx, stop, ch)
+	fcancel()
+	<-fetching
+	return rewind
+}
+
 // applyLoop applies what the fetch loop hands over until stop fires,
-// finishing the batch in hand.
-func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) {
+// finishing the batch in hand. It returns the sink's *RewindError when the
+// sink refused a batch because it lost earlier ones, nil otherwise.
+func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) *RewindError {
 	lag := w.g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
 	for {
 		item, ok := w.take(stop, ch)
 		if !ok {
-			return
+			return nil
 		}
 		// Past this point the batch is applied even if stop fires.
 		work := context.WithoutCancel(ctx)
@@ -393,7 +422,7 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) {
 			ok := w.resetOffset(stop, work, item.reset)
 			item.done <- ok
 			if !ok {
-				return
+				return nil
 			}
 			continue
 		}
@@ -405,13 +434,17 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) {
 		}
 		b, dead := w.batch(item)
 		lag.Set(float64(max(item.hw-b.Next(), 0)))
-		if !w.deadLetter(stop, work, dead) || !w.apply(stop, work, b) {
-			return
+		if !w.deadLetter(stop, work, dead) {
+			return nil
+		}
+		rewind, ok := w.apply(stop, work, b)
+		if rewind != nil || !ok {
+			return rewind
 		}
 		w.next = b.Next()
 		w.commit(b)
 		if stop.Err() != nil {
-			return
+			return nil
 		}
 	}
 }
@@ -721,15 +754,27 @@ func (w *worker) deadLetter(stop, work context.Context, dead []kafka.Message) bo
 	}, func() { w.g.metrics.deadLettered.Add(float64(len(dead))) })
 }
 
-func (w *worker) apply(stop, work context.Context, b Batch) bool {
-	return w.retry(stop, "apply", func() error {
+// apply applies b, retrying until it succeeds or stop fires. A sink that
+// refuses b because it lost earlier batches is not retried: its
+// *RewindError is returned.
+func (w *worker) apply(stop, work context.Context, b Batch) (*RewindError, bool) {
+	var rewind *RewindError
+	ok := w.retry(stop, "apply", func() error {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(work, 30*time.Second)
 		defer cancel()
 		err := w.g.sink.Apply(ctx, b)
 		w.g.metrics.applySeconds.Observe(time.Since(start).Seconds())
+		if errors.As(err, &rewind) {
+			return nil // done with this batch: the partition is read again
+		}
 		return err
-	}, func() { w.g.metrics.applied.Add(float64(len(b.Records))) })
+	}, func() {
+		if rewind == nil {
+			w.g.metrics.applied.Add(float64(len(b.Records)))
+		}
+	})
+	return rewind, ok
 }
 
 // retry runs op until it succeeds. Once stop fires it makes one last attempt

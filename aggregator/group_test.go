@@ -28,12 +28,36 @@ type offsetSink struct {
 	mu      sync.Mutex
 	next    map[int]int64
 	seen    map[string]int // event id -> times applied
+	applied map[int][]aggregator.Record
 	batches int
 	replays int
 }
 
 func newOffsetSink() *offsetSink {
-	return &offsetSink{next: map[int]int64{}, seen: map[string]int{}}
+	return &offsetSink{next: map[int]int64{}, seen: map[string]int{}, applied: map[int][]aggregator.Record{}}
+}
+
+// lose makes the sink forget what it applied of partition p from offset
+// to on, offset included, as a store that fails over to a replica missing
+// its last writes does.
+func (s *offsetSink) lose(p int, to int64) (lost int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := s.applied[p][:0]
+	for _, r := range s.applied[p] {
+		if r.Offset >= to {
+			s.seen[r.Event.ID]--
+			if s.seen[r.Event.ID] == 0 {
+				delete(s.seen, r.Event.ID)
+			}
+			lost++
+			continue
+		}
+		kept = append(kept, r)
+	}
+	s.applied[p] = kept
+	s.next[p] = to
+	return lost
 }
 
 func (s *offsetSink) Resume(_ context.Context, _ string, p int) (int64, bool, error) {
@@ -51,11 +75,12 @@ func (s *offsetSink) Apply(_ context.Context, b aggregator.Batch) error {
 		return nil
 	}
 	if n, ok := s.next[b.Partition]; ok && b.First != n {
-		return fmt.Errorf("gap on partition %d: have %d, batch starts at %d", b.Partition, n, b.First)
+		return &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: n, First: b.First}
 	}
 	for _, r := range b.Records {
 		s.seen[r.Event.ID]++
 	}
+	s.applied[b.Partition] = append(s.applied[b.Partition], b.Records...)
 	s.next[b.Partition] = b.Next()
 	s.batches++
 	return nil
@@ -210,6 +235,85 @@ func TestGroupResumesFromSinkOffset(t *testing.T) {
 	}
 	if sink.replays != 0 {
 		t.Errorf("%d batches were redelivered below the sink offset", sink.replays)
+	}
+}
+
+// TestGroupRewindsWhenTheSinkLostBatches makes the sink lose its last
+// batches of each partition while the group runs, as a Redis primary that
+// dies before replicating them does (its offset and its counts roll back
+// together): the next batch finds the sink's offset behind it, and the
+// partition is read again from there, so every event ends applied once.
+func TestGroupRewindsWhenTheSinkLostBatches(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 2)
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	produce := func(from, to int) {
+		var msgs []kafka.Message
+		for i := from; i < to; i++ {
+			ev := event.Event{ID: "w-" + strconv.Itoa(i), Action: "visit", Kind: "link", Subject: "s" + strconv.Itoa(i%7), TS: time.Now()}
+			v, _ := event.Encode(ev)
+			msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
+		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := newOffsetSink()
+	waitCount := func(want int) {
+		for sink.count() < want && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "rewind-" + topic, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+
+	produce(0, 400)
+	waitCount(400)
+	lost := 0
+	for p := range 2 {
+		sink.mu.Lock()
+		to := sink.next[p] / 2
+		sink.mu.Unlock()
+		lost += sink.lose(p, to)
+	}
+	t.Logf("the sink lost %d applied events", lost)
+	produce(400, 600)
+	waitCount(600)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.count(); got != 600 {
+		t.Fatalf("applied %d distinct events, want 600", got)
+	}
+	for id, n := range sink.seen {
+		if n != 1 {
+			t.Errorf("event %s applied %d times", id, n)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewinds := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "floodgate_aggregator_rewinds_total" {
+			for _, m := range mf.GetMetric() {
+				rewinds += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if rewinds != 2 {
+		t.Errorf("floodgate_aggregator_rewinds_total = %v, want 2 (one per partition)", rewinds)
 	}
 }
 

@@ -22,6 +22,7 @@ type metrics struct {
 	lag          *prometheus.GaugeVec
 	skipped      *prometheus.CounterVec
 	resets       *prometheus.CounterVec
+	rewinds      *prometheus.CounterVec
 	stopped      *prometheus.GaugeVec
 }
 
@@ -54,13 +55,15 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_skipped_offsets_total", Help: "Offsets deleted by retention before this group read them (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_offset_resets_total", Help: "Stored offsets beyond the log's end (topic recreated) moved back to the log's start, per partition.", ConstLabels: labels}, []string{"partition"}),
+		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_rewinds_total", Help: "Partitions read again from the sink's offset because the sink lost batches it had acknowledged (a Redis failover), per partition.", ConstLabels: labels}, []string{"partition"}),
 		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_aggregator_partition_stopped", Help: "1 while a partition is stopped on lost offsets (--on-lost-offsets=stop) until an operator acts.", ConstLabels: labels}, []string{"partition"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.stopped} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.rewinds, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"fmt"
 
 	"floodgate/event"
 )
@@ -42,7 +43,10 @@ type Sink interface {
 	// sink's own store. ok is false when the sink has never applied a batch of
 	// that partition.
 	Resume(ctx context.Context, topic string, partition int) (next int64, ok bool, err error)
-	// Apply makes the batch's effect and its offset durable together.
+	// Apply makes the batch's effect and its offset durable together. A
+	// sink whose stored offset lies before the batch returns *RewindError
+	// (it lost acknowledged batches): the partition is then read again
+	// from there.
 	Apply(ctx context.Context, b Batch) error
 }
 
@@ -60,6 +64,25 @@ type PartitionRunner interface {
 // nothing unless the stored offset is from.
 type OffsetResetter interface {
 	ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error
+}
+
+// RewindError is returned by a sink's Apply when the offset it holds for
+// the partition lies before the batch: the store lost batches it had
+// acknowledged. A Redis primary that dies before replicating its last
+// writes does that, and since a partition's offset lives in the same slot
+// as its counts, both roll back together to a consistent past. Applying
+// the batch anyway would skip what was lost; the runner instead reads the
+// partition again from Next, and the lost batches are applied again.
+type RewindError struct {
+	Topic     string
+	Partition int
+	Next      int64 // the next offset the sink holds
+	First     int64 // the refused batch's first offset
+}
+
+func (e *RewindError) Error() string {
+	return fmt.Sprintf("topic %s partition %d: the sink holds next offset %d but the batch starts at %d: it lost %d offsets it had acknowledged; reading them again",
+		e.Topic, e.Partition, e.Next, e.First, e.First-e.Next)
 }
 
 // TrimBatch returns b from offset from on: the records at or after it, with

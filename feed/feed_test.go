@@ -59,15 +59,10 @@ func (r *recorder) snapshot() (resets int, seqs []int64, n int) {
 	return r.resets, append([]int64(nil), r.seqs...), len(r.subject)
 }
 
+// waitFor waits for cond (stacktest.WaitFor) at most 10 s.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	stacktest.WaitFor(tb, what, 10*time.Second, cond)
 }
 
 type fixture struct {
@@ -118,7 +113,9 @@ func TestFollowerResyncsOrReportsAGap(t *testing.T) {
 	// first Apply while entries 2 and 3 come and go.
 	gate := make(chan struct{})
 	snap := &recorder{gate: gate}
-	go func() { _ = feed.Follow(ctx, feed.Config{Source: f.store, Streams: f.rdb, Partition: 0, Handler: snap, Block: 50 * time.Millisecond}) }()
+	go func() {
+		_ = feed.Follow(ctx, feed.Config{Source: f.store, Streams: f.rdb, Partition: 0, Handler: snap, Block: 50 * time.Millisecond})
+	}()
 	waitFor(t, "the first snapshot", func() bool { r, _, _ := snap.snapshot(); return r == 1 })
 	f.deny(t, "192.0.2.1")
 	waitFor(t, "the follower to hold entry 1", func() bool { return snap.held.Load() })

@@ -164,16 +164,10 @@ func newEnv(tb testing.TB, opts ...envOpt) *env {
 	return e
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor waits for cond (stacktest.WaitFor) at most 10 s.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	stacktest.WaitFor(tb, what, 10*time.Second, cond)
 }
 
 // apply counts n events of a subject at ts through the aggregator's own

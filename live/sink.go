@@ -160,9 +160,6 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	default:
 		s.m.batches.WithLabelValues("applied").Inc()
 	}
-	if res.Gap > 0 {
-		s.log.Warn("offset gap: the batch starts after the stored offset", "partition", b.Partition, "first", b.First, "gap", res.Gap)
-	}
 	return nil
 }
 

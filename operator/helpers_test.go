@@ -13,6 +13,7 @@ import (
 	"floodgate/limiter"
 	"floodgate/operator"
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/strict"
 	"floodgate/window"
 )
@@ -100,16 +101,10 @@ func newEnv(tb testing.TB, rdb client, prefix string) *env {
 	return e
 }
 
-// waitFor polls cond until it holds or 30 s pass.
+// waitFor waits for cond (stacktest.WaitFor) at most 30 s.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	stacktest.WaitFor(tb, what, 30*time.Second, cond)
 }
 
 // apply counts n events of a subject at ts as the aggregator does (one

@@ -208,6 +208,7 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 			if err := cfg.Store.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
 				return res, fmt.Errorf("rebuild: %w", err)
 			}
+			pos[p] = position{next: bounds[p].from, stored: true}
 		}
 	}
 	if cfg.Reset {
@@ -219,6 +220,20 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 			if err != nil {
 				return res, err
 			}
+		}
+	}
+	// Where each partition's replay starts reading, and where its first
+	// batch starts: the store refuses a batch that starts after the offset
+	// it holds (it would skip what lies between), so a partition whose
+	// offset it keeps (Force) starts there; events older than every window
+	// are skipped as they are read. Offsets below the log's start are
+	// gone (reported above): the first batch covers them.
+	read, first := map[int]int64{}, map[int]int64{}
+	for _, p := range todo {
+		read[p], first[p] = bounds[p].from, bounds[p].from
+		if pos[p].stored && !cfg.Reset {
+			first[p] = min(bounds[p].from, pos[p].next)
+			read[p] = max(first[p], bounds[p].first)
 		}
 	}
 
@@ -240,7 +255,7 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 				return
 			}
 			defer func() { <-sem }()
-			pr, err := replay(ctx, &cfg, client, p, bounds[p].from, bounds[p].end)
+			pr, err := replay(ctx, &cfg, client, p, first[p], read[p], bounds[p].end)
 			mu.Lock()
 			defer mu.Unlock()
 			res.Messages += pr.Messages
@@ -399,9 +414,10 @@ func ranges(ctx context.Context, client *kafka.Client, topic string, parts []int
 type partResult struct{ Messages, Events, Invalid, Lost int64 }
 
 // replay reads [from, end) of a partition, committed records only, and
-// applies it in batches; every subject is evaluated (nothing is known of
-// them).
-func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, from, end int64) (partResult, error) {
+// applies it in batches from offset first (at most from: the offsets
+// between are covered by the first batch, not read); every subject is
+// evaluated (nothing is known of them).
+func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first, from, end int64) (partResult, error) {
 	var pr partResult
 	if from >= end {
 		return pr, nil
@@ -410,7 +426,7 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, from,
 	if err != nil {
 		return pr, err
 	}
-	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: from, Last: from - 1}
+	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: first, Last: from - 1}
 	flush := func() error {
 		if b.Last < b.First {
 			return nil

@@ -164,6 +164,203 @@ func StartRedisNode(tb testing.TB, port int) {
 
 func redisNode(port int) string { return "redis-" + strconv.Itoa(port) }
 
+// KillRedisPrimaryAhead kills (SIGKILL) the Redis Cluster primary serving
+// key's slot while it holds writes its replica lacks, as asynchronous
+// replication allows: the replica is cut off (CutOffRedisReplica), ahead is
+// called with a client of the primary and returns once the primary took
+// the writes the test wants lost, then the primary is killed and the
+// replica continued; it takes over without them after the node timeout
+// (WaitClusterOK waits for that). It returns both addresses. The primary is
+// found once this holds the fault lock (another test's failover may have
+// moved the slot); the replica is continued whatever happens; the primary
+// is restarted at the end of the test as with KillRedisNode.
+func KillRedisPrimaryAhead(tb testing.TB, key string, ahead func(primary *redis.Client)) (primaryAddr, replicaAddr string) {
+	tb.Helper()
+	lock, err := lockFaults("redis")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	locked := true
+	defer func() {
+		if locked {
+			unlock(lock)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	primaryAddr, err = RedisPrimaryOf(ctx, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	primary := redis.NewClient(&redis.Options{Addr: primaryAddr})
+	defer func() { _ = primary.Close() }()
+	replicaAddr, resume, err := CutOffRedisReplica(ctx, primary)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			if err := resume(); err != nil {
+				tb.Error(err)
+			}
+		}
+	}()
+	ahead(primary)
+	locked = false
+	killLocked(tb, lock, redisNode(portOf(primaryAddr)))
+	resumed = true
+	if err := resume(); err != nil {
+		tb.Fatal(err)
+	}
+	return primaryAddr, replicaAddr
+}
+
+// RedisFailoverOfKey is RedisFailover of the primary serving key's slot,
+// found once this holds the fault lock (another test's fault may have moved
+// the slot meanwhile). It returns the old and the new primary's addresses.
+func RedisFailoverOfKey(tb testing.TB, rdb *redis.ClusterClient, key string) (from, to string) {
+	tb.Helper()
+	lock, err := lockFaults("redis")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer unlock(lock)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	from, err = RedisPrimaryOf(ctx, key)
+	cancel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	to, err = FailoverRedis(rdb, from)
+	if err != nil {
+		tb.Fatalf("redis failover of %s: %v", from, err)
+	}
+	return from, to
+}
+
+// ---------------------------------------------------------------- for harnesses
+
+// The functions below return errors instead of failing a test: the chaos
+// suite (bench/faults), which injects the same faults outside go test,
+// uses them, and takes the same fault locks.
+
+// LockFaults takes the fault lock of kind ("kafka" or "redis") that the
+// kill helpers of tests take, so that a harness and a test never have
+// nodes of one kind down at once; release frees it.
+func LockFaults(kind string) (release func(), err error) {
+	f, err := lockFaults(kind)
+	if err != nil {
+		return nil, err
+	}
+	return func() { unlock(f) }, nil
+}
+
+// RedisPrimaryOf returns the address of the primary serving key's slot as
+// the nodes say now (a client's slot map may be stale), once that node
+// confirms it is a primary.
+func RedisPrimaryOf(ctx context.Context, key string) (string, error) {
+	nodes := nodeClients()
+	defer closeAll(nodes)
+	var errs []error
+	for addr, c := range nodes {
+		slot, err := c.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: cluster keyslot: %w", addr, err))
+			continue
+		}
+		slots, err := c.ClusterSlots(ctx).Result()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: cluster slots: %w", addr, err))
+			continue
+		}
+		for _, r := range slots {
+			if int64(r.Start) > slot || slot > int64(r.End) || len(r.Nodes) == 0 {
+				continue
+			}
+			p := nodes[r.Nodes[0].Addr]
+			if p == nil {
+				errs = append(errs, fmt.Errorf("%s names %s, not a seed node, as the primary of slot %d", addr, r.Nodes[0].Addr, slot))
+				break
+			}
+			if role, err := p.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				return r.Nodes[0].Addr, nil
+			}
+			errs = append(errs, fmt.Errorf("%s names %s as the primary of slot %d, which is not one now", addr, r.Nodes[0].Addr, slot))
+			break
+		}
+	}
+	return "", fmt.Errorf("primary of key %s: %w", key, errors.Join(errs...))
+}
+
+// CutOffRedisReplica stops (SIGSTOP) the replica of primary and closes
+// its replication link, so that the writes primary takes from now on reach
+// no replica: stopped, the replica cannot reconnect, and what the primary
+// had sent before sits in its socket buffer. resume continues it (SIGCONT);
+// call it in every case.
+func CutOffRedisReplica(ctx context.Context, primary *redis.Client) (replicaAddr string, resume func() error, err error) {
+	replicaAddr, err = replicaOf(ctx, primary)
+	if err != nil {
+		return "", nil, err
+	}
+	pid, err := redisPID(portOf(replicaAddr))
+	if err != nil {
+		return "", nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return "", nil, fmt.Errorf("stop replica %s (pid %d): %w", replicaAddr, pid, err)
+	}
+	resume = func() error {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			return fmt.Errorf("continue replica %s (pid %d): %w", replicaAddr, pid, err)
+		}
+		return nil
+	}
+	if err := primary.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		return "", nil, errors.Join(fmt.Errorf("close the replication link of %s: %w", primary.Options().Addr, err), resume())
+	}
+	return replicaAddr, resume, nil
+}
+
+// WaitRedisHealthy is WaitClusterOK returning an error.
+func WaitRedisHealthy() error { return waitClusterOK() }
+
+// WaitKafkaReplicated waits until every partition of every topic of the
+// cluster has all its replicas in sync (a restarted node caught up), as
+// StartKafkaNode does.
+func WaitKafkaReplicated(brokers []string) error { return waitReplicated(brokers) }
+
+// portOf returns the port of a host:port address (0 when it has none).
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// redisPID returns the pid of the cluster's Redis node on port, from
+// scripts/stack's pid file, after checking that it is that node's
+// redis-server.
+func redisPID(port int) (int, error) {
+	dir, err := stackDir()
+	if err != nil {
+		return 0, err
+	}
+	path := filepath.Join(dir, "cluster", redisNode(port), "redis.pid")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("pid of redis node %d: %w", port, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("pid file %s: %w", path, err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "redis-server") || !strings.Contains(string(cmdline), ":"+strconv.Itoa(port)) {
+		return 0, fmt.Errorf("pid %d of %s is not redis node %d (%q, %v)", pid, path, port, cmdline, err)
+	}
+	return pid, nil
+}
+
 // killed holds the fault lock of each node killed by this process until it
 // is started again.
 var killed sync.Map // node name → *os.File
@@ -174,6 +371,13 @@ func kill(tb testing.TB, kind, name string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	killLocked(tb, lock, name)
+}
+
+// killLocked kills node name holding its kind's fault lock, which it keeps
+// until the node is started again.
+func killLocked(tb testing.TB, lock *os.File, name string) {
+	tb.Helper()
 	if _, err := stack("stop", "--cluster", name, "--kill"); err != nil {
 		unlock(lock)
 		tb.Fatal(err)
@@ -451,14 +655,16 @@ func RedisFailover(tb testing.TB, rdb *redis.ClusterClient, primaryAddr string) 
 		tb.Fatal(err)
 	}
 	defer unlock(lock)
-	addr, err := failover(rdb, primaryAddr)
+	addr, err := FailoverRedis(rdb, primaryAddr)
 	if err != nil {
 		tb.Fatalf("redis failover of %s: %v", primaryAddr, err)
 	}
 	return addr
 }
 
-func failover(rdb *redis.ClusterClient, primaryAddr string) (string, error) {
+// FailoverRedis is RedisFailover without the fault lock, returning an
+// error.
+func FailoverRedis(rdb *redis.ClusterClient, primaryAddr string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
 	primary := redis.NewClient(&redis.Options{Addr: primaryAddr})

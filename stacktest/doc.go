@@ -16,10 +16,15 @@
 // Redis Cluster of 3 primaries + 3 replicas) has helpers of its own:
 // ClusterBrokers, ClusterTopic (replication factor 3, min.insync.replicas=2),
 // ClusterRedis, ClusterPrefix, and, for fault tests, KillKafkaNode,
-// StartKafkaNode, KillRedisNode, StartRedisNode, RedisFailover and
-// WaitClusterOK. Kills go through scripts/stack and are serialised across
+// StartKafkaNode, KillRedisNode, StartRedisNode, RedisFailover,
+// RedisFailoverOfKey, KillRedisPrimaryAhead (a primary killed while it holds
+// acknowledged writes its replica lacks, as asynchronous replication allows)
+// and WaitClusterOK. Kills go through scripts/stack and are serialised across
 // test processes (the cluster survives one node of each kind down, not
-// two); a killed node is restarted when the test ends.
+// two); a killed node is restarted when the test ends. Harnesses that are
+// not tests (the chaos suite) take the same locks and faults through
+// LockFaults, RedisPrimaryOf, FailoverRedis, CutOffRedisReplica,
+// WaitRedisHealthy and WaitKafkaReplicated, which return errors.
 //
 //	rdb := stacktest.ClusterRedis(t)
 //	key := "{" + stacktest.ClusterPrefix(t, rdb) + ":p3}:k" // hash tag first

@@ -397,3 +397,17 @@ func program(tb testing.TB, what string, names ...string) string {
 	tb.Fatal(msg)
 	return ""
 }
+
+// WaitFor polls cond every few milliseconds until it holds, and fails the
+// test when it still does not after timeout: tests wait on conditions, not
+// on sleeps.
+func WaitFor(tb testing.TB, what string, timeout time.Duration, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

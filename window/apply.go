@@ -21,9 +21,6 @@ type ApplyResult struct {
 	// Trimmed counts records skipped because the store already held their
 	// offsets (a stale owner's batch overlapping the new owner's).
 	Trimmed int
-	// Gap is the number of offsets between the stored next offset and the
-	// batch's first one (0 when contiguous or when nothing was stored).
-	Gap int64
 	// Events counted into buckets, and events skipped: older than every
 	// window of their rules, counted already by the limiter (strict mode),
 	// matching no rule, or counted already under their id (Dedup).
@@ -45,7 +42,6 @@ type ApplyResult struct {
 func (r *ApplyResult) add(o ApplyResult) {
 	r.Duplicate = r.Duplicate && o.Duplicate
 	r.Trimmed += o.Trimmed
-	r.Gap += o.Gap
 	r.Applied += o.Applied
 	r.Old += o.Old
 	r.CountedByLimiter += o.CountedByLimiter
@@ -64,7 +60,11 @@ func (r *ApplyResult) add(o ApplyResult) {
 // stored, and the touched subjects that may have moved relative to their
 // limits are evaluated against the rules in set — their deny records, their
 // state and a change entry written — all in one script run in the
-// partition's slot. A batch the store already holds changes nothing.
+// partition's slot. A batch the store already holds changes nothing; a
+// batch that starts after the stored offset changes nothing either and
+// returns *aggregator.RewindError: the slot lost writes it had acknowledged
+// (a failover), and the partition must be applied again from the stored
+// offset.
 //
 // hr remembers how far each subject stood from its limits, so that only
 // subjects a batch can have brought near a limit are evaluated; nil
@@ -244,21 +244,29 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		return ApplyResult{}, prev, nil
 	case 3:
 		return ApplyResult{}, -1, errDedupRaced
+	case 4:
+		hr.forget()
+		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
 	}
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
 	}
-	if prev >= 0 && b.First > prev {
-		res.Gap = b.First - prev
-	}
 	if replyInt(out, 2) == 1 {
 		hr.forget()
 	}
+	// {subject index, headroom per limit and bucket}* of evaluated subjects
 	hs := replyInts(out[4])
-	for i := 0; i+1 < len(hs); i += 2 {
+	for i := 0; i < len(hs); {
 		ps := order[hs[i]-1]
-		hr.set(ps.sub, hs[i+1], ps.eval)
+		pr := &pl.list[ps.profile]
+		n := len(pr.limits) + len(pr.buckets)
+		if i+1+n > len(hs) {
+			hr.forget() // a reply this code did not ask for: trust none of it
+			break
+		}
+		hr.set(ps.sub, hs[i+1:i+1+n], ps.eval)
 		res.Evaluated++
+		i += 1 + n
 	}
 	hr.stored(b.Last + 1)
 	res.Changes = replyInt(out, 5)
@@ -341,11 +349,9 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 	}
 	args = append(args, len(order))
 	for _, ps := range order {
-		eval := 0
-		if hr.needs(ps.sub, ps.added, ps.eval, nowSec) {
-			eval = 1
-		}
-		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, eval, len(ps.incs))
+		pr := &pl.list[ps.profile]
+		plan := hr.needs(ps.sub, len(pr.limits)+len(pr.buckets), ps.added, ps.eval, nowSec)
+		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.incs))
 		secs := make([]int64, 0, len(ps.incs))
 		for sec := range ps.incs {
 			secs = append(secs, sec)

@@ -10,7 +10,7 @@ package window
 //	      nrules, {name, message}*nrules,
 //	      nprofiles, {maxw, nlimits, {rule, count, w, shadow, distinct kind}*nlimits,
 //	                  nbuckets, {rule, interval_us, burst, shadow, rate}*nbuckets}*nprofiles,
-//	      nsubjects, {field, profile, eval_sec, evaluate, nincs, {sec, n}*nincs,
+//	      nsubjects, {field, profile, eval_sec, plan, nincs, {sec, n}*nincs,
 //	                  nseen, {distinct kind, value, sec}*nseen, nbev, {us, n}*nbev}*nsubjects
 //
 // Distinct limits count the values in the subject's distinct set of their
@@ -20,9 +20,12 @@ package window
 //
 // expect is the offset the caller last stored for the partition (-2 when it
 // does not know): when the stored offset differs, another owner moved the
-// partition and every subject is evaluated, whatever evaluate says.
+// partition and every subject is evaluated, whatever the plans say.
 //
-// Each evaluated subject is evaluated at eval_sec (max of now and its latest
+// plan says which of the subject's limits (windows, then buckets) to
+// evaluate: empty for none, "*" for all, else one '0' or '1' per limit.
+//
+// Each evaluated limit is evaluated at eval_sec (max of now and its latest
 // event) and, when that lies ahead of now, at now too. Per limit: the count;
 // when the count reaches half the limit (near), the limit enters the
 // subject's state with, when one more event would go over, the second it
@@ -35,11 +38,14 @@ package window
 // Returns {3, next} when one of the ids was counted since the caller looked
 // (it looks again), or {0, previous next offset or -1, all (1 when every subject was
 // evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
-// decisions, {subject, headroom}* of evaluated subjects, change seq or 0}
+// decisions, {subject, headroom per limit and bucket}* of evaluated subjects,
+// change seq or 0}
 // when applied, {1, next} when the batch is already held, {2, next} when only
-// its tail is new (the caller trims and retries). Headroom is, over the
-// subject's limits, the fewest events that would bring one to its near
-// threshold (<= 0 when near).
+// its tail is new (the caller trims and retries), {4, next} when the batch
+// starts after the stored offset (the slot lost writes it had acknowledged:
+// nothing is written, the caller reads the partition again from next). A
+// limit's headroom is the fewest events that would bring it to its near
+// threshold (<= 0 when near), NOEVAL for one the plan left out.
 const applyBody = `
 local a = ARGV
 local offkey = KEYS[1]
@@ -54,6 +60,7 @@ if prev then
   prev = tonumber(prev)
   if last < prev then return {1, prev} end
   if first < prev then return {2, prev} end
+  if first > prev then return {4, prev} end
 else
   prev = -1
 end
@@ -86,7 +93,7 @@ end
 local subjects = {}
 local nsub = tonumber(a[i]); i = i + 1
 for s = 1, nsub do
-  local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), ev = a[i + 3] == '1', incs = {}, seen = {}, bev = {}}
+  local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), plan = a[i + 3], incs = {}, seen = {}, bev = {}}
   local ni = tonumber(a[i + 4]); i = i + 5
   for k = 1, ni do
     local sec = tonumber(a[i])
@@ -140,51 +147,59 @@ local function fg_best(best, kind, cand)
   if best[kind] == nil or cand.u_ms > best[kind].u_ms then best[kind] = cand end
 end
 
--- evaluate one subject's window limits at second t into best and near (per
--- limit {count, until s}); returns the headroom seen at t
-local function fg_eval(c, sub, t, best, near)
-  local h = nil
-  for l, lim in ipairs(sub.prof.limits) do
-    local L = lim[2]
-    local count = fg_count(c, sub, lim, t)
-    local thr = math.floor((L + 1) / 2)
-    if h == nil or thr - count < h then h = thr - count end
-    if count >= thr then
-      local u = 0
-      if count >= L then u = fg_lim_until(c, sub, lim, t, count + 1 - L) end
-      local nr = near[l]
-      if nr == nil then near[l] = {count, u}
-      else nr[1] = math.max(nr[1], count); nr[2] = math.max(nr[2], u) end
-    end
-    if count > L then
-      local u = fg_lim_until(c, sub, lim, t, count - L)
-      fg_best(best, lim[4] and 'shadow' or 'deny', {l = l, lim = lim, count = count, u_ms = u * 1000, t = t})
-    end
-  end
-  return h or 1000000000000
+local NOEVAL = 1000000000000000
+
+-- whether the subject's plan evaluates its k-th limit (windows, then buckets)
+local function fg_wants(sub, k)
+  return sub.plan == '*' or string.byte(sub.plan, k) == 49
 end
 
--- evaluate one subject's buckets at now from their arrival times (tats):
--- near when half the burst is used; over (a deny record) when the bucket
--- is overdrawn; returns the headroom in events
-local function fg_eval_buckets(sub, tats, best, bnear)
-  local h = nil
-  for b, bk in ipairs(sub.prof.buckets) do
-    local T, burst = bk[2], bk[3]
-    local dvt = T * burst
-    local tat = tats[b] or 0
-    local used = math.max(tat - now_us, 0)
-    local left = math.floor((dvt / 2 - used) / T)
-    if h == nil or left < h then h = left end
-    -- near at half the burst, and always when the next event would not
-    -- conform (a burst of 1 blocks before it is half used)
-    if used * 2 >= dvt or tat + T - dvt > now_us then bnear[b] = tat end
-    if tat - dvt > now_us then
-      local overdrawn = math.ceil((tat - dvt - now_us) / T)
-      fg_best(best, bk[4] and 'shadow' or 'deny', {b = b, bk = bk, count = burst + overdrawn, u_ms = math.ceil((tat - dvt) / 1000), t = now})
+-- evaluate the planned window limits of one subject at second t into best
+-- and near (per limit {count, until s}), and each one's headroom into hl
+-- (the least seen)
+local function fg_eval(c, sub, t, best, near, hl)
+  for l, lim in ipairs(sub.prof.limits) do
+    if fg_wants(sub, l) then
+      local L = lim[2]
+      local count = fg_count(c, sub, lim, t)
+      local thr = math.floor((L + 1) / 2)
+      hl[l] = math.min(hl[l] or NOEVAL, thr - count)
+      if count >= thr then
+        local u = 0
+        if count >= L then u = fg_lim_until(c, sub, lim, t, count + 1 - L) end
+        local nr = near[l]
+        if nr == nil then near[l] = {count, u}
+        else nr[1] = math.max(nr[1], count); nr[2] = math.max(nr[2], u) end
+      end
+      if count > L then
+        local u = fg_lim_until(c, sub, lim, t, count - L)
+        fg_best(best, lim[4] and 'shadow' or 'deny', {l = l, lim = lim, count = count, u_ms = u * 1000, t = t})
+      end
     end
   end
-  return h or 1000000000000
+end
+
+-- evaluate one subject's planned buckets at now from their arrival times
+-- (tats): near when half the burst is used; over (a deny record) when the
+-- bucket is overdrawn; each one's headroom in events into hl
+local function fg_eval_buckets(sub, tats, best, bnear, hl)
+  local nl = #sub.prof.limits
+  for b, bk in ipairs(sub.prof.buckets) do
+    if fg_wants(sub, nl + b) then
+      local T, burst = bk[2], bk[3]
+      local dvt = T * burst
+      local tat = tats[b] or 0
+      local used = math.max(tat - now_us, 0)
+      hl[nl + b] = math.floor((dvt / 2 - used) / T)
+      -- near at half the burst, and always when the next event would not
+      -- conform (a burst of 1 blocks before it is half used)
+      if used * 2 >= dvt or tat + T - dvt > now_us then bnear[b] = tat end
+      if tat - dvt > now_us then
+        local overdrawn = math.ceil((tat - dvt - now_us) / T)
+        fg_best(best, bk[4] and 'shadow' or 'deny', {b = b, bk = bk, count = burst + overdrawn, u_ms = math.ceil((tat - dvt) / 1000), t = now})
+      end
+    end
+  end
 end
 
 -- Phase 1: every write that counts (increments, distinct values, bucket
@@ -218,15 +233,18 @@ local err = fg_guard(undo, function()
   end
   for s = 1, nsub do
     local sub = subjects[s]
-    if all or sub.ev then
-      local c, best, near, bnear = {}, {}, {}, {}
-      local h = fg_eval(c, sub, sub.e, best, near)
+    if all then sub.plan = '*' end
+    if sub.plan ~= '' then
+      local c, best, near, bnear, hl = {}, {}, {}, {}, {}
+      fg_eval(c, sub, sub.e, best, near, hl)
       if sub.e > now then
         -- a window shorter than the skew evaluated only at the future second
         -- would miss the batch's events of now
-        h = math.min(h, fg_eval(c, sub, now, best, near))
+        fg_eval(c, sub, now, best, near, hl)
       end
-      h = math.min(h, fg_eval_buckets(sub, sub.tats, best, bnear))
+      fg_eval_buckets(sub, sub.tats, best, bnear, hl)
+      local h = {}
+      for k = 1, #sub.prof.limits + #sub.prof.buckets do h[k] = hl[k] or NOEVAL end
       local recs = {}
       for kind, b in pairs(best) do recs[kind] = redis.call('GET', slot .. ':' .. sub.f .. ':' .. kind) end
       evals[#evals + 1] = {s = s, best = best, near = near, bnear = bnear, h = h, recs = recs, old = redis.call('HGET', statekey, sub.f)}
@@ -331,7 +349,7 @@ for _, ev in ipairs(evals) do
     changes[#changes + 1] = '[' .. cjson.encode(sub.f) .. ',null]'
   end
   hs[#hs + 1] = ev.s
-  hs[#hs + 1] = ev.h
+  for _, x in ipairs(ev.h) do hs[#hs + 1] = x end
 end
 out[4] = decs
 out[5] = hs

@@ -3,12 +3,14 @@ package window
 import "floodgate/rules"
 
 // Headroom remembers, for one partition, how far each subject stood from
-// the nearest near threshold of its limits (half the limit) when last
-// evaluated. A window's count can only grow by the events added to it, so a
-// batch adding fewer events than a subject's headroom cannot have brought it
-// near any limit: Apply then counts it without evaluating it, the costliest
-// part of a batch (window sums read every bucket level). Subjects near a
-// limit have no headroom and are evaluated on every batch that touches them.
+// the near threshold (half the limit) of each of its limits and buckets
+// when last evaluated. A window's count can only grow by the events added
+// to it, so a batch adding fewer events than a limit's headroom cannot have
+// brought the subject near that limit: Apply then counts the events without
+// evaluating the limit, the costliest part of a batch (a window sum reads
+// every bucket level the window spans). Limits a subject is near have no
+// headroom and are evaluated on every batch that touches it; its far ones
+// (a day's limit when only the second's is near) are not.
 //
 // What it remembers holds while this process is the partition's only
 // writer: the apply script evaluates everything when the stored offset is
@@ -18,19 +20,30 @@ import "floodgate/rules"
 type Headroom struct {
 	rs   *rules.Set
 	next int64 // the partition's next offset after the last Apply; -2 unknown
-	subs map[Subject]room
+	subs map[Subject]*room
 	max  int
+	plan []byte // scratch of needs
 }
 
 type room struct {
-	left int64 // events that may still be added before a threshold is reached
-	at   int64 // second it was evaluated at
+	left []int64 // per limit, then bucket: events that may still be added before its threshold
+	at   int64   // second it was last evaluated at
 }
+
+// notEvaluated is the apply script's headroom of a limit it was told not
+// to evaluate.
+const notEvaluated = 1_000_000_000_000_000
+
+// Evaluation plans of needs, as the apply script reads them.
+const (
+	evalNone = ""
+	evalAll  = "*"
+)
 
 // NewHeadroom remembers at most maxSubjects subjects (forgetting all when
 // full: they are evaluated again once, which costs one evaluation each).
 func NewHeadroom(maxSubjects int) *Headroom {
-	return &Headroom{next: -2, subs: map[Subject]room{}, max: max(maxSubjects, 1)}
+	return &Headroom{next: -2, subs: map[Subject]*room{}, max: max(maxSubjects, 1)}
 }
 
 // expect is the offset the store should hold if no one else wrote.
@@ -63,30 +76,63 @@ func (h *Headroom) forget() {
 	}
 }
 
-// needs reports whether sub, adding added events with its evaluation at
-// second eval, must be evaluated; when not, its headroom shrinks by added.
-func (h *Headroom) needs(sub Subject, added, eval, now int64) bool {
+// needs returns which of sub's n limits (windows, then buckets) must be
+// evaluated when a batch adds added events with its evaluation at second
+// eval: evalAll, evalNone, or one '0'/'1' per limit. The headroom of each
+// limit left out shrinks by added.
+func (h *Headroom) needs(sub Subject, n int, added, eval, now int64) string {
 	if h == nil {
-		return true
+		return evalAll
 	}
 	r, ok := h.subs[sub]
 	// An evaluation second before the remembered one (an event ahead of the
 	// clock was evaluated at its own second) could see events the later one
 	// did not: evaluate.
-	if !ok || added >= r.left || eval < r.at || eval > now {
-		return true
+	if !ok || len(r.left) != n || eval < r.at || eval > now {
+		return evalAll
 	}
-	r.left -= added
-	h.subs[sub] = r
-	return false
+	h.plan = h.plan[:0]
+	some, all := false, true
+	for i, left := range r.left {
+		if added >= left {
+			h.plan = append(h.plan, '1')
+			some = true
+			continue
+		}
+		h.plan = append(h.plan, '0')
+		all = false
+		r.left[i] = left - added
+	}
+	switch {
+	case all:
+		return evalAll
+	case !some:
+		return evalNone
+	}
+	return string(h.plan)
 }
 
-func (h *Headroom) set(sub Subject, left, at int64) {
+// set records the headroom the script found for each evaluated limit
+// (notEvaluated for those it left out, whose headroom needs kept).
+func (h *Headroom) set(sub Subject, left []int64, at int64) {
 	if h == nil {
 		return
 	}
-	if len(h.subs) >= h.max {
-		clear(h.subs)
+	r, ok := h.subs[sub]
+	if !ok || len(r.left) != len(left) {
+		if len(h.subs) >= h.max {
+			clear(h.subs)
+		}
+		r = &room{left: make([]int64, len(left))}
+		for i := range r.left {
+			r.left[i] = -1 // unknown: evaluate
+		}
+		h.subs[sub] = r
 	}
-	h.subs[sub] = room{left: left, at: at}
+	for i, l := range left {
+		if l != notEvaluated {
+			r.left[i] = l
+		}
+	}
+	r.at = max(r.at, at)
 }

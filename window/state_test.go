@@ -2,12 +2,15 @@ package window_test
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"floodgate/event"
 	"floodgate/stacktest"
 	"floodgate/window"
 )
@@ -212,5 +215,33 @@ func TestDedupSkipsARetriedEvent(t *testing.T) {
 	res, err = st.Apply(ctx, "g", b.batch(e1), set, later, nil)
 	if err != nil || res.Applied != 1 {
 		t.Fatalf("after the horizon: %+v %v, want the id counted again", res, err)
+	}
+}
+
+// A backlog's batch carries more ids than one Lua unpack takes: the dedup
+// read must still answer for each of them.
+func TestDedupLargeBatch(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, Dedup: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mustRules(t, loginRules)
+	ctx := context.Background()
+	b := &batcher{topic: "t"}
+	const n = 12000
+	evs := make([]event.Event, n)
+	for i := range evs {
+		evs[i] = ev("login_failed", "ip", "198.51.100."+strconv.Itoa(i%200), base)
+	}
+	res, err := st.Apply(ctx, "g", b.batch(evs...), set, base, nil)
+	if err != nil || res.Applied != n {
+		t.Fatalf("first batch: %+v %v, want %d applied", res, err, n)
+	}
+	// The same ids again (a producer retried the whole lot) plus one new.
+	again := append(slices.Clone(evs), ev("login_failed", "ip", "198.51.100.1", base))
+	res, err = st.Apply(ctx, "g", b.batch(again...), set, base, nil)
+	if err != nil || res.Applied != 1 || res.Duplicates != n {
+		t.Fatalf("retried batch: applied %d duplicates %d err %v, want 1 and %d", res.Applied, res.Duplicates, err, n)
 	}
 }

@@ -81,7 +81,15 @@ type Store struct {
 var (
 	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
-	seenScript   = redis.NewScript("#!lua flags=no-writes\n" + `return redis.call('ZMSCORE', KEYS[1], unpack(ARGV))`)
+	// seenScript reads the scores of many ids in chunks: Lua's unpack
+	// fails past a few thousand values, and a backlog's batch holds more.
+	seenScript = redis.NewScript("#!lua flags=no-writes\n" + `
+local out = {}
+for i = 1, #ARGV, 1000 do
+  local part = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  for k = 1, #part do out[#out + 1] = part[k] end
+end
+return out`)
 )
 
 // NewStore returns a Store over rdb.
@@ -415,6 +423,20 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 	}
 	if n != 1 {
 		return fmt.Errorf("reset offset %s: it no longer stands at %d", key, from)
+	}
+	return nil
+}
+
+// LoadScripts loads every script of the Store into Redis (every primary of a
+// cluster), so that the first apply, check or take after a start runs by
+// its SHA instead of sending and compiling its source within its deadline:
+// a strict take's budget is a few hundred milliseconds.
+func (s *Store) LoadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{applyScript, resumeScript, seenScript, evalScript, takeScript, refundScript,
+		checkScript, snapshotScript, adminScript, recordsScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("load scripts: %w", err)
+		}
 	}
 	return nil
 }

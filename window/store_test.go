@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"floodgate/aggregator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -301,6 +302,22 @@ func TestExactlyOnceOffsets(t *testing.T) {
 	if _, ok, _ := st.Resume(ctx, "other", "events", 0); ok {
 		t.Fatal("offsets leak between groups")
 	}
+	// A batch 120..121 after the stored offset 109: the slot lost writes
+	// it had acknowledged (a failover). Applying it would skip 109..119
+	// for good: it is refused, nothing is written, and the caller is told
+	// where to read again from.
+	ahead := b1
+	ahead.First, ahead.Last, ahead.Records = 120, 121, []aggregator.Record{
+		recordAt(120, ev(sub.Action, sub.Kind, sub.Subject, base)), recordAt(121, ev(sub.Action, sub.Kind, sub.Subject, base))}
+	_, err = st.Apply(ctx, "g", ahead, set, base, nil)
+	var rewind *aggregator.RewindError
+	if !errors.As(err, &rewind) || rewind.Next != 109 || rewind.First != 120 || rewind.Partition != 0 {
+		t.Fatalf("batch after the stored offset: %v, want a RewindError to 109", err)
+	}
+	assertSum(t, st, sub, base, 24*time.Hour, 9)
+	if next, _, _ := st.Resume(ctx, "g", "events", 0); next != 109 {
+		t.Fatalf("offset after a refused batch: %d, want 109", next)
+	}
 }
 
 func assertSum(tb testing.TB, st *window.Store, sub window.Subject, now time.Time, w time.Duration, want int64) {
@@ -497,5 +514,22 @@ rules:
 	want := []string{"ip:192.0.2.0", "ip:192.0.2.1", "ip:192.0.2.2", "ip:192.0.2.3"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("decisions in the change stream %v, want %v", got, want)
+	}
+}
+
+// Every script compiles and loads, on a single Redis and on every primary
+// of the cluster profile.
+func TestLoadScripts(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	if err := newStore(t, rdb).LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	crdb := stacktest.ClusterRedis(t)
+	st, err := window.NewStore(crdb, window.StoreConfig{Prefix: stacktest.ClusterPrefix(t, crdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -28,6 +29,7 @@ type Options struct {
 	Runs         int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
 	Subjects     int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes       int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
+	LegacyRev    string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
 	LatFractions []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
 	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
@@ -98,7 +100,8 @@ type Results struct {
 	JavaConsCmd  string
 	Live         []float64 // LiveNow.Rate
 	LiveNow      liveFigures
-	LiveLegacy   liveFigures // --batch-wait 50ms --evaluate-all: the settings before
+	LiveLegacy   liveFigures // the aggregator of Options.LegacyRev
+	LegacyRev    string
 	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
@@ -226,6 +229,21 @@ func (b *bench) topic(name string) (string, error) {
 	return t, nil
 }
 
+// outputTopics creates the dead-letter and decisions topics of an events
+// topic (the aggregator requires both); they are deleted with the others.
+func (b *bench) outputTopics(ctx context.Context, events string) error {
+	for _, t := range []string{events + ".dlq", events + ".decisions"} {
+		if slices.Contains(b.topics, t) {
+			continue
+		}
+		if err := b.kafka.CreateTopic(ctx, t, 1); err != nil {
+			return err
+		}
+		b.topics = append(b.topics, t)
+	}
+	return nil
+}
+
 func (b *bench) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -338,43 +356,68 @@ func (b *bench) javaConsumer(ctx context.Context) error {
 }
 
 // live: a fresh `floodgate aggregator --no-history` group over the
-// pre-filled topic; events/s from its first applied batch to its last. Each
-// run also runs the settings floodgate had before adaptive batching and
-// headroom (--batch-wait 50ms --evaluate-all), and with --dedup, so that
-// their Redis cost per event is measured in the same run.
-// legacyArgs are the aggregator settings before adaptive batching and
-// headroom; dedupArgs turn dedup on.
-var (
-	legacyArgs = []string{"--batch-wait", "50ms", "--evaluate-all"}
-	dedupArgs  = []string{"--dedup", "10m"}
-)
-
+// pre-filled topic; events/s from its first applied batch to its last. The
+// first run is followed by one of the aggregator as issue 11 measured it
+// (built from Options.LegacyRev: fixed 50 ms batches, every touched subject
+// re-evaluated, decisions published inline) and one with --dedup, so that
+// their Redis cost per event is measured in the same run on the same topic.
 func (b *bench) live(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
+	defer func() { b.res.Live = b.res.LiveNow.Rate }()
+	legacy, err := b.legacyBin(ctx)
+	if err != nil {
+		b.res.Errors = append(b.res.Errors, fmt.Sprintf("legacy aggregator (%s): %v", b.cfg.LegacyRev, err))
+	}
 	for i := 0; i < b.cfg.Runs; i++ {
 		for _, v := range []struct {
-			name string
-			args []string
-			into *liveFigures
+			name, bin string
+			args      []string
+			into      *liveFigures
 		}{
-			{"", nil, &b.res.LiveNow},
-			{"legacy", legacyArgs, &b.res.LiveLegacy},
-			{"dedup", dedupArgs, &b.res.LiveDedup},
+			{"", b.cfg.Bin, nil, &b.res.LiveNow},
+			{"legacy", legacy, nil, &b.res.LiveLegacy},
+			{"dedup", b.cfg.Bin, dedupArgs, &b.res.LiveDedup},
 		} {
-			if v.name != "" && i > 0 {
+			if v.name != "" && i > 0 || v.bin == "" {
 				continue // one run of each comparison is enough
 			}
-			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.args)
+			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.bin, v.args)
 			if err != nil {
 				return err
 			}
 			v.into.add(f)
 		}
 	}
-	b.res.Live = b.res.LiveNow.Rate
 	return nil
+}
+
+// dedupArgs turn dedup on for the dedup run.
+var dedupArgs = []string{"--dedup", "10m"}
+
+// legacyBin builds cmd/floodgate as of Options.LegacyRev (git archive of
+// the repository, so no worktree is left behind) into the work directory.
+func (b *bench) legacyBin(ctx context.Context) (string, error) {
+	if b.cfg.LegacyRev == "" {
+		return "", nil
+	}
+	src := filepath.Join(b.cfg.WorkDir, "legacy-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", b.cfg.Repo, b.cfg.LegacyRev, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s: %w: %s", b.cfg.LegacyRev, err, out)
+	}
+	bin := filepath.Join(b.cfg.WorkDir, "floodgate-legacy")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/floodgate")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build at %s: %w: %s", b.cfg.LegacyRev, err, out)
+	}
+	b.res.LegacyRev = b.cfg.LegacyRev
+	return bin, nil
 }
 
 // liveFigures are the live runs of one setting.
@@ -393,7 +436,7 @@ func (l *liveFigures) add(o liveFigures) {
 	l.Cmd = o.Cmd
 }
 
-func (b *bench) liveRun(ctx context.Context, run string, extra []string) (liveFigures, error) {
+func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (liveFigures, error) {
 	var f liveFigures
 	prefix := "bench" + b.id + "r" + run
 	addr, err := harness.FreePort()
@@ -405,19 +448,23 @@ func (b *bench) liveRun(ctx context.Context, run string, extra []string) (liveFi
 		"--group", "bench-" + b.id + "-live-" + run, "--key-prefix", prefix,
 		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}, extra...)
 	f.Cmd = "floodgate " + strings.Join(args, " ")
-	b.topics = append(b.topics, b.topics[0]+".dlq", b.topics[0]+".decisions")
+	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
+		return f, err
+	}
 	before, err := harness.ReadRedisInfo(ctx, b.rdb)
 	if err != nil {
 		return f, err
 	}
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: bin, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return f, err
 	}
 	rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
 	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	serr := p.Stop(15 * time.Second)
-	b.peak("floodgate aggregator --no-history", p)
+	if bin == b.cfg.Bin {
+		b.peak("floodgate aggregator --no-history", p)
+	}
 	if err = errors.Join(err, ierr, serr); err != nil {
 		return f, err
 	}

@@ -153,7 +153,9 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 	aggArgs := append([]string{"aggregator", "--no-history", "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
 		"--group", "bench-" + b.id + "-" + name, "--metrics-addr", aggAddr}, common...)
 	limArgs := append([]string{"limiter", "--http-addr", limAddr, "--rls-addr", "off", "--no-publish"}, common...)
-	b.topics = append(b.topics, topic+".dlq", topic+".decisions")
+	if err := b.outputTopics(ctx, topic); err != nil {
+		return nil, err
+	}
 	svc := &liveServices{limiter: "http://" + limAddr}
 	svc.agg, err = harness.Start(ctx, harness.ProcConfig{Name: "aggregator-" + name, Bin: b.cfg.Bin, Args: aggArgs, LogDir: b.cfg.WorkDir})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/producer"
+	"floodgate/stacktest"
 	"floodgate/topics"
 	"floodgate/window"
 )
@@ -63,10 +64,10 @@ func (sd *side) start(ctx context.Context, args ...string) error {
 	}
 	s.aggN++
 	a := []string{"aggregator",
-		"--brokers", strings.Join(s.cfg.Brokers, ","),
+		"--brokers", strings.Join(s.brokers, ","),
 		"--topic", sd.topic, "--dlq-topic", s.dlq, "--decisions-topic", s.dec,
 		"--group", sd.live, "--history-group", sd.hist, "--key-prefix", sd.pref,
-		"--redis-addr", s.cfg.RedisAddr, "--postgres-url", s.cfg.PostgresURL,
+		"--redis-addr", s.redisAddr, "--postgres-url", s.cfg.PostgresURL,
 		"--rules", s.rules, "--metrics-addr", addr, "--session-timeout", "6s",
 	}
 	p, err := harness.Start(ctx, harness.ProcConfig{Name: sd.name + "-aggregator-" + strconv.Itoa(s.aggN), Bin: s.cfg.Bin, Args: append(a, args...), LogDir: s.cfg.WorkDir})
@@ -82,7 +83,7 @@ func (sd *side) start(ctx context.Context, args ...string) error {
 
 // burst publishes n events over the suite's subject count, synchronously.
 func (sd *side) burst(ctx context.Context, n int) error {
-	pub, err := producer.New(producer.Config{Brokers: sd.s.cfg.Brokers, Topic: sd.topic, MaxAttempts: 3, WriteTimeout: 10 * time.Second})
+	pub, err := producer.New(producer.Config{Brokers: sd.s.brokers, Topic: sd.topic, MaxAttempts: 3, WriteTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (sd *side) close(ctx context.Context) {
 	if sd.agg != nil {
 		_ = sd.agg.Stop(15 * time.Second)
 	}
-	if err := harness.DeletePrefix(ctx, s.rdb, sd.pref); err != nil {
+	if err := stacktest.DeletePrefix(ctx, s.rdb, sd.pref); err != nil {
 		s.log.Warn("chaos: cleanup redis", "prefix", sd.pref, "err", err)
 	}
 	if err := s.kafka.DeleteTopics(ctx, sd.topic); err != nil {
@@ -274,7 +275,7 @@ func (s *Suite) retentionGap(ctx context.Context) (Row, error) {
 		cut[p] = stored[p] + (end[p]-stored[p])/2
 		deleted += cut[p] - stored[p]
 	}
-	if _, err := topics.DeleteRecords(ctx, s.cfg.Brokers, sd.topic, cut); err != nil {
+	if _, err := topics.DeleteRecords(ctx, s.brokers, sd.topic, cut); err != nil {
 		return row, err
 	}
 	if err := sd.burst(ctx, 2000); err != nil {
@@ -348,7 +349,7 @@ func (s *Suite) topicRecreated(ctx context.Context) (Row, error) {
 		return row, err
 	}
 	for {
-		res, err := topics.Ensure(ctx, s.cfg.Brokers, topics.Spec{Name: sd.topic, Partitions: parts})
+		res, err := topics.Ensure(ctx, s.brokers, topics.Spec{Name: sd.topic, Partitions: parts})
 		if err == nil && res[0].Created {
 			break
 		}
@@ -423,7 +424,7 @@ func (s *Suite) rebuildBeside(ctx context.Context) (Row, error) {
 	}()
 	sleep(ctx, 2*time.Second)
 	cmd := exec.CommandContext(ctx, s.cfg.Bin, "rebuild", "--reset",
-		"--brokers", strings.Join(s.cfg.Brokers, ","), "--redis-addr", s.cfg.RedisAddr,
+		"--brokers", strings.Join(s.brokers, ","), "--redis-addr", s.redisAddr,
 		"--topic", s.topic, "--group", s.live, "--key-prefix", s.pref, "--rules", s.rules)
 	start := time.Now()
 	out, runErr := cmd.CombinedOutput()
@@ -566,7 +567,7 @@ func (s *Suite) crashBeforePublish(ctx context.Context) (Row, error) {
 		sleep(ctx, 50*time.Millisecond)
 	}
 	start := time.Now()
-	s.agg.Kill()
+	s.killAggregator(s.agg)
 	if err := s.kafka.CreateTopic(ctx, s.dec, 3); err != nil {
 		return row, err
 	}

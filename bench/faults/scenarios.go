@@ -62,7 +62,7 @@ func (s *Suite) sigkill(ctx context.Context) (Row, error) {
 	var recs []time.Duration
 	for i := 0; i < s.cfg.Kills; i++ {
 		start := time.Now()
-		s.agg.Kill()
+		s.killAggregator(s.agg)
 		if err := s.startAggregator(ctx); err != nil {
 			return row, err
 		}
@@ -94,7 +94,7 @@ func (s *Suite) malformed(ctx context.Context) (Row, error) {
 	}
 	stop := s.load(ctx, "junk")
 	sleep(ctx, 2*time.Second)
-	w := &kafka.Writer{Addr: kafka.TCP(s.cfg.Brokers...), Topic: s.topic, Balancer: &kafka.Hash{}, BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topic, Balancer: &kafka.Hash{}, BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll}
 	msgs := make([]kafka.Message, 0, bad)
 	now := time.Now().UnixMilli()
 	for i := 0; i < bad; i++ {
@@ -267,10 +267,13 @@ func (s *Suite) serviceFault(ctx context.Context, row Row, scenario string, faul
 	row.RecoveryNote = fmt.Sprintf("fault start → both groups applied all that was in Kafka 0.5 s after the service was back (back after %s)", back.Round(100*time.Millisecond))
 	sleep(ctx, 2*time.Second)
 	t := stop()
-	if !s.agg.Alive() {
-		row.Note = "aggregator exited: " + s.agg.Tail(3)
-		if err := s.startAggregator(ctx); err != nil {
-			return row, err
+	for _, p := range append([]*harness.Proc(nil), s.aggs...) {
+		if !p.Alive() {
+			row.Note += "aggregator exited: " + p.Tail(3) + ". "
+			s.killAggregator(p)
+			if err := s.startAggregator(ctx); err != nil {
+				return row, err
+			}
 		}
 	}
 	if err := s.count(ctx, scenario, m, t, &row); err != nil {
@@ -297,7 +300,7 @@ func (s *Suite) redisRestart(ctx context.Context) (Row, error) {
 	lostBefore := row.LostRedis
 	// Recovery: stop the aggregator, reset and rebuild, start it again.
 	start := time.Now()
-	if err := s.agg.Stop(20 * time.Second); err != nil {
+	if err := s.stopAggregator(s.agg); err != nil {
 		return row, err
 	}
 	set, err := rules.Parse(s.good)
@@ -305,7 +308,7 @@ func (s *Suite) redisRestart(ctx context.Context) (Row, error) {
 		return row, err
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
-		Brokers: s.cfg.Brokers, Topic: s.topic, Group: s.live, Store: s.store, Rules: set,
+		Brokers: s.brokers, Topic: s.topic, Group: s.live, Store: s.store, Rules: set,
 		Reset: true, Redis: s.rdb, Logger: s.log,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"floodgate/history"
 	"floodgate/producer"
 	"floodgate/rules"
+	"floodgate/stacktest"
 	"floodgate/window"
 )
 
@@ -34,6 +36,12 @@ type Config struct {
 	Brokers     []string
 	RedisAddr   string
 	PostgresURL string
+	// ClusterBrokers and ClusterRedisAddrs locate scripts/stack's --cluster
+	// profile (three brokers, a Redis Cluster), where the scenarios named
+	// "cluster-..." run, with two aggregator processes. When it does not
+	// answer, those scenarios are skipped, unless Only names "cluster".
+	ClusterBrokers    []string
+	ClusterRedisAddrs []string
 	// WorkDir receives logs and the rules file. Default a new temp dir.
 	WorkDir string
 	// Rate of the background load, events/s. Default 2000.
@@ -42,7 +50,8 @@ type Config struct {
 	Subjects int
 	// Kills is how many times the aggregator is SIGKILLed. Default 3.
 	Kills int
-	// Only runs the scenarios whose names contain one of these. Default all.
+	// Only runs the scenarios whose names contain one of these. Default all
+	// (the cluster ones when the cluster profile answers).
 	Only []string
 	// Out is the Markdown file whose fault table is rewritten. Empty: none.
 	Out string
@@ -124,22 +133,69 @@ type Suite struct {
 	rules string // rules file path
 	good  []byte
 
-	kafka *harness.Kafka
-	rdb   *redis.Client
-	store *window.Store
-	pool  *pgxpool.Pool
-	query *history.Querier
-	pub   *producer.Publisher
-	agg   *harness.Proc
-	aggN  int
-	mets  string // metrics URL of the aggregator
-	log   *slog.Logger
+	// cluster: the --cluster profile (three brokers, a Redis Cluster, two
+	// aggregator processes in each group); brokers and redisAddr are the
+	// profile's (redisAddr: the aggregators' --redis-addr).
+	cluster   bool
+	brokers   []string
+	redisAddr string
 
-	procs []*harness.Proc
-	sides []*side
+	kafka  *harness.Kafka
+	rdb    redis.UniversalClient
+	store  *window.Store
+	pool   *pgxpool.Pool
+	query  *history.Querier
+	pub    *producer.Publisher
+	aggs   []*harness.Proc // the running aggregators
+	agg    *harness.Proc   // the last started (the only one outside the cluster profile)
+	aggN   int
+	mets   string // metrics URL of agg
+	metsOf map[*harness.Proc]string
+	log    *slog.Logger
+	sides  []*side // aggregators on topics of their own (loss.go)
 }
 
-// Run runs every scenario and returns the table rows.
+// scenario is one row of the table: a fault injected into a suite.
+type scenario struct {
+	name string
+	run  func(*Suite, context.Context) (Row, error)
+}
+
+// The single-node profile's scenarios, in order.
+var singleScenarios = []scenario{
+	{"baseline", (*Suite).baseline},
+	{"sigkill", (*Suite).sigkill},
+	{"malformed", (*Suite).malformed},
+	{"bad-rules", (*Suite).badRules},
+	{"postgres", (*Suite).postgresRestart},
+	{"kafka", (*Suite).kafkaRestart},
+	{"apply-error", (*Suite).applyError},
+	{"crash-publish", (*Suite).crashBeforePublish},
+	{"rebuild-beside", (*Suite).rebuildBeside},
+	{"retention-gap", (*Suite).retentionGap},
+	{"topic-recreated", (*Suite).topicRecreated},
+	{"redis", (*Suite).redisRestart}, // last: its rebuild re-checks every earlier scenario
+}
+
+// The cluster profile's scenarios, in order.
+var clusterScenarios = []scenario{
+	{"cluster-baseline", (*Suite).baseline},
+	{"cluster-sigkill", (*Suite).clusterSigkill},
+	{"cluster-redis-failover", (*Suite).clusterRedisFailover},
+	{"cluster-redis-kill", (*Suite).clusterRedisKill},
+	{"cluster-redis-kill-behind", (*Suite).clusterRedisKillBehind},
+	{"cluster-kafka-kill", (*Suite).clusterKafkaKill},
+}
+
+// ProfileRows are the rows of one profile's table and the suite that
+// measured them.
+type ProfileRows struct {
+	Suite *Suite
+	Rows  []Row
+}
+
+// Run runs every scenario wanted, the single-node profile's and then the
+// cluster profile's, and returns the table rows.
 func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -147,20 +203,52 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s, err := newSuite(ctx, cfg)
-	if err != nil {
-		return nil, err
+	var runs []ProfileRows
+	var all []Row
+	for _, profile := range []struct {
+		cluster   bool
+		scenarios []scenario
+	}{{false, singleScenarios}, {true, clusterScenarios}} {
+		if !cfg.wantsAny(profile.scenarios) || ctx.Err() != nil {
+			continue
+		}
+		if profile.cluster {
+			if err := clusterAnswers(ctx, cfg); err != nil {
+				if cfg.clusterRequired() {
+					return all, fmt.Errorf("cluster scenarios asked for: %w (start it with scripts/stack up --cluster)", err)
+				}
+				cfg.Logger.Warn("chaos: the cluster profile does not answer; its scenarios are skipped (scripts/stack up --cluster)", "err", err)
+				continue
+			}
+		}
+		s, err := newSuite(ctx, cfg, profile.cluster)
+		if err != nil {
+			return all, err
+		}
+		rows := s.runAll(ctx, profile.scenarios)
+		// Stopped before the next profile runs: two sets of aggregators
+		// would share two cores.
+		s.close()
+		runs = append(runs, ProfileRows{Suite: s, Rows: rows})
+		all = append(all, rows...)
 	}
-	defer s.close()
+	if cfg.Out != "" && len(runs) > 0 {
+		if err := WriteDoc(cfg.Out, runs...); err != nil {
+			return all, err
+		}
+	}
+	return all, nil
+}
 
-	all := s.scenarios()
+// runAll runs the wanted scenarios of list, one row each.
+func (s *Suite) runAll(ctx context.Context, list []scenario) []Row {
 	var rows []Row
-	for _, sc := range all {
-		if !s.wanted(sc.name) {
+	for _, sc := range list {
+		if !s.cfg.wanted(sc.name) {
 			continue
 		}
 		s.log.Info("chaos: scenario start", "scenario", sc.name, "load1", harness.Load1())
-		row, err := sc.run(ctx)
+		row, err := sc.run(s, ctx)
 		row.Scenario = sc.name
 		if err != nil {
 			row.Fault = sc.name
@@ -174,43 +262,14 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 			break
 		}
 	}
-	if cfg.Out != "" {
-		if err := WriteDoc(cfg.Out, s, rows); err != nil {
-			return rows, err
-		}
-	}
-	return rows, nil
+	return rows
 }
 
-// scenario is one fault: a name for --only and its run.
-type scenario struct {
-	name string
-	run  func(context.Context) (Row, error)
-}
-
-// scenarios lists the faults in the order they run and are reported.
-func (s *Suite) scenarios() []scenario {
-	return []scenario{
-		{"baseline", s.baseline},
-		{"sigkill", s.sigkill},
-		{"malformed", s.malformed},
-		{"bad-rules", s.badRules},
-		{"postgres", s.postgresRestart},
-		{"kafka", s.kafkaRestart},
-		{"apply-error", s.applyError},
-		{"crash-publish", s.crashBeforePublish},
-		{"rebuild-beside", s.rebuildBeside},
-		{"retention-gap", s.retentionGap},
-		{"topic-recreated", s.topicRecreated},
-		{"redis", s.redisRestart}, // last: its rebuild re-checks every earlier scenario
-	}
-}
-
-func (s *Suite) wanted(name string) bool {
-	if len(s.cfg.Only) == 0 {
+func (c *Config) wanted(name string) bool {
+	if len(c.Only) == 0 {
 		return true
 	}
-	for _, o := range s.cfg.Only {
+	for _, o := range c.Only {
 		if strings.Contains(name, o) {
 			return true
 		}
@@ -218,21 +277,84 @@ func (s *Suite) wanted(name string) bool {
 	return false
 }
 
-func newSuite(ctx context.Context, cfg Config) (*Suite, error) {
+func (c *Config) wantsAny(list []scenario) bool {
+	for _, sc := range list {
+		if c.wanted(sc.name) {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterRequired: Only names the cluster scenarios, so a missing cluster
+// is an error rather than a skip.
+func (c *Config) clusterRequired() bool {
+	for _, o := range c.Only {
+		if strings.Contains(o, "cluster") {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterAnswers checks that a broker of the cluster profile accepts
+// connections and that every primary of its Redis Cluster answers.
+func clusterAnswers(ctx context.Context, cfg Config) error {
+	if len(cfg.ClusterBrokers) == 0 || len(cfg.ClusterRedisAddrs) == 0 {
+		return errors.New("no cluster addresses configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var errs []error
+	reached := false
+	for _, b := range cfg.ClusterBrokers {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", b)
+		if err == nil {
+			_ = conn.Close()
+			reached = true
+			break
+		}
+		errs = append(errs, err)
+	}
+	if !reached {
+		return fmt.Errorf("kafka cluster %s: %w", strings.Join(cfg.ClusterBrokers, ","), errors.Join(errs...))
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.ClusterRedisAddrs})
+	defer func() { _ = rdb.Close() }()
+	err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	if err != nil {
+		return fmt.Errorf("redis cluster %s: %w", strings.Join(cfg.ClusterRedisAddrs, ","), err)
+	}
+	return nil
+}
+
+// newSuite creates a profile's topics, key prefix and groups and starts
+// its aggregators: one, or two on the cluster profile.
+func newSuite(ctx context.Context, cfg Config, cluster bool) (*Suite, error) {
 	id := strconv.FormatInt(time.Now().Unix()%1_000_000_000, 36)
+	brokers, redisAddr, rules := cfg.Brokers, cfg.RedisAddr, "rules.yaml"
+	if cluster {
+		// Another id than the single-node suite's of the same second.
+		id = "c" + id
+		brokers, redisAddr, rules = cfg.ClusterBrokers, strings.Join(cfg.ClusterRedisAddrs, ","), "rules-cluster.yaml"
+	}
 	s := &Suite{
-		cfg:   cfg,
-		id:    id,
-		topic: "floodgate.chaos." + id,
-		dlq:   "floodgate.chaos." + id + ".dlq",
-		dec:   "floodgate.chaos." + id + ".decisions",
-		live:  "chaos-" + id + "-live",
-		hist:  "chaos-" + id + "-history",
-		pref:  "chaos" + id,
-		act:   "chaos_" + id,
-		deny:  "chaos_deny_" + id,
-		kafka: harness.NewKafka(cfg.Brokers),
-		log:   cfg.Logger,
+		cfg:       cfg,
+		id:        id,
+		cluster:   cluster,
+		brokers:   brokers,
+		redisAddr: redisAddr,
+		topic:     "floodgate.chaos." + id,
+		dlq:       "floodgate.chaos." + id + ".dlq",
+		dec:       "floodgate.chaos." + id + ".decisions",
+		live:      "chaos-" + id + "-live",
+		hist:      "chaos-" + id + "-history",
+		pref:      "chaos" + id,
+		act:       "chaos_" + id,
+		deny:      "chaos_deny_" + id,
+		kafka:     harness.NewKafka(brokers),
+		metsOf:    map[*harness.Proc]string{},
+		log:       cfg.Logger.With("profile", map[bool]string{false: "single", true: "cluster"}[cluster]),
 	}
 	s.good = []byte(fmt.Sprintf(`# chaos suite rules (generated)
 rules:
@@ -247,10 +369,12 @@ rules:
     limits: [3/m]
     message: deny probe
 `, s.act, s.deny))
-	s.rules = filepath.Join(cfg.WorkDir, "rules.yaml")
+	s.rules = filepath.Join(cfg.WorkDir, rules)
 	if err := os.WriteFile(s.rules, s.good, 0o644); err != nil {
 		return nil, err
 	}
+	// On the cluster the brokers' defaults make every topic replicated
+	// three times with min.insync.replicas=2.
 	for _, t := range []struct {
 		name string
 		n    int
@@ -259,7 +383,11 @@ rules:
 			return nil, err
 		}
 	}
-	s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	if cluster {
+		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.ClusterRedisAddrs})
+	} else {
+		s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	}
 	var err error
 	if s.store, err = window.NewStore(s.rdb, window.StoreConfig{Prefix: s.pref, Partitions: func() int { return 12 }}); err != nil {
 		return nil, err
@@ -268,21 +396,28 @@ rules:
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s.query = history.NewQuerier(s.pool)
-	if s.pub, err = producer.New(producer.Config{Brokers: cfg.Brokers, Topic: s.topic, MaxAttempts: 3, WriteTimeout: 5 * time.Second}); err != nil {
+	if s.pub, err = producer.New(producer.Config{Brokers: brokers, Topic: s.topic, MaxAttempts: 3, WriteTimeout: 5 * time.Second}); err != nil {
 		return nil, err
 	}
-	if err := s.startAggregator(ctx); err != nil {
-		return nil, err
+	members := 1
+	if cluster {
+		members = 2
+	}
+	for range members {
+		if err := s.startAggregator(ctx); err != nil {
+			return nil, err
+		}
 	}
 	s.log.Info("chaos: suite ready", "topic", s.topic, "live_group", s.live, "history_group", s.hist,
-		"key_prefix", s.pref, "action", s.act, "workdir", cfg.WorkDir)
+		"key_prefix", s.pref, "action", s.act, "aggregators", members, "workdir", cfg.WorkDir)
 	return s, nil
 }
 
 func (s *Suite) close() {
-	if s.agg != nil {
-		_ = s.agg.Stop(15 * time.Second)
+	for _, p := range s.aggs {
+		_ = p.Stop(15 * time.Second)
 	}
+	s.aggs = nil
 	for _, sd := range s.sides {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		sd.close(ctx)
@@ -290,10 +425,13 @@ func (s *Suite) close() {
 	}
 	if s.pub != nil {
 		_ = s.pub.Close()
+		s.pub = nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := harness.DeletePrefix(ctx, s.rdb, s.pref); err != nil {
+	// Both layouts, every primary of a cluster: the keys with the hash tag
+	// first ({chaos<id>:p3}:...) included.
+	if err := stacktest.DeletePrefix(ctx, s.rdb, s.pref); err != nil {
 		s.log.Warn("chaos: cleanup redis", "err", err)
 	}
 	if err := s.kafka.DeleteTopics(ctx, s.topic, s.dlq, s.dec); err != nil {
@@ -308,19 +446,21 @@ func (s *Suite) close() {
 	_ = s.rdb.Close()
 }
 
-// aggregatorArgs is the command line of the aggregator under test.
+// aggregatorArgs is the command line of the aggregators under test.
 func (s *Suite) aggregatorArgs(metrics string) []string {
 	return []string{"aggregator",
-		"--brokers", strings.Join(s.cfg.Brokers, ","),
+		"--brokers", strings.Join(s.brokers, ","),
 		"--topic", s.topic, "--dlq-topic", s.dlq, "--decisions-topic", s.dec,
 		"--group", s.live, "--history-group", s.hist, "--key-prefix", s.pref,
-		"--redis-addr", s.cfg.RedisAddr, "--postgres-url", s.cfg.PostgresURL,
+		"--redis-addr", s.redisAddr, "--postgres-url", s.cfg.PostgresURL,
 		"--rules", s.rules, "--metrics-addr", metrics,
 		// A killed member's partitions move after the session timeout.
 		"--session-timeout", "6s",
 	}
 }
 
+// startAggregator starts one more aggregator process and waits until it
+// serves metrics.
 func (s *Suite) startAggregator(ctx context.Context) error {
 	addr, err := harness.FreePort()
 	if err != nil {
@@ -328,17 +468,62 @@ func (s *Suite) startAggregator(ctx context.Context) error {
 	}
 	s.aggN++
 	p, err := harness.Start(ctx, harness.ProcConfig{
-		Name: "aggregator-" + strconv.Itoa(s.aggN), Bin: s.cfg.Bin, Args: s.aggregatorArgs(addr), LogDir: s.cfg.WorkDir,
+		Name: s.id + "-aggregator-" + strconv.Itoa(s.aggN), Bin: s.cfg.Bin, Args: s.aggregatorArgs(addr), LogDir: s.cfg.WorkDir,
 	})
 	if err != nil {
 		return err
 	}
 	s.agg = p
+	s.aggs = append(s.aggs, p)
 	s.mets = "http://" + addr + "/metrics"
+	s.metsOf[p] = s.mets
 	if err := harness.WaitHTTP(ctx, s.mets, 30*time.Second); err != nil {
 		return fmt.Errorf("aggregator did not serve metrics: %w (log: %s)", err, p.Tail(5))
 	}
 	return nil
+}
+
+// killAggregator SIGKILLs aggregator p and forgets it.
+func (s *Suite) killAggregator(p *harness.Proc) {
+	p.Kill()
+	s.forget(p)
+}
+
+// stopAggregator stops aggregator p (SIGTERM) and forgets it.
+func (s *Suite) stopAggregator(p *harness.Proc) error {
+	err := p.Stop(20 * time.Second)
+	s.forget(p)
+	return err
+}
+
+func (s *Suite) forget(p *harness.Proc) {
+	for i, q := range s.aggs {
+		if q == p {
+			s.aggs = append(s.aggs[:i], s.aggs[i+1:]...)
+			break
+		}
+	}
+	delete(s.metsOf, p)
+}
+
+// redisFailed makes a cluster client reload its slot map: after a primary
+// died it keeps asking it (no MOVED comes from a refused connection) until
+// its periodic reload, a minute later.
+func (s *Suite) redisFailed(ctx context.Context) {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
+}
+
+// aggregatorSum sums a metric over the running aggregators.
+func (s *Suite) aggregatorSum(ctx context.Context, name string) float64 {
+	var sum float64
+	for _, url := range s.metsOf {
+		if m, err := harness.Scrape(ctx, url); err == nil {
+			sum += m.Sum(name)
+		}
+	}
+	return sum
 }
 
 // stack runs scripts/stack with args.
@@ -363,6 +548,7 @@ func (s *Suite) lag(ctx context.Context) (live, hist int64, err error) {
 	for p := range end {
 		n, ok, err := s.store.Resume(ctx, s.live, s.topic, p)
 		if err != nil {
+			s.redisFailed(ctx)
 			return 0, 0, err
 		}
 		if ok {
@@ -417,6 +603,7 @@ func (s *Suite) sinkOffsets(ctx context.Context, parts map[int]int64) (live, his
 	for p := range parts {
 		n, _, err := s.store.Resume(ctx, s.live, s.topic, p)
 		if err != nil {
+			s.redisFailed(ctx)
 			return nil, nil, err
 		}
 		live[p] = n

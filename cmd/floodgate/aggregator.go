@@ -64,8 +64,14 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := c.requireOutputTopics(ctx); err != nil {
+		return err
+	}
 	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, Registerer: reg})
 	if err != nil {
+		return err
+	}
+	if err := store.LoadScripts(ctx); err != nil {
 		return err
 	}
 
@@ -195,4 +201,20 @@ func closeLogged(logger *slog.Logger, what string, c io.Closer) {
 	if err := c.Close(); err != nil {
 		logger.Warn("close "+what, "err", err)
 	}
+}
+
+// requireOutputTopics fails the start when the dead-letter or decisions
+// topic is missing: writes to them would otherwise retry for ever, and
+// decisions would pile up in Redis unpublished, with nothing but WARN logs.
+func (c *AggregatorCmd) requireOutputTopics(ctx context.Context) error {
+	have, err := topics.Partitions(ctx, c.Brokers, c.DLQTopic, c.DecisionsTopic)
+	if err != nil {
+		return err
+	}
+	for _, t := range []string{c.DLQTopic, c.DecisionsTopic} {
+		if _, ok := have[t]; !ok {
+			return fmt.Errorf("topic %s does not exist (create it with `floodgate topics`)", t)
+		}
+	}
+	return nil
 }

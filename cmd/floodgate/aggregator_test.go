@@ -18,12 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/history/historytest"
 	"floodgate/stacktest"
+	"floodgate/stacktest/servicetest"
 	"floodgate/topics"
 	"floodgate/window"
 )
@@ -32,72 +35,123 @@ import (
 // reached through stacktest: they fail when a service is down, and skip only
 // under -short.
 
-// liveEnv is one test's private world: topics, group, key prefix, binary.
+// liveEnv is one test's private world: topics, groups, key prefix, history
+// database, binary.
 type liveEnv struct {
 	t                        testing.TB
+	cfg                      envConfig
 	brokers                  []string
-	rdb                      *redis.Client
+	rdb                      redis.UniversalClient
+	redisAddrs               []string // what the binary is given: one server, or a cluster's seeds
 	bin, dir                 string
 	topic, dlq, decisions    string
 	group, prefix, rulesPath string
 	store                    *window.Store
 	partitions               int
-	mu                       sync.Mutex
-	produced                 map[string]int64 // subject -> events
-	extraArgs                []string
+	// With cfg.history: the history group's database (of the test's own)
+	// and group.
+	pool         *pgxpool.Pool
+	pgURL        string
+	historyGroup string
+	mu           sync.Mutex
+	produced     map[string]int64 // subject -> events
+	extraArgs    []string
+}
+
+// envConfig says where a liveEnv runs and what its aggregators run.
+type envConfig struct {
+	partitions int
+	rules      string
+	// cluster runs on scripts/stack's --cluster profile: three brokers (the
+	// events topic with replication factor 3 and min.insync.replicas 2) and
+	// a Redis Cluster. Default: the single-node stack.
+	cluster bool
+	// history runs the history group (Postgres) beside the live one, in a
+	// database of the test's own. Default: --no-history.
+	history bool
 }
 
 func newLiveEnv(t *testing.T, partitions int, rulesYAML string) *liveEnv {
 	t.Helper()
-	return newLiveEnvTB(t, partitions, rulesYAML)
+	return newEnv(t, envConfig{partitions: partitions, rules: rulesYAML})
 }
 
 func newLiveEnvTB(t testing.TB, partitions int, rulesYAML string) *liveEnv {
 	t.Helper()
-	brokers := stacktest.Brokers(t)
-	rdb := stacktest.Redis(t)
-	dir := t.TempDir()
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
-			return r
-		}
-		return '-'
-	}, strings.ToLower(t.Name()))
-	id := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
+	return newEnv(t, envConfig{partitions: partitions, rules: rulesYAML})
+}
+
+func newEnv(t testing.TB, cfg envConfig) *liveEnv {
+	t.Helper()
 	e := &liveEnv{
-		t: t, brokers: brokers, rdb: rdb, dir: dir,
-		bin:   filepath.Join(dir, "floodgate"),
-		topic: "fgtest." + id, dlq: "fgtest." + id + ".dlq", decisions: "fgtest." + id + ".decisions",
-		group:      "fgtest-live-" + id,
-		prefix:     stacktest.Prefix(t, rdb),
-		rulesPath:  filepath.Join(dir, "rules.yaml"),
-		partitions: partitions,
+		t: t, cfg: cfg, dir: t.TempDir(),
+		bin:        servicetest.Build(t, servicetest.Floodgate),
+		partitions: cfg.partitions,
 		produced:   map[string]int64{},
 	}
-	build := exec.Command("go", "build", "-o", e.bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(e.rulesPath, []byte(rulesYAML), 0o644); err != nil {
+	e.rulesPath = filepath.Join(e.dir, "rules.yaml")
+	if err := os.WriteFile(e.rulesPath, []byte(cfg.rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := topics.Ensure(ctx, brokers,
-		topics.Spec{Name: e.topic, Partitions: partitions},
-		topics.Spec{Name: e.dlq, Partitions: 1},
-		topics.Spec{Name: e.decisions, Partitions: 1},
-	); err != nil {
+	var specs []topics.Spec
+	if cfg.cluster {
+		e.brokers = stacktest.ClusterBrokers(t)
+		cc := stacktest.ClusterRedis(t)
+		e.rdb, e.redisAddrs, e.prefix = cc, stacktest.ClusterRedisAddrs(), stacktest.ClusterPrefix(t, cc)
+		// The events topic is the one that must survive a broker kill:
+		// replicated, acks=all writes need two in-sync replicas.
+		e.topic = stacktest.ClusterTopic(t, e.brokers, cfg.partitions)
+	} else {
+		e.brokers = stacktest.Brokers(t)
+		rdb := stacktest.Redis(t)
+		e.rdb, e.redisAddrs, e.prefix = rdb, []string{rdb.Options().Addr}, stacktest.Prefix(t, rdb)
+		name := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+				return r
+			}
+			return '-'
+		}, strings.ToLower(t.Name()))
+		e.topic = fmt.Sprintf("fgtest.%s-%d", name, time.Now().UnixNano()%1e9)
+		specs = append(specs, topics.Spec{Name: e.topic, Partitions: cfg.partitions})
+	}
+	id := strings.TrimPrefix(e.topic, "fgtest.")
+	e.dlq, e.decisions = e.topic+".dlq", e.topic+".decisions"
+	e.group = "fgtest-live-" + id
+	specs = append(specs, topics.Spec{Name: e.dlq, Partitions: 1}, topics.Spec{Name: e.decisions, Partitions: 1})
+	if _, err := topics.Ensure(ctx, e.brokers, specs...); err != nil {
 		t.Fatalf("create topics: %v", err)
+	}
+	// The aggregator refuses to start without its output topics: wait
+	// until the brokers' metadata lists them.
+	for {
+		have, err := topics.Partitions(ctx, e.brokers, e.dlq, e.decisions)
+		if err == nil && have[e.dlq] > 0 && have[e.decisions] > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("topics %s, %s not in metadata: %v (have %v)", e.dlq, e.decisions, err, have)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := topics.Delete(ctx, brokers, e.topic, e.dlq, e.decisions); err != nil {
+		names := []string{e.dlq, e.decisions}
+		if !cfg.cluster {
+			names = append(names, e.topic) // ClusterTopic deletes its own
+		}
+		if err := topics.Delete(ctx, e.brokers, names...); err != nil {
 			t.Logf("delete topics: %v", err)
 		}
 	})
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: e.prefix, Partitions: func() int { return partitions }})
+	if cfg.history {
+		e.pool = historytest.Pool(t)
+		e.pgURL = e.pool.Config().ConnString()
+		e.historyGroup = "fgtest-history-" + id
+	}
+	st, err := window.NewStore(e.rdb, window.StoreConfig{Prefix: e.prefix, Partitions: func() int { return cfg.partitions }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +168,13 @@ type proc struct {
 
 func (e *liveEnv) start(name string) *proc {
 	e.t.Helper()
-	return e.run(name, append([]string{"--no-history", "--metrics-addr", "127.0.0.1:0"}, e.extraArgs...)...)
+	args := []string{"--metrics-addr", "127.0.0.1:0"}
+	if e.cfg.history {
+		args = append(args, "--history-group", e.historyGroup, "--postgres-url", e.pgURL)
+	} else {
+		args = append(args, "--no-history")
+	}
+	return e.run(name, append(args, e.extraArgs...)...)
 }
 
 // run starts `floodgate aggregator` on the env's topics, group, prefix and
@@ -128,7 +188,8 @@ func (e *liveEnv) run(name string, args ...string) *proc {
 		"--log-level", "debug",
 	}, args...)
 	cmd := exec.Command(e.bin, args...)
-	cmd.Env = append(os.Environ(), "FLOODGATE_BROKERS="+strings.Join(e.brokers, ","), "FLOODGATE_REDIS_ADDR="+e.rdb.Options().Addr)
+	// Several Redis addresses make the binary a cluster client.
+	cmd.Env = append(os.Environ(), "FLOODGATE_BROKERS="+strings.Join(e.brokers, ","), "FLOODGATE_REDIS_ADDR="+strings.Join(e.redisAddrs, ","))
 	logf, err := os.Create(filepath.Join(e.dir, name+".log"))
 	if err != nil {
 		e.t.Fatal(err)
@@ -209,14 +270,24 @@ func (e *liveEnv) produce(ctx context.Context, w *kafka.Writer, action string, s
 	e.mu.Unlock()
 }
 
-// counters reads every produced subject's 1-day window in one round trip.
+// counters reads every produced subject's 1-day window.
 func (e *liveEnv) counters(action string) (map[string]int64, error) {
 	e.mu.Lock()
-	var qs []window.Query
+	subs := make([]string, 0, len(e.produced))
 	for s := range e.produced {
-		qs = append(qs, window.Query{Subject: window.Subject{Action: action, Kind: "k", Subject: s}, Windows: []time.Duration{24 * time.Hour}})
+		subs = append(subs, s)
 	}
 	e.mu.Unlock()
+	return e.countersOf(action, subs)
+}
+
+// countersOf reads the 1-day window of each subject of action (kind k), in
+// one round trip per slot.
+func (e *liveEnv) countersOf(action string, subjects []string) (map[string]int64, error) {
+	qs := make([]window.Query, 0, len(subjects))
+	for _, s := range subjects {
+		qs = append(qs, window.Query{Subject: window.Subject{Action: action, Kind: "k", Subject: s}, Windows: []time.Duration{24 * time.Hour}})
+	}
 	states, err := e.store.Check(context.Background(), time.Now(), qs)
 	if err != nil {
 		return nil, err
@@ -720,4 +791,28 @@ func TestAggregatorCrashExactlyOnceRuleTypes(t *testing.T) {
 	}
 	p.stop(t)
 	e.checkOffsets()
+}
+
+// TestAggregatorRefusesMissingOutputTopics: without its dead-letter or
+// decisions topic the aggregator would count and then retry those writes
+// for ever; it refuses to start instead, naming the topic.
+func TestAggregatorRefusesMissingOutputTopics(t *testing.T) {
+	e := newLiveEnv(t, 2, countRules)
+	e.decisions = e.topic + ".missing"
+	p := e.start("agg")
+	select {
+	case err := <-p.done:
+		if err == nil {
+			t.Fatal("aggregator exited 0 without its decisions topic")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("aggregator still running without its decisions topic")
+	}
+	log, err := os.ReadFile(filepath.Join(e.dir, "agg.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "topic " + e.decisions + " does not exist"; !strings.Contains(string(log), want) {
+		t.Fatalf("log does not say %q:\n%s", want, log)
+	}
 }

@@ -66,6 +66,9 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := store.LoadScripts(ctx); err != nil {
+		return err
+	}
 	taker, err := strict.New(strict.Config{Store: store, MaxBatch: c.TakeBatch, Timeout: max(c.Timeout, 250*time.Millisecond), Logger: logger})
 	if err != nil {
 		return err

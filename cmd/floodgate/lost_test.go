@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/bench/harness"
 	"floodgate/event"
-	"floodgate/history/historytest"
 	"floodgate/stacktest/servicetest"
 	"floodgate/topics"
 	"floodgate/window"
@@ -24,7 +22,6 @@ import (
 // history into a database of the test's own.
 type lostEnv struct {
 	*liveEnv
-	pool  *pgxpool.Pool
 	hist  string // history group
 	subs  []string
 	sent  int
@@ -33,8 +30,8 @@ type lostEnv struct {
 
 func newLostEnv(t *testing.T, partitions int) *lostEnv {
 	t.Helper()
-	e := &lostEnv{liveEnv: newLiveEnv(t, partitions, countRules), pool: historytest.Pool(t), parts: map[string]int{}}
-	e.hist = e.group + "-history"
+	e := &lostEnv{liveEnv: newEnv(t, envConfig{partitions: partitions, rules: countRules, history: true}), parts: map[string]int{}}
+	e.hist = e.historyGroup
 	// Four subjects on each partition, so every partition has events.
 	per := map[int]int{}
 	for _, s := range subjects(1000) {
@@ -57,7 +54,7 @@ func (e *lostEnv) start(name string, args ...string) (*proc, string) {
 	e.t.Helper()
 	addr := servicetest.FreeAddr(e.t)
 	p := e.run(name, append([]string{"--metrics-addr", addr, "--history-group", e.hist,
-		"--postgres-url", e.pool.Config().ConnString()}, args...)...)
+		"--postgres-url", e.pgURL}, args...)...)
 	if err := harness.WaitHTTP(context.Background(), "http://"+addr+"/healthz", time.Minute); err != nil {
 		e.t.Fatalf("%s not serving: %v", name, err)
 	}

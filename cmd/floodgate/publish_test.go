@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,14 +40,17 @@ func TestDecisionSurvivesCrashBeforePublish(t *testing.T) {
 	e := newLiveEnv(t, 2, hotRules)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	if err := topics.Delete(ctx, e.brokers, e.decisions); err != nil {
-		t.Fatal(err)
-	}
 	hot := window.Subject{Action: "hot", Kind: "k", Subject: "h1"}
 	part := window.Partition(hot, e.partitions)
 	keys := e.store.Keys()
 
+	// The aggregator refuses to start without its decisions topic: the
+	// topic goes once it runs.
 	p := e.start("run0")
+	e.waitStarted("run0")
+	if err := topics.Delete(ctx, e.brokers, e.decisions); err != nil {
+		t.Fatal(err)
+	}
 	w := e.writer()
 	defer w.Close()
 	for range 5 {
@@ -104,6 +109,23 @@ func TestDecisionSurvivesCrashBeforePublish(t *testing.T) {
 	ds = readDecisions(t, ctx, e, 2)
 	if ds[1].ID != ds[0].ID {
 		t.Fatalf("decision published again with id %s, first as %s: duplicates must carry the same id", ds[1].ID, ds[0].ID)
+	}
+}
+
+// waitStarted waits until the aggregator name logged that it started
+// its partitions.
+func (e *liveEnv) waitStarted(name string) {
+	e.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, _ := os.ReadFile(filepath.Join(e.dir, name+".log"))
+		if strings.Count(string(b), "partition started") >= e.partitions {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s did not start its %d partitions:\n%s", name, e.partitions, b)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -168,7 +190,7 @@ func TestRebuildRefusesBesideRunningAggregator(t *testing.T) {
 	keysBefore := e.keyCount(ctx)
 
 	cmd := exec.CommandContext(ctx, e.bin, "rebuild", "--reset",
-		"--brokers", strings.Join(e.brokers, ","), "--redis-addr", e.rdb.Options().Addr,
+		"--brokers", strings.Join(e.brokers, ","), "--redis-addr", strings.Join(e.redisAddrs, ","),
 		"--topic", e.topic, "--group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"floodgate/bench/harness"
+	"floodgate/stacktest"
 )
 
 // Floodgate is the import path of the serving binary.
@@ -77,6 +78,7 @@ type Stack struct {
 	RedisAddr      string
 	PostgresURL    string // a database of the test's own (historytest.Pool)
 	Topic          string // events
+	DLQTopic       string // dead letters
 	DecisionsTopic string
 	Prefix         string // Redis key prefix
 	Rules          string // rules file
@@ -93,6 +95,7 @@ func (s Stack) env() []string {
 	add("FLOODGATE_REDIS_ADDR", s.RedisAddr)
 	add("FLOODGATE_POSTGRES_URL", s.PostgresURL)
 	add("FLOODGATE_TOPIC", s.Topic)
+	add("FLOODGATE_DLQ_TOPIC", s.DLQTopic)
 	add("FLOODGATE_DECISIONS_TOPIC", s.DecisionsTopic)
 	add("FLOODGATE_KEY_PREFIX", s.Prefix)
 	add("FLOODGATE_RULES", s.Rules)
@@ -151,9 +154,22 @@ func Limiter(tb testing.TB, bin string, st Stack, args ...string) *Service {
 
 // Aggregator runs `floodgate aggregator` on st (live and, unless args say
 // --no-history, history groups, each under a consumer group of this test's
-// own) and returns its metrics address.
+// own) and returns its metrics address. A dead-letter or decisions topic
+// st leaves unnamed is one of the test's own, so that tests never write to
+// floodgate's real topics (and the aggregator, which requires both to
+// exist, starts on a fresh stack).
 func Aggregator(tb testing.TB, bin string, st Stack, args ...string) *Service {
 	tb.Helper()
+	brokers := st.Brokers
+	if len(brokers) == 0 {
+		brokers = stacktest.Brokers(tb)
+	}
+	if st.DLQTopic == "" {
+		st.DLQTopic = stacktest.Topic(tb, brokers, 1)
+	}
+	if st.DecisionsTopic == "" {
+		st.DecisionsTopic = stacktest.Topic(tb, brokers, 1)
+	}
 	addr := FreeAddr(tb)
 	group := "fgtest-" + strings.ReplaceAll(st.Topic, ".", "-")
 	a := append([]string{"aggregator", "--metrics-addr", addr, "--group", group + "-live", "--history-group", group + "-history"}, args...)

@@ -33,17 +33,20 @@ type Stack struct {
 // ChaosCmd runs the fault suite.
 type ChaosCmd struct {
 	Stack
-	Rate     float64  `name:"rate" default:"2000" help:"Background load, events/s."`
-	Subjects int      `name:"subjects" default:"300" help:"Subjects per scenario."`
-	Kills    int      `name:"kills" default:"3" help:"SIGKILLs of the aggregator."`
-	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,apply-error,crash-publish,rebuild-beside,retention-gap,topic-recreated,redis)."`
-	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
+	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" default:"127.0.0.1:29092,127.0.0.1:29192,127.0.0.1:29292" sep:"," help:"Brokers of the --cluster profile."`
+	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" default:"127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005,127.0.0.1:17006" sep:"," help:"Redis Cluster seeds of the --cluster profile."`
+	Rate              float64  `name:"rate" default:"2000" help:"Background load, events/s."`
+	Subjects          int      `name:"subjects" default:"300" help:"Subjects per scenario."`
+	Kills             int      `name:"kills" default:"3" help:"SIGKILLs of an aggregator."`
+	Only              []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,apply-error,crash-publish,rebuild-beside,retention-gap,topic-recreated,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
+	Out               string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
 }
 
 // Run runs the suite; it fails when a scenario failed.
 func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
 	rows, err := faults.Run(ctx, faults.Config{
 		Bin: c.Bin, Repo: c.Repo, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
+		ClusterBrokers: c.ClusterBrokers, ClusterRedisAddrs: c.ClusterRedisAddrs,
 		WorkDir: c.WorkDir, Rate: c.Rate, Subjects: c.Subjects, Kills: c.Kills, Only: c.Only, Out: c.Out, Logger: log,
 	})
 	if err != nil {
