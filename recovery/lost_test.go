@@ -160,9 +160,18 @@ func (s *syncBuffer) String() string {
 // it writes: with skip it reports them (ERROR naming group, partition and
 // offsets; Result.Lost) and counts everything the log still holds; with
 // stop it fails and writes nothing.
+//
+// Without Reset (Force), partition 0 keeps its 3 counted events and its
+// offset: the replay's first batch starts there and covers the lost
+// offsets, which are reported once.
 func TestRebuildRetentionGap(t *testing.T) {
-	for _, policy := range []aggregator.LostOffsetsPolicy{aggregator.LostOffsetsSkip, aggregator.LostOffsetsStop} {
-		t.Run(string(policy), func(t *testing.T) {
+	for _, tc := range []struct {
+		policy aggregator.LostOffsetsPolicy
+		reset  bool
+	}{{aggregator.LostOffsetsSkip, true}, {aggregator.LostOffsetsStop, true}, {aggregator.LostOffsetsSkip, false}} {
+		policy := tc.policy
+		name := string(policy) + map[bool]string{true: "-reset", false: "-force"}[tc.reset]
+		t.Run(name, func(t *testing.T) {
 			e := newLostEnv(t, 2)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
@@ -180,7 +189,7 @@ func TestRebuildRetentionGap(t *testing.T) {
 			e.deleteBelow(ctx, 0, 6)
 			e.deleteBelow(ctx, 1, 4)
 
-			res, err := e.rebuild(ctx, policy, true, false)
+			res, err := e.rebuild(ctx, policy, tc.reset, !tc.reset)
 			if policy == aggregator.LostOffsetsStop {
 				var lost *aggregator.LostOffsetsError
 				if !errors.As(err, &lost) {
@@ -197,16 +206,20 @@ func TestRebuildRetentionGap(t *testing.T) {
 			if res.Lost != 3+2 {
 				t.Errorf("Result.Lost = %d, want 5", res.Lost)
 			}
-			if got0, got1 := e.count(ctx, 0), e.count(ctx, 1); got0 != 4 || got1 != 6 {
-				t.Errorf("counts after rebuild %d and %d, want 4 and 6: what the log holds", got0, got1)
+			want0 := int64(4) // what the log holds
+			if !tc.reset {
+				want0 += 3 // and what Redis kept
+			}
+			if got0, got1 := e.count(ctx, 0), e.count(ctx, 1); got0 != want0 || got1 != 6 {
+				t.Errorf("counts after rebuild %d and %d, want %d and 6", got0, got1, want0)
 			}
 			if off0, off1 := e.offset(ctx, 0), e.offset(ctx, 1); off0 != 10 || off1 != 10 {
 				t.Errorf("stored offsets %d and %d, want 10 and 10", off0, off1)
 			}
 			log := e.log.String()
-			for _, want := range []string{"level=ERROR", "group=live", "partition=0 from=3 to=5 lost=3", "partition=1 from=2 to=3 lost=2"} {
-				if !strings.Contains(log, want) {
-					t.Errorf("log lacks %q:\n%s", want, log)
+			for _, want := range []string{"partition=0 from=3 to=5 lost=3", "partition=1 from=2 to=3 lost=2"} {
+				if n := strings.Count(log, want); n != 1 || !strings.Contains(log, "level=ERROR") || !strings.Contains(log, "group=live") {
+					t.Errorf("want one ERROR line of group live with %q, have %d:\n%s", want, n, log)
 				}
 			}
 		})
