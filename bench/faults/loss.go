@@ -578,7 +578,10 @@ func (s *Suite) crashBeforePublish(ctx context.Context) (Row, error) {
 	ids := map[string]int{} // decision id -> times read
 	subjects := map[string]bool{}
 	deadline := time.Now().Add(90 * time.Second)
+	var readErr error
 	for len(subjects) < probes && time.Now().Before(deadline) {
+		// The metadata of the topic created a moment ago may lag: an
+		// error here is retried.
 		end, err := s.kafka.EndOffsets(ctx, s.dec)
 		if err == nil {
 			clear(ids)
@@ -591,10 +594,11 @@ func (s *Suite) crashBeforePublish(ctx context.Context) (Row, error) {
 				}
 			})
 		}
-		if err != nil {
-			return row, err
-		}
+		readErr = err
 		sleep(ctx, 200*time.Millisecond)
+	}
+	if len(subjects) < probes && readErr != nil {
+		return row, fmt.Errorf("read %s: %w", s.dec, readErr)
 	}
 	row.Recovery = time.Since(start)
 	row.RecoveryNote = "SIGKILL → every probe's decision on the recreated topic"
