@@ -57,7 +57,7 @@ func newPipeline(t *testing.T) *pipeline {
 		Prefix: stacktest.Prefix(t, stacktest.Redis(t)), Rules: rules,
 	}}
 	p.hq = history.NewQuerier(pool)
-	servicetest.Aggregator(t, servicetest.Build(t, servicetest.Floodgate), p.st)
+	servicetest.Aggregator(t, servicetest.Build(t, servicetest.Floodgate), p.st, "--visitors", "visit=ip")
 	pub, err := producer.New(producer.Config{Brokers: brokers, Topic: p.st.Topic})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +157,21 @@ func TestDashboardInChromium(t *testing.T) {
 	if !slices.Equal(page.TopDay, want) || !slices.Equal(page.TopEver, want) || page.Bars < 4 {
 		t.Errorf("top %v / %v, %d bars; want %v in both and bars drawn", page.TopDay, page.TopEver, page.Bars, want)
 	}
+	// Unique visitors beside the visits (--visitors visit=ip): three IPs,
+	// abc visited by two of them, xyz by one; a line on every chart.
+	if page.Visitors != 3 || page.VisitorsLastHour != 3 || page.VisitorsLastDay != 3 {
+		t.Errorf("visitors ever %d, last hour %d, last day %d; want 3, 3, 3", page.Visitors, page.VisitorsLastHour, page.VisitorsLastDay)
+	}
+	wantVis := []dashboardtest.Row{{Kind: "link", Subject: "abc", Value: 2}, {Kind: "link", Subject: "xyz", Value: 1}}
+	if !slices.Equal(page.TopVisitors, wantVis) || page.VisitorLines != 4 {
+		t.Errorf("top by visitors %v, %d visitor lines; want %v and 4", page.TopVisitors, page.VisitorLines, wantVis)
+	}
+	for _, name := range []string{"hour", "day", "month", "year"} {
+		// Every visit is of the last second, in one step or two.
+		if v := page.PeakVisitors[name]; v < 2 || v > 3 {
+			t.Errorf("curve %s: peak visitors %d, want 2 or 3", name, v)
+		}
+	}
 
 	// 198.51.100.1 visited 4 times within a minute: over 3/m, a deny
 	// decision on the decisions topic, shown once read.
@@ -176,6 +191,14 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := b.WaitTotal(ctx, 15); err != nil {
 		t.Fatal(err)
 	}
+	if page, err = b.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A fourth visitor, of xyz: tied with abc at two, and first by visits.
+	wantVis = []dashboardtest.Row{{Kind: "link", Subject: "xyz", Value: 2}, {Kind: "link", Subject: "abc", Value: 2}}
+	if page.Visitors != 4 || !slices.Equal(page.TopVisitors, wantVis) {
+		t.Errorf("after a new visitor: %d visitors, top %v; want 4, %v", page.Visitors, page.TopVisitors, wantVis)
+	}
 
 	png, err := b.Screenshot(ctx)
 	if err != nil {
@@ -194,6 +217,13 @@ func TestDashboardInChromium(t *testing.T) {
 		if err := os.WriteFile(keep, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Visits by IP carry no ip attr: no visitors are shown for that kind.
+	if page, err = b.Load(ctx, url+"?action=visit&kind=ip"); err != nil {
+		t.Fatal(err)
+	}
+	if page.Total != 15 || page.Visitors != -1 || len(page.TopVisitors) != 0 || page.VisitorLines != 0 {
+		t.Errorf("visit by ip: total %d, visitors %d, top %v, %d lines; want 15 and no visitors", page.Total, page.Visitors, page.TopVisitors, page.VisitorLines)
 	}
 	if errs := b.ConsoleErrors(); len(errs) > 0 {
 		t.Errorf("console errors: %q", errs)

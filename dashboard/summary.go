@@ -89,26 +89,51 @@ type Curve struct {
 	Peak   int64           `json:"peak"`
 	Points []history.Point `json:"-"`
 	Values []int64         `json:"values"`
-	step   time.Duration
+	// Visitors are the distinct visitors of each step (each step counts its
+	// own: they do not add up), when the page shows visitors.
+	Visitors     []int64 `json:"visitors,omitempty"`
+	PeakVisitors int64   `json:"peak_visitors,omitempty"`
+	step         time.Duration
 }
 
 // Summary is everything the page shows.
 type Summary struct {
-	Now       time.Time     `json:"now"`
-	Action    string        `json:"action"`
-	Kind      string        `json:"kind,omitempty"`
-	Totals    []ActionTotal `json:"actions"`
-	Total     int64         `json:"total"`
-	LastHour  int64         `json:"last_hour"`
-	LastDay   int64         `json:"last_day"`
-	TopDay    []Ranked      `json:"top_day"`
-	TopEver   []Ranked      `json:"top_ever"`
-	Curves    []Curve       `json:"curves"`
-	Decisions []Decision    `json:"decisions"`
+	Now      time.Time     `json:"now"`
+	Action   string        `json:"action"`
+	Kind     string        `json:"kind,omitempty"`
+	Totals   []ActionTotal `json:"actions"`
+	Total    int64         `json:"total"`
+	LastHour int64         `json:"last_hour"`
+	LastDay  int64         `json:"last_day"`
+	TopDay   []Ranked      `json:"top_day"`
+	TopEver  []Ranked      `json:"top_ever"`
+	Curves   []Curve       `json:"curves"`
+	// Visitors is the unique visitors beside the events, for an action
+	// history counts visitors of (floodgate aggregator --visitors); nil for
+	// the others.
+	Visitors  *Visitors  `json:"visitors,omitempty"`
+	Decisions []Decision `json:"decisions"`
 	// DecisionsRead counts decisions read since the dashboard started;
 	// DecisionsError says why none can be read now.
 	DecisionsRead  int64  `json:"decisions_read"`
 	DecisionsError string `json:"decisions_error,omitempty"`
+}
+
+// Visitors is the distinct visitors of the page's action and kind: exact up
+// to 256, a HyperLogLog estimate above (docs/dashboards.md).
+type Visitors struct {
+	Total    int64            `json:"total"` // ever
+	LastHour int64            `json:"last_hour"`
+	LastDay  int64            `json:"last_day"`
+	TopDay   []RankedVisitors `json:"top_day"` // subjects by visitors, last 24 hours
+}
+
+// RankedVisitors is one top subject by unique visitors.
+type RankedVisitors struct {
+	Kind     string `json:"kind"`
+	Subject  string `json:"subject"`
+	Visitors int64  `json:"visitors"`
+	Events   int64  `json:"events"`
 }
 
 // ActionTotal is one action's total over every kind.
@@ -170,12 +195,15 @@ func load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now
 		return nil, err
 	}
 	s.TopDay, s.TopEver = ranked(day), ranked(ever)
+	if s.Visitors, err = loadVisitors(ctx, hq, k, end, q.Top); err != nil {
+		return nil, err
+	}
 	tiers, err := hq.Tiers(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, sp := range Spans {
-		c, err := loadCurve(ctx, hq, k, sp, tiers, now)
+		c, err := loadCurve(ctx, hq, k, sp, tiers, now, s.Visitors != nil)
 		if err != nil {
 			return nil, err
 		}
@@ -198,6 +226,32 @@ func load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now
 	return s, nil
 }
 
+// loadVisitors reads the unique visitors of k, or nil when history holds
+// none (an action it counts no visitors of): whether an action counts them
+// is the aggregator's setting, which the dashboard reads from the data, as
+// `floodgate query dashboard` does.
+func loadVisitors(ctx context.Context, hq *history.Querier, k history.Key, end time.Time, top int) (*Visitors, error) {
+	total, err := hq.TotalVisitors(ctx, k)
+	if err != nil || total == 0 {
+		return nil, err
+	}
+	v := &Visitors{Total: total}
+	if v.LastHour, err = hq.Visitors(ctx, k, end.Add(-time.Hour), end); err != nil {
+		return nil, err
+	}
+	if v.LastDay, err = hq.Visitors(ctx, k, end.Add(-24*time.Hour), end); err != nil {
+		return nil, err
+	}
+	rs, err := hq.TopVisitors(ctx, k.Action, k.Kind, end.Add(-24*time.Hour), end, top)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		v.TopDay = append(v.TopDay, RankedVisitors{Kind: r.Kind, Subject: r.Subject, Visitors: r.Visitors, Events: r.Events})
+	}
+	return v, nil
+}
+
 func ranked(rs []history.Ranked) []Ranked {
 	out := make([]Ranked, len(rs))
 	for i, r := range rs {
@@ -206,15 +260,31 @@ func ranked(rs []history.Ranked) []Ranked {
 	return out
 }
 
-func loadCurve(ctx context.Context, hq *history.Querier, k history.Key, sp Span, tiers []history.StoredTier, now time.Time) (Curve, error) {
+// loadCurve reads one chart; with visitors, the events and the visitors of
+// each step in one query (visitors_curve).
+func loadCurve(ctx context.Context, hq *history.Querier, k history.Key, sp Span, tiers []history.StoredTier, now time.Time, visitors bool) (Curve, error) {
 	step := CurveStep(tiers, now.Add(-sp.Span), sp.Span)
 	to := history.Bin(now, step).Add(step)
 	from := to.Add(-sp.Span)
-	pts, err := hq.Curve(ctx, k, from, to, step)
-	if err != nil {
-		return Curve{}, err
+	var pts []history.Point
+	c := Curve{Name: sp.Name, From: from, To: to, Step: stepName(step), step: step}
+	if visitors {
+		vps, err := hq.VisitorsCurve(ctx, k, from, to, step)
+		if err != nil {
+			return Curve{}, err
+		}
+		for _, p := range vps {
+			pts = append(pts, history.Point{Time: p.Time, Value: p.Events})
+			c.Visitors = append(c.Visitors, p.Visitors)
+			c.PeakVisitors = max(c.PeakVisitors, p.Visitors)
+		}
+	} else {
+		var err error
+		if pts, err = hq.Curve(ctx, k, from, to, step); err != nil {
+			return Curve{}, err
+		}
 	}
-	c := Curve{Name: sp.Name, From: from, To: to, Step: stepName(step), Points: pts, step: step}
+	c.Points = pts
 	for _, p := range pts {
 		c.Total += p.Value
 		c.Peak = max(c.Peak, p.Value)

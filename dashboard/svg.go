@@ -16,14 +16,20 @@ const (
 )
 
 // SVG draws c as a bar chart: one bar per step, a y axis up to a round
-// maximum, and about six time labels. Rendered on the server, so the page
-// needs no chart library; each bar's title tells its time and value.
+// maximum, and about six time labels; with visitors, a line of each step's
+// unique visitors over the bars, on the same axis (a step's visitors never
+// exceed its events). Rendered on the server, so the page needs no chart
+// library; each bar's title tells its time and values.
 func SVG(c Curve) template.HTML {
 	var b strings.Builder
 	plotW, plotH := float64(chartW-padL-padR), float64(chartH-padT-padB)
 	top := niceCeil(c.Peak)
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s: %d events, step %s" data-total="%d">`,
-		chartW, chartH, template.HTMLEscapeString(c.Name), c.Total, c.Step, c.Total)
+	vis := ""
+	if c.Visitors != nil {
+		vis = fmt.Sprintf(", at most %d unique visitors a step", c.PeakVisitors)
+	}
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s: %d events%s, step %s" data-total="%d">`,
+		chartW, chartH, template.HTMLEscapeString(c.Name), c.Total, vis, c.Step, c.Total)
 	// Grid lines and y labels at 0, half and top.
 	for _, f := range []float64{0, 0.5, 1} {
 		y := float64(padT) + plotH*(1-f)
@@ -43,8 +49,19 @@ func SVG(c Curve) template.HTML {
 			}
 			h := plotH * float64(p.Value) / float64(top)
 			x := float64(padL) + float64(i)*bw
-			fmt.Fprintf(&b, `<rect class="bar" x="%.2f" y="%.2f" width="%.2f" height="%.2f"><title>%s: %d</title></rect>`,
-				x+gap/2, float64(padT)+plotH-h, max(bw-gap, 0.5), h, label(p.Time, c.step, true), p.Value)
+			vis := ""
+			if i < len(c.Visitors) {
+				vis = fmt.Sprintf(", %d unique visitors", c.Visitors[i])
+			}
+			fmt.Fprintf(&b, `<rect class="bar" x="%.2f" y="%.2f" width="%.2f" height="%.2f"><title>%s: %d%s</title></rect>`,
+				x+gap/2, float64(padT)+plotH-h, max(bw-gap, 0.5), h, label(p.Time, c.step, true), p.Value, vis)
+		}
+		if len(c.Visitors) == n {
+			b.WriteString(`<polyline class="visitors" points="`)
+			for i, v := range c.Visitors {
+				fmt.Fprintf(&b, "%.2f,%.2f ", float64(padL)+(float64(i)+0.5)*bw, float64(padT)+plotH*(1-float64(v)/float64(top)))
+			}
+			b.WriteString(`"/>`)
 		}
 		// Time labels: about six, on whole steps.
 		every := max(n/6, 1)

@@ -21,6 +21,11 @@
 // exact up to 256, a HyperLogLog beyond, merged in SQL by the sink, the
 // roller and the dashboard functions.
 //
+// With SinkConfig.Dedup (the aggregator's --dedup), an event whose id was
+// counted within the horizon is skipped: the ids live in history_ids,
+// recorded in the batch's transaction before its buckets, and the sink
+// prunes those past the horizon while it owns partitions (RunPartition).
+//
 // The ladder ("1m:2d,5m:14d,1h:400d,1d:forever", ParseLadder) is applied by
 // package roller. Querier answers count, curve, top, total and their
 // unique-visitor counterparts through the same SQL functions Grafana uses. docs/history.md and docs/dashboards.md

@@ -10,12 +10,14 @@ import (
 type sinkMetrics struct {
 	batches *prometheus.CounterVec
 	rows    prometheus.Counter
-	events  prometheus.Counter
+	events  *prometheus.CounterVec
 	visits  prometheus.Counter
 	late    prometheus.Counter
 	errors  prometheus.Counter
 	offset  *prometheus.GaugeVec
 	seconds prometheus.Histogram
+	prunes  *prometheus.CounterVec
+	pruned  prometheus.Counter
 }
 
 func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
@@ -29,10 +31,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_history_bucket_rows_written_total", ConstLabels: labels,
 			Help: "Bucket rows inserted or updated by the history sink.",
 		}),
-		events: prometheus.NewCounter(prometheus.CounterOpts{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_history_events_total", ConstLabels: labels,
-			Help: "Events (sum of n) applied to history.",
-		}),
+			Help: "Events (sum of n) of applied batches by result: applied (counted), duplicate (an id counted already within the dedup horizon, not counted).",
+		}, []string{"result"}),
 		visits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_history_visits_total", ConstLabels: labels,
 			Help: "Events that carried the attr counted as their action's visitor (SinkConfig.Visitors), added to the sketches.",
@@ -54,11 +56,25 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Help:    "Duration of one history batch write.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_history_dedup_prunes_total", ConstLabels: labels,
+			Help: "Background prunes of the event ids past the dedup horizon, by result: ok, error (retried at the next one).",
+		}, []string{"result"}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_dedup_ids_pruned_total", ConstLabels: labels,
+			Help: "Event ids deleted from history_ids past the dedup horizon.",
+		}),
+	}
+	for _, r := range []string{"applied", "duplicate"} {
+		m.events.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.prunes.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.visits, m.late, m.errors, m.offset, m.seconds} {
+	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.visits, m.late, m.errors, m.offset, m.seconds, m.prunes, m.pruned} {
 		if err := register(reg, c); err != nil {
 			return nil, fmt.Errorf("history sink metrics: %w", err)
 		}

@@ -31,6 +31,15 @@ type SinkConfig struct {
 	// Visitors names, per action, the attr whose distinct values each
 	// bucket and total keeps a sketch of (unique visitors). Default none.
 	Visitors Visitors
+	// Dedup, when positive, is the horizon within which an event whose id
+	// history counted already is skipped (a producer's retry): ids are
+	// checked and recorded in history_ids in the batch's transaction, and
+	// pruned past the horizon by RunPartition. At least 1s; zero (the
+	// default) counts every event.
+	Dedup time.Duration
+	// Now is the clock the dedup horizon is measured with. Default
+	// time.Now.
+	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics. Nil: not registered.
@@ -44,6 +53,8 @@ func (c *SinkConfig) Validate() error {
 		return errors.New("history sink config: no database")
 	case c.Group == "":
 		return errors.New("history sink config: no consumer group")
+	case c.Dedup < 0 || (c.Dedup > 0 && c.Dedup < time.Second):
+		return fmt.Errorf("history sink config: dedup horizon %s: want 0 (off) or at least 1s", c.Dedup)
 	}
 	if c.Ladder != nil {
 		if err := c.Ladder.Validate(); err != nil {
@@ -63,6 +74,9 @@ func (c *SinkConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 // Sink writes batches of events into minute buckets (or, for late events,
@@ -73,12 +87,17 @@ type Sink struct {
 	applySQL  string
 	resumeSQL string
 	resetSQL  string
+	idsSQL    string // dedup: record a batch's event ids
+	pruneSQL  string // dedup: delete ids past the horizon
 	log       *slog.Logger
 	metrics   *sinkMetrics
 
 	mu       sync.Mutex
 	laddered bool               // the database holds a ladder
 	parts    map[time.Time]bool // 1m partitions known to exist, by day
+
+	pruneMu   sync.Mutex // one prune at a time (RunPartition)
+	lastPrune time.Time
 }
 
 var (
@@ -106,9 +125,11 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3`,
 		resetSQL: `UPDATE ` + offsets + ` SET next_offset = $5, updated_at = now()` +
 			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3 AND next_offset = $4`,
-		log:     cfg.Logger.With("group", cfg.Group),
-		metrics: m,
-		parts:   map[time.Time]bool{},
+		idsSQL:   idsSQL(offsets),
+		pruneSQL: pruneSQL(),
+		log:      cfg.Logger.With("group", cfg.Group),
+		metrics:  m,
+		parts:    map[time.Time]bool{},
 	}
 	if err := s.ready(ctx); err != nil {
 		// Not fatal: Postgres may be down while the aggregator starts (the
@@ -128,6 +149,9 @@ func (s *Sink) ready(ctx context.Context) error {
 	}
 	if err := EnsureLadder(ctx, s.cfg.DB, s.cfg.Ladder, true); err != nil {
 		return fmt.Errorf("history sink: %w", err)
+	}
+	if err := s.checkDedupTable(ctx); err != nil {
+		return err
 	}
 	s.laddered = true
 	return nil
@@ -259,16 +283,11 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		}
 		// The stored offset lies in (First, Last]: only the records from it on
 		// are new. trimTo > b.First, so this ends.
-		kept := make([]aggregator.Record, 0, len(b.Records))
-		for _, r := range b.Records {
-			if r.Offset >= trimTo {
-				kept = append(kept, r)
-			}
-		}
+		kept := aggregator.TrimBatch(b, trimTo)
 		s.metrics.batches.WithLabelValues("trimmed").Inc()
 		s.log.Info("batch overlaps the stored offset; applying its tail", "topic", b.Topic, "partition", b.Partition,
-			"first", b.First, "last", b.Last, "stored", trimTo, "records_dropped", len(b.Records)-len(kept))
-		b.First, b.Records = trimTo, kept
+			"first", b.First, "last", b.Last, "stored", trimTo, "records_dropped", len(b.Records)-len(kept.Records))
+		b = kept
 	}
 }
 
@@ -276,10 +295,13 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 // stored next offset trimTo lies inside (b.First, b.Last].
 func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error) {
 	start := time.Now()
-	rs := summarize(b.Records, s.cfg.Visitors)
 	if err := s.ready(ctx); err != nil {
 		return -1, err
 	}
+	if s.cfg.Dedup > 0 && len(b.Records) > 0 {
+		return s.applyDedup(ctx, b, start)
+	}
+	rs := summarize(b.Records, s.cfg.Visitors)
 	if err := s.ensurePartitions(ctx, rs.minutes); err != nil {
 		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
 	}
@@ -290,15 +312,11 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	batch.Queue(lockRouteShared, schema)
 	batch.Queue(s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
 		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes)
-	var (
-		applied       bool
-		stored        *int64
-		written, late int64
-	)
+	var res applyResult
 	br := s.cfg.DB.SendBatch(ctx, batch)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&applied, &stored, &written, &late)
+		err = br.QueryRow().Scan(&res.applied, &res.stored, &res.written, &res.late)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -307,8 +325,24 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 		s.metrics.errors.Inc()
 		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
 	}
+	return s.settle(b, res, rs, 0, start)
+}
+
+// applyResult is what the batch statement (applySQL) answers.
+type applyResult struct {
+	applied       bool
+	stored        *int64 // next offset stored before; nil: none
+	written, late int64  // bucket rows written, late events
+}
+
+// settle turns a batch statement's answer into Apply's: nil when applied or
+// already stored, trimTo >= 0 when the stored offset lies inside the batch,
+// an *OffsetConflictError after a gap; and counts it. rs holds the events
+// written, dupEvents those skipped as duplicates (dedup).
+func (s *Sink) settle(b aggregator.Batch, res applyResult, rs rows, dupEvents int64, start time.Time) (int64, error) {
 	s.metrics.seconds.Observe(time.Since(start).Seconds())
-	if !applied {
+	if !res.applied {
+		stored := res.stored
 		switch {
 		case stored != nil && *stored > b.Last:
 			s.metrics.batches.WithLabelValues("duplicate").Inc()
@@ -325,14 +359,15 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 		return -1, &OffsetConflictError{Topic: b.Topic, Partition: b.Partition, First: b.First, Last: b.Last, Stored: st}
 	}
 	s.metrics.batches.WithLabelValues("applied").Inc()
-	s.metrics.rows.Add(float64(written))
-	s.metrics.events.Add(float64(rs.events))
+	s.metrics.rows.Add(float64(res.written))
+	s.metrics.events.WithLabelValues("applied").Add(float64(rs.events))
+	s.metrics.events.WithLabelValues("duplicate").Add(float64(dupEvents))
 	s.metrics.visits.Add(float64(rs.visits))
 	s.metrics.offset.WithLabelValues(b.Topic, fmt.Sprint(b.Partition)).Set(float64(b.Next()))
-	if late > 0 {
-		s.metrics.late.Add(float64(late))
+	if res.late > 0 {
+		s.metrics.late.Add(float64(res.late))
 		s.log.Warn("late events older than every tier's horizon: counted in totals and history_late, in no bucket",
-			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "events", late)
+			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "events", res.late)
 	}
 	return -1, nil
 }

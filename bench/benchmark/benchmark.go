@@ -21,6 +21,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/bench/harness"
 	"floodgate/history"
+	"floodgate/migrations"
 )
 
 // Options are the benchmark's tunables (flags of floodbench bench).
@@ -48,6 +49,10 @@ type Options struct {
 type Config struct {
 	Bin, Repo, RedisAddr, PostgresURL, WorkDir, Out string
 	Brokers                                         []string
+	// The cluster profile (scripts/stack env --cluster): its brokers and
+	// Redis Cluster seeds. When it does not answer, the cluster step is
+	// skipped with a note in the summary.
+	ClusterBrokers, ClusterRedisAddrs []string
 	Options
 	Logger *slog.Logger
 }
@@ -105,9 +110,10 @@ type Results struct {
 	LiveDedup    liveFigures // --dedup 10m
 	History      []float64
 	HistoryRows  []float64 // rows/s
+	HistoryDedup HistoryDedup
 	Lat          []Latency // at Options.LatFractions of the live maximum
-	LimiterTable string
-	LimiterCmd   string
+	Lookups      []Lookup  // limiter step, then the cluster step's
+	LookupCmds   []string  // the no-op server's and the limiters' command lines
 	RollerRows   int64
 	RollerTook   time.Duration
 	RollerCmd    string
@@ -115,8 +121,9 @@ type Results struct {
 	Curve        []float64 // ms per query
 	CurveCmd     string
 	CurveErr     string
+	Cluster      ClusterFigures
 	Sketches     []SketchRun // without, then with unique-visitor sketches
-	SketchOpts   Options
+	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS          map[string]int64
 	Errors       []string
 }
@@ -172,6 +179,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"history", b.history},
 		{"latency", b.latency},
 		{"limiter", b.limiter},
+		{"cluster", b.cluster},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
 	}
@@ -271,8 +279,8 @@ func (b *bench) peak(name string, p *harness.Proc) {
 
 var reProduced = regexp.MustCompile(`acknowledged in \S+ \(([\d.]+)/s\)`)
 
-func (b *bench) produceArgs(topic string, n int, seed int) []string {
-	return []string{"produce", "--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", topic, "--no-create-topics",
+func (b *bench) produceArgs(brokers []string, topic string, n int, seed int) []string {
+	return []string{"produce", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--no-create-topics",
 		"--count", strconv.Itoa(n), "--subjects", strconv.Itoa(b.cfg.Subjects), "--actions", "bench_visit,bench_login",
 		"--kind", "ip", "--seed", strconv.Itoa(seed), "--acks", acks, "--compression", compression,
 		"--linger", strconv.Itoa(lingerMS) + "ms", "--batch-size", strconv.Itoa(batchEvents), "--progress", "0"}
@@ -286,7 +294,7 @@ func (b *bench) producer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		args := b.produceArgs(t, b.cfg.Events, i+1)
+		args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, i+1)
 		b.res.ProduceCmd = "floodgate " + strings.Join(args, " ")
 		start := time.Now()
 		p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
@@ -295,11 +303,7 @@ func (b *bench) producer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate := float64(b.cfg.Events) / wall.Seconds()
-		if m := reProduced.FindStringSubmatch(harness.TailFile(p.LogPath, 5)); m != nil {
-			rate, _ = strconv.ParseFloat(m[1], 64)
-		}
-		b.res.Produce = append(b.res.Produce, rate)
+		b.res.Produce = append(b.res.Produce, producedRate(p, b.cfg.Events, wall))
 	}
 	// The record size of the Java runs: the mean value size of our events.
 	var total, n int
@@ -443,10 +447,8 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	if err != nil {
 		return f, err
 	}
-	args := append([]string{"aggregator", "--no-history", "--brokers", strings.Join(b.cfg.Brokers, ","),
-		"--topic", b.topics[0], "--dlq-topic", b.topics[0] + ".dlq", "--decisions-topic", b.topics[0] + ".decisions",
-		"--group", "bench-" + b.id + "-live-" + run, "--key-prefix", prefix,
-		"--redis-addr", b.cfg.RedisAddr, "--rules", b.rules, "--metrics-addr", addr}, extra...)
+	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
+	args := append(b.aggregatorArgs(single, b.topics[0], "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
 	f.Cmd = "floodgate " + strings.Join(args, " ")
 	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
 		return f, err
@@ -459,7 +461,7 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	if err != nil {
 		return f, err
 	}
-	rate, err := waitMetric(ctx, p, "http://"+addr+"/metrics", "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	rate, err := waitCounted(ctx, []*harness.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
 	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	serr := p.Stop(15 * time.Second)
 	if bin == b.cfg.Bin {
@@ -485,28 +487,44 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	return f, harness.DeletePrefix(ctx, b.rdb, prefix)
 }
 
-// waitMetric polls a counter until it reaches want and returns the rate
-// between its first non-zero sample and the sample that reached want.
-func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want float64) (float64, error) {
+// aggregatorArgs are the arguments of a live aggregator (no history) on t
+// over topic, with the benchmark's rules.
+func (b *bench) aggregatorArgs(t target, topic, group, prefix, metricsAddr string) []string {
+	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(t.brokers, ","),
+		"--topic", topic, "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
+		"--group", group, "--key-prefix", prefix}
+	args = append(args, t.redisArgs()...)
+	return append(args, "--rules", b.rules, "--metrics-addr", metricsAddr)
+}
+
+// waitCounted polls a counter on the metrics of one or more processes
+// until their sum reaches want, and returns the rate between the first
+// sample at which every process had counted something (a group whose
+// members all joined and read) and the sample that reached want.
+func waitCounted(ctx context.Context, procs []*harness.Proc, urls []string, name string, want float64) (float64, error) {
 	deadline := time.Now().Add(10 * time.Minute)
 	var t0 time.Time
 	var v0 float64
 	for time.Now().Before(deadline) {
-		if !p.Alive() {
-			return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+		for _, p := range procs {
+			if !p.Alive() {
+				return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+			}
 		}
-		s, err := harness.Scrape(ctx, url)
+		sum, all, err := scrapeSum(ctx, urls, name)
 		now := time.Now()
 		if err == nil {
-			v := s.Sum(name)
-			if v > 0 && t0.IsZero() {
-				t0, v0 = now, v
+			if all && t0.IsZero() {
+				t0, v0 = now, sum
 			}
-			if v >= want {
-				if now.Sub(t0) <= 0 || v-v0 <= 0 {
+			if sum >= want {
+				if t0.IsZero() {
+					return 0, fmt.Errorf("%s: reached %v before every process had counted (a member joined late): raise --events", name, want)
+				}
+				if now.Sub(t0) <= 0 || sum-v0 <= 0 {
 					return 0, fmt.Errorf("%s: reached %v in one poll: too few events to time", name, want)
 				}
-				return (v - v0) / now.Sub(t0).Seconds(), nil
+				return (sum - v0) / now.Sub(t0).Seconds(), nil
 			}
 		}
 		select {
@@ -518,64 +536,147 @@ func waitMetric(ctx context.Context, p *harness.Proc, url, name string, want flo
 	return 0, fmt.Errorf("%s did not reach %v", name, want)
 }
 
+// scrapeSum sums a counter over metrics endpoints and tells whether every
+// one of them had counted something.
+func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, all bool, err error) {
+	all = true
+	for _, u := range urls {
+		s, err := harness.Scrape(ctx, u)
+		if err != nil {
+			return 0, false, err
+		}
+		v := s.Sum(name)
+		sum += v
+		all = all && v > 0
+	}
+	return sum, all, nil
+}
+
 // history: the history group (aggregator.Group + history.Sink, exactly
 // what `floodgate aggregator` wires) in this process, over the pre-filled
-// topic; events/s from the first stored offset to the last.
+// topic; events/s from the first stored offset to the last. Once, after the
+// first run, it runs again without and with dedup (HistoryDedup), each in a
+// database of its own.
 func (b *bench) history(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		group := fmt.Sprintf("bench-%s-hist-%d", b.id, i)
-		reg := prometheus.NewRegistry()
-		sink, err := history.NewSink(ctx, history.SinkConfig{DB: b.pool, Group: group, Registerer: reg, Logger: b.log})
+		f, err := b.historyRun(ctx, fmt.Sprint(i), b.pool, 0)
 		if err != nil {
 			return err
 		}
-		g, err := aggregator.NewGroup(aggregator.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
-		if err != nil {
+		b.res.History = append(b.res.History, f.Rate)
+		b.res.HistoryRows = append(b.res.HistoryRows, f.Rows)
+	}
+	for _, v := range []struct {
+		dedup time.Duration
+		into  *historyFigures
+	}{{0, &b.res.HistoryDedup.Without}, {historyDedup, &b.res.HistoryDedup.With}} {
+		if err := b.historyPrivate(ctx, v.dedup, v.into); err != nil {
 			return err
-		}
-		gctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- g.Run(gctx) }()
-		var t0 time.Time
-		var v0 int64
-		var rate float64
-		var werr error
-		for deadline := time.Now().Add(10 * time.Minute); ; {
-			var v int64
-			err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM floodgate.consumer_offsets WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
-			now := time.Now()
-			if err == nil && v > 0 && t0.IsZero() {
-				t0, v0 = now, v
-			}
-			if err == nil && v >= int64(b.cfg.Events) {
-				if now.Sub(t0) > 0 && v > v0 {
-					rate = float64(v-v0) / now.Sub(t0).Seconds()
-				} else {
-					werr = errors.New("history: all events in one poll: too few to time")
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				werr = errors.New("history group did not finish in 10 minutes")
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		rows := gatherCounter(reg, "floodgate_history_bucket_rows_written_total")
-		cancel()
-		<-done
-		if werr != nil {
-			return werr
-		}
-		b.res.History = append(b.res.History, rate)
-		if !t0.IsZero() {
-			b.res.HistoryRows = append(b.res.HistoryRows, rows*rate/float64(b.cfg.Events))
 		}
 	}
 	return nil
+}
+
+// historyDedup is the horizon of the dedup run (dedupArgs).
+const historyDedup = 10 * time.Minute
+
+// HistoryDedup compares the history group without and with dedup, each in
+// a fresh database (migrations.CreateDatabase), so that neither meets the
+// other's rows or ids.
+type HistoryDedup struct {
+	Without, With historyFigures
+}
+
+// historyFigures are one history run.
+type historyFigures struct {
+	Rate    float64 // events/s
+	Rows    float64 // bucket rows/s
+	IDBytes float64 // history_ids bytes (heap + indexes) per event counted; dedup only
+}
+
+// historyPrivate runs the history group once in a database of its own.
+func (b *bench) historyPrivate(ctx context.Context, dedup time.Duration, into *historyFigures) (err error) {
+	name := fmt.Sprintf("fgbench_%s_hist_dedup_%v", b.id, dedup > 0)
+	url, err := migrations.CreateDatabase(ctx, b.cfg.PostgresURL, name)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return errors.Join(fmt.Errorf("postgres %s: %w", name, err), migrations.DropDatabase(context.WithoutCancel(ctx), b.cfg.PostgresURL, name))
+	}
+	defer func() {
+		pool.Close()
+		err = errors.Join(err, migrations.DropDatabase(context.WithoutCancel(ctx), b.cfg.PostgresURL, name))
+	}()
+	f, err := b.historyRun(ctx, fmt.Sprintf("dedup-%v", dedup > 0), pool, dedup)
+	if err != nil {
+		return err
+	}
+	if dedup > 0 {
+		var size int64
+		if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('floodgate.history_ids'::regclass)`).Scan(&size); err != nil {
+			return fmt.Errorf("size of %s floodgate.history_ids: %w", name, err)
+		}
+		f.IDBytes = float64(size) / float64(b.cfg.Events)
+	}
+	*into = f
+	return nil
+}
+
+// historyRun runs a fresh history group over the pre-filled topic into
+// the database of pool, with dedup when positive.
+func (b *bench) historyRun(ctx context.Context, run string, pool *pgxpool.Pool, dedup time.Duration) (historyFigures, error) {
+	var f historyFigures
+	group := fmt.Sprintf("bench-%s-hist-%s", b.id, run)
+	reg := prometheus.NewRegistry()
+	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group,
+		Dedup: dedup, Registerer: reg, Logger: b.log})
+	if err != nil {
+		return f, err
+	}
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
+	if err != nil {
+		return f, err
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(gctx) }()
+	var t0 time.Time
+	var v0 int64
+	var werr error
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		var v int64
+		err := pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM floodgate.consumer_offsets WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
+		now := time.Now()
+		if err == nil && v > 0 && t0.IsZero() {
+			t0, v0 = now, v
+		}
+		if err == nil && v >= int64(b.cfg.Events) {
+			if now.Sub(t0) > 0 && v > v0 {
+				f.Rate = float64(v-v0) / now.Sub(t0).Seconds()
+			} else {
+				werr = errors.New("history: all events in one poll: too few to time")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			werr = errors.New("history group did not finish in 10 minutes")
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rows := gatherCounter(reg, "floodgate_history_bucket_rows_written_total")
+	cancel()
+	<-done
+	if werr != nil {
+		return f, werr
+	}
+	f.Rows = rows * f.Rate / float64(b.cfg.Events)
+	return f, nil
 }
 
 func gatherCounter(reg *prometheus.Registry, name string) float64 {

@@ -2,11 +2,14 @@ package benchmark
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"floodgate/bench/harness"
+	"floodgate/bench/rlsload"
 )
 
 func runs(xs []float64) string {
@@ -51,6 +54,12 @@ func Render(r *Results) string {
 	w("| aggregator history events/s (Postgres) | %s | %s (same) | %s | %s |\n",
 		harness.Human(harness.Median(r.History)), harness.Human(harness.Median(r.JavaConsume)),
 		ratio(harness.Median(r.History), harness.Median(r.JavaConsume)), runs(r.History))
+	if hd := r.HistoryDedup; hd.With.Rate > 0 {
+		w("| aggregator history events/s with `%s` | %s | %s (same) | %s | without %s, with %s (with ÷ without %s), each once in a fresh database; history_ids %.0f bytes per event |\n",
+			strings.Join(dedupArgs, " "), harness.Human(hd.With.Rate), harness.Human(harness.Median(r.JavaConsume)),
+			ratio(hd.With.Rate, harness.Median(r.JavaConsume)), harness.Human(hd.Without.Rate), harness.Human(hd.With.Rate),
+			ratio(hd.With.Rate, hd.Without.Rate), hd.With.IDBytes)
+	}
 	for _, l := range r.Lat {
 		goal := ""
 		switch l.Fraction {
@@ -63,6 +72,7 @@ func Render(r *Results) string {
 			100*l.Fraction, harness.Human(l.Rate), harness.Human(l.Achieved), goal, harness.Ms(l.P50), harness.Ms(l.P99), harness.Ms(l.Max), l.N, l.Missed)
 	}
 	renderLive(w, r)
+	renderCluster(w, r)
 	w("| Postgres bucket rows/s written (history run) | %s | — | — | %s |\n", harness.Human(harness.Median(r.HistoryRows)), runs(r.HistoryRows))
 	if r.RollerErr == "" && r.RollerTook > 0 && r.RollerRows > 0 {
 		w("| roller rows/s (`floodgate roller once`) | %s | — | — | %d rows in %s |\n",
@@ -85,9 +95,7 @@ func Render(r *Results) string {
 	for _, n := range names {
 		w("| %s | %s |\n", n, harness.MiB(r.RSS[n]))
 	}
-	if r.LimiterTable != "" {
-		w("\nLimiter lookups (`floodgate limiter bench`, the limiter engineer's load generator, %s per run):\n\n%s\n", "3s", r.LimiterTable)
-	}
+	renderLookups(w, r)
 	if len(r.Errors) > 0 {
 		w("\nSteps that failed in this run:\n\n")
 		for _, e := range r.Errors {
@@ -98,14 +106,22 @@ func Render(r *Results) string {
 	w("- producer: wall time of `%s` as it reports it (events acknowledged / time); ceiling: `%s` with --record-size the mean size of our JSON events (read back from the topic). Java's payload is random letters and unkeyed (sticky partitioner); ours is keyed JSON (murmur2).\n", r.ProduceCmd, r.JavaCmd)
 	w("- live: a fresh group of `%s` over the first producer topic (pre-filled with %d events); the rate is taken from its first to its last counted message (floodgate_aggregator_messages_in_total), so the group join is excluded, as ConsumerPerformance's fetch.nMsg.sec excludes it: `%s`. After the first run, the same command once with the aggregator built from `%s` (git archive + go build: issue 11's baseline, fixed 50 ms batches, every touched subject re-evaluated, decisions published inline) and once with `%s`.\n",
 		r.LiveNow.Cmd, r.Events, r.JavaConsCmd, r.LegacyRev, strings.Join(dedupArgs, " "))
-	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total.\n")
+	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total. The dedup row: once, after the runs, the same group without and then with `SinkConfig.Dedup` = %s (what `%s` sets), each in a database of its own (migrations.CreateDatabase), so that both start from empty tables; the topic's ids are all distinct, so it is the price of checking and recording every id; bytes per event: pg_total_relation_size of history_ids (heap and both indexes) after the run, divided by the events.\n",
+		historyDedup, strings.Join(dedupArgs, " "))
 	w("- latency: the live aggregator and a limiter (real processes) under paced background load at each fraction of the live median; each probe publishes 3 events for a fresh subject over a 2/m rule and asks the limiter (HTTP /v1/check, every 2 ms) until it answers 429; time from the Publish call, so it spans Kafka, the aggregator, Redis, the change stream and the limiter's memory.\n")
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
+	if len(r.Lookups) > 0 {
+		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through window.Store.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and publishes it. Rules: %s\n",
+			runtime.NumCPU(), lookupSubjects, r.SketchOpts.LimiterD, strings.Join(r.LookupCmds, "`, `"), deniedEvents, strings.ReplaceAll(strings.TrimSpace(lookupRulesSummary), "\n", " "))
+	}
+	if r.Cluster.Skipped == "" && len(r.Cluster.One) > 0 {
+		w("- cluster: per run, a fresh topic (replication factor %d, min.insync.replicas=%s, %d partitions); two processes of `%s` (one group, each its own metrics address; `%s` so that paused members keep their partitions) join the group on the empty topic and are paused (SIGSTOP) while `%s` fills it, then continued together: no member joins late and the producer does not set the pace. Then one such process alone (without `%s`) on the same, now full, topic in a fresh group. Rate: summed floodgate_aggregator_messages_in_total from the first sample at which every process had counted a message to the last message (the group join left out, as in the live step).\n",
+			clusterRF, clusterMinISR, r.SketchOpts.PartCount, r.Cluster.LiveCmd, strings.Join(pausedArgs, " "), r.Cluster.ProduceCmd, strings.Join(pausedArgs, " "))
+	}
 	o := r.SketchOpts
 	w("- unique visitors (sketches): history.Sink and roller.Roller in floodbench's process, each run in a database of its own (migrations.CreateDatabase), on %d visits in batches of 10 000 (two minutes each) over %d links drawn from a Zipf law (s = 1.1) and %d visitors drawn uniformly; once without and once with `--visitors bench_visit=ip`. Sink rows/s: bucket rows upserted (floodgate_history_bucket_rows_written_total) per second of Apply calls. Roller: one `RunOnce` a month later on ladder %s, rows moved per second. Bytes per row: heap, TOAST and indexes of the tier's partitions after VACUUM FULL, divided by its rows; sketch bytes: mean stored size of the visitors column (compressed as stored).\n",
 		o.SketchEvents, o.SketchKeys, o.SketchVisitors, sketchLadder)
-	_ = time.Second
 	return b.String()
 }
 
@@ -174,4 +190,196 @@ func renderLive(w func(string, ...any), r *Results) {
 		med(now.CPU), med(old.CPU), med(dd.CPU), ratio(med(old.CPU), med(now.CPU)), fmtF(now.CPU, "%.2f"), fmtF(old.CPU, "%.2f"), fmtF(dd.CPU, "%.2f"))
 	w("| Redis bytes per active subject (used_memory delta / subjects), now / dedup | %s / %s | — | — | now %s; dedup %s; subjects %v |\n",
 		harness.Human(med(now.Bytes)), harness.Human(med(dd.Bytes)), runs(now.Bytes), runs(dd.Bytes), now.Subjects)
+}
+
+// renderCluster writes the cluster step's rows into the summary table,
+// beside the single-node ones.
+func renderCluster(w func(string, ...any), r *Results) {
+	c := r.Cluster
+	med := harness.Median
+	switch {
+	case c.Skipped != "":
+		w("| cluster profile (3 brokers, Redis Cluster 3+3) | not measured | — | — | %s |\n", c.Skipped)
+		return
+	case len(c.One) == 0 && len(c.Produce) == 0:
+		return
+	}
+	w("| producer events/s on the cluster profile (3 brokers, replication factor %d, acks=all) | %s | — | — | %s |\n",
+		clusterRF, harness.Human(med(c.Produce)), runs(c.Produce))
+	w("| aggregator live events/s on the cluster profile (Redis Cluster 3+3), one process | %s | — | — | %s |\n",
+		harness.Human(med(c.One)), runs(c.One))
+	w("| aggregator live events/s on the cluster profile, two processes in one group | %s | — | two ÷ one %s | %s |\n",
+		harness.Human(med(c.Two)), ratio(med(c.Two), med(c.One)), runs(c.Two))
+}
+
+// lookupLabels name the limiter step's scenarios in the table.
+var lookupLabels = map[string]string{
+	scNoop:        "no-op RLS server (`floodbench rls-noop`: the ceiling)",
+	scAllowedOne:  "allowed check, one limit (ip 100/m)",
+	scAllowedFour: "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
+	scDenied:      "denied check (ip over 10/h)",
+	scStrict:      "strict take (`--rls-mode take`: counted in Redis, published to Kafka)",
+	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
+}
+
+// lookupRulesSummary is what the rules of the limiter step say, for the
+// "how" notes.
+const lookupRulesSummary = `bench_one: ip 100/m; bench_four: ip and email 2/s, 5/m, 10/h, 100/d;
+bench_strict: email 10⁹/m, 10⁹/h, strict (never reached: every take admits and counts).`
+
+// ceilingOf returns the no-op run under the same load as l: the same
+// concurrency, or a paced run at the same rate.
+func ceilingOf(r *Results, l Lookup) (Lookup, bool) {
+	for _, n := range r.Lookups {
+		if n.Scenario != scNoop || n.Paced() != l.Paced() {
+			continue
+		}
+		if (l.Paced() && n.Rate == l.Rate) || (!l.Paced() && n.Concurrency == l.Concurrency) {
+			return n, true
+		}
+	}
+	return Lookup{}, false
+}
+
+// findLookup returns the single-node run of a scenario at concurrency c,
+// or its paced run when c is 0.
+func findLookup(r *Results, scenario string, c int) (Lookup, bool) {
+	for _, l := range r.Lookups {
+		if l.Scenario == scenario && !l.Cluster && l.Concurrency == c && l.Paced() == (c == 0) {
+			return l, true
+		}
+	}
+	return Lookup{}, false
+}
+
+// renderLookups writes the limiter step's table (and the cluster step's
+// lookups) and the goals, met or not, in the same run.
+func renderLookups(w func(string, ...any), r *Results) {
+	if len(r.Lookups) == 0 {
+		return
+	}
+	w("\nLimiter lookups over Envoy RLS v3 against `floodgate limiter` processes, each next to the no-op RLS server under the same load in the same run (same gRPC stack, answers OK without work); %s measured per run:\n\n", r.SketchOpts.LimiterD)
+	w("| scenario | load | lookups/s | p50 | p99 | p99.9 | × no-op | unexpected / errors |\n|---|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, l := range r.Lookups {
+		label := lookupLabels[l.Scenario]
+		if l.Cluster {
+			label += ", on the cluster profile (Redis Cluster 3+3, 3 brokers)"
+		}
+		x := "—"
+		if n, ok := ceilingOf(r, l); ok && l.Scenario != scHTTP {
+			x = ratio(l.PerSec, n.PerSec)
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %d / %d |\n", label, l.Load(), harness.Human(l.PerSec),
+			rlsload.Latency(l.P50), rlsload.Latency(l.P99), rlsload.Latency(l.P999), x, l.Unexpected, l.Errors)
+	}
+	if !slices.ContainsFunc(r.Lookups, func(l Lookup) bool { return !l.Cluster && l.Scenario != scNoop }) {
+		return // the cluster step alone: no goal is about it
+	}
+	w("\nGoals (issue 10), judged on the figures above:\n\n")
+	for _, g := range lookupGoals(r) {
+		if g.detail == "" {
+			w("- %s: **%s**\n", g.text, g.verdict())
+			continue
+		}
+		w("- %s: **%s** (%s)\n", g.text, g.verdict(), g.detail)
+	}
+}
+
+// goal is one of the limiter's goals, judged on one run's figures.
+type goal struct {
+	text     string
+	measured bool // every figure it needs was measured
+	met      bool
+	detail   string
+}
+
+func (g goal) verdict() string {
+	switch {
+	case !g.measured:
+		return "not measured"
+	case g.met:
+		return "met"
+	}
+	return "not met"
+}
+
+// The goals' thresholds.
+const (
+	goalRatio    = 0.8                 // allowed checks ÷ the no-op, at c=16 and c=64
+	goalP99Extra = time.Millisecond    // checks' p99 over the no-op's
+	goalTakeGain = 1.5                 // strict takes ÷ the old figures
+	oldTakeC16   = 7800.0              // strict takes/s at c=16 before (issue 10)
+	oldTakeC64   = 9300.0              // and at c=64
+	goalLoadNote = "c=16, c=64, paced" // the loads the p99 goal is judged at
+)
+
+// lookupGoals judges the goals of issue 10: allowed checks ≥ 0.8× the
+// no-op at c=16 and c=64 (one limit and four limits); every check's p99
+// (allowed and denied) no worse than the no-op's + 1 ms at c=16, c=64 and
+// paced; strict takes ≥ 1.5× the old 7.8k/s (c=16) and 9.3k/s (c=64).
+func lookupGoals(r *Results) []goal {
+	loads := []int{16, 64}
+	ratioGoal := goal{text: fmt.Sprintf("allowed checks ≥ %.1f× the no-op at c=16 and c=64, one limit and four limits", goalRatio), measured: true, met: true}
+	var parts []string
+	for _, sc := range []string{scAllowedOne, scAllowedFour} {
+		for _, c := range loads {
+			l, ok := findLookup(r, sc, c)
+			n, nok := ceilingOf(r, l)
+			if !ok || !nok || n.PerSec == 0 {
+				ratioGoal.measured = false
+				continue
+			}
+			x := l.PerSec / n.PerSec
+			ratioGoal.met = ratioGoal.met && x >= goalRatio
+			parts = append(parts, fmt.Sprintf("%s c=%d %.2f×", shortLabel(sc), c, x))
+		}
+	}
+	ratioGoal.detail = strings.Join(parts, ", ")
+
+	p99Goal := goal{text: "checks' p99 (allowed and denied) ≤ the no-op's p99 + 1 ms, at " + goalLoadNote, measured: true, met: true}
+	parts = nil
+	for _, sc := range []string{scAllowedOne, scAllowedFour, scDenied} {
+		for _, c := range []int{16, 64, 0} {
+			l, ok := findLookup(r, sc, c)
+			n, nok := ceilingOf(r, l)
+			if !ok || !nok {
+				p99Goal.measured = false
+				continue
+			}
+			over := l.P99 - n.P99
+			p99Goal.met = p99Goal.met && over <= goalP99Extra
+			parts = append(parts, fmt.Sprintf("%s %s %+.2f ms", shortLabel(sc), l.Load(), float64(over)/float64(time.Millisecond)))
+		}
+	}
+	p99Goal.detail = strings.Join(parts, ", ")
+
+	k := func(v float64) string { return fmt.Sprintf("%gk", v/1e3) }
+	takeGoal := goal{text: fmt.Sprintf("strict takes ≥ %.1f× the old figures: ≥ %s/s at c=16, ≥ %s/s at c=64 (old %s, %s)", goalTakeGain,
+		k(goalTakeGain*oldTakeC16), k(goalTakeGain*oldTakeC64), k(oldTakeC16), k(oldTakeC64)), measured: true, met: true}
+	parts = nil
+	for _, o := range []struct {
+		c   int
+		old float64
+	}{{16, oldTakeC16}, {64, oldTakeC64}} {
+		l, ok := findLookup(r, scStrict, o.c)
+		if !ok {
+			takeGoal.measured = false
+			continue
+		}
+		takeGoal.met = takeGoal.met && l.PerSec >= goalTakeGain*o.old
+		parts = append(parts, fmt.Sprintf("c=%d %s/s = %.2f× old", o.c, harness.Human(l.PerSec), l.PerSec/o.old))
+	}
+	takeGoal.detail = strings.Join(parts, ", ")
+	return []goal{ratioGoal, p99Goal, takeGoal}
+}
+
+// shortLabel names a scenario in a goal's detail.
+func shortLabel(sc string) string {
+	switch sc {
+	case scAllowedOne:
+		return "one limit"
+	case scAllowedFour:
+		return "four limits"
+	}
+	return sc
 }

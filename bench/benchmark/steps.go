@@ -52,6 +52,14 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		return l, err
 	}
 	prefix := fmt.Sprintf("bench%s-%d", b.id, attempt)
+	// Deferred first, so it runs after the services stopped.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := harness.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+			b.log.Warn("bench: delete latency keys", "prefix", prefix, "err", err)
+		}
+	}()
 	svc, err := b.liveServices(ctx, t, prefix, fmt.Sprintf("lat%d", attempt))
 	if err != nil {
 		return l, err
@@ -181,31 +189,6 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 		return nil, err
 	}
 	return svc, nil
-}
-
-// limiter: the limiter's load generator, `floodbench limiter` (this
-// binary, run as its own process so its peak RSS is its own).
-func (b *bench) limiter(ctx context.Context) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("limiter bench: find floodbench: %w", err)
-	}
-	args := []string{"limiter", "--redis-addr", b.cfg.RedisAddr, "--key-prefix", "bench" + b.id,
-		"--duration", b.cfg.LimiterD.String(), "--concurrency", "1,16,64", "--markdown"}
-	b.res.LimiterCmd = "floodbench " + strings.Join(args, " ")
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: "limiter-bench", Bin: self, Args: args, LogDir: b.cfg.WorkDir})
-	b.peak("floodbench limiter (limiter + its load generator)", p)
-	if err != nil {
-		return err
-	}
-	var table []string
-	for _, line := range splitLog(p.LogPath) {
-		if strings.HasPrefix(line, "|") {
-			table = append(table, line)
-		}
-	}
-	b.res.LimiterTable = strings.Join(table, "\n")
-	return nil
 }
 
 // roller: history with 4 days of backfilled events, then `floodgate roller

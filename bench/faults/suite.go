@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,7 +212,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 			continue
 		}
 		if profile.cluster {
-			if err := clusterAnswers(ctx, cfg); err != nil {
+			if err := harness.ClusterAnswers(ctx, cfg.ClusterBrokers, cfg.ClusterRedisAddrs); err != nil {
 				if cfg.clusterRequired() {
 					return all, fmt.Errorf("cluster scenarios asked for: %w (start it with scripts/stack up --cluster)", err)
 				}
@@ -295,37 +294,6 @@ func (c *Config) clusterRequired() bool {
 		}
 	}
 	return false
-}
-
-// clusterAnswers checks that a broker of the cluster profile accepts
-// connections and that every primary of its Redis Cluster answers.
-func clusterAnswers(ctx context.Context, cfg Config) error {
-	if len(cfg.ClusterBrokers) == 0 || len(cfg.ClusterRedisAddrs) == 0 {
-		return errors.New("no cluster addresses configured")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var errs []error
-	reached := false
-	for _, b := range cfg.ClusterBrokers {
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", b)
-		if err == nil {
-			_ = conn.Close()
-			reached = true
-			break
-		}
-		errs = append(errs, err)
-	}
-	if !reached {
-		return fmt.Errorf("kafka cluster %s: %w", strings.Join(cfg.ClusterBrokers, ","), errors.Join(errs...))
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.ClusterRedisAddrs})
-	defer func() { _ = rdb.Close() }()
-	err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
-	if err != nil {
-		return fmt.Errorf("redis cluster %s: %w", strings.Join(cfg.ClusterRedisAddrs, ","), err)
-	}
-	return nil
 }
 
 // newSuite creates a profile's topics, key prefix and groups and starts

@@ -27,7 +27,13 @@ func NewKafka(brokers []string) *Kafka {
 
 // CreateTopic creates a topic (idempotent) with the given partitions.
 func (k *Kafka) CreateTopic(ctx context.Context, name string, partitions int) error {
-	_, err := topics.Ensure(ctx, k.Brokers, topics.Spec{Name: name, Partitions: partitions})
+	return k.Create(ctx, topics.Spec{Name: name, Partitions: partitions})
+}
+
+// Create creates a topic (idempotent) as spec says: replication factor and
+// configuration entries too.
+func (k *Kafka) Create(ctx context.Context, spec topics.Spec) error {
+	_, err := topics.Ensure(ctx, k.Brokers, spec)
 	return err
 }
 

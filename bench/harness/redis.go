@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"floodgate/stacktest"
 )
 
 // RedisInfo is what the suites read from INFO: total commands processed by
@@ -141,41 +143,9 @@ func subjectOf(key string) (string, bool) {
 	return strings.Join(parts[:len(parts)-2], ":"), true
 }
 
-// DeletePrefix deletes every key of prefix: the live layout's
-// "{prefix:p*" and anything else under "prefix:*".
-func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
-	for _, pattern := range []string{"{" + prefix + ":p*", prefix + ":*"} {
-		if err := deletePattern(ctx, rdb, pattern); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func deletePattern(ctx context.Context, rdb *redis.Client, pattern string) error {
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	var batch []string
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := rdb.Unlink(ctx, batch...).Err()
-		batch = batch[:0]
-		return err
-	}
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 500 {
-			if err := flush(); err != nil {
-				return fmt.Errorf("delete %s: %w", pattern, err)
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("scan %s: %w", pattern, err)
-	}
-	if err := flush(); err != nil {
-		return fmt.Errorf("delete %s: %w", pattern, err)
-	}
-	return nil
+// DeletePrefix deletes every key of prefix, on one server or on every
+// primary of a Redis Cluster: stacktest.DeletePrefix, which the tests use
+// too (both key layouts, one key per UNLINK so cluster slots never mix).
+func DeletePrefix(ctx context.Context, rdb stacktest.Keyspace, prefix string) error {
+	return stacktest.DeletePrefix(ctx, rdb, prefix)
 }

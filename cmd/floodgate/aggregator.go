@@ -40,7 +40,7 @@ type AggregatorCmd struct {
 	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"0s" help:"Keep filling a batch this long after its first message (0: apply what is fetched at once; batches grow only with a backlog)."`
 	EvaluateAll    bool          `name:"evaluate-all" env:"FLOODGATE_EVALUATE_ALL" help:"Evaluate every touched subject on every batch (no headroom tracking; for comparisons)."`
 	OnLostOffsets  string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
-	Dedup          time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live and in history; 0 counts every event."`
+	Dedup          time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
 	RelayKeep      time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
 	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"5s" help:"Events further ahead of this clock are dead-lettered."`
 	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
@@ -100,6 +100,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 	if c.History {
 		c.HistoryFlags.Registerer = reg
+		c.HistoryFlags.Dedup = c.Dedup
 		hsink, closer, err := c.historySink(ctx, logger.With("sink", "history"))
 		if err != nil {
 			return fmt.Errorf("history sink: %w", err)

@@ -31,6 +31,9 @@ type HistoryFlags struct {
 	// Registerer receives the sink's metrics; the aggregator command sets
 	// it to the registry it serves. Nil: prometheus.DefaultRegisterer.
 	Registerer prometheus.Registerer `kong:"-"`
+	// Dedup is the aggregator's --dedup horizon, which history applies too
+	// (one flag for both paths; set by the aggregator command).
+	Dedup time.Duration `kong:"-"`
 
 	group string // --history-group, set by AfterApply
 }
@@ -113,6 +116,7 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 		Group:      group,
 		Ladder:     ladder,
 		Visitors:   visitors,
+		Dedup:      h.Dedup,
 		Logger:     logger,
 		Registerer: reg,
 	})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -641,21 +640,7 @@ func headers(m kafka.Message) map[string]string {
 func metricsOK(t *testing.T, e *liveEnv) {
 	t.Helper()
 	p := e.start("metrics")
-	addr := ""
-	deadline := time.Now().Add(20 * time.Second)
-	for addr == "" && time.Now().Before(deadline) {
-		b, _ := os.ReadFile(filepath.Join(e.dir, "metrics.log"))
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if i := strings.Index(sc.Text(), "metrics=http://"); i >= 0 {
-				addr = strings.Fields(sc.Text()[i+len("metrics="):])[0]
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if addr == "" {
-		t.Fatal("no metrics address logged")
-	}
+	addr := metricsAddr(t, e, "metrics")
 	base := strings.TrimSuffix(addr, "/metrics")
 	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "floodgate_live_events_total"} {
 		resp, err := httpGet(base + path)

@@ -20,7 +20,7 @@ type ProduceCmd struct {
 	TopicPartitions
 	NoCreateTopics bool `name:"no-create-topics" help:"Do not create the topics first."`
 
-	Stdin    bool          `name:"stdin" help:"Read NDJSON events from stdin, one per line (v, id and ts are filled in when missing); bad lines are reported and skipped."`
+	Stdin    bool          `name:"stdin" help:"Read NDJSON events from stdin, one per line, as docs/events.md describes them, attrs included (e.g. \"attrs\":{\"email\":\"a@example.com\"} for distinct rules); v, id and ts are filled in when missing (give the id to have --dedup skip a re-sent line); bad lines are reported and skipped."`
 	Count    int64         `name:"count" help:"Stop after N events."`
 	Duration time.Duration `name:"duration" help:"Stop after this long."`
 	Rate     float64       `name:"rate" default:"0" help:"Events per second; 0 = as fast as possible."`

@@ -99,16 +99,24 @@ type Page struct {
 	TopDay    []Row             `json:"topDay"`
 	TopEver   []Row             `json:"topEver"`
 	Decisions []string          `json:"decisions"` // "rule kind:subject", newest first
+	// Unique visitors, -1 (and none) when the page shows no visitors.
+	Visitors         int64            `json:"visitors"`         // ever
+	VisitorsLastHour int64            `json:"visitorsLastHour"` // last hour
+	VisitorsLastDay  int64            `json:"visitorsLastDay"`  // last 24 hours
+	TopVisitors      []Row            `json:"topVisitors"`      // Value: visitors, last 24 hours
+	PeakVisitors     map[string]int64 `json:"peakVisitors"`     // curve name -> peak visitors of a step
+	VisitorLines     int              `json:"visitorLines"`     // drawn visitor lines, all charts
 }
 
 const readPage = `(() => {
 	const num = (el) => el ? Number(el.dataset.value) : -1;
 	const rows = (id) => [...document.querySelectorAll('#' + id + ' tbody tr[data-subject]')].map(r =>
 		({kind: r.dataset.kind, subject: r.dataset.subject, value: Number(r.dataset.value)}));
-	const curves = {}, steps = {};
+	const curves = {}, steps = {}, peakVisitors = {};
 	for (const f of document.querySelectorAll('figure.curve')) {
 		curves[f.id.slice(6)] = Number(f.dataset.total);
 		steps[f.id.slice(6)] = f.dataset.step;
+		if (f.dataset.peakVisitors !== undefined) peakVisitors[f.id.slice(6)] = Number(f.dataset.peakVisitors);
 	}
 	return {
 		action: document.getElementById('action').value,
@@ -118,6 +126,11 @@ const readPage = `(() => {
 		bars: document.querySelectorAll('svg.chart rect.bar').length,
 		topDay: rows('top-day'), topEver: rows('top-ever'),
 		decisions: [...document.querySelectorAll('#decisions tbody tr[data-rule]')].map(r => r.dataset.rule + ' ' + r.dataset.subject),
+		visitors: num(document.getElementById('visitors-total')),
+		visitorsLastHour: num(document.getElementById('visitors-last-hour')),
+		visitorsLastDay: num(document.getElementById('visitors-last-day')),
+		topVisitors: rows('top-visitors'), peakVisitors,
+		visitorLines: document.querySelectorAll('svg.chart polyline.visitors').length,
 	};
 })()`
 

@@ -6,10 +6,14 @@
 // scenario: visits of those links as real HTTP requests (a few hot links,
 // visitors named by X-Forwarded-For, the shortener trusting the demo as its
 // proxy), a crawler caught by a shadow rule, and a credential-stuffing
-// burst against failed logins published by "another app". It prints one
+// burst against failed logins published by "another app" (outside IPs
+// stopped by the failed-login rule; an internal IP that rule allows, stopped
+// by the distinct-e-mails rule credential-stuffing, which the demo waits
+// for). It prints one
 // status line a second and the first deny of each rule, shows a denial
 // through the limiter's HTTP surface, and ends with a report — events
 // produced against events counted in PostgreSQL, who was denied by which
-// rule — and the dashboard loaded in headless Chromium, its totals compared
-// with PostgreSQL. Every run uses its own topic and Redis key prefix.
+// rule — and the dashboard loaded in headless Chromium, its totals and
+// unique visitors (the aggregator counts visit=ip) compared with
+// PostgreSQL. Every run uses its own topic and Redis key prefix.
 package main

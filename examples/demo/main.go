@@ -34,17 +34,24 @@ type CLI struct {
 	Stay        string        `name:"stay" default:"auto" enum:"auto,yes,no" help:"Keep the services (and the dashboard) running after the report until Ctrl-C; auto: when run from a terminal."`
 }
 
+// interactive reports whether stdin looks like a terminal: a character
+// device other than /dev/null (which is one too, and is what CI, nohup and
+// `< /dev/null` give: a demo there must end after its report).
+func interactive() bool {
+	fi, err := os.Stdin.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
+}
+
 func main() {
 	var cli CLI
 	kong.Parse(&cli, kong.Name("demo"), kong.Description("floodgate end to end: the shortener, the pipeline, the dashboard."))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	stay := cli.Stay == "yes"
-	if cli.Stay == "auto" {
-		if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			stay = true
-		}
-	}
+	stay := cli.Stay == "yes" || cli.Stay == "auto" && interactive()
 	err := Run(ctx, Config{
 		Floodgate: cli.Floodgate, Shortener: cli.Shortener, Chromium: cli.Chromium,
 		Brokers: cli.Brokers, RedisAddr: cli.RedisAddr, PostgresURL: cli.PostgresURL, Rules: cli.Rules,

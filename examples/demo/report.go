@@ -118,6 +118,25 @@ func (d *decisions) counts() (denies, shadows int) {
 	return d.denies, d.shadows
 }
 
+// waitRule waits until rule (as reported: "name count/window") denied
+// subject, or limit passes; it reports whether it did.
+func (d *decisions) waitRule(ctx context.Context, rule, subject string, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		d.mu.Lock()
+		ok := d.byRule[rule][subject]
+		d.mu.Unlock()
+		if ok || time.Now().After(deadline) {
+			return ok
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func (d *decisions) close() {
 	d.cancel()
 	d.wg.Wait()
@@ -218,7 +237,7 @@ func reportLive(ctx context.Context, out io.Writer, cfg Config, topic, prefix st
 	if err != nil {
 		return err
 	}
-	subs := append(append([]string(nil), attackerIPs...), legitIP)
+	subs := append(append([]string(nil), attackerIPs...), stufferIP, legitIP)
 	qs := make([]window.Query, len(subs))
 	for i, ip := range subs {
 		qs[i] = window.Query{Subject: window.Subject{Action: "login_failed", Kind: "ip", Subject: ip}, Windows: []time.Duration{time.Hour}}
@@ -247,7 +266,8 @@ func reportLive(ctx context.Context, out io.Writer, cfg Config, topic, prefix st
 func checkDashboard(ctx context.Context, out io.Writer, cfg Config, dashURL string, q *history.Querier, logDir string) error {
 	fmt.Fprintln(out)
 	say(out, "the dashboard in headless Chromium: %s", dashURL)
-	want, err := q.Total(ctx, history.Key{Action: "visit", Kind: "link"})
+	links := history.Key{Action: "visit", Kind: "link"}
+	want, err := q.Total(ctx, links)
 	if err != nil {
 		return err
 	}
@@ -286,6 +306,21 @@ func checkDashboard(ctx context.Context, out io.Writer, cfg Config, dashURL stri
 		top = fmt.Sprintf("%s (%d)", p.TopDay[0].Subject, p.TopDay[0].Value)
 	}
 	fmt.Fprintf(out, "    visits by link ever: %d shown = %d in PostgreSQL; last hour %d; hottest link of the day %s\n", p.Total, want, p.LastHour, top)
+	// Unique visitors (the aggregator runs with --visitors visit=ip): read
+	// after the page showed PostgreSQL's total, from the same render.
+	wantVis, err := q.TotalVisitors(ctx, links)
+	if err != nil {
+		return err
+	}
+	topVis := "none"
+	if len(p.TopVisitors) > 0 {
+		topVis = fmt.Sprintf("%s (%d)", p.TopVisitors[0].Subject, p.TopVisitors[0].Value)
+	}
+	fmt.Fprintf(out, "    unique visitors of links ever: %d shown, %d in PostgreSQL; last hour %d; most visited by distinct IPs today %s\n",
+		p.Visitors, wantVis, p.VisitorsLastHour, topVis)
+	if p.Visitors != wantVis {
+		return fmt.Errorf("the dashboard shows %d unique visitors, PostgreSQL %d", p.Visitors, wantVis)
+	}
 	fmt.Fprintf(out, "    curves: hour %d (per %s), day %d (per %s), month %d (per %s), year %d (per %s); %d deny decisions listed\n",
 		p.Curves["hour"], p.Steps["hour"], p.Curves["day"], p.Steps["day"], p.Curves["month"], p.Steps["month"], p.Curves["year"], p.Steps["year"], len(p.Decisions))
 	fmt.Fprintf(out, "    screenshot: %s\n", strings.Join(shots, ", "))

@@ -23,8 +23,15 @@ import (
 // The attack: a few IPs try many e-mail addresses. 198.51.100.0/24 and
 // 203.0.113.0/24 are documentation ranges (RFC 5737), 198.18.0.0/15 the
 // benchmarking range (RFC 2544).
+//
+// stufferIP is an address of the internal network, which rule login-failed
+// allows (an office behind one address must not be locked out by its users'
+// typos): only rule credential-stuffing, which counts the distinct e-mails
+// an IP fails with, can stop it. The outside attackers trip login-failed
+// first, whose deny lasts longer, so their deny records name that rule.
 var (
 	attackerIPs = []string{"203.0.113.7", "203.0.113.8", "203.0.113.9"}
+	stufferIP   = "10.20.30.40"
 	legitIP     = "198.51.100.23"
 	legitEmail  = "alice@example.com"
 	crawlerIP   = "198.51.100.99"
@@ -209,7 +216,7 @@ func (s *scenario) run(ctx context.Context) error {
 	defer func() { close(work); wg.Wait() }()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	emails := 0
+	emails, stuffed, tickN := 0, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -238,6 +245,14 @@ func (s *scenario) run(ctx context.Context) error {
 				evs = append(evs, event.Split("login_failed", now, map[string]string{"ip": ip, "email": email})...)
 			}
 		}
+		if attacking && tickN%2 == 0 {
+			// The internal host tries a new address five times a second,
+			// each once: 20 different ones are allowed an hour.
+			email := fmt.Sprintf("staff%d@example.com", stuffed)
+			stuffed++
+			evs = append(evs, event.Split("login_failed", now, map[string]string{"ip": stufferIP, "email": email})...)
+		}
+		tickN++
 		if rng.IntN(150) == 0 { // the legitimate user mistypes, rarely
 			evs = append(evs, event.Split("login_failed", now, map[string]string{"ip": legitIP, "email": legitEmail})...)
 		}
@@ -266,8 +281,8 @@ func (s *scenario) publish(ctx context.Context, evs []event.Event) error {
 // traffic runs the scenario for cfg.Duration with a status line a second.
 func traffic(ctx context.Context, cfg Config, svc *services, sc *scenario, dec *decisions) error {
 	out := cfg.Out
-	say(out, "traffic for %s: %d link visits/s as HTTP requests to the shortener over %d links (a few hot), a crawler, and from %s a credential-stuffing burst against login_failed from %d IPs",
-		cfg.Duration, cfg.VisitRate, len(sc.codes), cfg.Duration/5, len(attackerIPs))
+	say(out, "traffic for %s: %d link visits/s as HTTP requests to the shortener over %d links (a few hot), a crawler, and from %s a credential-stuffing burst against login_failed from %d IPs, and from %s (internal, allowed by rule login-failed) one new e-mail after another",
+		cfg.Duration, cfg.VisitRate, len(sc.codes), cfg.Duration/5, len(attackerIPs), stufferIP)
 	tctx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
 	done := make(chan error, 1)
@@ -318,8 +333,9 @@ func (p *prober) check(ctx context.Context, attacking bool) string {
 		return ""
 	}
 	a := p.get(ctx, url.Values{"action": {"login_failed"}, "ip": {attackerIPs[0]}, "email": {"user1@example.com"}})
+	i := p.get(ctx, url.Values{"action": {"login_failed"}, "ip": {stufferIP}})
 	l := p.get(ctx, url.Values{"action": {"login_failed"}, "ip": {legitIP}, "email": {legitEmail}})
-	return fmt.Sprintf("  check attacker→%s alice→%s", a, l)
+	return fmt.Sprintf("  check attacker→%s internal→%s alice→%s", a, i, l)
 }
 
 func (p *prober) get(ctx context.Context, v url.Values) string {

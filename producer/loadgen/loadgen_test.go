@@ -27,6 +27,12 @@ func TestParseLine(t *testing.T) {
 			func(e event.Event) bool { return len(e.ID) == 32 && e.V == 1 && e.N == 1 && e.TS.Equal(t0) }, ""},
 		{"null id and ts", `{"id":null,"ts":null,"action":"a","kind":"ip","subject":"s"}`,
 			func(e event.Event) bool { return e.ID != "" && e.TS.Equal(t0) }, ""},
+		{"attrs kept, defaults filled", `{"action":"login_failed","kind":"ip","subject":"203.0.113.7","attrs":{"email":"a@example.com"}}`,
+			func(e event.Event) bool {
+				return e.Attrs["email"] == "a@example.com" && len(e.Attrs) == 1 && e.TS.Equal(t0)
+			}, ""},
+		{"attrs kept", `{"v":1,"id":"a2","action":"login_failed","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":"b@example.com"}}`,
+			func(e event.Event) bool { return e.ID == "a2" && e.Attrs["email"] == "b@example.com" }, ""},
 		{"rfc3339 ts kept", `{"action":"a","kind":"ip","subject":"s","ts":"2024-01-02T03:04:05Z"}`,
 			func(e event.Event) bool { return e.TS.Equal(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)) }, ""},
 		{"not json", `hello`, nil, event.ReasonInvalidJSON},

@@ -24,7 +24,8 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // NDJSON reads one JSON event per line. Blank lines are skipped. Unlike
 // event.Decode it fills in what a hand-written line is likely to omit:
-// "v" (1), "id" (a new id), "ts" (now); "n" defaults to 1 as usual.
+// "v" (1), "id" (a new id), "ts" (now); "n" defaults to 1 as usual. Every
+// other field, "attrs" included, is the event contract's.
 type NDJSON struct {
 	r    *bufio.Reader
 	line int

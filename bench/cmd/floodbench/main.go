@@ -9,15 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/redis/go-redis/v9"
 
 	"floodgate/bench/benchmark"
 	"floodgate/bench/faults"
-	"floodgate/bench/limiterbench"
+	"floodgate/bench/rlsload"
 )
 
 // Stack locates the local stack (see `scripts/stack env`).
@@ -30,16 +31,22 @@ type Stack struct {
 	WorkDir     string   `name:"workdir" help:"Logs and generated files (default: a temp dir)."`
 }
 
+// ClusterStack locates the stack's --cluster profile (see `scripts/stack
+// env --cluster`).
+type ClusterStack struct {
+	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" default:"127.0.0.1:29092,127.0.0.1:29192,127.0.0.1:29292" sep:"," help:"Brokers of the --cluster profile."`
+	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" default:"127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005,127.0.0.1:17006" sep:"," help:"Redis Cluster seeds of the --cluster profile."`
+}
+
 // ChaosCmd runs the fault suite.
 type ChaosCmd struct {
 	Stack
-	ClusterBrokers    []string `name:"cluster-brokers" env:"FLOODGATE_CLUSTER_BROKERS" default:"127.0.0.1:29092,127.0.0.1:29192,127.0.0.1:29292" sep:"," help:"Brokers of the --cluster profile."`
-	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" default:"127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005,127.0.0.1:17006" sep:"," help:"Redis Cluster seeds of the --cluster profile."`
-	Rate              float64  `name:"rate" default:"2000" help:"Background load, events/s."`
-	Subjects          int      `name:"subjects" default:"300" help:"Subjects per scenario."`
-	Kills             int      `name:"kills" default:"3" help:"SIGKILLs of an aggregator."`
-	Only              []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,apply-error,crash-publish,rebuild-beside,retention-gap,topic-recreated,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
-	Out               string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
+	ClusterStack
+	Rate     float64  `name:"rate" default:"2000" help:"Background load, events/s."`
+	Subjects int      `name:"subjects" default:"300" help:"Subjects per scenario."`
+	Kills    int      `name:"kills" default:"3" help:"SIGKILLs of an aggregator."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,apply-error,crash-publish,rebuild-beside,retention-gap,topic-recreated,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
+	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
 }
 
 // Run runs the suite; it fails when a scenario failed.
@@ -68,6 +75,7 @@ func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
 type BenchCmd struct {
 	Stack
 	benchmark.Options
+	ClusterStack
 	Out string `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
 }
 
@@ -75,50 +83,83 @@ type BenchCmd struct {
 func (c *BenchCmd) Run(ctx context.Context, log *slog.Logger) error {
 	return benchmark.Run(ctx, benchmark.Config{
 		Bin: c.Bin, Repo: c.Repo, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
+		ClusterBrokers: c.ClusterBrokers, ClusterRedisAddrs: c.ClusterRedisAddrs,
 		WorkDir: c.WorkDir, Options: c.Options, Out: c.Out, Logger: log,
 	})
 }
 
-// LimiterCmd measures limiter lookups in process and over HTTP against the
-// stack's Redis, under a throw-away key prefix.
-type LimiterCmd struct {
-	RedisAddr   string        `name:"redis-addr" env:"FLOODGATE_REDIS_ADDR" default:"127.0.0.1:16379"`
-	KeyPrefix   string        `name:"key-prefix" default:"bench" help:"Prefix of the keys the run seeds (a timestamp is appended)."`
-	Duration    time.Duration `name:"duration" default:"3s" help:"Length of each run."`
-	Concurrency []int         `name:"concurrency" default:"1,16,64" sep:"," help:"Concurrent callers of each run."`
-	Scenarios   []string      `name:"scenarios" default:"allowed,denied,strict" sep:"," help:"allowed, denied (denied and cached), strict (Take)."`
-	Surfaces    []string      `name:"surfaces" default:"inproc,http" sep:"," help:"inproc (Limiter calls) and/or http (GET /v1/check, POST /v1/take on loopback)."`
-	Markdown    bool          `name:"markdown" help:"Print a Markdown table (for docs/benchmarks.md)."`
+// RLSNoopCmd serves the no-op RLS server: the ceiling the limiter's RLS
+// lookups are measured against (the benchmark's limiter step runs it as a
+// process of its own).
+type RLSNoopCmd struct {
+	Addr string `name:"addr" default:"127.0.0.1:8091" help:"Address to serve envoy.service.ratelimit.v3.RateLimitService on (port 0 picks one)."`
 }
 
-// Run measures and prints.
-func (c *LimiterCmd) Run(ctx context.Context, log *slog.Logger) error {
-	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, PoolSize: 64, ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: -1})
-	defer rdb.Close()
-	res, err := limiterbench.Run(ctx, limiterbench.Config{
-		Redis: rdb, KeyPrefix: fmt.Sprintf("%s-%d", c.KeyPrefix, time.Now().UnixNano()),
-		Duration: c.Duration, Concurrency: c.Concurrency, Scenarios: c.Scenarios, Surfaces: c.Surfaces, Logger: log,
-	})
+// Run serves until SIGINT or SIGTERM.
+func (c *RLSNoopCmd) Run(ctx context.Context, log *slog.Logger) error {
+	return rlsload.ServeNoop(ctx, c.Addr, log)
+}
+
+// RLSLoadCmd sends RLS load to any RateLimitService (a floodgate limiter's
+// --rls-addr, the no-op server) and prints lookups/s and latencies.
+type RLSLoadCmd struct {
+	Addr        string        `name:"addr" default:"127.0.0.1:8081" help:"RLS server address."`
+	Domain      string        `name:"domain" default:"login_failed" help:"Domain of the requests (floodgate: the action)."`
+	Kinds       []string      `name:"kinds" default:"ip,email" sep:"," help:"One descriptor per kind, one entry each."`
+	Subjects    int           `name:"subjects" default:"10000" help:"Distinct subjects per kind (uniform)."`
+	Base        int           `name:"base" default:"0" help:"Index of the first subject (rlsload.Subject names them)."`
+	HitsAddend  uint32        `name:"hits-addend" default:"0" help:"hits_addend of each request (0: one)."`
+	Expect      string        `name:"expect" default:"ok" enum:"ok,over_limit" help:"Overall code each answer should have; others are counted as unexpected."`
+	Concurrency []int         `name:"concurrency" default:"1,16,64" sep:"," help:"Closed-loop runs: concurrent callers of each."`
+	Rate        float64       `name:"rate" help:"Also a paced run at this many lookups/s (latency from the scheduled time)."`
+	Duration    time.Duration `name:"duration" default:"3s" help:"Measured length of each run (after a warm-up of a fifth of it, at most 1s)."`
+	Conns       int           `name:"conns" default:"${cpus}" help:"HTTP/2 connections (Envoy: one per worker thread)."`
+}
+
+// Run measures each load in turn and prints a line per run.
+func (c *RLSLoadCmd) Run(ctx context.Context) error {
+	want, err := rlsload.ParseCode(c.Expect)
 	if err != nil {
 		return err
 	}
-	if c.Markdown {
-		limiterbench.WriteMarkdown(os.Stdout, res)
-	} else {
-		limiterbench.WriteText(os.Stdout, res)
+	cl, err := rlsload.Dial(c.Addr, c.Conns)
+	if err != nil {
+		return err
 	}
+	defer cl.Close()
+	shape := rlsload.Shape{Domain: c.Domain, Kinds: c.Kinds, Subjects: c.Subjects, Base: c.Base, HitsAddend: c.HitsAddend}
+	if err := cl.WaitReady(ctx, shape, 10*time.Second); err != nil {
+		return err
+	}
+	cfgs := make([]rlsload.Config, 0, len(c.Concurrency)+1)
+	for _, n := range c.Concurrency {
+		cfgs = append(cfgs, rlsload.Config{Op: cl.Op(shape, want), Concurrency: n, Duration: c.Duration})
+	}
+	if c.Rate > 0 {
+		cfgs = append(cfgs, rlsload.Config{Op: cl.Op(shape, want), Rate: c.Rate, Duration: c.Duration})
+	}
+	var rs []rlsload.Result
+	for _, cfg := range cfgs {
+		r, err := rlsload.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	rlsload.WriteText(os.Stdout, rs)
 	return nil
 }
 
 type cli struct {
 	Chaos   ChaosCmd   `cmd:"" help:"Fault suite → docs/faults.md."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
-	Limiter LimiterCmd `cmd:"" help:"Limiter lookups/s and latency (one of the benchmark's steps)."`
+	RLSNoop RLSNoopCmd `cmd:"" name:"rls-noop" help:"Serve the no-op Envoy RLS server (the ceiling of the limiter step)."`
+	RLSLoad RLSLoadCmd `cmd:"" name:"rls-load" help:"Envoy RLS load against any RateLimitService: lookups/s and p50/p99/p99.9."`
 }
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c, kong.Name("floodbench"), kong.UsageOnError())
+	kctx := kong.Parse(&c, kong.Name("floodbench"), kong.UsageOnError(), kong.Vars{"cpus": strconv.Itoa(runtime.NumCPU())})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,374 @@
+package benchmark
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"floodgate/aggregator"
+	"floodgate/bench/harness"
+	"floodgate/bench/rlsload"
+	"floodgate/event"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// lookupRules are the limiter step's rules: one limit; the design notes'
+// four limits on an IP and an e-mail; a strict rule whose limits are never
+// reached, so every take admits and counts.
+const lookupRules = `# make bench limiter step rules (generated).
+rules:
+  - name: bench-one
+    action: bench_one
+    kinds: [ip]
+    limits: [100/m]
+  - name: bench-four
+    action: bench_four
+    kinds: [ip, email]
+    limits: [2/s, 5/m, 10/h, 100/d]
+  - name: bench-strict
+    action: bench_strict
+    kinds: [email]
+    limits: [1000000000/m, 1000000000/h]
+    strict: true
+`
+
+// lookupSubjects per scenario, drawn uniformly, so that no hot key
+// flatters the figures.
+const lookupSubjects = 10_000
+
+// deniedEvents are applied per denied subject: over 10/h, so the deny
+// outlasts the run.
+const deniedEvents = 11
+
+// Scenarios of the limiter step, keyed in Lookup.Scenario.
+const (
+	scNoop        = "noop"
+	scAllowedOne  = "allowed-one"
+	scAllowedFour = "allowed-four"
+	scDenied      = "denied"
+	scStrict      = "strict"
+	scHTTP        = "http-allowed"
+)
+
+// The requests of each scenario; the subject ranges do not overlap.
+var (
+	shapeOne    = rlsload.Shape{Domain: "bench_one", Kinds: []string{"ip"}, Subjects: lookupSubjects}
+	shapeFour   = rlsload.Shape{Domain: "bench_four", Kinds: []string{"ip", "email"}, Subjects: lookupSubjects}
+	shapeDenied = rlsload.Shape{Domain: "bench_four", Kinds: []string{"ip"}, Subjects: lookupSubjects, Base: 20_000}
+	shapeStrict = rlsload.Shape{Domain: "bench_strict", Kinds: []string{"email"}, Subjects: lookupSubjects, Base: 40_000}
+)
+
+// Concurrencies of the closed-loop runs.
+var lookupConcurrency = []int{1, 16, 64}
+
+// Lookup is one run of the limiter or cluster step.
+type Lookup struct {
+	Scenario string // scNoop, scAllowedOne, ...
+	Cluster  bool   // against the cluster profile
+	rlsload.Result
+}
+
+// target is where a step's processes run: the single-node stack or the
+// cluster profile.
+type target struct {
+	brokers []string
+	redis   []string
+	cluster bool
+}
+
+func (t target) redisArgs() []string {
+	args := []string{"--redis-addr", strings.Join(t.redis, ",")}
+	if t.cluster {
+		args = append(args, "--redis-cluster")
+	}
+	return args
+}
+
+// limiterProc is a `floodgate limiter` process.
+type limiterProc struct {
+	*harness.Proc
+	http, rls string // addresses
+	cmd       string
+}
+
+// startLimiter starts `floodgate limiter` on t with the RLS mode given and
+// waits until it is ready (every partition's state loaded).
+func (b *bench) startLimiter(ctx context.Context, t target, name, topic, prefix, rulesPath, mode string) (*limiterProc, error) {
+	httpAddr, err := harness.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	rlsAddr, err := harness.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"limiter", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--rls-mode", mode,
+		"--brokers", strings.Join(t.brokers, ","), "--topic", topic, "--key-prefix", prefix, "--rules", rulesPath}, t.redisArgs()...)
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return nil, err
+	}
+	lp := &limiterProc{Proc: p, http: httpAddr, rls: rlsAddr, cmd: "floodgate " + strings.Join(args, " ")}
+	if err := harness.WaitHTTP(ctx, "http://"+httpAddr+"/readyz", time.Minute); err != nil {
+		return nil, errors.Join(err, p.Stop(15*time.Second), fmt.Errorf("%s log: %s", name, p.Tail(5)))
+	}
+	return lp, nil
+}
+
+// stopProc stops a process and records its peak RSS under label.
+func (b *bench) stopProc(p *harness.Proc, label string) error {
+	err := p.Stop(15 * time.Second)
+	b.peak(label, p)
+	return err
+}
+
+// limiter: Envoy RLS lookups against the no-op RLS server (the ceiling of
+// the gRPC stack here), then against `floodgate limiter` processes: checks
+// (allowed with one limit, allowed with four limits on two subjects,
+// denied) with --rls-mode check, strict takes with --rls-mode take; each at
+// c=1/16/64 and paced, plus allowed checks over HTTP /v1/check.
+func (b *bench) limiter(ctx context.Context) error {
+	t := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
+	noop, err := b.noopRuns(ctx, lookupConcurrency, true)
+	b.res.Lookups = append(b.res.Lookups, noop...)
+	if err != nil {
+		return err
+	}
+	topic, err := b.topic("lim")
+	if err != nil {
+		return err
+	}
+	rulesPath, set, err := b.writeLookupRules()
+	if err != nil {
+		return err
+	}
+	prefix := "bench" + b.id + "l"
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := harness.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+			b.log.Warn("bench: delete limiter keys", "err", err)
+		}
+	}()
+	// Checks pace at half the no-op's c=16 rate: a rate the RPC stack
+	// sustains with room, so latencies show the limiter's own work.
+	rate := noopRate(noop, 16) / 2
+
+	lim, err := b.startLimiter(ctx, t, "limiter-check", topic, prefix, rulesPath, "check")
+	if err != nil {
+		return err
+	}
+	b.res.LookupCmds = append(b.res.LookupCmds, lim.cmd)
+	err = b.checkRuns(ctx, lim, topic, prefix, set, rate)
+	if serr := b.stopProc(lim.Proc, "floodgate limiter --rls-mode check"); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+
+	lim, err = b.startLimiter(ctx, t, "limiter-take", topic, prefix, rulesPath, "take")
+	if err != nil {
+		return err
+	}
+	b.res.LookupCmds = append(b.res.LookupCmds, lim.cmd)
+	err = b.takeRuns(ctx, lim)
+	if serr := b.stopProc(lim.Proc, "floodgate limiter --rls-mode take"); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// writeLookupRules writes the limiter step's rules file and parses it.
+func (b *bench) writeLookupRules() (string, *rules.Set, error) {
+	set, err := rules.Parse([]byte(lookupRules))
+	if err != nil {
+		return "", nil, fmt.Errorf("limiter bench rules: %w", err)
+	}
+	path := filepath.Join(b.cfg.WorkDir, "lookup-rules.yaml")
+	if err := os.WriteFile(path, []byte(lookupRules), 0o644); err != nil {
+		return "", nil, err
+	}
+	return path, set, nil
+}
+
+// noopRuns measures the no-op RLS server, run as a process of its own
+// (`floodbench rls-noop`), with the four-limit request shape (the largest
+// check), closed loop at each concurrency and, if paced, at half its c=16
+// rate.
+func (b *bench) noopRuns(ctx context.Context, conc []int, paced bool) ([]Lookup, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("limiter bench: find floodbench: %w", err)
+	}
+	addr, err := harness.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"rls-noop", "--addr", addr}
+	b.res.LookupCmds = append(b.res.LookupCmds, "floodbench "+strings.Join(args, " "))
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: "rls-noop", Bin: self, Args: args, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return nil, err
+	}
+	runs, err := b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, conc, 0)
+	if err == nil && paced {
+		var more []Lookup
+		more, err = b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, nil, noopRate(runs, 16)/2)
+		runs = append(runs, more...)
+	}
+	return runs, errors.Join(err, b.stopProc(p, "floodbench rls-noop"))
+}
+
+// rlsMeasure dials an RLS server, waits until it answers and measures one
+// shape (measure).
+func (b *bench) rlsMeasure(ctx context.Context, addr, scenario string, cluster bool, s rlsload.Shape, want rlsv3.RateLimitResponse_Code, conc []int, rate float64) ([]Lookup, error) {
+	cl, err := rlsload.Dial(addr, runtime.NumCPU())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if err := cl.WaitReady(ctx, s, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return b.measure(ctx, scenario, cluster, cl.Op(s, want), conc, rate)
+}
+
+// noopRate is the no-op's closed-loop rate at concurrency c (0 if not
+// measured).
+func noopRate(runs []Lookup, c int) float64 {
+	for _, r := range runs {
+		if r.Scenario == scNoop && !r.Paced() && r.Concurrency == c {
+			return r.PerSec
+		}
+	}
+	return 0
+}
+
+// checkRuns: the denied subjects are put over their limit first (real
+// events through window.Store.Apply, as the aggregator applies them), and
+// the runs start once the limiter denies every one of them from memory.
+func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix string, set *rules.Set, rate float64) error {
+	if err := b.seedDenied(ctx, topic, prefix, set); err != nil {
+		return err
+	}
+	cl, err := rlsload.Dial(lim.rls, runtime.NumCPU())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.WaitCode(ctx, shapeDenied, rlsload.OverLimit, time.Minute); err != nil {
+		return fmt.Errorf("denied subjects: %w", err)
+	}
+	for _, sc := range []struct {
+		name  string
+		shape rlsload.Shape
+		want  rlsv3.RateLimitResponse_Code
+	}{
+		{scAllowedOne, shapeOne, rlsload.OK},
+		{scAllowedFour, shapeFour, rlsload.OK},
+		{scDenied, shapeDenied, rlsload.OverLimit},
+	} {
+		runs, err := b.measure(ctx, sc.name, false, cl.Op(sc.shape, sc.want), lookupConcurrency, rate)
+		b.res.Lookups = append(b.res.Lookups, runs...)
+		if err != nil {
+			return err
+		}
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
+	defer client.CloseIdleConnections()
+	runs, err := b.measure(ctx, scHTTP, false, rlsload.HTTPCheck(client, "http://"+lim.http, shapeFour, http.StatusOK), lookupConcurrency, 0)
+	b.res.Lookups = append(b.res.Lookups, runs...)
+	return err
+}
+
+// takeRuns: strict takes (they admit and count in Redis), paced at half
+// their own c=16 rate: the no-op's would only measure a growing queue.
+func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
+	cl, err := rlsload.Dial(lim.rls, runtime.NumCPU())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
+		return err
+	}
+	op := cl.Op(shapeStrict, rlsload.OK)
+	runs, err := b.measure(ctx, scStrict, false, op, lookupConcurrency, 0)
+	b.res.Lookups = append(b.res.Lookups, runs...)
+	if err != nil {
+		return err
+	}
+	var c16 float64
+	for _, r := range runs {
+		if r.Concurrency == 16 {
+			c16 = r.PerSec
+		}
+	}
+	runs, err = b.measure(ctx, scStrict, false, op, nil, c16/2)
+	b.res.Lookups = append(b.res.Lookups, runs...)
+	return err
+}
+
+// measure runs op closed-loop at each concurrency, then paced at rate (if
+// positive), and returns the runs done.
+func (b *bench) measure(ctx context.Context, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
+	cfgs := make([]rlsload.Config, 0, len(conc)+1)
+	for _, c := range conc {
+		cfgs = append(cfgs, rlsload.Config{Op: op, Concurrency: c, Duration: b.cfg.LimiterD})
+	}
+	if rate > 0 {
+		cfgs = append(cfgs, rlsload.Config{Op: op, Rate: rate, Duration: b.cfg.LimiterD})
+	}
+	var runs []Lookup
+	for _, cfg := range cfgs {
+		r, err := rlsload.Run(ctx, cfg)
+		if err != nil {
+			return runs, fmt.Errorf("%s %s: %w", scenario, r.Load(), err)
+		}
+		b.log.Info("bench: lookups", "scenario", scenario, "cluster", cluster, "load", r.Load(), "per_sec", int(r.PerSec),
+			"p99", r.P99, "unexpected", r.Unexpected, "errors", r.Errors)
+		runs = append(runs, Lookup{Scenario: scenario, Cluster: cluster, Result: r})
+	}
+	return runs, nil
+}
+
+// seedDenied applies deniedEvents events for every subject of shapeDenied
+// through window.Store.Apply, the aggregator's own write: counters, deny
+// records, decision state and change entries, which the limiter follows.
+func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules.Set) error {
+	parts := b.cfg.PartCount
+	store, err := window.NewStore(b.rdb, window.StoreConfig{Prefix: prefix, Partitions: func() int { return parts }})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	byPart := map[int][]aggregator.Record{}
+	for i := range shapeDenied.Subjects {
+		for _, k := range shapeDenied.Kinds {
+			sub := window.Subject{Action: shapeDenied.Domain, Kind: k, Subject: rlsload.Subject(k, shapeDenied.Base+i)}
+			p := window.Partition(sub, parts)
+			for range deniedEvents {
+				byPart[p] = append(byPart[p], aggregator.Record{Offset: int64(len(byPart[p])), Event: event.Event{
+					V: event.Version, ID: event.NewID(), Action: sub.Action, Kind: sub.Kind, Subject: sub.Subject, TS: now, N: 1,
+				}})
+			}
+		}
+	}
+	for p, recs := range byPart {
+		batch := aggregator.Batch{Topic: topic, Partition: p, First: 0, Last: int64(len(recs) - 1), Records: recs}
+		if _, err := store.Apply(ctx, "bench-"+b.id+"-seed", batch, set, now, nil); err != nil {
+			return fmt.Errorf("seed denied subjects partition=%d: %w", p, err)
+		}
+	}
+	return nil
+}

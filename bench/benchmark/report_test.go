@@ -1,0 +1,77 @@
+package benchmark
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"floodgate/bench/rlsload"
+)
+
+func closedRun(sc string, c int, perSec float64, p99 time.Duration) Lookup {
+	return Lookup{Scenario: sc, Result: rlsload.Result{Concurrency: c, PerSec: perSec, P99: p99}}
+}
+
+func pacedRun(sc string, rate float64, p99 time.Duration) Lookup {
+	return Lookup{Scenario: sc, Result: rlsload.Result{Rate: rate, PerSec: rate, P99: p99}}
+}
+
+func TestLookupGoals(t *testing.T) {
+	ms := time.Millisecond
+	base := []Lookup{
+		closedRun(scNoop, 16, 10000, 2*ms), closedRun(scNoop, 64, 12000, 8*ms), pacedRun(scNoop, 5000, ms),
+	}
+	checks := func(ratio float64, extra time.Duration) []Lookup {
+		var ls []Lookup
+		for _, sc := range []string{scAllowedOne, scAllowedFour, scDenied} {
+			ls = append(ls, closedRun(sc, 16, 10000*ratio, 2*ms+extra), closedRun(sc, 64, 12000*ratio, 8*ms+extra), pacedRun(sc, 5000, ms+extra))
+		}
+		return ls
+	}
+	takes := func(c16, c64 float64) []Lookup {
+		return []Lookup{closedRun(scStrict, 16, c16, 0), closedRun(scStrict, 64, c64, 0)}
+	}
+	for _, tc := range []struct {
+		name string
+		runs []Lookup
+		want []string // verdict of each goal: throughput, p99, takes
+	}{
+		{"all met", append(append(base, checks(0.85, ms)...), takes(11700, 13950)...), []string{"met", "met", "met"}},
+		{"slow checks", append(append(base, checks(0.79, 0)...), takes(20000, 20000)...), []string{"not met", "met", "met"}},
+		{"p99 over by more than 1 ms", append(append(base, checks(1, ms+time.Microsecond)...), takes(20000, 20000)...), []string{"met", "not met", "met"}},
+		{"slow takes", append(append(base, checks(1, 0)...), takes(11600, 20000)...), []string{"met", "met", "not met"}},
+		{"no takes, no no-op", checks(1, 0), []string{"not measured", "not measured", "not measured"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			goals := lookupGoals(&Results{Lookups: tc.runs})
+			for i, g := range goals {
+				if g.verdict() != tc.want[i] {
+					t.Errorf("goal %q: %s (%s), want %s", g.text, g.verdict(), g.detail, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestRenderLookupsRatiosToTheNoopUnderTheSameLoad(t *testing.T) {
+	r := &Results{Lookups: []Lookup{
+		closedRun(scNoop, 16, 10000, time.Millisecond),
+		closedRun(scAllowedOne, 16, 9000, time.Millisecond),
+		closedRun(scHTTP, 16, 2000, time.Millisecond),
+		{Scenario: scAllowedFour, Cluster: true, Result: rlsload.Result{Concurrency: 16, PerSec: 5000}},
+	}}
+	var b strings.Builder
+	renderLookups(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, r)
+	out := b.String()
+	for _, want := range []string{
+		"| allowed check, one limit (ip 100/m) | c=16 | 9.0k | 0 µs | 1.00 ms | 0 µs | 0.90× |",
+		"(not RLS: no ratio) | c=16 | 2.0k | 0 µs | 1.00 ms | 0 µs | — |",
+		"on the cluster profile (Redis Cluster 3+3, 3 brokers) | c=16 | 5.0k | 0 µs | 0 µs | 0 µs | 0.50× |",
+		"strict takes ≥ 1.5× the old figures: ≥ 11.7k/s at c=16, ≥ 13.95k/s at c=64 (old 7.8k, 9.3k)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
