@@ -35,7 +35,7 @@ const testRules = `rules:
 `
 
 // pipeline is the real path from Kafka to the dashboard: a topic of the
-// test's own, the aggregator binary writing history into a schema of the
+// test's own, the aggregator binary writing history into a database of the
 // test's own and deny decisions to a topic of the test's own.
 type pipeline struct {
 	st  servicetest.Stack
@@ -52,11 +52,11 @@ func newPipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	p := &pipeline{st: servicetest.Stack{
-		Brokers: brokers, RedisAddr: stacktest.RedisAddr(), PostgresURL: stacktest.PostgresURL(t),
+		Brokers: brokers, RedisAddr: stacktest.RedisAddr(), PostgresURL: pool.Config().ConnString(),
 		Topic: stacktest.Topic(t, brokers, 3), DecisionsTopic: stacktest.Topic(t, brokers, 1),
-		Prefix: stacktest.Prefix(t, stacktest.Redis(t)), HistorySchema: historytest.Schema(t, pool), Rules: rules,
+		Prefix: stacktest.Prefix(t, stacktest.Redis(t)), Rules: rules,
 	}}
-	p.hq = history.NewQuerier(pool, p.st.HistorySchema)
+	p.hq = history.NewQuerier(pool)
 	servicetest.Aggregator(t, servicetest.Build(t, servicetest.Floodgate), p.st, "--visitors", "visit=ip")
 	pub, err := producer.New(producer.Config{Brokers: brokers, Topic: p.st.Topic})
 	if err != nil {
@@ -245,7 +245,7 @@ func equalMaps(a, b map[string]string) bool {
 // Bad parameters are a 400 with the reason, in JSON on /api/summary.
 func TestBadParameters(t *testing.T) {
 	pool := historytest.Pool(t)
-	h, err := dashboard.New(dashboard.Config{History: history.NewQuerier(pool, historytest.Schema(t, pool))})
+	h, err := dashboard.New(dashboard.Config{History: history.NewQuerier(pool)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +33,7 @@ type dashboard struct {
 
 // TestDashboardQueriesRun runs the SQL of every panel and variable of the
 // provisioned Grafana dashboard, its macros replaced as Grafana would, on
-// history's migrations (a private schema) holding a few visits: a renamed
+// a database of the test's own, migrated, holding a few visits: a renamed
 // SQL function or a wrong argument breaks this test, not the dashboard.
 func TestDashboardQueriesRun(t *testing.T) {
 	raw, err := os.ReadFile("grafana/dashboards/floodgate.json")
@@ -46,11 +45,10 @@ func TestDashboardQueriesRun(t *testing.T) {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
 	day := time.Date(2030, 5, 6, 0, 0, 0, 0, time.UTC)
-	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "dashboard-test", Schema: schema,
-		OffsetsTable: schema + ".consumer_offsets", Visitors: history.Visitors{"visit": "ip"}})
+	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "dashboard-test",
+		Visitors: history.Visitors{"visit": "ip"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +68,9 @@ func TestDashboardQueriesRun(t *testing.T) {
 		"$__interval_ms", "3600000",
 		"${action}", "visit", "${subject}", "", "${kind}", "",
 	)
-	qualified := regexp.MustCompile(`\bfloodgate\.`)
 	run := func(what, sql string) {
 		t.Helper()
-		sql = qualified.ReplaceAllString(macros.Replace(sql), schema+".")
+		sql = macros.Replace(sql)
 		rows, err := pool.Query(ctx, sql)
 		if err != nil {
 			t.Errorf("%s: %v\n%s", what, err, sql)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,9 +24,8 @@ func TestBenchmarkHistory(t *testing.T) {
 		t.Skip("set FLOODGATE_BENCH=1 to measure")
 	}
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "bench", Schema: schema, OffsetsTable: schema + ".consumer_offsets"})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "bench"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +57,7 @@ func TestBenchmarkHistory(t *testing.T) {
 
 	// 2. Roller: move all of it 1m → 5m → 1h.
 	l, _ := history.ParseLadder("1m:1h,5m:2h,1h:forever")
-	r, err := roller.New(roller.Config{Pool: pool, Schema: schema, Ladder: l, Now: func() time.Time { return now.Add(10 * 24 * time.Hour) }})
+	r, err := roller.New(roller.Config{Pool: pool, Ladder: l, Now: func() time.Time { return now.Add(10 * 24 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,39 +73,35 @@ func TestBenchmarkHistory(t *testing.T) {
 	// default ladder's full density (2 days of minutes, 12 days of 5
 	// minutes, the rest of the year hourly); 100k other keys have 20
 	// scattered rows each.
-	qs := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	qs := func(name string) string { return pgx.Identifier{"floodgate", name}.Sanitize() }
 	for _, st := range []string{"1m", "5m", "1h"} {
 		if _, err := pool.Exec(ctx, `DELETE FROM `+qs("bucket_"+st)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	y := now.Add(-365 * 24 * time.Hour)
-	for _, stmt := range []string{
-		`SELECT ` + qs("ensure_partition") + `('1m', d) FROM generate_series($1::timestamptz - interval '3 days', $1, interval '1 day') d`,
-		`SELECT ` + qs("ensure_partition") + `('5m', d) FROM generate_series($1::timestamptz - interval '15 days', $1, interval '7 days') d`,
-		`SELECT ` + qs("ensure_partition") + `('1h', d) FROM generate_series($2::timestamptz, $1::timestamptz, interval '1 month') d`,
-		`INSERT INTO ` + qs("bucket_1m") + ` SELECT 'visit', 'hot', 'ip', b, 3 FROM generate_series($1::timestamptz - interval '2 days', $1 - interval '1 minute', interval '1 minute') b`,
-		`INSERT INTO ` + qs("bucket_5m") + ` SELECT 'visit', 'hot', 'ip', b, 7 FROM generate_series($1::timestamptz - interval '14 days', $1 - interval '2 days 5 minutes', interval '5 minutes') b`,
-		`INSERT INTO ` + qs("bucket_1h") + ` SELECT 'visit', 'hot', 'ip', b, 11 FROM generate_series($2::timestamptz, $1::timestamptz - interval '14 days 1 hour', interval '1 hour') b`,
-		`INSERT INTO ` + qs("bucket_1h") + ` SELECT 'visit', 'key-' || k, 'ip', $2::timestamptz + (((k * 7919 + j * 104729) % 8400) * interval '1 hour'), 1
-			FROM generate_series(1, 100000) k, generate_series(1, 20) j ON CONFLICT DO NOTHING`,
-		`ANALYZE ` + qs("bucket_1m") + `, ` + qs("bucket_5m") + `, ` + qs("bucket_1h"),
+	// Each statement with its own arguments: now, a year ago (y), or both.
+	for _, st := range []struct {
+		sql  string
+		args []any
+	}{
+		{`SELECT ` + qs("ensure_partition") + `('1m', d) FROM generate_series($1::timestamptz - interval '3 days', $1, interval '1 day') d`, []any{now}},
+		{`SELECT ` + qs("ensure_partition") + `('5m', d) FROM generate_series($1::timestamptz - interval '15 days', $1, interval '7 days') d`, []any{now}},
+		{`SELECT ` + qs("ensure_partition") + `('1h', d) FROM generate_series($2::timestamptz, $1::timestamptz, interval '1 month') d`, []any{now, y}},
+		{`INSERT INTO ` + qs("bucket_1m") + ` SELECT 'visit', 'hot', 'ip', b, 3 FROM generate_series($1::timestamptz - interval '2 days', $1 - interval '1 minute', interval '1 minute') b`, []any{now}},
+		{`INSERT INTO ` + qs("bucket_5m") + ` SELECT 'visit', 'hot', 'ip', b, 7 FROM generate_series($1::timestamptz - interval '14 days', $1 - interval '2 days 5 minutes', interval '5 minutes') b`, []any{now}},
+		{`INSERT INTO ` + qs("bucket_1h") + ` SELECT 'visit', 'hot', 'ip', b, 11 FROM generate_series($2::timestamptz, $1::timestamptz - interval '14 days 1 hour', interval '1 hour') b`, []any{now, y}},
+		{`INSERT INTO ` + qs("bucket_1h") + ` SELECT 'visit', 'key-' || k, 'ip', $1::timestamptz + (((k * 7919 + j * 104729) % 8400) * interval '1 hour'), 1
+			FROM generate_series(1, 100000) k, generate_series(1, 20) j ON CONFLICT DO NOTHING`, []any{y}},
 	} {
-		var args []any
-		if strings.Contains(stmt, "$1") {
-			args = append(args, now)
-		}
-		if strings.Contains(stmt, "$2") {
-			args = append(args, y)
-		}
-		if strings.Contains(stmt, "$2") && !strings.Contains(stmt, "$1") {
-			stmt = strings.ReplaceAll(stmt, "$2", "$1")
-		}
-		if _, err := pool.Exec(ctx, stmt, args...); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
+		if _, err := pool.Exec(ctx, st.sql, st.args...); err != nil {
+			t.Fatalf("%s: %v", st.sql, err)
 		}
 	}
-	q := history.NewQuerier(pool, schema)
+	if _, err := pool.Exec(ctx, `ANALYZE `+qs("bucket_1m")+`, `+qs("bucket_5m")+`, `+qs("bucket_1h")); err != nil {
+		t.Fatal(err)
+	}
+	q := history.NewQuerier(pool)
 	measure := func(step time.Duration) (time.Duration, int) {
 		var lat []time.Duration
 		var points int

@@ -22,30 +22,13 @@ type DB interface {
 
 var _ DB = (*pgxpool.Pool)(nil)
 
-// DefaultSchema holds history's tables and functions (migrations 00002 and
-// 00003).
-const DefaultSchema = "floodgate"
-
-// DefaultOffsetsTable stores each consumer group's next offset per partition
-// (migration 00001).
-const DefaultOffsetsTable = "floodgate.consumer_offsets"
+// schema holds history's tables and functions and the consumer offsets,
+// as floodgate's migrations create them (migrations.Schema): a history of
+// one's own is a database of one's own (tests create one each).
+const schema = "floodgate"
 
 // qualify returns schema.name, each quoted.
-func qualify(schema, name string) string { return pgx.Identifier{schema, name}.Sanitize() }
-
-// parseTable quotes "schema.table" or "table".
-func parseTable(s string) (string, error) {
-	parts := strings.Split(s, ".")
-	if len(parts) > 2 || s == "" {
-		return "", fmt.Errorf("table %q: want schema.table", s)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return "", fmt.Errorf("table %q: want schema.table", s)
-		}
-	}
-	return pgx.Identifier(parts).Sanitize(), nil
-}
+func qualify(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 
 // The routing lock orders sinks and the roller: every sink write holds it
 // shared, every roller chunk (which moves rows and raises a watermark) holds
@@ -56,24 +39,24 @@ const (
 	lockRouteExclusive = `SELECT pg_advisory_xact_lock(hashtext('floodgate.history'), hashtext($1 || '.route'))`
 )
 
-// LockRoute takes the routing lock of the history in schema exclusively, for
-// the rest of tx: no sink writes until tx ends. Whoever moves rows between
+// LockRoute takes the routing lock of the history exclusively, for the
+// rest of tx: no sink writes until tx ends. Whoever moves rows between
 // tiers or changes a watermark holds it.
-func LockRoute(ctx context.Context, tx pgx.Tx, schema string) error {
+func LockRoute(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, lockRouteExclusive, schema); err != nil {
 		return fmt.Errorf("routing lock: %w", err)
 	}
 	return nil
 }
 
-// EnsureLadder stores l as the ladder of the history in schema. An empty
+// EnsureLadder stores l as the ladder of the history. An empty
 // store takes l as is. A stored ladder with the same steps takes l's
 // horizons. Otherwise steps may be added (a new tier starts with its finer
 // neighbour's watermark, so it receives nothing until the roller fills it)
 // and removed only when their table is empty. With onlyIfEmpty, a stored
 // ladder is left untouched (the sink's bootstrap; the roller is the
 // authority on horizons).
-func EnsureLadder(ctx context.Context, db DB, schema string, l Ladder, onlyIfEmpty bool) (err error) {
+func EnsureLadder(ctx context.Context, db DB, l Ladder, onlyIfEmpty bool) (err error) {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -89,7 +72,7 @@ func EnsureLadder(ctx context.Context, db DB, schema string, l Ladder, onlyIfEmp
 	if _, err := tx.Exec(ctx, lockRouteExclusive, schema); err != nil {
 		return fmt.Errorf("ensure ladder: lock: %w", err)
 	}
-	tiers := qualify(schema, "history_tiers")
+	tiers := qualify("history_tiers")
 	rows, err := tx.Query(ctx, `SELECT step, rolled_to::text FROM `+tiers+` ORDER BY position`)
 	if err != nil {
 		return fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
@@ -123,7 +106,7 @@ func EnsureLadder(ctx context.Context, db DB, schema string, l Ladder, onlyIfEmp
 			continue
 		}
 		var used bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+qualify(schema, "bucket_"+s.step)+`)`).Scan(&used); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+qualify("bucket_"+s.step)+`)`).Scan(&used); err != nil {
 			return fmt.Errorf("ensure ladder: check tier %s: %w", s.step, err)
 		}
 		if used {

@@ -96,7 +96,7 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 	}()
 
 	pb := &pgx.Batch{}
-	pb.Queue(lockRouteShared, s.cfg.Schema)
+	pb.Queue(lockRouteShared, schema)
 	pb.Queue(s.idsSQL, s.cfg.Group, b.Topic, b.Partition, b.First, now, keys, now.Add(-s.cfg.Dedup))
 	var (
 		stored *int64
@@ -164,7 +164,7 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 //
 // Keys are inserted in order, so that two transactions inserting the same
 // ids (only possible across partitions) take their locks in the same order.
-func idsSQL(schema, offsets string) string {
+func idsSQL(offsets string) string {
 	return fmt.Sprintf(`WITH cur AS (
 	INSERT INTO %[1]s AS o (consumer_group, topic, "partition", next_offset, updated_at)
 	VALUES ($1, $2, $3, $4, now())
@@ -180,14 +180,14 @@ func idsSQL(schema, offsets string) string {
 )
 SELECT (SELECT next_offset FROM cur),
 	ARRAY(SELECT o::int FROM unnest($6::uuid[]) WITH ORDINALITY AS u(k, o) WHERE u.k NOT IN (SELECT id FROM ins) ORDER BY o)`,
-		offsets, qualify(schema, "history_ids"))
+		offsets, qualify("history_ids"))
 }
 
 // pruneSQL deletes up to $2 ids counted at or before $1. Rows another
 // transaction holds (an expired id being counted again) are skipped, so the
 // pruner never waits for a sink write and cannot deadlock with one.
-func pruneSQL(schema string) string {
-	ids := qualify(schema, "history_ids")
+func pruneSQL() string {
+	ids := qualify("history_ids")
 	return `DELETE FROM ` + ids + ` WHERE ctid = ANY (ARRAY(
 	SELECT ctid FROM ` + ids + ` WHERE counted_at <= $1 ORDER BY counted_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
@@ -263,11 +263,11 @@ func (s *Sink) checkDedupTable(ctx context.Context) error {
 		return nil
 	}
 	var ok bool
-	if err := s.cfg.DB.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, qualify(s.cfg.Schema, "history_ids")).Scan(&ok); err != nil {
-		return fmt.Errorf("history dedup: look up %s.history_ids: %w", s.cfg.Schema, err)
+	if err := s.cfg.DB.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, qualify("history_ids")).Scan(&ok); err != nil {
+		return fmt.Errorf("history dedup: look up %s.history_ids: %w", schema, err)
 	}
 	if !ok {
-		return errors.New("history dedup: table " + s.cfg.Schema + ".history_ids missing: apply the migrations (floodgate migrate up)")
+		return errors.New("history dedup: table " + schema + ".history_ids missing: apply the migrations (floodgate migrate up)")
 	}
 	return nil
 }

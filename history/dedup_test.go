@@ -25,10 +25,10 @@ type clock struct{ ns atomic.Int64 }
 func (c *clock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
 func (c *clock) now() time.Time  { return time.Unix(0, c.ns.Load()).UTC() }
 
-func dedupSink(t *testing.T, schema string, db history.DB, c *clock, reg prometheus.Registerer) *history.Sink {
+func dedupSink(t *testing.T, db history.DB, c *clock, reg prometheus.Registerer) *history.Sink {
 	t.Helper()
 	s, err := history.NewSink(context.Background(), history.SinkConfig{
-		DB: db, Group: "test-dedup", Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+		DB: db, Group: "test-dedup",
 		Visitors: history.Visitors{"visit": "ip"}, Dedup: 10 * time.Minute, Now: c.now, Registerer: reg,
 	})
 	if err != nil {
@@ -49,14 +49,13 @@ func ev(off int64, id, l, ip string, ts time.Time, n int64) aggregator.Record {
 // id counts once within the horizon: totals, buckets, visitors and metrics.
 func TestSinkDedup(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
 	c := &clock{}
 	c0 := time.Date(2030, 5, 6, 7, 0, 0, 0, time.UTC)
 	c.set(c0)
 	reg := prometheus.NewRegistry()
-	s := dedupSink(t, schema, pool, c, reg)
-	q := history.NewQuerier(pool, schema)
+	s := dedupSink(t, pool, c, reg)
+	q := history.NewQuerier(pool)
 	ts := c0.Add(-30 * time.Second) // every event's time: one minute bucket
 	link := history.Key{Action: "visit", Kind: "link", Subject: "a"}
 	apply := func(s *history.Sink, b aggregator.Batch) {
@@ -111,7 +110,7 @@ func TestSinkDedup(t *testing.T) {
 	// (a duplicate), E new.
 	c.set(c0.Add(5 * time.Minute))
 	reg2 := prometheus.NewRegistry()
-	s2 := dedupSink(t, schema, pool, c, reg2)
+	s2 := dedupSink(t, pool, c, reg2)
 	apply(s2, aggregator.Batch{Topic: "t", Partition: 0, First: 6, Last: 7, Records: []aggregator.Record{
 		ev(6, "A", "a", "10.0.0.1", ts, 1), ev(7, "E", "a", "10.0.0.5", ts, 1),
 	}})
@@ -147,7 +146,7 @@ func TestSinkDedup(t *testing.T) {
 		t.Fatalf("Prune = %d, %v; want 3", n, err)
 	}
 	var left []string
-	rows, err := pool.Query(ctx, `SELECT id::text FROM `+pgx.Identifier{schema, "history_ids"}.Sanitize())
+	rows, err := pool.Query(ctx, `SELECT id::text FROM `+pgx.Identifier{"floodgate", "history_ids"}.Sanitize())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,10 +211,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name, result string) float6
 // TestIDKeyMatchesSQL: the sink's key of an event id is the SQL function's.
 func TestIDKeyMatchesSQL(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	for _, id := range []string{"A", event.NewID(), "0b7e5c1d2f3a4b5c", "~!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}"} {
 		var got [16]byte
-		if err := pool.QueryRow(context.Background(), `SELECT `+pgx.Identifier{schema, "history_id"}.Sanitize()+`($1)`, id).Scan(&got); err != nil {
+		if err := pool.QueryRow(context.Background(), `SELECT `+pgx.Identifier{"floodgate", "history_id"}.Sanitize()+`($1)`, id).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		if want := history.IDKey(id); got != want {
@@ -230,7 +228,6 @@ func TestIDKeyMatchesSQL(t *testing.T) {
 // Ids repeat within and across batches.
 func TestSinkDedupRacingOwners(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
 	c := &clock{}
 	c.set(time.Now())
@@ -245,7 +242,7 @@ func TestSinkDedupRacingOwners(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for o := range 2 {
-		s := dedupSink(t, schema, pool, c, nil)
+		s := dedupSink(t, pool, c, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -264,7 +261,7 @@ func TestSinkDedupRacingOwners(t *testing.T) {
 	}
 	wg.Wait()
 	var total int64
-	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM `+pgx.Identifier{schema, "history_totals"}.Sanitize()).Scan(&total); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM `+pgx.Identifier{"floodgate", "history_totals"}.Sanitize()).Scan(&total); err != nil {
 		t.Fatal(err)
 	}
 	if total != int64(len(distinct)) {
@@ -277,13 +274,12 @@ func TestSinkDedupRacingOwners(t *testing.T) {
 // only those.
 func TestSinkPrunesInTheBackground(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
 	c := &clock{}
 	c0 := time.Date(2030, 5, 6, 7, 0, 0, 0, time.UTC)
 	c.set(c0)
 	s, err := history.NewSink(ctx, history.SinkConfig{
-		DB: pool, Group: "test-prune", Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+		DB: pool, Group: "test-prune",
 		Dedup: 2 * time.Second, Now: c.now,
 	})
 	if err != nil {
@@ -305,7 +301,7 @@ func TestSinkPrunesInTheBackground(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.RunPartition(rctx, "t", 0); close(done) }()
 	defer func() { cancel(); <-done }()
-	ids := pgx.Identifier{schema, "history_ids"}.Sanitize()
+	ids := pgx.Identifier{"floodgate", "history_ids"}.Sanitize()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+ids).Scan(&n); err != nil {

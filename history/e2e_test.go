@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
 	"floodgate/event"
@@ -45,10 +46,9 @@ func runChild() error {
 		return err
 	}
 	defer pool.Close()
-	schema := os.Getenv("FGTEST_SCHEMA")
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: os.Getenv("FGTEST_GROUP"), Schema: schema,
-		OffsetsTable: schema + ".consumer_offsets", Logger: logger, Visitors: testVisitors})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: os.Getenv("FGTEST_GROUP"),
+		Logger: logger, Visitors: testVisitors})
 	if err != nil {
 		return err
 	}
@@ -116,23 +116,14 @@ func randomEvents(r *rand.Rand, n int, now time.Time, span time.Duration) []even
 	return out
 }
 
-// waitTotals waits until history's totals reach want, then checks every key.
-func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced, within time.Duration) {
+// waitTotals waits until the group's stored offsets reach the topic's end
+// offsets, taken once everything was published: every event is applied
+// then, and a batch applied twice would be in the totals already. It then
+// checks every key against what was produced.
+func waitTotals(t *testing.T, pool *pgxpool.Pool, brokers []string, topic, group string, prod *produced, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	var got int64
-	for {
-		err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(n), 0)::bigint FROM `+pgx.Identifier{schema, "history_totals"}.Sanitize()).Scan(&got)
-		if err == nil && got >= prod.total.Load() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history totals %d after %s, produced %d (err %v)", got, within, prod.total.Load(), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // anything more would be a double count
-	rows, err := pool.Query(context.Background(), `SELECT action, kind, subject, n FROM `+pgx.Identifier{schema, "history_totals"}.Sanitize())
+	waitApplied(t, pool, brokers, topic, group, within)
+	rows, err := pool.Query(context.Background(), `SELECT action, kind, subject, n FROM `+pgx.Identifier{"floodgate", "history_totals"}.Sanitize())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +147,9 @@ func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced,
 	if len(seen) != len(prod.perKey) {
 		t.Errorf("%d keys in history, %d produced", len(seen), len(prod.perKey))
 	}
-	checkVisitors(t, pool, schema, prod)
+	checkVisitors(t, pool, prod)
 	var bucketSum int64
-	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(n), 0)::bigint FROM `+pgx.Identifier{schema, "buckets"}.Sanitize()).Scan(&bucketSum); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(n), 0)::bigint FROM `+pgx.Identifier{"floodgate", "buckets"}.Sanitize()).Scan(&bucketSum); err != nil {
 		t.Fatal(err)
 	}
 	if bucketSum != prod.total.Load() {
@@ -166,11 +157,79 @@ func waitTotals(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced,
 	}
 }
 
+// waitApplied waits until the group's next offset stored in history (in
+// the same transaction as the rows) is at the end offset of every partition
+// of topic.
+func waitApplied(t *testing.T, pool *pgxpool.Pool, brokers []string, topic, group string, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	end, err := endOffsets(ctx, brokers, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored map[int]int64
+	for {
+		stored = map[int]int64{}
+		rows, err := pool.Query(ctx, `SELECT "partition", next_offset FROM floodgate.consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, topic)
+		if err == nil {
+			for rows.Next() {
+				var p int
+				var n int64
+				if err = rows.Scan(&p, &n); err != nil {
+					break
+				}
+				stored[p] = n
+			}
+			rows.Close()
+		}
+		done := err == nil
+		for p, e := range end {
+			if stored[p] < e {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("history group %s at offsets %v after %s, topic %s ends at %v (last error %v)", group, stored, within, topic, end, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// endOffsets returns each partition's end offset.
+func endOffsets(ctx context.Context, brokers []string, topic string) (map[int]int64, error) {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil || len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return nil, fmt.Errorf("metadata of %s: %v %v", topic, err, md)
+	}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for _, p := range md.Topics[0].Partitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p.ID))
+	}
+	res, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	out := map[int]int64{}
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("end offset of %s partition %d: %w", topic, po.Partition, po.Error)
+		}
+		out[po.Partition] = po.LastOffset
+	}
+	return out, nil
+}
+
 // checkVisitors compares every key's unique visitors, all time and over
 // its buckets, with the ips produced (30 at most: exact).
-func checkVisitors(t *testing.T, pool *pgxpool.Pool, schema string, prod *produced) {
+func checkVisitors(t *testing.T, pool *pgxpool.Pool, prod *produced) {
 	t.Helper()
-	q := history.NewQuerier(pool, schema)
+	q := history.NewQuerier(pool)
 	ctx := context.Background()
 	bad, counted := 0, 0
 	for key := range prod.perKey {
@@ -199,14 +258,13 @@ func checkVisitors(t *testing.T, pool *pgxpool.Pool, schema string, prod *produc
 func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
 	pool := historytest.Pool(t)
 	brokers := stacktest.Brokers(t)
-	schema := historytest.Schema(t, pool)
 	topic := stacktest.Topic(t, brokers, 6)
-	group := "fgtest-history-crash-" + schema
+	group := "fgtest-history-crash-" + topic
 	ctx := context.Background()
 
 	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "FLOODGATE_HISTORY_CHILD=1", "FGTEST_SCHEMA="+schema, "FGTEST_TOPIC="+topic,
+		cmd.Env = append(os.Environ(), "FLOODGATE_HISTORY_CHILD=1", "FGTEST_TOPIC="+topic,
 			"FGTEST_GROUP="+group, "FLOODGATE_BROKERS="+strings.Join(brokers, ","), "FLOODGATE_POSTGRES_URL="+pool.Config().ConnString())
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -243,7 +301,7 @@ func TestCrashedConsumerLosesAndDoublesNothing(t *testing.T) {
 		t.Logf("killed the consumer after %d events", prod.total.Load())
 		child = start()
 	}
-	waitTotals(t, pool, schema, prod, 60*time.Second)
+	waitTotals(t, pool, brokers, topic, group, prod, 60*time.Second)
 	t.Logf("%d events produced, history totals and buckets agree after %d SIGKILLs", prod.total.Load(), kills)
 }
 
@@ -253,14 +311,13 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	// everyone sharing it.
 	pg := historytest.StartPostgres(t)
 	pool := pg.Pool(t)
-	schema := historytest.Schema(t, pool)
 	topic := stacktest.Topic(t, brokers, 3)
-	group := "fgtest-history-outage-" + schema
+	group := "fgtest-history-outage-" + topic
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Logger: logger, Visitors: testVisitors})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Logger: logger, Visitors: testVisitors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +345,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	t.Logf("%d events produced while Postgres was down", prod.total.Load()-before)
 	pg.Start(t)
 	burst(time.Second)
-	waitTotals(t, pool, schema, prod, 60*time.Second)
+	waitTotals(t, pool, brokers, topic, group, prod, 60*time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

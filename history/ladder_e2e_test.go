@@ -39,9 +39,8 @@ func buildBinary(t *testing.T) string {
 func TestEndToEndLadder(t *testing.T) {
 	pool := historytest.Pool(t)
 	brokers := stacktest.Brokers(t)
-	schema := historytest.Schema(t, pool)
 	topic := stacktest.Topic(t, brokers, 4)
-	group := "fgtest-history-e2e-" + schema
+	group := "fgtest-history-e2e-" + topic
 	bin := buildBinary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -80,13 +79,13 @@ func TestEndToEndLadder(t *testing.T) {
 	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets", Ladder: l, Logger: logger, Visitors: testVisitors})
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group, Ladder: l, Logger: logger, Visitors: testVisitors})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- runGroup(ctx, s, brokers, topic, group, logger) }()
-	waitTotals(t, pool, schema, prod, 60*time.Second)
+	waitTotals(t, pool, brokers, topic, group, prod, 60*time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -95,7 +94,7 @@ func TestEndToEndLadder(t *testing.T) {
 	floodgate := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "FLOODGATE_POSTGRES_URL="+pool.Config().ConnString(), "FLOODGATE_HISTORY_SCHEMA="+schema, "FLOODGATE_LADDER="+ladder)
+		cmd.Env = append(os.Environ(), "FLOODGATE_POSTGRES_URL="+pool.Config().ConnString(), "FLOODGATE_LADDER="+ladder)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("floodgate %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -104,8 +103,8 @@ func TestEndToEndLadder(t *testing.T) {
 	}
 	out := floodgate("roller", "once", "--now", now.Format(time.RFC3339))
 	t.Logf("roller once:\n%s", out)
-	first := digest(t, pool, schema)
-	if out := floodgate("roller", "once", "--now", now.Format(time.RFC3339)); digest(t, pool, schema) != first {
+	first := digest(t, pool)
+	if out := floodgate("roller", "once", "--now", now.Format(time.RFC3339)); digest(t, pool) != first {
 		t.Fatalf("a second roller run changed history:\n%s", out)
 	}
 
@@ -118,7 +117,7 @@ func TestEndToEndLadder(t *testing.T) {
 		}
 		var bad, rows int64
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE bucket < $1 OR bucket >= $2 OR date_bin($3, bucket, timestamptz '2000-01-03 00:00:00+00') <> bucket), count(*) FROM `+
-			pgx.Identifier{schema, tier.Table()}.Sanitize(), lower, upper, tier.Width).Scan(&bad, &rows)
+			pgx.Identifier{"floodgate", tier.Table()}.Sanitize(), lower, upper, tier.Width).Scan(&bad, &rows)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +128,7 @@ func TestEndToEndLadder(t *testing.T) {
 	}
 
 	// Counts and curves equal what was produced.
-	q := history.NewQuerier(pool, schema)
+	q := history.NewQuerier(pool)
 	count := func(action, subject string, from, to time.Time) int64 {
 		var n int64
 		for _, e := range evs {
@@ -209,11 +208,11 @@ func TestEndToEndLadder(t *testing.T) {
 
 func ctx2() context.Context { return context.Background() }
 
-func digest(t *testing.T, db history.DB, schema string) string {
+func digest(t *testing.T, db history.DB) string {
 	t.Helper()
 	var d string
 	err := db.QueryRow(context.Background(), `SELECT coalesce(md5(string_agg(format('%s|%s|%s|%s|%s|%s', step, action, subject, kind, bucket, n), ',' ORDER BY step, action, subject, kind, bucket)), 'empty') FROM `+
-		pgx.Identifier{schema, "buckets"}.Sanitize()).Scan(&d)
+		pgx.Identifier{"floodgate", "buckets"}.Sanitize()).Scan(&d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,17 +9,12 @@ import (
 // Querier answers dashboard questions through the SQL functions of
 // migration 00003, so the terminal and Grafana agree.
 type Querier struct {
-	db     DB
-	schema string
+	db DB
 }
 
-// NewQuerier returns a Querier over the history in schema ("" for
-// DefaultSchema).
-func NewQuerier(db DB, schema string) *Querier {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	return &Querier{db: db, schema: schema}
+// NewQuerier returns a Querier over the history in db.
+func NewQuerier(db DB) *Querier {
+	return &Querier{db: db}
 }
 
 // Key selects events: Action is required; an empty Subject means every
@@ -52,7 +47,7 @@ func nullable(s string) any {
 // Count returns the events of k whose bucket starts in [from, to).
 func (q *Querier) Count(ctx context.Context, k Key, from, to time.Time) (int64, error) {
 	var n int64
-	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "count")+`($1, $2, $3, $4, $5)`,
+	err := q.db.QueryRow(ctx, `SELECT `+qualify("count")+`($1, $2, $3, $4, $5)`,
 		k.Action, nullable(k.Subject), from, to, nullable(k.Kind)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count %s [%s, %s): %w", k, from.Format(time.RFC3339), to.Format(time.RFC3339), err)
@@ -68,7 +63,7 @@ type Point struct {
 
 // Curve returns one point per step over [from, to), zeros included.
 func (q *Querier) Curve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]Point, error) {
-	rows, err := q.db.Query(ctx, `SELECT "time", value FROM `+qualify(q.schema, "curve")+`($1, $2, $3, $4, $5, $6)`,
+	rows, err := q.db.Query(ctx, `SELECT "time", value FROM `+qualify("curve")+`($1, $2, $3, $4, $5, $6)`,
 		k.Action, nullable(k.Subject), from, to, step, nullable(k.Kind))
 	if err != nil {
 		return nil, fmt.Errorf("curve %s: %w", k, err)
@@ -105,7 +100,7 @@ func (q *Querier) Top(ctx context.Context, action, kind string, from, to time.Ti
 			t = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 		}
 	}
-	rows, err := q.db.Query(ctx, `SELECT kind, subject, value FROM `+qualify(q.schema, "top")+`($1, $2, $3, $4, $5)`,
+	rows, err := q.db.Query(ctx, `SELECT kind, subject, value FROM `+qualify("top")+`($1, $2, $3, $4, $5)`,
 		action, f, t, n, nullable(kind))
 	if err != nil {
 		return nil, fmt.Errorf("top %s: %w", action, err)
@@ -128,7 +123,7 @@ func (q *Querier) Top(ctx context.Context, action, kind string, from, to time.Ti
 // Total returns every event of k ever counted (late ones included).
 func (q *Querier) Total(ctx context.Context, k Key) (int64, error) {
 	var n int64
-	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "total")+`($1, $2, $3)`,
+	err := q.db.QueryRow(ctx, `SELECT `+qualify("total")+`($1, $2, $3)`,
 		k.Action, nullable(k.Subject), nullable(k.Kind)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("total %s: %w", k, err)
@@ -140,7 +135,7 @@ func (q *Querier) Total(ctx context.Context, k Key) (int64, error) {
 // had expired (counted in totals, in no bucket).
 func (q *Querier) Late(ctx context.Context, action string) (int64, error) {
 	var n int64
-	err := q.db.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+qualify(q.schema, "history_late")+
+	err := q.db.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+qualify("history_late")+
 		` WHERE $1 = '' OR action = $1`, action).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("late events %s: %w", action, err)
@@ -150,7 +145,7 @@ func (q *Querier) Late(ctx context.Context, action string) (int64, error) {
 
 // Actions returns every action with its total.
 func (q *Querier) Actions(ctx context.Context) ([]Ranked, error) {
-	rows, err := q.db.Query(ctx, `SELECT action, value FROM `+qualify(q.schema, "actions")+`()`)
+	rows, err := q.db.Query(ctx, `SELECT action, value FROM `+qualify("actions")+`()`)
 	if err != nil {
 		return nil, fmt.Errorf("actions: %w", err)
 	}
@@ -179,7 +174,7 @@ type StoredTier struct {
 // at a given age: the finest tier whose watermark is at or before it.
 func (q *Querier) Tiers(ctx context.Context) ([]StoredTier, error) {
 	rows, err := q.db.Query(ctx, `SELECT step, extract(epoch FROM width)::float8,
-		CASE WHEN rolled_to = '-infinity' THEN NULL ELSE rolled_to END FROM `+qualify(q.schema, "history_tiers")+` ORDER BY position`)
+		CASE WHEN rolled_to = '-infinity' THEN NULL ELSE rolled_to END FROM `+qualify("history_tiers")+` ORDER BY position`)
 	if err != nil {
 		return nil, fmt.Errorf("tiers: %w", err)
 	}
@@ -210,7 +205,7 @@ func (q *Querier) Tiers(ctx context.Context) ([]StoredTier, error) {
 // error).
 func (q *Querier) Visitors(ctx context.Context, k Key, from, to time.Time) (int64, error) {
 	var n int64
-	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "visitors")+`($1, $2, $3, $4, $5)`,
+	err := q.db.QueryRow(ctx, `SELECT `+qualify("visitors")+`($1, $2, $3, $4, $5)`,
 		k.Action, nullable(k.Subject), from, to, nullable(k.Kind)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("visitors %s [%s, %s): %w", k, from.Format(time.RFC3339), to.Format(time.RFC3339), err)
@@ -222,7 +217,7 @@ func (q *Querier) Visitors(ctx context.Context, k Key, from, to time.Time) (int6
 // included).
 func (q *Querier) TotalVisitors(ctx context.Context, k Key) (int64, error) {
 	var n int64
-	err := q.db.QueryRow(ctx, `SELECT `+qualify(q.schema, "total_visitors")+`($1, $2, $3)`,
+	err := q.db.QueryRow(ctx, `SELECT `+qualify("total_visitors")+`($1, $2, $3)`,
 		k.Action, nullable(k.Subject), nullable(k.Kind)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("total visitors %s: %w", k, err)
@@ -242,7 +237,7 @@ type VisitorPoint struct {
 // Each step counts its own distinct visitors: a visitor of two steps counts
 // in both.
 func (q *Querier) VisitorsCurve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]VisitorPoint, error) {
-	rows, err := q.db.Query(ctx, `SELECT "time", events, visitors FROM `+qualify(q.schema, "visitors_curve")+`($1, $2, $3, $4, $5, $6)`,
+	rows, err := q.db.Query(ctx, `SELECT "time", events, visitors FROM `+qualify("visitors_curve")+`($1, $2, $3, $4, $5, $6)`,
 		k.Action, nullable(k.Subject), from, to, step, nullable(k.Kind))
 	if err != nil {
 		return nil, fmt.Errorf("visitors curve %s: %w", k, err)
@@ -279,7 +274,7 @@ func (q *Querier) TopVisitors(ctx context.Context, action, kind string, from, to
 			t = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 		}
 	}
-	rows, err := q.db.Query(ctx, `SELECT kind, subject, visitors, events FROM `+qualify(q.schema, "top_visitors")+`($1, $2, $3, $4, $5)`,
+	rows, err := q.db.Query(ctx, `SELECT kind, subject, visitors, events FROM `+qualify("top_visitors")+`($1, $2, $3, $4, $5)`,
 		action, f, t, n, nullable(kind))
 	if err != nil {
 		return nil, fmt.Errorf("top visitors %s: %w", action, err)

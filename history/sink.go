@@ -25,12 +25,6 @@ type SinkConfig struct {
 	// Group is the consumer group whose offsets the sink stores, e.g.
 	// "floodgate-history". Required.
 	Group string
-	// Schema holds history's tables and functions. Default "floodgate".
-	Schema string
-	// OffsetsTable is "schema.table" of the offsets store (columns
-	// consumer_group, topic, partition, next_offset, updated_at; unique on the
-	// first three). Default "floodgate.consumer_offsets".
-	OffsetsTable string
 	// Ladder is stored when the database holds none yet (the roller owns it
 	// afterwards). Default DefaultLadder.
 	Ladder Ladder
@@ -62,11 +56,6 @@ func (c *SinkConfig) Validate() error {
 	case c.Dedup < 0 || (c.Dedup > 0 && c.Dedup < time.Second):
 		return fmt.Errorf("history sink config: dedup horizon %s: want 0 (off) or at least 1s", c.Dedup)
 	}
-	if c.OffsetsTable != "" {
-		if _, err := parseTable(c.OffsetsTable); err != nil {
-			return fmt.Errorf("history sink config: offsets %w", err)
-		}
-	}
 	if c.Ladder != nil {
 		if err := c.Ladder.Validate(); err != nil {
 			return fmt.Errorf("history sink config: %w", err)
@@ -79,12 +68,6 @@ func (c *SinkConfig) Validate() error {
 }
 
 func (c *SinkConfig) setDefaults() {
-	if c.Schema == "" {
-		c.Schema = DefaultSchema
-	}
-	if c.OffsetsTable == "" {
-		c.OffsetsTable = DefaultOffsetsTable
-	}
 	if c.Ladder == nil {
 		c.Ladder, _ = ParseLadder(DefaultLadder)
 	}
@@ -103,6 +86,7 @@ type Sink struct {
 	cfg       SinkConfig
 	applySQL  string
 	resumeSQL string
+	resetSQL  string
 	idsSQL    string // dedup: record a batch's event ids
 	pruneSQL  string // dedup: delete ids past the horizon
 	log       *slog.Logger
@@ -116,7 +100,10 @@ type Sink struct {
 	lastPrune time.Time
 }
 
-var _ aggregator.Sink = (*Sink)(nil)
+var (
+	_ aggregator.Sink           = (*Sink)(nil)
+	_ aggregator.OffsetResetter = (*Sink)(nil)
+)
 
 // NewSink checks cfg, stores the ladder if the database has none (now or,
 // when Postgres is down, at the first Resume or Apply), and returns a Sink
@@ -126,18 +113,20 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	offsets, _ := parseTable(cfg.OffsetsTable)
+	offsets := qualify("consumer_offsets")
 	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink{
 		cfg:      cfg,
-		applySQL: applySQL(cfg.Schema, offsets),
+		applySQL: applySQL(offsets),
 		resumeSQL: `SELECT next_offset FROM ` + offsets +
 			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3`,
-		idsSQL:   idsSQL(cfg.Schema, offsets),
-		pruneSQL: pruneSQL(cfg.Schema),
+		resetSQL: `UPDATE ` + offsets + ` SET next_offset = $5, updated_at = now()` +
+			` WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3 AND next_offset = $4`,
+		idsSQL:   idsSQL(offsets),
+		pruneSQL: pruneSQL(),
 		log:      cfg.Logger.With("group", cfg.Group),
 		metrics:  m,
 		parts:    map[time.Time]bool{},
@@ -158,7 +147,7 @@ func (s *Sink) ready(ctx context.Context) error {
 	if s.laddered {
 		return nil
 	}
-	if err := EnsureLadder(ctx, s.cfg.DB, s.cfg.Schema, s.cfg.Ladder, true); err != nil {
+	if err := EnsureLadder(ctx, s.cfg.DB, s.cfg.Ladder, true); err != nil {
 		return fmt.Errorf("history sink: %w", err)
 	}
 	if err := s.checkDedupTable(ctx); err != nil {
@@ -182,6 +171,22 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 		return 0, false, fmt.Errorf("history resume group=%s topic=%s partition=%d: %w", s.cfg.Group, topic, partition, err)
 	}
 	return next, true, nil
+}
+
+// ResetOffset moves the partition's stored next offset back from from to to
+// (aggregator.OffsetResetter): the topic was deleted and recreated, and the
+// stored offset lies beyond the new log's end. The buckets and totals stay;
+// the new log's events are added to them. It fails, changing nothing, when
+// the stored offset is not from (another owner moved it).
+func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error {
+	tag, err := s.cfg.DB.Exec(ctx, s.resetSQL, s.cfg.Group, topic, partition, from, to)
+	if err != nil {
+		return fmt.Errorf("history reset offset group=%s topic=%s partition=%d from %d to %d: %w", s.cfg.Group, topic, partition, from, to, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("history reset offset group=%s topic=%s partition=%d: it no longer stands at %d", s.cfg.Group, topic, partition, from)
+	}
+	return nil
 }
 
 // OffsetConflictError is returned for a batch that starts after the stored
@@ -304,7 +309,7 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	// One round trip, one implicit transaction: the routing lock, then the
 	// statement.
 	batch := &pgx.Batch{}
-	batch.Queue(lockRouteShared, s.cfg.Schema)
+	batch.Queue(lockRouteShared, schema)
 	batch.Queue(s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
 		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes)
 	var res applyResult
@@ -381,7 +386,7 @@ func (s *Sink) ensurePartitions(ctx context.Context, minutes []time.Time) error 
 	}
 	s.mu.Unlock()
 	for _, day := range missing {
-		if _, err := s.cfg.DB.Exec(ctx, `SELECT `+qualify(s.cfg.Schema, "ensure_partition")+`('1m', $1)`, day); err != nil {
+		if _, err := s.cfg.DB.Exec(ctx, `SELECT `+qualify("ensure_partition")+`('1m', $1)`, day); err != nil {
 			return fmt.Errorf("ensure 1m partition %s: %w", day.Format(time.DateOnly), err)
 		}
 		s.mu.Lock()
@@ -419,8 +424,8 @@ func mod(a, b int64) int64 {
 // (sketch_union) — in this statement, so they are as exactly-once as the
 // counts. Rows without visitors carry NULL: the aggregate skips them and
 // sketch_union, plain SQL, calls no function for them.
-func applySQL(schema, offsets string) string {
-	q := func(name string) string { return qualify(schema, name) }
+func applySQL(offsets string) string {
+	q := qualify
 	var b strings.Builder
 	fmt.Fprintf(&b, `WITH cur AS (
 	SELECT next_offset FROM %[1]s WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3

@@ -12,10 +12,10 @@ import (
 	"floodgate/history/historytest"
 )
 
-func newSink(t *testing.T, schema string, db history.DB) *history.Sink {
+func newSink(t *testing.T, db history.DB) *history.Sink {
 	t.Helper()
 	s, err := history.NewSink(context.Background(), history.SinkConfig{
-		DB: db, Group: "test-history", Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+		DB: db, Group: "test-history",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -29,10 +29,9 @@ func rec(off int64, action, kind, subject string, ts time.Time, n int64) aggrega
 
 func TestSinkAppliesOnce(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
-	s := newSink(t, schema, pool)
-	q := history.NewQuerier(pool, schema)
+	s := newSink(t, pool)
+	q := history.NewQuerier(pool)
 
 	if _, ok, err := s.Resume(ctx, "t", 3); err != nil || ok {
 		t.Fatalf("Resume on an empty store = ok %v, err %v; want not ok", ok, err)

@@ -10,14 +10,13 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/history/historytest"
-	"floodgate/stacktest"
 )
 
-// berlinPool is a pool whose sessions run in Europe/Berlin, as a server or
-// role configured outside UTC would give.
-func berlinPool(t *testing.T) *pgxpool.Pool {
+// berlinPool is a pool on the database of url whose sessions run in
+// Europe/Berlin, as a server or role configured outside UTC would give.
+func berlinPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(stacktest.PostgresURL(t))
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,10 +34,9 @@ func berlinPool(t *testing.T) *pgxpool.Pool {
 // the session's TimeZone.
 func TestPartitionsAndCurveIgnoreSessionTimeZone(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
-	berlin := berlinPool(t)
+	berlin := berlinPool(t, pool.Config().ConnString())
 	ctx := context.Background()
-	fn := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	fn := func(name string) string { return pgx.Identifier{"floodgate", name}.Sanitize() }
 
 	// Autumn DST change (Europe/Berlin, 2024-10-27): every 1m partition is one
 	// UTC day, and the day after the change can be created.
@@ -65,7 +63,7 @@ func TestPartitionsAndCurveIgnoreSessionTimeZone(t *testing.T) {
 
 	// Spring DST change (2024-03-31): one event a day at 00:30 UTC from the
 	// 28th to the 3rd, written and read in Berlin sessions.
-	s := newSink(t, schema, berlin)
+	s := newSink(t, berlin)
 	first := time.Date(2024, 3, 28, 0, 30, 0, 0, time.UTC)
 	b := aggregator.Batch{Topic: "tz", Partition: 0, First: 0}
 	for i := range 7 {

@@ -26,16 +26,15 @@ func visit(off int64, link, ip string, ts time.Time) aggregator.Record {
 // step, key and all time: exact up to 256, within 2% above.
 func TestSinkKeepsVisitors(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	ctx := context.Background()
 	s, err := history.NewSink(ctx, history.SinkConfig{
-		DB: pool, Group: "test-visitors", Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+		DB: pool, Group: "test-visitors",
 		Visitors: history.Visitors{"visit": "ip"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := history.NewQuerier(pool, schema)
+	q := history.NewQuerier(pool)
 	t0 := time.Date(2030, 5, 6, 7, 8, 0, 0, time.UTC)
 
 	// Link a: minute 0 visited by ip 1, 2, 2 and once without an ip;
@@ -116,7 +115,7 @@ func TestSinkKeepsVisitors(t *testing.T) {
 	var methods []string
 	if err := pool.QueryRow(ctx, `SELECT array_agg(coalesce(nullif(a.attcompression::text, ''), '-') || ':' || c.relname ORDER BY c.relname)
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace
-		WHERE ns.nspname = $1 AND a.attname = 'visitors' AND c.relkind = 'r'`, schema).Scan(&methods); err != nil {
+		WHERE ns.nspname = 'floodgate' AND a.attname = 'visitors' AND c.relkind = 'r'`).Scan(&methods); err != nil {
 		t.Fatal(err)
 	}
 	if len(methods) < 7 { // history_totals, the 5 DEFAULT partitions, the 1m partition of t0

@@ -85,9 +85,9 @@ func newStream(r *rand.Rand, n, parts int) stream {
 // (a minute row), merged eight at a time (a first roll), then all together
 // (a second roll). It returns the estimate, whether the sketch is exact, and
 // its registers.
-func rolled(t *testing.T, db history.DB, schema string, s stream) (est int64, exact bool, regs []byte) {
+func rolled(t *testing.T, db history.DB, s stream) (est int64, exact bool, regs []byte) {
 	t.Helper()
-	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	q := func(name string) string { return pgx.Identifier{"floodgate", name}.Sanitize() }
 	err := db.QueryRow(context.Background(), `WITH m AS (
 	SELECT p, `+q("sketch_of")+`(array_agg(h)) AS s FROM unnest($1::int[], $2::bigint[]) AS u(p, h) GROUP BY p
 ), h AS (
@@ -123,12 +123,11 @@ func libRegisters(t *testing.T, sk *hyperloglog.Sketch) []byte {
 // sketch must also be the library's: same registers, same estimate.
 func TestVisitorSketchError(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	r := rand.New(rand.NewPCG(16, 1))
 	for _, n := range []int{10, 100, 256, 257, 1000, 4000, 10_000, 100_000, 1_000_000} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			s := newStream(r, n, 64)
-			est, exact, regs := rolled(t, pool, schema, s)
+			est, exact, regs := rolled(t, pool, s)
 			relErr := float64(est-int64(s.exact)) / float64(s.exact)
 			t.Logf("%d distinct visitors (%d visits): estimate %d, error %+.3f%%, exact mode %v", s.exact, len(s.hashes), est, 100*relErr, exact)
 			switch {
@@ -152,12 +151,11 @@ func TestVisitorSketchError(t *testing.T) {
 // error of 0.81%.
 func TestVisitorSketchSpread(t *testing.T) {
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	r := rand.New(rand.NewPCG(16, 2))
 	var sum2, worst float64
 	const trials, n = 24, 20_000
 	for range trials {
-		est, _, _ := rolled(t, pool, schema, newStream(r, n, 16))
+		est, _, _ := rolled(t, pool, newStream(r, n, 16))
 		e := float64(est-n) / n
 		sum2 += e * e
 		worst = max(worst, math.Abs(e))

@@ -14,5 +14,8 @@
 //	defer db.Close()
 //	applied, err := migrations.Up(ctx, db)
 //
-// The command line is `floodgate migrate up|status`.
+// The command line is `floodgate migrate up|status`. Tests and benchmarks
+// that need a history of their own create a database of their own with
+// CreateDatabase (and DropDatabase it after): the same files, applied the
+// same way, in the same schema.
 package migrations

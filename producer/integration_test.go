@@ -19,54 +19,60 @@ import (
 	"floodgate/stacktest"
 )
 
-// readAll reads every partition of topic from the start until want
-// messages arrived, then waits a moment for unexpected extra ones.
+// readAll reads every partition of topic from the start to its end offset,
+// taken once everything was published: the topic then holds all it will
+// ever hold, so an unexpected duplicate is in it already, and no wait for
+// "nothing more" is needed.
 func readAll(tb testing.TB, brokers []string, topic string, partitions, want int) []kafka.Message {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), time.Minute)
 	defer cancel()
-	var (
-		mu   sync.Mutex
-		got  []kafka.Message
-		full = make(chan struct{})
-		wg   sync.WaitGroup
-	)
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 	for p := range partitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	res, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		tb.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	var (
+		mu  sync.Mutex
+		got []kafka.Message
+		wg  sync.WaitGroup
+	)
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			tb.Fatalf("end offset of %s partition %d: %v", topic, po.Partition, po.Error)
+		}
+		if po.LastOffset == 0 {
+			continue
+		}
 		r := kafka.NewReader(kafka.ReaderConfig{
-			Brokers: brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond,
+			Brokers: brokers, Topic: topic, Partition: po.Partition, MaxWait: 100 * time.Millisecond,
 		})
 		wg.Go(func() {
 			defer func() {
 				if err := r.Close(); err != nil {
-					tb.Errorf("close reader partition=%d: %v", p, err)
+					tb.Errorf("close reader partition=%d: %v", po.Partition, err)
 				}
 			}()
 			for {
 				m, err := r.ReadMessage(ctx)
 				if err != nil {
-					if ctx.Err() == nil {
-						tb.Errorf("read partition=%d: %v", p, err)
-					}
+					tb.Errorf("read partition=%d: %v", po.Partition, err)
 					return
 				}
 				mu.Lock()
 				got = append(got, m)
-				if len(got) == want {
-					close(full)
-				}
 				mu.Unlock()
+				if m.Offset+1 >= po.LastOffset {
+					return
+				}
 			}
 		})
 	}
-	select {
-	case <-full:
-		time.Sleep(500 * time.Millisecond) // room for unexpected duplicates
-	case <-ctx.Done():
-	}
-	cancel()
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
 	if len(got) != want {
 		tb.Fatalf("read %d messages from %s, want %d", len(got), topic, want)
 	}

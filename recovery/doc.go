@@ -13,9 +13,19 @@
 // the rebuild stopped: nothing is counted twice and nothing is skipped.
 //
 // Run it while the live aggregator group is stopped (after Redis came back
-// empty, before the aggregator restarts). Partitions whose offset Redis still
-// holds are left alone, so a rebuild racing a running aggregator never
-// double-counts; it may then leave some events uncounted.
+// empty, before the aggregator restarts): it refuses while the group has
+// members. Partitions whose offset Redis still holds are left alone unless
+// Force or Reset.
+//
+// Nothing goes missing silently. Before it writes, Rebuild reads where the
+// live group stood on each partition (the offset in Redis, else the group's
+// Kafka commit): beyond the log's end means the topic was recreated, below
+// its start (with nothing older than the replay's start left) means
+// retention deleted events nobody counted. Records deleted while it reads
+// are found too. Config.OnLostOffsets decides, as the aggregator's flag of
+// the same name: skip reports (ERROR log, Result.Lost, Result.Recreated)
+// and replays what the log holds; stop fails, before any write when the
+// loss is known at the start.
 //
 //	res, err := recovery.Rebuild(ctx, recovery.Config{
 //		Brokers: brokers, Topic: "floodgate.events", Group: "floodgate-live",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 type Store interface {
 	Resume(ctx context.Context, group, topic string, partition int) (next int64, ok bool, err error)
 	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *window.Headroom) (window.ApplyResult, error)
+	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
 	Keys() window.Keys
 	Prefix() string
 }
@@ -60,6 +62,19 @@ type Config struct {
 	// Redis is the client Reset deletes keys with (every primary of a
 	// cluster).
 	Redis redis.UniversalClient
+	// OnLostOffsets is what the rebuild does when offsets of a partition
+	// it replays are gone from the log, as the aggregator's setting of the
+	// same name (aggregator.Config.OnLostOffsets): the live group stood
+	// below the log's start and retention deleted records it never read
+	// (only when no record the log still holds is older than the replay's
+	// start: those records may have been inside the windows), retention
+	// deleted records while the rebuild read them, or the live group stood
+	// beyond the log's end (the topic was deleted and recreated). Skip
+	// (default) reports each (ERROR log, Result.Lost, Result.Recreated) and
+	// replays what the log holds; stop fails the rebuild with a
+	// *aggregator.LostOffsetsError — before it writes anything when the
+	// loss is known at the start.
+	OnLostOffsets aggregator.LostOffsetsPolicy
 	// MaxFutureSkew is how far ahead of Now an event time may be, as the
 	// live aggregator's setting (aggregator.Config.MaxFutureSkew): events
 	// further ahead, which the aggregator dead-letters, are skipped.
@@ -92,6 +107,8 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: reset needs the redis client")
 	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0 || c.MaxFutureSkew < 0:
 		return errors.New("rebuild config: since, batch max, parallel and max future skew must not be negative")
+	case c.OnLostOffsets != "" && c.OnLostOffsets != aggregator.LostOffsetsSkip && c.OnLostOffsets != aggregator.LostOffsetsStop:
+		return fmt.Errorf("rebuild config: on lost offsets %q: want skip or stop", c.OnLostOffsets)
 	}
 	return nil
 }
@@ -102,6 +119,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxFutureSkew == 0 {
 		c.MaxFutureSkew = 5 * time.Second
+	}
+	if c.OnLostOffsets == "" {
+		c.OnLostOffsets = aggregator.LostOffsetsSkip
 	}
 	if c.BatchMax == 0 {
 		c.BatchMax = 5000
@@ -125,7 +145,8 @@ type Result struct {
 	Messages   int64         // Kafka messages read
 	Events     int64         // events counted into buckets
 	Invalid    int64         // malformed or too far future messages skipped (the DLQ has them)
-	Lost       int64         // offsets deleted by retention while the rebuild read them
+	Lost       int64         // offsets deleted by retention before they were counted (see Config.OnLostOffsets)
+	Recreated  int           // partitions whose live group stood beyond the log's end (topic recreated)
 	Took       time.Duration // wall time
 	From       time.Time     // replay start time (now − Since)
 }
@@ -144,6 +165,52 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	if err := groupIdle(ctx, client, cfg.Group); err != nil {
 		return res, err
 	}
+	parts, err := partitions(ctx, client, cfg.Topic)
+	if err != nil {
+		return res, err
+	}
+	// Where the live group stood, read before a reset deletes it: the
+	// store's offsets, else the group's (advisory) Kafka commits.
+	pos, err := positions(ctx, &cfg, client, parts)
+	if err != nil {
+		return res, err
+	}
+	var todo []int
+	for _, p := range parts {
+		if pos[p].stored && !cfg.Force && !cfg.Reset {
+			res.Skipped++
+			continue
+		}
+		todo = append(todo, p)
+	}
+	if len(todo) == 0 {
+		res.Took = time.Since(start)
+		return res, nil
+	}
+	bounds, err := ranges(ctx, client, cfg.Topic, todo, res.From)
+	if err != nil {
+		return res, err
+	}
+	// Offsets lost before the rebuild began are known now: with stop, it
+	// fails before it writes anything.
+	for _, p := range todo {
+		lost := lostAtStart(cfg.Topic, p, pos[p], bounds[p])
+		if lost == nil {
+			continue
+		}
+		if err := reportLost(&cfg, &res, lost); err != nil {
+			return res, err
+		}
+		if lost.Beyond && pos[p].stored && !cfg.Reset {
+			// The store's offset must come back to where the replay
+			// starts, or every replayed batch would be taken for one it
+			// already holds.
+			if err := cfg.Store.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
+				return res, fmt.Errorf("rebuild: %w", err)
+			}
+			pos[p] = position{next: bounds[p].from, stored: true}
+		}
+	}
 	if cfg.Reset {
 		// The old layout's keys ("P:{a:k:s}:...", before partition slots)
 		// go too: a reset is also the migration to the current layout.
@@ -155,39 +222,19 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}
 	}
-	parts, err := partitions(ctx, client, cfg.Topic)
-	if err != nil {
-		return res, err
-	}
-	var todo []int
-	stored := map[int]int64{}
-	for _, p := range parts {
-		next, ok, err := cfg.Store.Resume(ctx, cfg.Group, cfg.Topic, p)
-		if err != nil {
-			return res, fmt.Errorf("rebuild: %w", err)
+	// Where each partition's replay starts reading, and where its first
+	// batch starts: the store refuses a batch that starts after the offset
+	// it holds (it would skip what lies between), so a partition whose
+	// offset it keeps (Force) starts there; events older than every window
+	// are skipped as they are read. Offsets below the log's start are
+	// gone (reported above): the first batch covers them.
+	read, first := map[int]int64{}, map[int]int64{}
+	for _, p := range todo {
+		read[p], first[p] = bounds[p].from, bounds[p].from
+		if pos[p].stored && !cfg.Reset {
+			first[p] = min(bounds[p].from, pos[p].next)
+			read[p] = max(first[p], bounds[p].first)
 		}
-		if ok && !cfg.Force {
-			res.Skipped++
-			continue
-		}
-		if ok {
-			stored[p] = next
-		}
-		todo = append(todo, p)
-	}
-	if len(todo) == 0 {
-		res.Took = time.Since(start)
-		return res, nil
-	}
-	from, end, err := ranges(ctx, client, cfg.Topic, todo, res.From)
-	if err != nil {
-		return res, err
-	}
-	for p, next := range stored {
-		// The store refuses a batch that starts after its offset (it
-		// would skip what lies between): start there; events older than
-		// every window are skipped as they are read.
-		from[p] = min(from[p], next)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -208,7 +255,7 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 				return
 			}
 			defer func() { <-sem }()
-			pr, err := replay(ctx, &cfg, client, p, from[p], end[p])
+			pr, err := replay(ctx, &cfg, client, p, first[p], read[p], bounds[p].end)
 			mu.Lock()
 			defer mu.Unlock()
 			res.Messages += pr.Messages
@@ -229,8 +276,84 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	}
 	cfg.Logger.Info("rebuilt live counters from kafka", "topic", cfg.Topic, "group", cfg.Group,
 		"partitions", res.Partitions, "skipped", res.Skipped, "messages", res.Messages,
-		"events", res.Events, "from", res.From.Format(time.RFC3339), "took", res.Took)
+		"events", res.Events, "lost_offsets", res.Lost, "recreated_partitions", res.Recreated,
+		"from", res.From.Format(time.RFC3339), "took", res.Took)
 	return res, nil
+}
+
+// position is where the live group stood on a partition.
+type position struct {
+	next   int64 // its next offset; -1: unknown
+	stored bool  // next is the store's (else the group's Kafka commit)
+}
+
+// positions reads the live group's position on each partition: the offset
+// the store holds, else the group's last Kafka commit.
+func positions(ctx context.Context, cfg *Config, client *kafka.Client, parts []int) (map[int]position, error) {
+	out := make(map[int]position, len(parts))
+	var unknown []int
+	for _, p := range parts {
+		next, ok, err := cfg.Store.Resume(ctx, cfg.Group, cfg.Topic, p)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild: %w", err)
+		}
+		if ok {
+			out[p] = position{next: next, stored: true}
+			continue
+		}
+		out[p] = position{next: -1}
+		unknown = append(unknown, p)
+	}
+	if len(unknown) == 0 {
+		return out, nil
+	}
+	res, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: cfg.Group, Topics: map[string][]int{cfg.Topic: unknown}})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: committed offsets of group %s topic %s: %w", cfg.Group, cfg.Topic, err)
+	}
+	for _, po := range res.Topics[cfg.Topic] {
+		if po.Error == nil && po.CommittedOffset >= 0 && slices.Contains(unknown, po.Partition) {
+			out[po.Partition] = position{next: po.CommittedOffset}
+		}
+	}
+	return out, nil
+}
+
+// lostAtStart compares the live group's position with the log: beyond its
+// end (the topic was recreated), or below its start with nothing older
+// than the replay's start left (retention deleted records the group never
+// counted, which may have been inside the windows).
+func lostAtStart(topic string, p int, pos position, b bound) *aggregator.LostOffsetsError {
+	switch {
+	case pos.next < 0:
+		return nil
+	case pos.next > b.end:
+		return &aggregator.LostOffsetsError{Topic: topic, Partition: p, From: pos.next, To: b.first, Beyond: true}
+	case pos.next < b.first && b.from == b.first:
+		return &aggregator.LostOffsetsError{Topic: topic, Partition: p, From: pos.next, To: b.first}
+	}
+	return nil
+}
+
+// reportLost applies the policy to lost offsets: an error with stop; with
+// skip an ERROR log naming group, partition and offsets, counted in res.
+func reportLost(cfg *Config, res *Result, lost *aggregator.LostOffsetsError) error {
+	if cfg.OnLostOffsets == aggregator.LostOffsetsStop {
+		return fmt.Errorf("rebuild: group %s: %w (--on-lost-offsets=stop: nothing rebuilt past it; rerun with skip to go on)", cfg.Group, lost)
+	}
+	if lost.Beyond {
+		res.Recreated++
+		cfg.Logger.Error("rebuild: the live group's offset is beyond the log's end (topic deleted and recreated?): what the old log held is lost; replaying the new log",
+			"group", cfg.Group, "topic", lost.Topic, "partition", lost.Partition, "stored", lost.From, "log_start", lost.To)
+		return nil
+	}
+	res.Lost += lost.Lost()
+	cfg.Logger.Error("rebuild: offsets lost: deleted by retention before they were counted; their events are not counted",
+		"group", cfg.Group, "topic", lost.Topic, "partition", lost.Partition, "from", lost.From, "to", lost.To-1, "lost", lost.Lost())
+	return nil
 }
 
 func partitions(ctx context.Context, client *kafka.Client, topic string) ([]int, error) {
@@ -254,23 +377,26 @@ func partitions(ctx context.Context, client *kafka.Client, topic string) ([]int,
 	return nil, fmt.Errorf("rebuild: topic %s not found", topic)
 }
 
-// ranges returns, per partition, the first offset whose timestamp is at or
-// after since (the end when there is none) and the current end.
-func ranges(ctx context.Context, client *kafka.Client, topic string, parts []int, since time.Time) (from, end map[int]int64, err error) {
+// bound is a partition's replay range: from the first offset whose
+// timestamp is at or after the replay's start (the end when there is none)
+// to the end, and where the log starts.
+type bound struct{ first, from, end int64 }
+
+// ranges returns each partition's bound.
+func ranges(ctx context.Context, client *kafka.Client, topic string, parts []int, since time.Time) (map[int]bound, error) {
 	reqs := make([]kafka.OffsetRequest, 0, 3*len(parts))
 	for _, p := range parts {
 		reqs = append(reqs, kafka.TimeOffsetOf(p, since), kafka.LastOffsetOf(p), kafka.FirstOffsetOf(p))
 	}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}, IsolationLevel: kafka.ReadCommitted})
 	if err != nil {
-		return nil, nil, fmt.Errorf("rebuild: list offsets topic=%s since=%s: %w", topic, since.Format(time.RFC3339), err)
+		return nil, fmt.Errorf("rebuild: list offsets topic=%s since=%s: %w", topic, since.Format(time.RFC3339), err)
 	}
-	from, end = map[int]int64{}, map[int]int64{}
+	out := map[int]bound{}
 	for _, po := range resp.Topics[topic] {
 		if po.Error != nil {
-			return nil, nil, fmt.Errorf("rebuild: list offsets topic=%s partition=%d: %w", topic, po.Partition, po.Error)
+			return nil, fmt.Errorf("rebuild: list offsets topic=%s partition=%d: %w", topic, po.Partition, po.Error)
 		}
-		end[po.Partition] = po.LastOffset
 		f := int64(-1)
 		for off := range po.Offsets {
 			if off >= 0 && (f < 0 || off < f) {
@@ -280,17 +406,18 @@ func ranges(ctx context.Context, client *kafka.Client, topic string, parts []int
 		if f < 0 { // no message at or after since
 			f = po.LastOffset
 		}
-		from[po.Partition] = max(f, po.FirstOffset)
+		out[po.Partition] = bound{first: po.FirstOffset, from: max(f, po.FirstOffset), end: po.LastOffset}
 	}
-	return from, end, nil
+	return out, nil
 }
 
 type partResult struct{ Messages, Events, Invalid, Lost int64 }
 
 // replay reads [from, end) of a partition, committed records only, and
-// applies it in batches; every subject is evaluated (nothing is known of
-// them).
-func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, from, end int64) (partResult, error) {
+// applies it in batches from offset first (at most from: the offsets
+// between are covered by the first batch, not read); every subject is
+// evaluated (nothing is known of them).
+func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first, from, end int64) (partResult, error) {
 	var pr partResult
 	if from >= end {
 		return pr, nil
@@ -299,7 +426,7 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, from,
 	if err != nil {
 		return pr, err
 	}
-	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: from, Last: from - 1}
+	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: first, Last: from - 1}
 	flush := func() error {
 		if b.Last < b.First {
 			return nil
@@ -315,12 +442,19 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, from,
 	for f.Next() < end {
 		msgs, err := f.Fetch(ctx)
 		var lost *aggregator.LostOffsetsError
-		if errors.As(err, &lost) && !lost.Beyond {
-			// Retention deleted records while the rebuild read them: they
-			// cannot be counted; the next batch covers their offsets.
-			pr.Lost += lost.Lost()
-			cfg.Logger.Error("rebuild: offsets lost (deleted by retention); their events are not counted",
-				"topic", cfg.Topic, "partition", p, "from", lost.From, "to", lost.To-1, "lost", lost.Lost())
+		if errors.As(err, &lost) {
+			// Records deleted (or the topic recreated) while the rebuild
+			// read them. With skip, the next batch covers the lost
+			// offsets; with stop, the batches applied so far stay, with
+			// their offset, and the partition stops here.
+			var r Result
+			if err := reportLost(cfg, &r, lost); err != nil {
+				return pr, errors.Join(flush(), err)
+			}
+			if lost.Beyond {
+				return pr, fmt.Errorf("rebuild: topic %s partition %d was recreated while it was replayed; run the rebuild again", cfg.Topic, p)
+			}
+			pr.Lost += r.Lost
 			f.SetOffset(lost.To)
 			continue
 		}

@@ -24,8 +24,6 @@ type Config struct {
 	// Pool is the PostgreSQL pool. Required. One connection is held for the
 	// length of a run (it carries the one-roller-at-a-time lock).
 	Pool *pgxpool.Pool
-	// Schema holds history's tables. Default "floodgate".
-	Schema string
 	// Ladder is the retention configuration; the roller stores it (it is
 	// the authority on horizons). Default history.DefaultLadder.
 	Ladder history.Ladder
@@ -72,9 +70,6 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) setDefaults() {
-	if c.Schema == "" {
-		c.Schema = history.DefaultSchema
-	}
 	if c.Ladder == nil {
 		c.Ladder, _ = history.ParseLadder(history.DefaultLadder)
 	}
@@ -114,7 +109,7 @@ func New(cfg Config) (*Roller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Roller{cfg: cfg, log: cfg.Logger.With("schema", cfg.Schema), metrics: m}, nil
+	return &Roller{cfg: cfg, log: cfg.Logger, metrics: m}, nil
 }
 
 // TierReport is what one run did to one rung of the ladder.
@@ -202,7 +197,7 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 	defer conn.Release()
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`,
-		r.cfg.Schema).Scan(&locked); err != nil {
+		schema).Scan(&locked); err != nil {
 		return rep, fmt.Errorf("roller: take lock: %w", err)
 	}
 	if !locked {
@@ -211,13 +206,13 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, uerr := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, r.cfg.Schema); uerr != nil {
+		if _, uerr := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, schema); uerr != nil {
 			// Closing the session releases the lock for sure.
 			_ = conn.Conn().Close(uctx)
 		}
 	}()
 
-	if err := history.EnsureLadder(ctx, conn, r.cfg.Schema, r.cfg.Ladder, false); err != nil {
+	if err := history.EnsureLadder(ctx, conn, r.cfg.Ladder, false); err != nil {
 		return rep, fmt.Errorf("roller: %w", err)
 	}
 	// Partitions ahead, so that the sink's inserts never wait on DDL and the
@@ -247,7 +242,11 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 	return rep, nil
 }
 
-func (r *Roller) q(name string) string { return pgx.Identifier{r.cfg.Schema, name}.Sanitize() }
+// schema holds history's tables (migrations.Schema); the roller's lock is
+// named after it, as it always was.
+const schema = "floodgate"
+
+func (r *Roller) q(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 
 // begin starts a transaction whose lock waits are bounded by LockTimeout.
 func (r *Roller) begin(ctx context.Context, conn *pgxpool.Conn, f func(pgx.Tx) error) error {
@@ -340,7 +339,7 @@ FROM `+r.q("history_tiers")+` t, LATERAL (SELECT `+r.q("oldest_bucket")+`($1) AS
 // hi, in one transaction under the exclusive routing lock.
 func (r *Roller) rollChunk(ctx context.Context, conn *pgxpool.Conn, a, b history.Tier, lo, hi time.Time) (moved, written, events int64, err error) {
 	err = r.begin(ctx, conn, func(tx pgx.Tx) error {
-		if err := history.LockRoute(ctx, tx, r.cfg.Schema); err != nil {
+		if err := history.LockRoute(ctx, tx); err != nil {
 			return err
 		}
 		if lo.Before(hi) {
@@ -404,7 +403,7 @@ func (r *Roller) dropEmpty(ctx context.Context, conn *pgxpool.Conn, a history.Ti
 func (r *Roller) expire(ctx context.Context, conn *pgxpool.Conn, t history.Tier, now time.Time) (TierReport, error) {
 	rep := TierReport{From: t.Name}
 	err := r.begin(ctx, conn, func(tx pgx.Tx) error {
-		if err := history.LockRoute(ctx, tx, r.cfg.Schema); err != nil {
+		if err := history.LockRoute(ctx, tx); err != nil {
 			return err
 		}
 		var cutoff time.Time

@@ -47,29 +47,27 @@ func spread(count int, days int, seed uint64) []ev {
 }
 
 type env struct {
-	pool   *pgxpool.Pool
-	schema string
-	sink   *history.Sink
-	q      *history.Querier
-	next   int64
+	pool *pgxpool.Pool
+	sink *history.Sink
+	q    *history.Querier
+	next int64
 }
 
 func newEnv(t *testing.T, ladder string) *env {
 	t.Helper()
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	l, err := history.ParseLadder(ladder)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := history.NewSink(context.Background(), history.SinkConfig{
-		DB: pool, Group: "roller-test", Schema: schema, OffsetsTable: schema + ".consumer_offsets", Ladder: l,
+		DB: pool, Group: "roller-test", Ladder: l,
 		Visitors: history.Visitors{"visit": "ip"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{pool: pool, schema: schema, sink: s, q: history.NewQuerier(pool, schema)}
+	return &env{pool: pool, sink: s, q: history.NewQuerier(pool)}
 }
 
 func (e *env) apply(t *testing.T, evs []ev) {
@@ -99,7 +97,7 @@ func (e *env) roller(t *testing.T, ladder string, at time.Time) *Roller {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Pool: e.pool, Schema: e.schema, Ladder: l, Now: func() time.Time { return at }, ChunkBuckets: 30})
+	r, err := New(Config{Pool: e.pool, Ladder: l, Now: func() time.Time { return at }, ChunkBuckets: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +110,7 @@ func (e *env) digest(t *testing.T) string {
 	t.Helper()
 	var d string
 	err := e.pool.QueryRow(context.Background(), `SELECT coalesce(md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s', step, action, subject, kind, bucket, n, visitors), ',' ORDER BY step, action, subject, kind, bucket)), 'empty') FROM `+
-		pgx.Identifier{e.schema, "buckets"}.Sanitize()).Scan(&d)
+		pgx.Identifier{"floodgate", "buckets"}.Sanitize()).Scan(&d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +150,7 @@ func (e *env) checkLadder(t *testing.T, l history.Ladder, at time.Time) {
 		}
 		var bad, rows int64
 		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE bucket < $1 OR bucket >= $2 OR date_bin($3, bucket, timestamptz '2000-01-03 00:00:00+00') <> bucket), count(*) FROM `+
-			pgx.Identifier{e.schema, tier.Table()}.Sanitize(), lower, upper, tier.Width).Scan(&bad, &rows)
+			pgx.Identifier{"floodgate", tier.Table()}.Sanitize(), lower, upper, tier.Width).Scan(&bad, &rows)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +251,7 @@ func TestRollerLadderAndIdempotence(t *testing.T) {
 		var step string
 		var bucket time.Time
 		var n int64
-		err := e.pool.QueryRow(ctx, `SELECT step, bucket, n FROM `+pgx.Identifier{e.schema, "buckets"}.Sanitize()+` WHERE subject = $1`, c.subject).Scan(&step, &bucket, &n)
+		err := e.pool.QueryRow(ctx, `SELECT step, bucket, n FROM `+pgx.Identifier{"floodgate", "buckets"}.Sanitize()+` WHERE subject = $1`, c.subject).Scan(&step, &bucket, &n)
 		if err != nil {
 			t.Fatalf("late %s: %v", c.subject, err)
 		}
@@ -324,7 +322,7 @@ func TestRollerExpiresAndReportsLateEvents(t *testing.T) {
 		t.Fatalf("expiry report %+v: want expired events of 5m", last)
 	}
 	var inBuckets int64
-	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM `+pgx.Identifier{e.schema, "buckets"}.Sanitize()).Scan(&inBuckets); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM `+pgx.Identifier{"floodgate", "buckets"}.Sanitize()).Scan(&inBuckets); err != nil {
 		t.Fatal(err)
 	}
 	all := expectCount(evs, "visit", "", time.Time{}, now.Add(time.Hour)) + expectCount(evs, "login_failed", "", time.Time{}, now.Add(time.Hour))
@@ -352,13 +350,13 @@ func TestRollerLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, e.schema); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('floodgate.history'), hashtext('floodgate.roller'))`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.roller(t, testLadder, now).RunOnce(ctx); !errors.Is(err, ErrBusy) {
 		t.Fatalf("RunOnce while locked = %v, want ErrBusy", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, e.schema); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext('floodgate.roller'))`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.roller(t, testLadder, now).RunOnce(ctx); err != nil {
@@ -387,14 +385,14 @@ func TestRollerStartsAtTheWatermark(t *testing.T) {
 	}
 	// A row below the 1m watermark (as after a ladder change) is moved.
 	stray := now.Add(-5 * 24 * time.Hour).Truncate(time.Minute)
-	if _, err := e.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{e.schema, "bucket_1m"}.Sanitize()+` VALUES ('visit', 'stray', 'ip', $1, 3)`, stray); err != nil {
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{"floodgate", "bucket_1m"}.Sanitize()+` VALUES ('visit', 'stray', 'ip', $1, 3)`, stray); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.roller(t, testLadder, now.Add(time.Hour)).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var left int64
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.schema, "bucket_1m"}.Sanitize()+` WHERE subject = 'stray'`).Scan(&left); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{"floodgate", "bucket_1m"}.Sanitize()+` WHERE subject = 'stray'`).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := e.q.Count(ctx, history.Key{Action: "visit", Subject: "stray"}, stray.Add(-time.Hour), stray.Add(time.Hour)); left != 0 || err != nil || n != 3 {
@@ -418,7 +416,7 @@ func TestRollerDoesNotWaitForReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, step := range []string{"1m", "5m", "1h", "1d"} {
-			if _, err := tx.Exec(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.schema, "bucket_" + step}.Sanitize()); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT count(*) FROM `+pgx.Identifier{"floodgate", "bucket_" + step}.Sanitize()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -447,7 +445,7 @@ func TestRollerDoesNotWaitForReaders(t *testing.T) {
 
 	// An empty 1m partition below the watermark: the drop waits for a run
 	// without reader.
-	if _, err := e.pool.Exec(ctx, `SELECT `+pgx.Identifier{e.schema, "ensure_partition"}.Sanitize()+`('1m', $1)`, now.Add(-9*24*time.Hour)); err != nil {
+	if _, err := e.pool.Exec(ctx, `SELECT `+pgx.Identifier{"floodgate", "ensure_partition"}.Sanitize()+`('1m', $1)`, now.Add(-9*24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	tx = read()

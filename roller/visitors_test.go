@@ -56,7 +56,7 @@ func TestRollerMergesVisitorsOverAYear(t *testing.T) {
 	e.apply(t, evs)
 	l, _ := history.ParseLadder(ladder)
 	// A week of minutes per roll transaction: fewer chunks for a year.
-	r, err := New(Config{Pool: e.pool, Schema: e.schema, Ladder: l, Now: func() time.Time { return now }, ChunkBuckets: 7 * 24 * 60})
+	r, err := New(Config{Pool: e.pool, Ladder: l, Now: func() time.Time { return now }, ChunkBuckets: 7 * 24 * 60})
 	if err != nil {
 		t.Fatal(err)
 	}

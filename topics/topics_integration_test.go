@@ -2,6 +2,7 @@ package topics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"floodgate/stacktest"
 	"floodgate/topics"
+
+	"github.com/segmentio/kafka-go"
 )
 
 func TestEnsureIdempotent(t *testing.T) {
@@ -69,5 +72,47 @@ func TestEnsureRejectsBadSpec(t *testing.T) {
 				t.Errorf("Ensure(%+v) accepted an invalid spec", s)
 			}
 		})
+	}
+}
+
+// TestDeleteRecords moves a partition's log start as retention would:
+// the broker answers with the new start, reading below it is out of range,
+// and the other partition is untouched.
+func TestDeleteRecords(t *testing.T) {
+	brokers := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, brokers, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.RoundRobin{}, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	for i := range 20 {
+		if err := w.WriteMessages(ctx, kafka.Message{Value: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	starts, err := topics.DeleteRecords(ctx, brokers, topic, map[int]int64{0: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if starts[0] != 6 {
+		t.Fatalf("log start after delete = %v, want 6", starts)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+		topic: {kafka.FirstOffsetOf(0), kafka.FirstOffsetOf(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Topics[topic] {
+		if want := map[int]int64{0: 6, 1: 0}[p.Partition]; p.FirstOffset != want {
+			t.Errorf("partition %d starts at %d, want %d", p.Partition, p.FirstOffset, want)
+		}
+	}
+	f, err := client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: 0, Offset: 2, MaxBytes: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(f.Error, kafka.OffsetOutOfRange) {
+		t.Errorf("fetch below the new start: %v, want offset out of range", f.Error)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -562,13 +561,13 @@ func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, al
 // what `floodgate aggregator` wires) in this process, over the pre-filled
 // topic; events/s from the first stored offset to the last. Once, after the
 // first run, it runs again without and with dedup (HistoryDedup), each in a
-// schema of its own.
+// database of its own.
 func (b *bench) history(ctx context.Context) error {
 	if len(b.topics) == 0 {
 		return errors.New("no pre-filled topic")
 	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		f, err := b.historyRun(ctx, fmt.Sprint(i), history.DefaultSchema, 0)
+		f, err := b.historyRun(ctx, fmt.Sprint(i), b.pool, 0)
 		if err != nil {
 			return err
 		}
@@ -590,7 +589,7 @@ func (b *bench) history(ctx context.Context) error {
 const historyDedup = 10 * time.Minute
 
 // HistoryDedup compares the history group without and with dedup, each in
-// a fresh schema (migrations.InstallHistory), so that neither meets the
+// a fresh database (migrations.CreateDatabase), so that neither meets the
 // other's rows or ids.
 type HistoryDedup struct {
 	Without, With historyFigures
@@ -603,25 +602,29 @@ type historyFigures struct {
 	IDBytes float64 // history_ids bytes (heap + indexes) per event counted; dedup only
 }
 
-// historyPrivate runs the history group once in a schema of its own.
+// historyPrivate runs the history group once in a database of its own.
 func (b *bench) historyPrivate(ctx context.Context, dedup time.Duration, into *historyFigures) (err error) {
-	schema := fmt.Sprintf("fgbench_%s_hist_dedup_%v", b.id, dedup > 0)
-	if err := migrations.InstallHistory(ctx, b.pool, schema); err != nil {
+	name := fmt.Sprintf("fgbench_%s_hist_dedup_%v", b.id, dedup > 0)
+	url, err := migrations.CreateDatabase(ctx, b.cfg.PostgresURL, name)
+	if err != nil {
 		return err
 	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return errors.Join(fmt.Errorf("postgres %s: %w", name, err), migrations.DropDatabase(context.WithoutCancel(ctx), b.cfg.PostgresURL, name))
+	}
 	defer func() {
-		if _, derr := b.pool.Exec(context.WithoutCancel(ctx), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); derr != nil {
-			err = errors.Join(err, fmt.Errorf("drop schema %s: %w", schema, derr))
-		}
+		pool.Close()
+		err = errors.Join(err, migrations.DropDatabase(context.WithoutCancel(ctx), b.cfg.PostgresURL, name))
 	}()
-	f, err := b.historyRun(ctx, fmt.Sprintf("dedup-%v", dedup > 0), schema, dedup)
+	f, err := b.historyRun(ctx, fmt.Sprintf("dedup-%v", dedup > 0), pool, dedup)
 	if err != nil {
 		return err
 	}
 	if dedup > 0 {
 		var size int64
-		if err := b.pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, pgx.Identifier{schema, "history_ids"}.Sanitize()).Scan(&size); err != nil {
-			return fmt.Errorf("size of %s.history_ids: %w", schema, err)
+		if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('floodgate.history_ids'::regclass)`).Scan(&size); err != nil {
+			return fmt.Errorf("size of %s floodgate.history_ids: %w", name, err)
 		}
 		f.IDBytes = float64(size) / float64(b.cfg.Events)
 	}
@@ -630,13 +633,12 @@ func (b *bench) historyPrivate(ctx context.Context, dedup time.Duration, into *h
 }
 
 // historyRun runs a fresh history group over the pre-filled topic into
-// schema, with dedup when positive.
-func (b *bench) historyRun(ctx context.Context, run, schema string, dedup time.Duration) (historyFigures, error) {
+// the database of pool, with dedup when positive.
+func (b *bench) historyRun(ctx context.Context, run string, pool *pgxpool.Pool, dedup time.Duration) (historyFigures, error) {
 	var f historyFigures
 	group := fmt.Sprintf("bench-%s-hist-%s", b.id, run)
-	offsets := pgx.Identifier{schema, "consumer_offsets"}.Sanitize()
 	reg := prometheus.NewRegistry()
-	sink, err := history.NewSink(ctx, history.SinkConfig{DB: b.pool, Group: group, Schema: schema, OffsetsTable: schema + ".consumer_offsets",
+	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: group,
 		Dedup: dedup, Registerer: reg, Logger: b.log})
 	if err != nil {
 		return f, err
@@ -653,7 +655,7 @@ func (b *bench) historyRun(ctx context.Context, run, schema string, dedup time.D
 	var werr error
 	for deadline := time.Now().Add(10 * time.Minute); ; {
 		var v int64
-		err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM `+offsets+` WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
+		err := pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset),0) FROM floodgate.consumer_offsets WHERE consumer_group=$1 AND topic=$2`, group, b.topics[0]).Scan(&v)
 		now := time.Now()
 		if err == nil && v > 0 && t0.IsZero() {
 			t0, v0 = now, v

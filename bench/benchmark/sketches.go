@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"floodgate/aggregator"
@@ -19,7 +20,7 @@ import (
 
 // SketchRun is the history sink and the roller on the same synthetic visits,
 // with or without unique-visitor sketches (docs/history.md), each in a
-// schema of its own.
+// database of its own.
 type SketchRun struct {
 	Visitors bool
 	SinkRows int64 // bucket rows written by the sink
@@ -59,19 +60,22 @@ func (b *bench) sketches(ctx context.Context) error {
 
 func (b *bench) sketchRun(ctx context.Context, withVisitors bool) (run SketchRun, err error) {
 	run.Visitors = withVisitors
-	schema := fmt.Sprintf("fgbench_%s_sketch_%v", b.id, withVisitors)
-	if err := migrations.InstallHistory(ctx, b.pool, schema); err != nil {
+	name := fmt.Sprintf("fgbench_%s_sketch_%v", b.id, withVisitors)
+	url, err := migrations.CreateDatabase(ctx, b.cfg.PostgresURL, name)
+	if err != nil {
 		return run, err
 	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return run, errors.Join(fmt.Errorf("postgres %s: %w", name, err), migrations.DropDatabase(context.WithoutCancel(ctx), b.cfg.PostgresURL, name))
+	}
 	defer func() {
-		if _, derr := b.pool.Exec(context.WithoutCancel(ctx), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); derr != nil {
-			err = errors.Join(err, fmt.Errorf("drop schema %s: %w", schema, derr))
-		}
+		pool.Close()
+		err = errors.Join(err, migrations.DropDatabase(context.WithoutCancel(ctx), b.cfg.PostgresURL, name))
 	}()
 	ladder, _ := history.ParseLadder(sketchLadder)
 	reg := prometheus.NewRegistry()
-	cfg := history.SinkConfig{DB: b.pool, Group: "bench-sketches", Schema: schema,
-		OffsetsTable: schema + ".consumer_offsets", Ladder: ladder, Logger: b.log, Registerer: reg}
+	cfg := history.SinkConfig{DB: pool, Group: "bench-sketches", Ladder: ladder, Logger: b.log, Registerer: reg}
 	if withVisitors {
 		cfg.Visitors = history.Visitors{"bench_visit": "ip"}
 	}
@@ -85,13 +89,13 @@ func (b *bench) sketchRun(ctx context.Context, withVisitors bool) (run SketchRun
 	}
 	run.SinkTook = time.Since(start)
 	run.SinkRows = int64(gatherCounter(reg, "floodgate_history_bucket_rows_written_total"))
-	tier, err := b.sketchStorage(ctx, schema, "1m")
+	tier, err := sketchStorage(ctx, pool, "1m")
 	if err != nil {
 		return run, err
 	}
 	run.Tiers = append(run.Tiers, tier)
 
-	r, err := roller.New(roller.Config{Pool: b.pool, Schema: schema, Ladder: ladder, Logger: b.log,
+	r, err := roller.New(roller.Config{Pool: pool, Ladder: ladder, Logger: b.log,
 		Now: func() time.Time { return sketchStart.Add(30 * 24 * time.Hour) }})
 	if err != nil {
 		return run, err
@@ -102,7 +106,7 @@ func (b *bench) sketchRun(ctx context.Context, withVisitors bool) (run SketchRun
 		return run, err
 	}
 	run.RollTook, run.RollRows = time.Since(start), rep.RowsMoved()
-	tier, err = b.sketchStorage(ctx, schema, "1h")
+	tier, err = sketchStorage(ctx, pool, "1h")
 	if err != nil {
 		return run, err
 	}
@@ -140,14 +144,14 @@ func (b *bench) sketchLoad(ctx context.Context, sink *history.Sink) error {
 
 // sketchStorage measures one tier: its partitions are rewritten first
 // (VACUUM FULL), so that the dead versions the upserts left do not count.
-func (b *bench) sketchStorage(ctx context.Context, schema, step string) (SketchTier, error) {
+func sketchStorage(ctx context.Context, pool *pgxpool.Pool, step string) (SketchTier, error) {
 	t := SketchTier{Step: step}
-	table := pgx.Identifier{schema, "bucket_" + step}.Sanitize()
-	if _, err := b.pool.Exec(ctx, `VACUUM FULL `+table); err != nil {
+	table := pgx.Identifier{"floodgate", "bucket_" + step}.Sanitize()
+	if _, err := pool.Exec(ctx, `VACUUM FULL `+table); err != nil {
 		return t, fmt.Errorf("vacuum %s: %w", table, err)
 	}
 	var bytes int64
-	err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`),
+	err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`),
 	(SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits WHERE inhparent = $1::regclass),
 	(SELECT coalesce(avg(pg_column_size(visitors)), 0) FROM `+table+` WHERE NOT (visitors IS NULL)),
 	(SELECT coalesce(avg(CASE WHEN (visitors).planes IS NULL THEN 0 ELSE 1 END), 0) FROM `+table+` WHERE NOT (visitors IS NULL))`,

@@ -1,8 +1,10 @@
 package faults
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,9 +17,9 @@ func FormatRow(r Row) string {
 	if !r.Pass {
 		status = "FAIL"
 	}
-	return fmt.Sprintf("chaos %-4s %-55s produced=%d in-doubt=%d in-topic=%d postgres=%d redis=%d dlq=%d lost(pg/redis)=%d/%d dup(pg/redis)=%d/%d recovery=%s %s",
+	return fmt.Sprintf("chaos %-4s %-55s produced=%d in-doubt=%d in-topic=%d postgres=%d redis=%d dlq=%d lost(pg/redis)=%d/%d dup(pg/redis)=%d/%d reported=%q recovery=%s %s",
 		status, r.Fault, r.Produced, r.InDoubt, r.InTopic, r.Postgres, r.Redis, r.DeadLettered,
-		r.LostPG, r.LostRedis, r.DupPG, r.DupRedis, r.Recovery.Round(100*time.Millisecond), r.Note)
+		r.LostPG, r.LostRedis, r.DupPG, r.DupRedis, r.Reported, r.Recovery.Round(100*time.Millisecond), r.Note)
 }
 
 // The markers around each profile's block in docs/faults.md: a run rewrites
@@ -30,7 +32,9 @@ const (
 
 // WriteDoc writes docs/faults.md: the method, then each profile's block
 // (machine, setup, table, notes) — rewritten for the profiles in runs,
-// kept from the file for the others — then the explanations.
+// kept from the file for the others — then the explanations. Within a
+// rewritten block, the rows of scenarios not run this time (Only) are kept
+// from the file, each saying when it was measured.
 func WriteDoc(path string, runs ...ProfileRows) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -42,9 +46,9 @@ func WriteDoc(path string, runs ...ProfileRows) error {
 	}
 	for _, r := range runs {
 		if r.Suite.cluster {
-			blocks[clusterBlock] = profileBlock(r.Suite, r.Rows)
+			blocks[clusterBlock] = profileBlock(r.Suite, r.Rows, blocks[clusterBlock])
 		} else {
-			blocks[singleBlock] = profileBlock(r.Suite, r.Rows)
+			blocks[singleBlock] = profileBlock(r.Suite, r.Rows, blocks[singleBlock])
 		}
 	}
 	for name, b := range blocks {
@@ -66,6 +70,11 @@ func WriteDoc(path string, runs ...ProfileRows) error {
 	w("event that was in Kafka half a second after the fault ended (service back, process restarted).\n")
 	w("The design promises zero lost and zero dup everywhere except Redis in the Redis-restart case (Redis runs\n")
 	w("without persistence: a restart loses counters, deny records and offsets), where the rebuild restores them.\n\n")
+	w("The faults that take records out of Kafka (retention, a recreated topic) run a second aggregator on a\n")
+	w("topic of their own and count against what the producer got acknowledged, not against the topic: there,\n")
+	w("**lost** is what no one could count, and **reported** is what floodgate said about it — an ERROR log\n")
+	w("naming group, partition and offsets, and a metric (live / history group). A loss is acceptable only\n")
+	w("when it is reported: the result fails on any silent one.\n\n")
 	w("## One broker, one Redis, one aggregator\n\n")
 	w("<!-- %s:begin -->\n%s<!-- %s:end -->\n\n", singleBlock, blocks[singleBlock], singleBlock)
 	w("## The cluster profile: two aggregators, a Redis Cluster, three brokers\n\n")
@@ -92,14 +101,53 @@ func block(doc, name string) string {
 	return doc[i+len(begin) : j]
 }
 
+// docRow is one scenario's lines of a profile's table and notes, as kept
+// in the document for runs of a subset (Only): a scenario not run keeps
+// its earlier lines and says when they were measured.
+type docRow struct {
+	Scenario string `json:"scenario"`
+	Table    string `json:"table"`
+	Note     string `json:"note"`
+	Measured string `json:"measured"` // "2006-01-02 15:04 UTC at commit `…`, 2000 events/s over 300 subjects"
+}
+
+// rowsMarker starts the comment at the end of a profile's block holding
+// its rows (JSON), read back by the next run.
+const rowsMarker = "<!-- floodbench chaos rows (read back by --only runs; do not edit): "
+
 // profileBlock is one profile's part of the document: machine, setup,
-// table, notes.
-func profileBlock(s *Suite, rows []Row) string {
+// table, notes. Scenarios of the profile not run keep the rows of old,
+// the block the document held.
+func profileBlock(s *Suite, rows []Row, old string) string {
 	m := harness.DescribeMachine(s.cfg.Repo)
+	measured := fmt.Sprintf("%s at commit `%s`, %.0f events/s over %d subjects", m.Date.Format("2006-01-02 15:04 UTC"), m.Commit, s.cfg.Rate, s.cfg.Subjects)
+	list := singleScenarios
+	if s.cluster {
+		list = clusterScenarios
+	}
+	prev := readDocRows(old, list)
+	ran := map[string]Row{}
+	for _, r := range rows {
+		ran[r.Scenario] = r
+	}
+	var doc []docRow
+	kept := false
+	for _, sc := range list {
+		if r, ok := ran[sc.name]; ok {
+			doc = append(doc, renderRow(r, measured))
+		} else if d, ok := prev[sc.name]; ok {
+			doc = append(doc, d)
+			kept = true
+		}
+	}
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	w("Measured %s on %d × %s, %s RAM, Linux %s, at commit `%s`; load average at the end %s.\n\n",
+	w("Measured %s on %d × %s, %s RAM, Linux %s, at commit `%s`; load average at the end %s.\n",
 		m.Date.Format("2006-01-02 15:04 UTC"), m.CPUs, m.CPUModel, m.MemTotal, m.Kernel, m.Commit, m.LoadAvg)
+	if kept {
+		w("That run was `--only %s`: the other rows are kept from earlier runs, each note saying when it was measured.\n", strings.Join(s.cfg.Only, ","))
+	}
+	w("\n")
 	if s.cluster {
 		w("Each fault is injected alone, under a paced load of %.0f events/s (acks=all) over %d subjects on a\n", s.cfg.Rate, s.cfg.Subjects)
 		w("12-partition topic replicated three times (`min.insync.replicas=2`), into two `floodgate aggregator`\n")
@@ -110,34 +158,159 @@ func profileBlock(s *Suite, rows []Row) string {
 		w("`floodgate aggregator` (live group → Redis, history group → Postgres, one process):\n\n")
 	}
 	w("```\n%s %s\n```\n\n", s.cfg.Bin, strings.Join(s.aggregatorArgs("127.0.0.1:<port>"), " "))
-	w("| fault | produced (acked) | in topic | Postgres | Redis | dead-lettered | lost PG / Redis | dup PG / Redis | recovery | result |\n")
-	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
-	for _, r := range rows {
-		res := "**pass**"
-		if !r.Pass {
-			res = "**FAIL**"
-		}
-		prod := fmt.Sprint(r.Produced)
-		if r.InDoubt > 0 {
-			prod += fmt.Sprintf(" (+%d in doubt)", r.InDoubt)
-		}
-		w("| %s | %s | %d | %d | %d | %d | %d / %d | %d / %d | %s | %s |\n",
-			r.Fault, prod, r.InTopic, r.Postgres, r.Redis, r.DeadLettered, r.LostPG, r.LostRedis, r.DupPG, r.DupRedis,
-			r.Recovery.Round(100*time.Millisecond), res)
+	w("| fault | produced (acked) | in topic | Postgres | Redis | dead-lettered | lost PG / Redis | dup PG / Redis | reported (ERROR + metric) | recovery | result |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, d := range doc {
+		w("%s\n", d.Table)
 	}
 	w("\n**Notes per fault**\n\n")
-	for _, r := range rows {
-		w("- **%s** — recovery: %s.", r.Fault, r.RecoveryNote)
-		if r.Note != "" {
-			w(" %s.", strings.TrimSuffix(r.Note, "."))
+	for _, d := range doc {
+		w("%s", d.Note)
+		if d.Measured != measured {
+			w(" (measured %s)", d.Measured)
 		}
 		w("\n")
+	}
+	if state, err := json.Marshal(doc); err == nil {
+		w("\n%s%s -->\n", rowsMarker, state)
 	}
 	return b.String()
 }
 
+// renderRow is a row's table and notes lines.
+func renderRow(r Row, measured string) docRow {
+	res := "**pass**"
+	if !r.Pass {
+		res = "**FAIL**"
+	}
+	prod := fmt.Sprint(r.Produced)
+	if r.InDoubt > 0 {
+		prod += fmt.Sprintf(" (+%d in doubt)", r.InDoubt)
+	}
+	reported := r.Reported
+	if reported == "" {
+		reported = "—"
+	}
+	table := fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d / %d | %d / %d | %s | %s | %s |",
+		r.Fault, prod, r.InTopic, r.Postgres, r.Redis, r.DeadLettered, r.LostPG, r.LostRedis, r.DupPG, r.DupRedis,
+		reported, r.Recovery.Round(100*time.Millisecond), res)
+	note := fmt.Sprintf("- **%s** — recovery: %s.", r.Fault, r.RecoveryNote)
+	if r.Note != "" {
+		note += fmt.Sprintf(" %s.", strings.TrimSuffix(r.Note, "."))
+	}
+	return docRow{Scenario: r.Scenario, Table: table, Note: note, Measured: measured}
+}
+
+var (
+	measuredLine = regexp.MustCompile("^Measured (\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC) .* at commit (`[^`]*`)")
+	loadLine     = regexp.MustCompile(`paced load of (\d+ events/s)(?: \(acks=all\))? over (\d+ subjects)`)
+)
+
+// readDocRows reads the rows of a profile's block: from its rows comment,
+// or, in a block written before it had one, from its table and notes: one
+// row per scenario of list that the table names, in order. Nothing (no
+// block, another shape) is no rows.
+func readDocRows(block string, list []scenario) map[string]docRow {
+	out := map[string]docRow{}
+	if i := strings.LastIndex(block, rowsMarker); i >= 0 {
+		rest := block[i+len(rowsMarker):]
+		if j := strings.Index(rest, " -->"); j >= 0 {
+			var rows []docRow
+			if json.Unmarshal([]byte(rest[:j]), &rows) == nil {
+				for _, r := range rows {
+					out[r.Scenario] = r
+				}
+			}
+		}
+		return out
+	}
+	var tables, notes []string
+	var measured, load string
+	inNotes := false
+	for _, l := range strings.Split(block, "\n") {
+		switch {
+		case measuredLine.MatchString(l):
+			m := measuredLine.FindStringSubmatch(l)
+			measured = m[1] + " at commit " + m[2]
+		case loadLine.MatchString(l):
+			m := loadLine.FindStringSubmatch(l)
+			load = ", " + m[1] + " over " + m[2]
+		case strings.HasPrefix(l, "**Notes per fault**") || strings.HasPrefix(l, "### Notes per fault"):
+			inNotes = true
+		case !inNotes && strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| fault |"):
+			// Before the reported column: add it, empty.
+			cells := strings.Split(l, " | ")
+			if len(cells) == 10 {
+				cells = append(cells[:8], append([]string{"—"}, cells[8:]...)...)
+			}
+			tables = append(tables, strings.Join(cells, " | "))
+		case inNotes && strings.HasPrefix(l, "- **"):
+			notes = append(notes, l)
+		}
+	}
+	if len(tables) != len(notes) {
+		return out
+	}
+	// The rows of a block written before the rows were kept are the
+	// profile's scenarios of that time, in order: matched by the fault
+	// labels the scenarios still write.
+	names := legacyNames(list, len(tables))
+	if names == nil {
+		return out
+	}
+	for i, name := range names {
+		out[name] = docRow{Scenario: name, Table: tables[i], Note: notes[i], Measured: measured + load}
+	}
+	return out
+}
+
+// legacyNames are the scenarios a block written before the rows were kept
+// holds n rows of: the profile's scenarios that were there then.
+func legacyNames(list []scenario, n int) []string {
+	var names []string
+	for _, sc := range list {
+		if !newScenarios[sc.name] {
+			names = append(names, sc.name)
+		}
+	}
+	if len(names) != n {
+		return nil
+	}
+	return names
+}
+
+// newScenarios came with the rows comment: a block without one has none
+// of them.
+var newScenarios = map[string]bool{"apply-error": true, "crash-publish": true, "rebuild-beside": true, "retention-gap": true, "topic-recreated": true}
+
 // explanations follow the tables.
-const explanations = `## Redis loses its counters: rebuild from Kafka
+const explanations = `## No silent loss: what each path does
+
+- **Retention deleted events nobody had counted.** Each group (live and history) reads with fetch requests of its
+  own (` + "`aggregator.Fetcher`" + `, read_committed), which never skip: a stored offset below the log's start is found when
+  the partition resumes and while it runs. The group logs an ERROR naming itself, the partition and the offsets
+  lost, adds them to ` + "`floodgate_aggregator_skipped_offsets_total{group,partition}`" + `, and with ` + "`--on-lost-offsets=skip`" + `
+  (default) counts on from the log's start, the skipped offsets stored with the next batch; with ` + "`stop`" + ` the partition
+  stops (` + "`floodgate_aggregator_partition_stopped`" + ` = 1) and the others go on.
+- **The topic was deleted and recreated.** A stored offset beyond the log's end (found three times in a row, a second
+  apart, so a leader moving is not taken for it) is logged as an ERROR per group and partition and counted in
+  ` + "`floodgate_aggregator_offset_resets_total`" + `; with ` + "`skip`" + ` both sinks move their stored offset back to the new log's
+  start (a compare-and-set: nothing moves if another owner moved it) and count the new log on top of what they hold.
+  What the old topic held past the stored offsets is gone; Kafka cannot say how much. A recreated topic that already
+  holds more records than the stored offset is not told apart from the old one.
+- **` + "`floodgate rebuild`" + `** refuses while the live group has members (a running aggregator would write offsets of its
+  own, and every replayed batch would be taken for a duplicate), reads committed records only, accepts events with
+  the aggregator's ` + "`aggregator.Accept`" + `, and finds lost offsets the same way: before it writes, from where the live
+  group stood (its offset in Redis, else its Kafka commit), and while it reads; ` + "`--on-lost-offsets`" + ` as above, ` + "`stop`" + `
+  failing before any write.
+- **An apply script failing part-way** (a foreign key under the prefix, WRONGTYPE) undoes the increments it made and
+  fails: nothing is written, the batch is retried (` + "`floodgate_aggregator_errors_total{op=\"apply\"}`" + `, a WARN each) and
+  counted once when it succeeds.
+- **A crash between counting a deny and publishing it** loses nothing: the decision is in the partition's change
+  stream, written by the same script as the counts, and the relay publishes from its cursor, moved only once Kafka
+  acknowledged. Decisions are published at least once; every copy carries the same ` + "`id`" + ` (docs/redis.md, docs/events.md).
+
+## Redis loses its counters: rebuild from Kafka
 
 Redis holds only derived state: bucket counters, deny records and each partition's next offset, all
 written by one script per batch. Kafka keeps the events far longer than the longest rule window, so the

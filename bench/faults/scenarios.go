@@ -328,7 +328,7 @@ func (s *Suite) redisRestart(ctx context.Context) (Row, error) {
 		return row, err
 	}
 	others := ""
-	for _, sc := range []string{"base", "kill", "junk", "rules", "pg", "kafka"} {
+	for _, sc := range []string{"base", "kill", "junk", "rules", "pg", "kafka", "apply", "publish", "rebuild"} {
 		var r Row
 		if err := s.count(ctx, sc, m0, nil, &r); err != nil {
 			return row, err

@@ -96,6 +96,7 @@ func (c *Config) setDefaults() error {
 
 // Row is one line of the fault table.
 type Row struct {
+	Scenario     string // its name, as --only matches it
 	Fault        string
 	Produced     int64 // acknowledged to the load generator
 	InDoubt      int64 // Publish calls that failed: may or may not be in Kafka
@@ -107,6 +108,9 @@ type Row struct {
 	DupPG        int64
 	LostRedis    int64
 	DupRedis     int64
+	// Reported is what the system reported lost or failed (an ERROR log and
+	// a metric), in the scenario's unit; empty when nothing was.
+	Reported     string
 	Recovery     time.Duration
 	RecoveryNote string
 	Note         string
@@ -147,6 +151,7 @@ type Suite struct {
 	mets   string // metrics URL of agg
 	metsOf map[*harness.Proc]string
 	log    *slog.Logger
+	sides  []*side // aggregators on topics of their own (loss.go)
 }
 
 // scenario is one row of the table: a fault injected into a suite.
@@ -163,6 +168,11 @@ var singleScenarios = []scenario{
 	{"bad-rules", (*Suite).badRules},
 	{"postgres", (*Suite).postgresRestart},
 	{"kafka", (*Suite).kafkaRestart},
+	{"apply-error", (*Suite).applyError},
+	{"crash-publish", (*Suite).crashBeforePublish},
+	{"rebuild-beside", (*Suite).rebuildBeside},
+	{"retention-gap", (*Suite).retentionGap},
+	{"topic-recreated", (*Suite).topicRecreated},
 	{"redis", (*Suite).redisRestart}, // last: its rebuild re-checks every earlier scenario
 }
 
@@ -238,6 +248,7 @@ func (s *Suite) runAll(ctx context.Context, list []scenario) []Row {
 		}
 		s.log.Info("chaos: scenario start", "scenario", sc.name, "load1", harness.Load1())
 		row, err := sc.run(s, ctx)
+		row.Scenario = sc.name
 		if err != nil {
 			row.Fault = sc.name
 			row.Note = "ERROR: " + err.Error()
@@ -352,7 +363,7 @@ rules:
 	if s.pool, err = pgxpool.New(ctx, cfg.PostgresURL); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s.query = history.NewQuerier(s.pool, "")
+	s.query = history.NewQuerier(s.pool)
 	if s.pub, err = producer.New(producer.Config{Brokers: brokers, Topic: s.topic, MaxAttempts: 3, WriteTimeout: 5 * time.Second}); err != nil {
 		return nil, err
 	}
@@ -375,6 +386,11 @@ func (s *Suite) close() {
 		_ = p.Stop(15 * time.Second)
 	}
 	s.aggs = nil
+	for _, sd := range s.sides {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sd.close(ctx)
+		cancel()
+	}
 	if s.pub != nil {
 		_ = s.pub.Close()
 		s.pub = nil
@@ -687,7 +703,7 @@ func (s *Suite) count(ctx context.Context, scenario string, m mark, t *harness.T
 	if err != nil {
 		return err
 	}
-	rc, err := s.redisCounts(ctx, prefix, truth)
+	rc, err := s.redisCounts(ctx, s.store, prefix, truth)
 	if err != nil {
 		return err
 	}
@@ -732,7 +748,7 @@ func (s *Suite) pgCounts(ctx context.Context, prefix string) (map[string]int64, 
 // redisCounts sums each subject's 1d window with the Store's Check. The
 // subjects asked are those of the truth plus every subject name the load
 // could have used.
-func (s *Suite) redisCounts(ctx context.Context, prefix string, truth map[string]int64) (map[string]int64, error) {
+func (s *Suite) redisCounts(ctx context.Context, store *window.Store, prefix string, truth map[string]int64) (map[string]int64, error) {
 	subs := map[string]bool{}
 	for sub := range truth {
 		subs[sub] = true
@@ -753,7 +769,7 @@ func (s *Suite) redisCounts(ctx context.Context, prefix string, truth map[string
 		for j, n := range chunk {
 			qs[j] = window.Query{Subject: window.Subject{Action: s.act, Kind: "ip", Subject: n}, Windows: []time.Duration{24 * time.Hour}}
 		}
-		st, err := s.store.Check(ctx, now, qs)
+		st, err := store.Check(ctx, now, qs)
 		if err != nil {
 			return nil, err
 		}

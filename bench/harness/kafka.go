@@ -17,9 +17,12 @@ type Kafka struct {
 	client  *kafka.Client
 }
 
-// NewKafka returns a Kafka helper for the brokers.
+// NewKafka returns a Kafka helper for the brokers. Its own transport
+// refreshes metadata every second (kafka-go's shared default keeps it 6 s),
+// so a topic created or recreated a moment ago is known.
 func NewKafka(brokers []string) *Kafka {
-	return &Kafka{Brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}}
+	return &Kafka{Brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second,
+		Transport: &kafka.Transport{MetadataTTL: time.Second}}}
 }
 
 // CreateTopic creates a topic (idempotent) with the given partitions.

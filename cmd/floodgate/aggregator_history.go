@@ -22,9 +22,6 @@ import (
 // (read in AfterApply): the sink stores its offsets under that name.
 type HistoryFlags struct {
 	History bool `name:"history" env:"FLOODGATE_HISTORY" default:"true" negatable:"" help:"Run the history consumer group (Postgres minute buckets)."`
-	// HistorySchema is the roller's and query's --schema: the same
-	// FLOODGATE_HISTORY_SCHEMA points all three at one history.
-	HistorySchema string `name:"history-schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables and the history group's offsets (tests)."`
 	// Visitors names the attr counted as each action's unique visitors
 	// (docs/history.md, "Unique visitors").
 	Visitors string `name:"visitors" env:"FLOODGATE_VISITORS" default:"" help:"Unique visitors in history: action=attr,... (e.g. visit=ip): per bucket and total, a sketch of the distinct values of that attr of the action's events. Empty: none."`
@@ -114,20 +111,14 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
-	schema := h.HistorySchema
-	if schema == "" {
-		schema = history.DefaultSchema
-	}
 	sink, err := history.NewSink(ctx, history.SinkConfig{
-		DB:           pool,
-		Group:        group,
-		Schema:       schema,
-		OffsetsTable: schema + ".consumer_offsets",
-		Ladder:       ladder,
-		Visitors:     visitors,
-		Dedup:        h.Dedup,
-		Logger:       logger,
-		Registerer:   reg,
+		DB:         pool,
+		Group:      group,
+		Ladder:     ladder,
+		Visitors:   visitors,
+		Dedup:      h.Dedup,
+		Logger:     logger,
+		Registerer: reg,
 	})
 	if err != nil {
 		pool.Close()

@@ -400,7 +400,7 @@ func (e *liveEnv) sinkOffsets(ctx context.Context) (live, hist map[int]int64, er
 	if !e.cfg.history {
 		return live, nil, nil
 	}
-	rows, err := e.pool.Query(ctx, `SELECT "partition", next_offset FROM `+pgx.Identifier{e.schema, "consumer_offsets"}.Sanitize()+
+	rows, err := e.pool.Query(ctx, `SELECT "partition", next_offset FROM `+pgx.Identifier{"floodgate", "consumer_offsets"}.Sanitize()+
 		` WHERE consumer_group = $1 AND topic = $2`, e.historyGroup, e.topic)
 	if err != nil {
 		return nil, nil, fmt.Errorf("history offsets: %w", err)
@@ -514,7 +514,7 @@ func (e *liveEnv) topicCounts(action string) map[string]int64 {
 // action.
 func (e *liveEnv) historyTotals(action string) map[string]int64 {
 	e.t.Helper()
-	rows, err := e.pool.Query(context.Background(), `SELECT subject, n FROM `+pgx.Identifier{e.schema, "history_totals"}.Sanitize()+
+	rows, err := e.pool.Query(context.Background(), `SELECT subject, n FROM `+pgx.Identifier{"floodgate", "history_totals"}.Sanitize()+
 		` WHERE action = $1`, action)
 	if err != nil {
 		e.t.Fatalf("history totals: %v", err)

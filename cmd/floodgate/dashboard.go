@@ -23,7 +23,6 @@ type DashboardCmd struct {
 	Kind           string        `name:"kind" env:"FLOODGATE_DASHBOARD_KIND" default:"link" help:"Kind shown by default (empty: every kind)."`
 	Recent         int           `name:"recent" env:"FLOODGATE_DASHBOARD_RECENT" default:"50" help:"Deny decisions kept and shown."`
 	Refresh        time.Duration `name:"refresh" env:"FLOODGATE_DASHBOARD_REFRESH" default:"5s" help:"How often the page refreshes itself."`
-	Schema         string        `name:"history-schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables (tests)."`
 }
 
 // Run serves until ctx ends.
@@ -36,7 +35,7 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	reg := newRegistry()
 	recent := dashboard.NewRecent(c.Recent)
 	h, err := dashboard.New(dashboard.Config{
-		History: history.NewQuerier(pool, c.Schema), Recent: recent, Action: c.Action, Kind: c.Kind,
+		History: history.NewQuerier(pool), Recent: recent, Action: c.Action, Kind: c.Kind,
 		Refresh: c.Refresh, Logger: logger, Registerer: reg, Gatherer: reg,
 	})
 	if err != nil {
@@ -53,7 +52,7 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		dashboard.Follow(fctx, c.Brokers, c.DecisionsTopic, recent, logger)
 	}()
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-	logger.Info("dashboard started", "url", "http://"+ln.Addr().String()+"/", "decisions", c.DecisionsTopic, "schema", c.Schema)
+	logger.Info("dashboard started", "url", "http://"+ln.Addr().String()+"/", "decisions", c.DecisionsTopic)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

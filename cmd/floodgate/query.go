@@ -22,7 +22,6 @@ type QueryCmd struct {
 // queryFlags are shared by the query subcommands.
 type queryFlags struct {
 	PostgresFlags
-	Schema string `name:"schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables (tests)."`
 }
 
 func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), error) {
@@ -30,7 +29,7 @@ func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	return history.NewQuerier(pool, f.Schema), pool.Close, nil
+	return history.NewQuerier(pool), pool.Close, nil
 }
 
 // keyFlags select events.

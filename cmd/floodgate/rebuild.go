@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"floodgate/aggregator"
 	"floodgate/recovery"
 	"floodgate/rules"
 	"floodgate/topics"
@@ -24,6 +25,8 @@ type RebuildCmd struct {
 	KeyPrefix string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
 	Since     time.Duration `name:"since" help:"How far back to replay (default: the longest rule window + 1m)."`
 	Reset     bool          `name:"reset" help:"Delete every key under the prefix first and replay every partition (the aggregator kept running after Redis came back)."`
+
+	OnLostOffsets string `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When records the live group had not counted are gone from the log (retention, topic recreated): skip (report and replay what the log holds) or stop (fail; nothing is written when that is known before the replay)."`
 }
 
 // Run replays the topic into Redis and reports what it did.
@@ -47,12 +50,12 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
 		Brokers: c.Brokers, Topic: c.Topic, Group: c.Group, Store: store, Rules: set, Since: c.Since,
-		Reset: c.Reset, Redis: rdb, Logger: logger,
+		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: aggregator.LostOffsetsPolicy(c.OnLostOffsets),
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("rebuild: %d partitions replayed (%d skipped, %d keys reset): %d messages, %d events counted, %d malformed, %d offsets lost to retention, from %s, in %s\n",
-		res.Partitions, res.Skipped, res.Deleted, res.Messages, res.Events, res.Invalid, res.Lost, res.From.Format(time.RFC3339), res.Took.Round(time.Millisecond))
+	fmt.Printf("rebuild: %d partitions replayed (%d skipped, %d keys reset): %d messages, %d events counted, %d malformed, %d offsets lost to retention, %d partitions recreated, from %s, in %s\n",
+		res.Partitions, res.Skipped, res.Deleted, res.Messages, res.Events, res.Invalid, res.Lost, res.Recreated, res.From.Format(time.RFC3339), res.Took.Round(time.Millisecond))
 	return nil
 }

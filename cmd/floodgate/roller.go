@@ -26,8 +26,7 @@ type RollerCmd struct {
 type rollerFlags struct {
 	LadderFlags
 	PostgresFlags
-	Schema string `name:"schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables (tests)."`
-	Now    string `name:"now" help:"Pretend the time is this (RFC 3339 or 2006-01-02 15:04), for tests and backfills. Default: the clock."`
+	Now string `name:"now" help:"Pretend the time is this (RFC 3339 or 2006-01-02 15:04), for tests and backfills. Default: the clock."`
 }
 
 func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error) {
@@ -48,7 +47,7 @@ func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error)
 		return nil, nil, err
 	}
 	r, err := roller.New(roller.Config{
-		Pool: pool, Schema: f.Schema, Ladder: ladder, Now: now,
+		Pool: pool, Ladder: ladder, Now: now,
 		Logger: logger.With("component", "roller"), Registerer: prometheus.DefaultRegisterer,
 	})
 	if err != nil {

@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer pool.Close()
-	q := history.NewQuerier(pool, "")
+	q := history.NewQuerier(pool)
 	before, err := totals(ctx, q)
 	if err != nil {
 		return err

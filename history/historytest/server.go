@@ -1,7 +1,6 @@
 package historytest
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -111,18 +109,9 @@ func (s *Server) Stop(tb testing.TB) {
 	}
 }
 
-// Pool connects to the server; closed when the test ends.
+// Pool creates a database on the server with floodgate's migrations
+// applied, as Pool does on the stack's, and returns a pool on it.
 func (s *Server) Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, s.URL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pool.Close)
-	return pool
+	return database(tb, s.URL)
 }

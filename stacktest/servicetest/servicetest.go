@@ -76,12 +76,11 @@ func Build(tb testing.TB, pkg string) string {
 type Stack struct {
 	Brokers        []string
 	RedisAddr      string
-	PostgresURL    string
+	PostgresURL    string // a database of the test's own (historytest.Pool)
 	Topic          string // events
 	DLQTopic       string // dead letters
 	DecisionsTopic string
 	Prefix         string // Redis key prefix
-	HistorySchema  string // history tables (historytest.Schema)
 	Rules          string // rules file
 }
 
@@ -99,7 +98,6 @@ func (s Stack) env() []string {
 	add("FLOODGATE_DLQ_TOPIC", s.DLQTopic)
 	add("FLOODGATE_DECISIONS_TOPIC", s.DecisionsTopic)
 	add("FLOODGATE_KEY_PREFIX", s.Prefix)
-	add("FLOODGATE_HISTORY_SCHEMA", s.HistorySchema)
 	add("FLOODGATE_RULES", s.Rules)
 	return env
 }

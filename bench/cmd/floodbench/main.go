@@ -45,7 +45,7 @@ type ChaosCmd struct {
 	Rate     float64  `name:"rate" default:"2000" help:"Background load, events/s."`
 	Subjects int      `name:"subjects" default:"300" help:"Subjects per scenario."`
 	Kills    int      `name:"kills" default:"3" help:"SIGKILLs of an aggregator."`
-	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (baseline,sigkill,malformed,bad-rules,postgres,kafka,apply-error,crash-publish,rebuild-beside,retention-gap,topic-recreated,redis; cluster-baseline,cluster-sigkill,cluster-redis-failover,cluster-redis-kill,cluster-redis-kill-behind,cluster-kafka-kill, or cluster for them all). Default: all, the cluster ones when the cluster profile answers."`
 	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file to write (empty: none)."`
 }
 
