@@ -232,8 +232,8 @@ func runKafka(ctx context.Context, client *kafka.Client, cfg *Config, backends [
 
 // runHistory replays the minute buckets of [need, cfg.To).
 func runHistory(ctx context.Context, cfg *Config, backends []backend, sets []*rules.Set, need time.Time, rep *Report) ([]*tallies, error) {
-	q := history.NewQuerier(cfg.History, cfg.HistorySchema)
-	if err := checkMinutes(ctx, q, cfg.HistorySchema, need); err != nil {
+	q := history.NewQuerier(cfg.History)
+	if err := checkMinutes(ctx, q, need); err != nil {
 		return nil, err
 	}
 	parts := make([]*partition, cfg.Parallel)

@@ -100,9 +100,8 @@ type Config struct {
 	// returns the *RetentionError.
 	FromHistory bool
 	// History is the PostgreSQL pool holding history (required with
-	// FromHistory), HistorySchema its schema (default "floodgate").
-	History       history.DB
-	HistorySchema string
+	// FromHistory).
+	History history.DB
 
 	// Progress receives a progress line every ProgressEvery (default 2s)
 	// while the replay runs. Nil: none.
@@ -170,9 +169,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.RedisServer == "" {
 		c.RedisServer = "redis-server"
-	}
-	if c.HistorySchema == "" {
-		c.HistorySchema = history.DefaultSchema
 	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 2 * time.Second

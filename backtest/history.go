@@ -57,7 +57,7 @@ func (e *HistoryError) Error() string { return "backtest from history: " + e.Rea
 
 // checkMinutes makes sure the minute tier still holds what the replay
 // needs: the roller moves older minutes to coarser buckets.
-func checkMinutes(ctx context.Context, q *history.Querier, schema string, need time.Time) error {
+func checkMinutes(ctx context.Context, q *history.Querier, need time.Time) error {
 	tiers, err := q.Tiers(ctx)
 	if err != nil {
 		return fmt.Errorf("backtest from history: %w", err)
@@ -73,7 +73,7 @@ func checkMinutes(ctx context.Context, q *history.Querier, schema string, need t
 		}
 		return nil
 	}
-	return &HistoryError{Reason: fmt.Sprintf("schema %s holds no history (no ladder stored: has the history group ever run?)", schema)}
+	return &HistoryError{Reason: "the database holds no history (no ladder stored: has the history group ever run?)"}
 }
 
 func coarser(tiers []history.StoredTier) string {

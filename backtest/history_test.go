@@ -67,7 +67,6 @@ rules:
 func TestRetentionRefusedThenFromHistory(t *testing.T) {
 	brokers := stacktest.Brokers(t)
 	pool := historytest.Pool(t)
-	schema := historytest.Schema(t, pool)
 	topic := stacktest.Topic(t, brokers, 2)
 	set := mustRules(t, retentionRules)
 
@@ -76,7 +75,7 @@ func TestRetentionRefusedThenFromHistory(t *testing.T) {
 	evs := retentionStream(r, start, 40*time.Minute)
 	s := newStream(t, brokers, topic, 2)
 	s.publish(t, time.Time{}, evs...)
-	writeHistory(t, pool, schema, topic, evs, 2)
+	writeHistory(t, pool, topic, evs, 2)
 
 	// Partition 0 keeps only what came from minute 20 on.
 	var deleted int64
@@ -97,7 +96,7 @@ func TestRetentionRefusedThenFromHistory(t *testing.T) {
 	}
 	t.Logf("refused: %v", err)
 
-	cfg.FromHistory, cfg.History, cfg.HistorySchema = true, pool, schema
+	cfg.FromHistory, cfg.History = true, pool
 	rep, err := backtest.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +126,7 @@ func TestRetentionRefusedThenFromHistory(t *testing.T) {
 
 	// The roller moved minutes before minute 15 to 5-minute buckets: the
 	// minute tier no longer holds the warm-up.
-	if _, err := pool.Exec(context.Background(), `UPDATE `+schema+`.history_tiers SET rolled_to = $1 WHERE step = '1m'`, start.Add(15*time.Minute)); err != nil {
+	if _, err := pool.Exec(context.Background(), `UPDATE floodgate.history_tiers SET rolled_to = $1 WHERE step = '1m'`, start.Add(15*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = backtest.Run(context.Background(), cfg)
@@ -168,12 +167,12 @@ func retentionStream(r *rand.Rand, start time.Time, d time.Duration) []event.Eve
 	return evs
 }
 
-// writeHistory applies evs to a history sink in schema as the history
+// writeHistory applies evs to a history sink as the history
 // group would have read them from the topic: per partition, in order.
-func writeHistory(t *testing.T, pool history.DB, schema, topic string, evs []event.Event, partitions int) {
+func writeHistory(t *testing.T, pool history.DB, topic string, evs []event.Event, partitions int) {
 	t.Helper()
 	ctx := context.Background()
-	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "history-" + topic, Schema: schema, OffsetsTable: schema + ".consumer_offsets"})
+	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "history-" + topic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func (q *Querier) Minutes(ctx context.Context, sel []ActionKind, from, to time.T
 	for i, s := range sel {
 		actions[i], kinds[i] = s.Action, s.Kind
 	}
-	sql := `SELECT b.action, b.kind, b.subject, b.bucket, b.n FROM ` + qualify(q.schema, "bucket_1m") + ` b
+	sql := `SELECT b.action, b.kind, b.subject, b.bucket, b.n FROM ` + qualify("bucket_1m") + ` b
 		WHERE b.bucket >= $1 AND b.bucket < $2
 		  AND (b.action, b.kind) IN (SELECT * FROM unnest($3::text[], $4::text[]))
 		ORDER BY b.bucket, b.action, b.kind, b.subject`

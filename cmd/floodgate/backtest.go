@@ -37,7 +37,6 @@ type BacktestCmd struct {
 
 	FromHistory bool `name:"from-history" env:"FLOODGATE_BACKTEST_FROM_HISTORY" help:"When the topic no longer holds the range, replay PostgreSQL's minute buckets instead (limits of a minute or more, precise to the minute)."`
 	PostgresFlags
-	Schema string `name:"history-schema" env:"FLOODGATE_HISTORY_SCHEMA" default:"floodgate" hidden:"" help:"Schema of the history tables (tests)."`
 
 	JSON      bool          `name:"json" env:"FLOODGATE_BACKTEST_JSON" xor:"format" help:"Print the report as JSON."`
 	CSV       bool          `name:"csv" env:"FLOODGATE_BACKTEST_CSV" xor:"format" help:"Print one CSV row per subject and limit denied."`
@@ -102,7 +101,7 @@ func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), erro
 		RulesName: c.Rules, From: from, To: to, WarmUp: c.WarmUp,
 		Brokers: c.Brokers, Topic: c.Topic, Clock: backtest.Clock(c.Clock),
 		MaxFutureSkew: c.MaxFutureSkew, Dedup: c.Dedup, Parallel: c.Parallel, MaxSubjects: c.MaxSubjects,
-		RedisServer: c.RedisServer, RedisServers: c.RedisServers, FromHistory: c.FromHistory, HistorySchema: c.Schema,
+		RedisServer: c.RedisServer, RedisServers: c.RedisServers, FromHistory: c.FromHistory,
 		ProgressEvery: c.Progress, Logger: logger,
 	}
 	if c.Progress > 0 {
