@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -292,7 +293,18 @@ func planSubjects(set *rules.Set, req Request) (plans []plan, others []Subject) 
 	plans = make([]plan, 0, len(req.Subjects))
 	for _, s := range req.Subjects {
 		p := plan{sub: s}
-		for _, r := range set.Match(req.Action, s.Kind) {
+		matched := set.Match(req.Action, s.Kind)
+		n := 0
+		for _, r := range matched {
+			n += len(r.Limits)
+			if r.Bucket != nil {
+				n++
+			}
+		}
+		// Sized up front: a check sits on the hot path, and growing the
+		// slice limit by limit is most of its allocations.
+		p.limits = make([]planLimit, 0, n)
+		for _, r := range matched {
 			allow := r.Allowed(s.Subject)
 			for _, lim := range r.Limits {
 				p.limits = append(p.limits, planLimit{rule: r, limit: lim, allowlisted: allow})
@@ -502,6 +514,11 @@ func relatedValues(subs []Subject) map[string]string {
 // the enforced denial with the longest retry, nil when allowed.
 func assemble(d *Decision, plans []plan, views []view, now time.Time) *Denial {
 	var deny *Denial
+	n := 0
+	for i := range plans {
+		n += len(plans[i].limits)
+	}
+	d.Limits = slices.Grow(d.Limits, n)
 	for i := range plans {
 		deny = pick(deny, decideSubject(d, &plans[i], views[i], now))
 	}

@@ -146,8 +146,10 @@ func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rls
 
 // rlsLimitOf is a limit, or a bucket rule by its rate, in Envoy's terms.
 func rlsLimitOf(rule, kind string, count int64, w time.Duration, rate string) *rlsv3.RateLimitResponse_RateLimit {
-	if r, err := rules.ParseLimit(rate); rate != "" && err == nil {
-		return rlsLimit(rule+"/"+kind+"/bucket", r.Count, r.Window)
+	if rate != "" {
+		if r, err := rules.ParseLimit(rate); err == nil {
+			return rlsLimit(rule+"/"+kind+"/bucket", r.Count, r.Window)
+		}
 	}
 	return rlsLimit(limitapi.PolicyName(rule, kind, w), count, w)
 }
