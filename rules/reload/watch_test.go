@@ -2,6 +2,7 @@ package reload
 
 import (
 	"context"
+	"floodgate/stacktest"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -22,21 +23,9 @@ func writeFile(tb testing.TB, path, content string) {
 	}
 }
 
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitRule(tb testing.TB, w *Watcher, name string) {
 	tb.Helper()
-	waitFor(tb, "rule "+name+" to be loaded", func() bool { return w.Current().Rule(name) != nil })
+	stacktest.WaitFor(tb, "rule "+name+" to be loaded", 5*time.Second, func() bool { return w.Current().Rule(name) != nil })
 }
 
 // start runs w until the test ends and returns once it is watching: a
@@ -78,7 +67,7 @@ func TestWatcherReloads(t *testing.T) {
 
 	// A bad file is refused (counted) and keeps the last good rules.
 	writeFile(t, p, "rules:\n  - name: bad\n    limits: [1/x]\n")
-	waitFor(t, "the bad file to be refused", func() bool { return testutil.ToFloat64(w.reloads.WithLabelValues("error")) >= 1 })
+	stacktest.WaitFor(t, "the bad file to be refused", 5*time.Second, func() bool { return testutil.ToFloat64(w.reloads.WithLabelValues("error")) >= 1 })
 	if w.Current().Rule("b") == nil {
 		t.Fatal("bad file replaced the last good rules")
 	}
