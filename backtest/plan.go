@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
+	"floodgate/topics"
 )
 
 // RetentionError says that the topic no longer holds what a backtest
@@ -55,9 +55,9 @@ type span struct {
 // needs: a partition whose log start moved (records were deleted) and whose
 // first remaining record is after need.
 func plan(ctx context.Context, client *kafka.Client, topic string, need, to time.Time, warmUp time.Duration, clock Clock) ([]span, error) {
-	parts, err := partitions(ctx, client, topic)
+	parts, err := topics.PartitionIDs(ctx, client, topic)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("backtest: %w", err)
 	}
 	first, end, err := bounds(ctx, client, topic, parts)
 	if err != nil {
@@ -104,28 +104,6 @@ func plan(ctx context.Context, client *kafka.Client, topic string, need, to time
 		spans = append(spans, sp)
 	}
 	return spans, nil
-}
-
-func partitions(ctx context.Context, client *kafka.Client, topic string) ([]int, error) {
-	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("backtest: metadata of topic %s: %w", topic, err)
-	}
-	for _, t := range md.Topics {
-		if t.Name != topic {
-			continue
-		}
-		if t.Error != nil {
-			return nil, fmt.Errorf("backtest: metadata of topic %s: %w", topic, t.Error)
-		}
-		ps := make([]int, 0, len(t.Partitions))
-		for _, p := range t.Partitions {
-			ps = append(ps, p.ID)
-		}
-		sort.Ints(ps)
-		return ps, nil
-	}
-	return nil, fmt.Errorf("backtest: topic %s not found", topic)
 }
 
 // bounds returns each partition's log start and stable end (what

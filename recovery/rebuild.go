@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/rules"
+	"floodgate/topics"
 	"floodgate/window"
 )
 
@@ -165,9 +165,9 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	if err := groupIdle(ctx, client, cfg.Group); err != nil {
 		return res, err
 	}
-	parts, err := partitions(ctx, client, cfg.Topic)
+	parts, err := topics.PartitionIDs(ctx, client, cfg.Topic)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("rebuild: %w", err)
 	}
 	// Where the live group stood, read before a reset deletes it: the
 	// store's offsets, else the group's (advisory) Kafka commits.
@@ -354,27 +354,6 @@ func reportLost(cfg *Config, res *Result, lost *aggregator.LostOffsetsError) err
 	cfg.Logger.Error("rebuild: offsets lost: deleted by retention before they were counted; their events are not counted",
 		"group", cfg.Group, "topic", lost.Topic, "partition", lost.Partition, "from", lost.From, "to", lost.To-1, "lost", lost.Lost())
 	return nil
-}
-
-func partitions(ctx context.Context, client *kafka.Client, topic string) ([]int, error) {
-	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("rebuild: metadata topic=%s: %w", topic, err)
-	}
-	for _, t := range md.Topics {
-		if t.Name == topic {
-			if t.Error != nil {
-				return nil, fmt.Errorf("rebuild: metadata topic=%s: %w", topic, t.Error)
-			}
-			ps := make([]int, 0, len(t.Partitions))
-			for _, p := range t.Partitions {
-				ps = append(ps, p.ID)
-			}
-			sort.Ints(ps)
-			return ps, nil
-		}
-	}
-	return nil, fmt.Errorf("rebuild: topic %s not found", topic)
 }
 
 // bound is a partition's replay range: from the first offset whose

@@ -182,6 +182,30 @@ func Partitions(ctx context.Context, brokers []string, names ...string) (map[str
 	return out, nil
 }
 
+// PartitionIDs returns the ids of topic's partitions, sorted, read with a
+// client the caller already holds.
+func PartitionIDs(ctx context.Context, client *kafka.Client, topic string) ([]int, error) {
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata of topic %s: %w", topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("metadata of topic %s: %w", topic, t.Error)
+		}
+		ps := make([]int, 0, len(t.Partitions))
+		for _, p := range t.Partitions {
+			ps = append(ps, p.ID)
+		}
+		slices.Sort(ps)
+		return ps, nil
+	}
+	return nil, fmt.Errorf("topic %s not found", topic)
+}
+
 func newClient(brokers []string) (*kafka.Client, func()) {
 	transport := &kafka.Transport{ClientID: "floodgate-topics"}
 	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second, Transport: transport},
