@@ -53,7 +53,7 @@ func BenchmarkStoreApply(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				// Re-apply the prepared batches with fresh offsets.
 				src := batches[i%len(batches)]
-				bb := bt.batch()
+				bb := aggregator.Batch{Topic: bt.topic, Partition: bt.partition}
 				bb.First, bb.Last = bt.next, bt.next+int64(len(src.Records))-1
 				bb.Records = make([]aggregator.Record, len(src.Records))
 				for k, r := range src.Records {
