@@ -8,7 +8,8 @@
 // next offset of a partition in the same atomic write as the batch's effect and
 // refuses batches it already holds. On assignment a worker resumes from the
 // sink's own offset; the group's committed offset is only a fallback and the
-// input to lag monitoring. Two sinks exist: live counters in Redis (package
+// input to lag monitoring, so it is committed off the apply path, once per
+// CommitInterval for all of a member's partitions. Two sinks exist: live counters in Redis (package
 // window, rules) and minute buckets in PostgreSQL (package history).
 //
 //	g, err := aggregator.NewGroup(aggregator.Config{

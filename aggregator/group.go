@@ -85,6 +85,12 @@ type Config struct {
 	// SessionTimeout of the group membership. Default 10s, so that a killed
 	// member's partitions move quickly.
 	SessionTimeout time.Duration
+	// CommitInterval is how often the workers' progress is committed to
+	// the group, one OffsetCommit for every partition of the member; the
+	// last progress is committed when the generation ends. Default 1s.
+	// Commits are advisory (the sink's offsets are the truth): they feed
+	// lag monitors and the fallback of a sink that holds no offset.
+	CommitInterval time.Duration
 	// Now is the clock for the future-skew check. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -113,7 +119,7 @@ func (c *Config) Validate() error {
 		return errors.New("aggregator config: no group id")
 	case c.BatchMax < 0:
 		return fmt.Errorf("aggregator config: batch max %d is negative", c.BatchMax)
-	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.FetchMaxWait < 0:
+	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.FetchMaxWait < 0 || c.CommitInterval < 0:
 		return errors.New("aggregator config: durations must not be negative")
 	case c.FetchMaxBytes < 0:
 		return fmt.Errorf("aggregator config: fetch max bytes %d is negative", c.FetchMaxBytes)
@@ -129,6 +135,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.OnLostOffsets == "" {
 		c.OnLostOffsets = LostOffsetsSkip
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = time.Second
 	}
 	if c.MaxFutureSkew == 0 {
 		c.MaxFutureSkew = 5 * time.Second
@@ -243,11 +252,13 @@ func (g *Group) Run(ctx context.Context) error {
 		// function given to gen.Start that returns ends the generation for
 		// the whole group, so workers return only when told to stop.
 		var wg sync.WaitGroup
+		cm := newCommitter(gen, g.cfg.Topic, g.log)
+		stopCommits := cm.start(g.cfg.CommitInterval)
 		for _, p := range parts {
 			wg.Add(1)
 			gen.Start(func(genCtx context.Context) {
 				defer wg.Done()
-				w := &worker{g: g, gen: gen, partition: p.ID, committed: p.Offset}
+				w := &worker{g: g, gen: gen, cm: cm, partition: p.ID, committed: p.Offset}
 				w.run(ctx, genCtx)
 			})
 		}
@@ -267,6 +278,7 @@ func (g *Group) Run(ctx context.Context) error {
 		// Wait for this generation's workers. When ctx ends they return after
 		// their last batch; the deferred Close then leaves the group.
 		wg.Wait()
+		stopCommits() // the workers' last batches, committed once
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -302,6 +314,7 @@ type worker struct {
 	g         *Group
 	gen       *kafka.Generation
 	partition int
+	cm        *committer
 	committed int64 // the group's committed offset at assignment
 	// next is the offset the partition stands at: where it resumed, then
 	// each applied batch's Next. Negative until known (resuming from the
@@ -806,15 +819,8 @@ func (w *worker) retry(stop context.Context, what string, op func() error, done 
 	}
 }
 
-// commit records the partition's progress in the group. It is advisory: the
-// sink holds the authoritative offset, so a failed commit (the generation
-// ended, the coordinator moved) costs nothing but a stale lag figure.
-func (w *worker) commit(b Batch) {
-	err := w.gen.CommitOffsets(map[string]map[int]int64{b.Topic: {b.Partition: b.Next()}})
-	if err != nil {
-		w.log.Debug("commit offsets (advisory)", "offset", b.Next(), "err", err)
-	}
-}
+// commit hands the partition's progress to the generation's committer.
+func (w *worker) commit(b Batch) { w.cm.mark(b.Partition, b.Next()) }
 
 func counted(hs []kafka.Header) bool {
 	for _, h := range hs {

@@ -44,6 +44,7 @@ type AggregatorCmd struct {
 	RelayKeep      time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
 	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"5s" help:"Events further ahead of this clock are dead-lettered."`
 	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
+	CommitInterval time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
 }
 
 // Run wires the groups and serves metrics until ctx ends, then finishes the
@@ -160,6 +161,7 @@ func (c *AggregatorCmd) groupConfig(id string, dlq aggregator.MessageWriter, log
 		BatchWait:      c.BatchWait,
 		MaxFutureSkew:  c.MaxFutureSkew,
 		SessionTimeout: c.SessionTimeout,
+		CommitInterval: c.CommitInterval,
 		OnLostOffsets:  aggregator.LostOffsetsPolicy(c.OnLostOffsets),
 		DeadLetter:     dlq,
 		Logger:         logger,
