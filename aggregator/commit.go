@@ -51,27 +51,17 @@ func (c *committer) flush() {
 	}
 }
 
-// start flushes every interval until the returned stop is called; stop
-// flushes once more and returns when that commit is done.
-func (c *committer) start(interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				c.flush()
-			case <-done:
-				c.flush()
-				return
-			}
+// run flushes every interval until done closes, then once more.
+func (c *committer) run(done <-chan struct{}, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.flush()
+		case <-done:
+			c.flush()
+			return
 		}
-	}()
-	return func() {
-		close(done)
-		<-finished
 	}
 }

@@ -253,7 +253,16 @@ func (g *Group) Run(ctx context.Context) error {
 		// the whole group, so workers return only when told to stop.
 		var wg sync.WaitGroup
 		cm := newCommitter(gen, g.cfg.Topic, g.log)
-		stopCommits := cm.start(g.cfg.CommitInterval)
+		workersDone := make(chan struct{})
+		var commits sync.WaitGroup
+		commits.Add(1)
+		// One of the generation's functions, so that the generation's
+		// connection is still open for the commit after the workers' last
+		// batches.
+		gen.Start(func(context.Context) {
+			defer commits.Done()
+			cm.run(workersDone, g.cfg.CommitInterval)
+		})
 		for _, p := range parts {
 			wg.Add(1)
 			gen.Start(func(genCtx context.Context) {
@@ -278,7 +287,8 @@ func (g *Group) Run(ctx context.Context) error {
 		// Wait for this generation's workers. When ctx ends they return after
 		// their last batch; the deferred Close then leaves the group.
 		wg.Wait()
-		stopCommits() // the workers' last batches, committed once
+		close(workersDone) // the workers' last batches, committed once
+		commits.Wait()
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -132,8 +132,10 @@ func TestGroupDeliversEveryEventOnceAndDeadLettersPoison(t *testing.T) {
 	dlq := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: dlqTopic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer dlq.Close()
 	sink := newOffsetSink()
+	// Commits are due only when the group stops: the final one must carry
+	// every partition's progress.
 	g, err := aggregator.NewGroup(aggregator.Config{
-		Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq,
+		Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, CommitInterval: time.Hour,
 	}, sink)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +157,19 @@ func TestGroupDeliversEveryEventOnceAndDeadLettersPoison(t *testing.T) {
 	for id, n := range sink.seen {
 		if n != 1 {
 			t.Errorf("event %s applied %d times", id, n)
+		}
+	}
+	client := &kafka.Client{Addr: kafka.TCP(bs...)}
+	res, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: "test-" + topic, Topics: map[string][]int{topic: {0, 1, 2, 3}}})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		t.Fatalf("committed offsets: %v", err)
+	}
+	for _, po := range res.Topics[topic] {
+		if want := sink.next[po.Partition]; po.CommittedOffset != want {
+			t.Errorf("partition %d: committed offset %d, want the sink's %d", po.Partition, po.CommittedOffset, want)
 		}
 	}
 
