@@ -72,7 +72,9 @@ func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 	}
 	state := limiter.NewState()
 	two := func() int { return 2 }
-	go func() { _ = limiter.Sync(ctx, limiter.SyncConfig{State: state, Source: store, Streams: rdb, Partitions: two}) }()
+	go func() {
+		_ = limiter.Sync(ctx, limiter.SyncConfig{State: state, Source: store, Streams: rdb, Partitions: two})
+	}()
 	lim, err := limiter.New(limiter.Config{Store: store, Taker: taker, State: state, Partitions: two,
 		Rules: func() *rules.Set { return set }, Publisher: pub, Timeout: 2 * time.Second})
 	if err != nil {

@@ -130,10 +130,10 @@ func FormatWindow(w time.Duration) string {
 // is counted on its own: the rule for action "login_failed" and kinds [ip,
 // email] keeps one counter per IP and one per e-mail address.
 type Rule struct {
-	Name    string   // unique in the file; labels metrics, deny records and decisions
-	Action  string   // the event action it limits
-	Kinds   []string // the feature kinds it applies to
-	Limits  []Limit  // all enforced together; sorted by window, shortest first
+	Name   string   // unique in the file; labels metrics, deny records and decisions
+	Action string   // the event action it limits
+	Kinds  []string // the feature kinds it applies to
+	Limits []Limit  // all enforced together; sorted by window, shortest first
 	// Bucket, when set, is enforced beside Limits: a token bucket (GCRA).
 	Bucket *Bucket
 	// Distinct, when set, makes Limits count the distinct values of the
@@ -141,10 +141,10 @@ type Rule struct {
 	// events: "distinct: email, limits: [20/1h]" on kind ip denies an IP that
 	// tried more than 20 e-mails in an hour.
 	Distinct string
-	Shadow   bool // decide and record, never deny
-	Strict  bool     // the limiter checks and counts at request time (window.Store.Take)
-	Message string   // human text for the deny response
-	Line    int      // line of the rule in its file
+	Shadow   bool   // decide and record, never deny
+	Strict   bool   // the limiter checks and counts at request time (window.Store.Take)
+	Message  string // human text for the deny response
+	Line     int    // line of the rule in its file
 
 	allowExact map[string]struct{}
 	allowNets  []netip.Prefix

@@ -229,4 +229,3 @@ func writeFile(tb testing.TB, path, content string) {
 		tb.Fatal(err)
 	}
 }
-
