@@ -228,24 +228,5 @@ func secure(next http.Handler) http.Handler {
 }
 
 func (s *server) count(route string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(sw, r)
-		s.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
-	})
+	return promhttp.InstrumentHandlerCounter(s.requests.MustCurryWith(prometheus.Labels{"route": route}), next)
 }
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

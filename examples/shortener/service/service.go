@@ -285,27 +285,8 @@ func (s *server) trusted(a netip.Addr) bool {
 
 // count counts requests by route and status.
 func (s *server) count(route string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(sw, r)
-		s.requests.WithLabelValues(route, fmt.Sprint(sw.status)).Inc()
-	})
+	return promhttp.InstrumentHandlerCounter(s.requests.MustCurryWith(prometheus.Labels{"route": route}), next)
 }
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
