@@ -36,6 +36,28 @@ func (f fixture) denyKey(sub window.Subject) string {
 	return f.Keys().Deny(window.Partition(sub, partitions), sub)
 }
 
+// takeAtOnce runs callers takes of one each of qs concurrently and returns
+// how many were admitted.
+func (f fixture) takeAtOnce(t *testing.T, now time.Time, qs []window.EvalQuery, callers int) int64 {
+	t.Helper()
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			ok, _, err := f.Take(context.Background(), now, qs, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				taken.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return taken.Load()
+}
+
 func takeStore(tb testing.TB) (fixture, *redis.Client) {
 	tb.Helper()
 	stacktest.Redis(tb) // Redis answers, or the test fails (skips under -short)
@@ -69,24 +91,7 @@ func TestTakeConcurrentAdmitsExactlyTheLimit(t *testing.T) {
 		},
 		Count: true,
 	}}
-	var taken atomic.Int64
-	var wg sync.WaitGroup
-	for range 200 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, _, err := st.Take(context.Background(), now, q, 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if ok {
-				taken.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if got := taken.Load(); got != 7 {
+	if got := st.takeAtOnce(t, now, q, 200); got != 7 {
 		t.Fatalf("taken %d of 200, want exactly 7", got)
 	}
 	// The aggregator's Check reads the same buckets.
@@ -296,24 +301,7 @@ func TestTakeAcrossSlotsAdmitsExactlyTheLimit(t *testing.T) {
 		{Subject: ip, MaxWindow: time.Hour, Count: true, BlockRules: []string{"i"},
 			Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 5, Window: time.Minute}, Block: true}}},
 	}
-	var taken atomic.Int64
-	var wg sync.WaitGroup
-	for range 100 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, _, err := st.Take(context.Background(), now, qs, 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if ok {
-				taken.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if got := taken.Load(); got != 5 {
+	if got := st.takeAtOnce(t, now, qs, 100); got != 5 {
 		t.Fatalf("taken %d of 100, want exactly 5 (the IP's limit)", got)
 	}
 	states, err := st.Check(context.Background(), now, []window.Query{
@@ -336,24 +324,7 @@ func TestTakeBucketAdmitsExactlyTheBurst(t *testing.T) {
 	sub := window.Subject{Action: "api", Kind: "user", Subject: "burst"}
 	q := []window.EvalQuery{{Subject: sub, MaxWindow: 2 * time.Second, Count: true, BlockRules: []string{"api"},
 		Buckets: []window.EvalBucket{{Rule: "api", Bucket: b, Block: true}}}}
-	var taken atomic.Int64
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, _, err := st.Take(context.Background(), now, q, 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if ok {
-				taken.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if got := taken.Load(); got != 6 {
+	if got := st.takeAtOnce(t, now, q, 50); got != 6 {
 		t.Fatalf("taken %d of 50 at once, want the burst of 6", got)
 	}
 	// The next fits one interval (250ms) after the sixth's arrival time
