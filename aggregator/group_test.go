@@ -196,6 +196,24 @@ func TestGroupDeliversEveryEventOnceAndDeadLettersPoison(t *testing.T) {
 	}
 }
 
+// writeVisits writes visit events from..to-1 with ids prefix-i over
+// subjects s0..s(subjects-1).
+func writeVisits(ctx context.Context, t *testing.T, w *kafka.Writer, prefix string, subjects, from, to int) {
+	t.Helper()
+	var msgs []kafka.Message
+	for i := from; i < to; i++ {
+		ev := event.Event{ID: prefix + "-" + strconv.Itoa(i), Action: "visit", Kind: "link", Subject: "s" + strconv.Itoa(i%subjects), TS: time.Now()}
+		v, err := event.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestGroupResumesFromSinkOffset restarts a group over the same sink: the
 // second run starts where the sink stands, so nothing is applied twice even
 // though the first run's Kafka commits are advisory.
@@ -206,17 +224,7 @@ func TestGroupResumesFromSinkOffset(t *testing.T) {
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	produce := func(from, to int) {
-		var msgs []kafka.Message
-		for i := from; i < to; i++ {
-			ev := event.Event{ID: "r-" + strconv.Itoa(i), Action: "visit", Kind: "link", Subject: "s" + strconv.Itoa(i%5), TS: time.Now()}
-			v, _ := event.Encode(ev)
-			msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
-		}
-		if err := w.WriteMessages(ctx, msgs...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produce := func(from, to int) { writeVisits(ctx, t, w, "r", 5, from, to) }
 	sink := newOffsetSink()
 	run := func(want int) {
 		// A new group id each time: no committed offsets, so only the sink's
@@ -265,17 +273,7 @@ func TestGroupRewindsWhenTheSinkLostBatches(t *testing.T) {
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	produce := func(from, to int) {
-		var msgs []kafka.Message
-		for i := from; i < to; i++ {
-			ev := event.Event{ID: "w-" + strconv.Itoa(i), Action: "visit", Kind: "link", Subject: "s" + strconv.Itoa(i%7), TS: time.Now()}
-			v, _ := event.Encode(ev)
-			msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
-		}
-		if err := w.WriteMessages(ctx, msgs...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produce := func(from, to int) { writeVisits(ctx, t, w, "w", 7, from, to) }
 	sink := newOffsetSink()
 	waitCount := func(want int) {
 		for sink.count() < want && ctx.Err() == nil {
