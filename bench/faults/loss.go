@@ -192,13 +192,24 @@ func (sd *side) count(ctx context.Context, row *Row) error {
 	return nil
 }
 
-// metric sums a metric of the side's aggregator over one group.
-func (sd *side) metric(ctx context.Context, name, group string) (float64, error) {
+// reported is what the side's aggregator said of a loss, per group: a
+// metric's sum and its ERROR lines holding a text.
+type reported struct {
+	live, hist       float64
+	errLive, errHist int
+}
+
+// report scrapes metric once and counts the ERROR lines holding text, for
+// the live and the history group.
+func (sd *side) report(ctx context.Context, metric, text string) (reported, error) {
 	m, err := harness.Scrape(ctx, sd.mets)
 	if err != nil {
-		return 0, err
+		return reported{}, err
 	}
-	return m.Sum(name, `group="`+group+`"`), nil
+	return reported{
+		live: m.Sum(metric, `group="`+sd.live+`"`), hist: m.Sum(metric, `group="`+sd.hist+`"`),
+		errLive: sd.errorLines(text, "group="+sd.live+" "), errHist: sd.errorLines(text, "group="+sd.hist+" "),
+	}, nil
 }
 
 // errorLines counts the ERROR lines of the side's aggregator log holding
@@ -295,17 +306,12 @@ func (s *Suite) retentionGap(ctx context.Context) (Row, error) {
 	}
 	// What the topic held when the groups read it.
 	row.InTopic = row.Produced - deleted
-	skipLive, err := sd.metric(ctx, "floodgate_aggregator_skipped_offsets_total", sd.live)
+	rep, err := sd.report(ctx, "floodgate_aggregator_skipped_offsets_total", "offsets lost")
 	if err != nil {
 		return row, err
 	}
-	skipHist, err := sd.metric(ctx, "floodgate_aggregator_skipped_offsets_total", sd.hist)
-	if err != nil {
-		return row, err
-	}
+	skipLive, skipHist, errLive, errHist := rep.live, rep.hist, rep.errLive, rep.errHist
 	row.Reported = fmt.Sprintf("%.0f / %.0f offsets", skipLive, skipHist)
-	errLive := sd.errorLines("offsets lost", "group="+sd.live+" ")
-	errHist := sd.errorLines("offsets lost", "group="+sd.hist+" ")
 	row.Note = fmt.Sprintf("%d offsets deleted on partitions 0 and 1 (%v → %v) while the aggregator was stopped; "+
 		"floodgate_aggregator_skipped_offsets_total live %.0f, history %.0f; ERROR lines naming group, partition and offsets: live %d, history %d; "+
 		"every event after the gap counted (default --on-lost-offsets=skip; stop instead stops the partition: cmd/floodgate TestAggregatorRetentionGap)",
@@ -388,16 +394,11 @@ func (s *Suite) topicRecreated(ctx context.Context) (Row, error) {
 	// What the topics held when the groups read them: the old one up to
 	// the stored offsets, the new one.
 	row.InTopic = row.Produced - gone
-	resetLive, err := sd.metric(ctx, "floodgate_aggregator_offset_resets_total", sd.live)
+	rep, err := sd.report(ctx, "floodgate_aggregator_offset_resets_total", "beyond the log's end")
 	if err != nil {
 		return row, err
 	}
-	resetHist, err := sd.metric(ctx, "floodgate_aggregator_offset_resets_total", sd.hist)
-	if err != nil {
-		return row, err
-	}
-	errLive := sd.errorLines("beyond the log's end", "group="+sd.live+" ")
-	errHist := sd.errorLines("beyond the log's end", "group="+sd.hist+" ")
+	resetLive, resetHist, errLive, errHist := rep.live, rep.hist, rep.errLive, rep.errHist
 	row.Reported = fmt.Sprintf("%.0f / %.0f partitions reset", resetLive, resetHist)
 	row.Note = fmt.Sprintf("stored offsets beyond the new end on %d of %d partitions; floodgate_aggregator_offset_resets_total live %.0f, history %.0f; "+
 		"ERROR lines: live %d, history %d; the %d events piled up in the old topic are lost with it (Kafka cannot say how many: reported per partition, not counted); "+
