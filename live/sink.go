@@ -171,6 +171,7 @@ func (s *Sink) count(b aggregator.Batch, res window.ApplyResult, done time.Time)
 	s.m.events.WithLabelValues("duplicate").Add(float64(res.Duplicates))
 	s.m.subjects.WithLabelValues("evaluated").Add(float64(res.Evaluated))
 	s.m.subjects.WithLabelValues("skipped").Add(float64(res.Subjects - res.Evaluated))
+	s.m.fromCopies.Add(float64(res.Mirrored))
 	if res.Misplaced > 0 {
 		s.m.misplaced.WithLabelValues(strconv.Itoa(b.Partition)).Add(float64(res.Misplaced))
 		s.log.Error("events on another partition than their key's: counted here, where strict takes for their subjects do not look (a producer with another partitioner, or partitions added)",
@@ -187,12 +188,13 @@ func (s *Sink) count(b aggregator.Batch, res window.ApplyResult, done time.Time)
 }
 
 type sinkMetrics struct {
-	events    *prometheus.CounterVec
-	decisions *prometheus.CounterVec
-	batches   *prometheus.CounterVec
-	subjects  *prometheus.CounterVec
-	misplaced *prometheus.CounterVec
-	delay     prometheus.Histogram
+	events     *prometheus.CounterVec
+	decisions  *prometheus.CounterVec
+	batches    *prometheus.CounterVec
+	subjects   *prometheus.CounterVec
+	fromCopies prometheus.Counter
+	misplaced  *prometheus.CounterVec
+	delay      prometheus.Histogram
 }
 
 func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
@@ -214,6 +216,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_live_subjects_total", ConstLabels: labels,
 			Help: "Subjects of applied batches: evaluated against their limits, or skipped (too far from every limit for the batch to matter).",
 		}, []string{"result"}),
+		fromCopies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_live_evaluated_from_copies_total", ConstLabels: labels,
+			Help: "Evaluated subjects whose windows the aggregator evaluated from its copies of their buckets (the rest: by the apply script in Redis).",
+		}),
 		misplaced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_misplaced_subjects_total", ConstLabels: labels,
 			Help: "Subjects whose events sat on another partition than murmur2 of their key says (another partitioner, or partitions added): counted in the wrong slot.",
@@ -235,7 +241,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		m.subjects.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.misplaced, m.delay} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.delay} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}

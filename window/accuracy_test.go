@@ -22,7 +22,19 @@ import (
 // sliding log. With second-granular event times the store must agree
 // exactly; against a millisecond sliding log the documented bound must hold,
 // and the disagreement rate is printed.
+//
+// It runs three times: with every subject evaluated by the apply script, and as
+// the live sink applies (a Headroom: subjects evaluated only when a batch
+// can bring them near a limit, in Go from the partition's copies of their
+// buckets), once more with room for few copies.
 func TestAccuracyAgainstSlidingLog(t *testing.T) {
+	t.Run("script", func(t *testing.T) { testAccuracy(t, nil) })
+	t.Run("mirror", func(t *testing.T) { testAccuracy(t, window.NewHeadroom(1000)) })
+	// copies of at most 10 hashes: dropped and loaded again all along
+	t.Run("mirror-evicting", func(t *testing.T) { testAccuracy(t, window.NewHeadroom(40)) })
+}
+
+func testAccuracy(t *testing.T, hr *window.Headroom) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, `
@@ -47,7 +59,7 @@ rules:
 
 	clock := base.UnixMilli()
 	end := clock + 30*3600*1000
-	var checks, decisionsChecked, denies, msDisagree, batches int
+	var checks, decisionsChecked, denies, msDisagree, batches, mirrored int
 	for clock < end {
 		// One batch: ~40 steps of traffic.
 		var evs []eventT
@@ -100,11 +112,12 @@ rules:
 		if _, err := pipe.Exec(ctx); err != nil && len(touched) > 0 {
 			t.Fatal(err)
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now), nil)
+		res, err := st.Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now), hr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		batches++
+		mirrored += res.Mirrored
 		// With no record before the batch, every deny is a new decision. The
 		// decision is compared rather than the record, which may expire (by
 		// the real clock) before the test reads it: the 2/s record of a
@@ -207,6 +220,12 @@ rules:
 		events, batches, len(refs), checks, decisionsChecked, denies)
 	t.Logf("against a millisecond sliding log: %d of %d decisions differ (%.3f%%), all within the one-second edge bound",
 		msDisagree, decisionsChecked, 100*float64(msDisagree)/float64(max(decisionsChecked, 1)))
+	if hr != nil {
+		t.Logf("%d subject evaluations from the partition's copies of their buckets", mirrored)
+		if mirrored == 0 {
+			t.Fatal("no subject was evaluated from the copies")
+		}
+	}
 	_ = rules.MaxWindow
 	_ = fmt.Sprint
 }

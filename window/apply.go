@@ -32,6 +32,10 @@ type ApplyResult struct {
 	// Subjects touched, and of them those evaluated against their limits
 	// (the others were too far from every limit to have changed).
 	Subjects, Evaluated int
+	// Mirrored counts the evaluated subjects whose windows were evaluated in
+	// Go from the partition's copies of their buckets (mirror.go) rather
+	// than by the script.
+	Mirrored int
 	// Changes is the sequence number of the change entry the batch wrote to
 	// its partition's stream (0: none).
 	Changes int64
@@ -55,6 +59,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Misplaced += o.Misplaced
 	r.Subjects += o.Subjects
 	r.Evaluated += o.Evaluated
+	r.Mirrored += o.Mirrored
 	r.Changes = max(r.Changes, o.Changes)
 	r.Decisions = append(r.Decisions, o.Decisions...)
 	r.Extended = append(r.Extended, o.Extended...)
@@ -127,11 +132,18 @@ func (s *Store) split(b aggregator.Batch) []aggregator.Batch {
 
 func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
 	trimmed := 0
+	useMirror := hr != nil
 	for {
-		res, trimTo, err := s.applyOnce(ctx, group, b, set, now, hr)
+		res, trimTo, err := s.applyOnce(ctx, group, b, set, now, hr, useMirror)
 		res.Trimmed = trimmed
 		if errors.Is(err, errDedupRaced) {
 			continue // another writer counted one of the ids: look again
+		}
+		if errors.Is(err, errMirrorStale) {
+			// Another writer moved the partition or an operator acted: the
+			// copies are gone; this batch is evaluated by the script.
+			useMirror = false
+			continue
 		}
 		if err != nil || trimTo < 0 {
 			return res, err
@@ -156,6 +168,9 @@ type pendingSubject struct {
 	incs    map[int64]int64
 	seen    map[seenKey]int64 // distinct values of the batch -> latest second
 	bev     []bucketEvent     // events for its buckets, in arrival order
+	counted bool              // some of its events were counted by a strict take
+	plan    string            // which limits to evaluate (Headroom.needs)
+	verdict *verdict          // evaluated from the partition's copies (mirror.go)
 }
 
 type seenKey struct{ kind, value string }
@@ -166,8 +181,12 @@ type bucketEvent struct{ us, n int64 }
 // writer of the partition since the batch looked.
 var errDedupRaced = errors.New("dedup raced")
 
+// errMirrorStale: the partition's copies of the buckets (mirror.go) are not
+// what the slot holds; they are forgotten.
+var errMirrorStale = errors.New("bucket copies stale")
+
 // applyOnce returns trimTo >= 0 when the store holds the batch's head.
-func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, int64, error) {
+func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, useMirror bool) (ApplyResult, int64, error) {
 	var res ApplyResult
 	nowSec := floorDiv(now.UnixMilli(), 1000)
 	dups, err := s.duplicates(ctx, b, set, nowSec)
@@ -214,6 +233,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		n := max(ev.N, 1)
 		ps.added += n
 		if r.Counted {
+			ps.counted = true
 			res.CountedByLimiter++
 			continue
 		}
@@ -231,10 +251,22 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	res.Subjects = len(order)
 
 	hr.use(set)
-	args := s.applyArgs(b, now, pl, order, hr, nowSec)
+	for _, ps := range order {
+		pr := &pl.list[ps.profile]
+		ps.plan = hr.needs(ps.sub, len(pr.limits)+len(pr.buckets), ps.added, ps.eval, nowSec)
+	}
+	offkey := s.keys.Offset(group, b.Topic, b.Partition)
+	if useMirror {
+		if err := s.evalMirrored(ctx, offkey, b.Partition, pl, order, hr, nowSec); err != nil {
+			// The copies hold the batch's increments, which Redis does not.
+			hr.forget()
+			return res, -1, err
+		}
+	}
+	args := s.applyArgs(b, now, pl, order, hr)
 	args = append(append(args, s.dedup, len(ids)), ids...)
 	start := time.Now()
-	out, err := applyScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, b.Topic, b.Partition)}, args...).Slice()
+	out, err := applyScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
 	s.observe("apply", start)
 	if err != nil {
 		// Whether the script ran is unknown (a lost reply) or it wrote
@@ -243,6 +275,10 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		return ApplyResult{}, -1, fmt.Errorf("apply batch group=%s topic=%s partition=%d offsets=%d-%d: %w", group, b.Topic, b.Partition, b.First, b.Last, err)
 	}
 	status, prev := replyInt(out, 0), replyInt(out, 1)
+	if status != 0 {
+		// Nothing of the batch was written; the copies hold its increments.
+		hr.forget()
+	}
 	switch status {
 	case 1:
 		return ApplyResult{Duplicate: true}, -1, nil
@@ -251,8 +287,9 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	case 3:
 		return ApplyResult{}, -1, errDedupRaced
 	case 4:
-		hr.forget()
 		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
+	case 5:
+		return ApplyResult{}, -1, errMirrorStale
 	}
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
@@ -275,6 +312,19 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		i += 1 + n
 	}
 	hr.stored(b.Last + 1)
+	if hr != nil {
+		hr.seq = -2
+		if len(out) > 7 {
+			hr.seq = replyInt(out, 7)
+		}
+	}
+	for _, ps := range order {
+		if ps.verdict != nil {
+			hr.set(ps.sub, ps.verdict.h, ps.eval)
+			res.Evaluated++
+			res.Mirrored++
+		}
+	}
 	res.Changes = replyInt(out, 5)
 	res.Decisions = pl.decisions(replyInts(out[3]), order)
 	if len(out) > 6 {
@@ -337,10 +387,14 @@ func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.S
 }
 
 // applyArgs builds the apply script's ARGV (see applyBody).
-func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) []any {
-	args := make([]any, 0, 16+2*len(pl.rules)+8*len(order))
+func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom) []any {
+	args := make([]any, 0, 16+2*len(pl.rules)+9*len(order))
+	gseq := int64(-2)
+	if hr != nil {
+		gseq = hr.seq
+	}
 	args = append(args, s.keys.Slot(b.Partition), b.First, b.Last, now.UnixMilli(), int64(s.slack/time.Second),
-		hr.expect(), s.maxLog, s.keep, len(pl.rules))
+		hr.expect(), s.maxLog, s.keep, gseq, len(pl.rules))
 	for _, r := range pl.rules {
 		args = append(args, r.Name, r.Message)
 	}
@@ -358,8 +412,10 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 	}
 	args = append(args, len(order))
 	for _, ps := range order {
-		pr := &pl.list[ps.profile]
-		plan := hr.needs(ps.sub, len(pr.limits)+len(pr.buckets), ps.added, ps.eval, nowSec)
+		plan := ps.plan
+		if ps.verdict != nil {
+			plan = evalNone
+		}
 		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.incs))
 		secs := make([]int64, 0, len(ps.incs))
 		for sec := range ps.incs {
@@ -377,6 +433,7 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 		for _, e := range ps.bev {
 			args = append(args, e.us, e.n)
 		}
+		args = ps.verdict.appendArgs(args)
 	}
 	return args
 }
@@ -399,6 +456,7 @@ type profileKey struct {
 
 type profile struct {
 	maxw     int64
+	mirrored bool // window limits only, none strict: evaluated from the partition's copies
 	limits   []profileLimit
 	buckets  []profileLimit // rules with a bucket
 	distinct []string       // kinds of attrs its distinct limits count
@@ -447,6 +505,10 @@ func (p *profiles) of(sub Subject, maxw int64) int {
 		if r.Distinct != "" && !slices.Contains(pr.distinct, r.Distinct) {
 			pr.distinct = append(pr.distinct, r.Distinct)
 		}
+	}
+	pr.mirrored = len(pr.limits) > 0 && len(pr.buckets) == 0 && len(pr.distinct) == 0
+	for _, l := range pr.limits {
+		pr.mirrored = pr.mirrored && !l.rule.Strict
 	}
 	p.list = append(p.list, pr)
 	p.byKey[key] = len(p.list) - 1

@@ -6,12 +6,22 @@ package window
 // script run in the partition's slot.
 //
 //	KEYS: offset key
-//	ARGV: slot, first, last, now_ms, slack, expect, maxlog, keep_ms,
+//	ARGV: slot, first, last, now_ms, slack, expect, maxlog, keep_ms, gseq,
 //	      nrules, {name, message}*nrules,
 //	      nprofiles, {maxw, nlimits, {rule, count, w, shadow, distinct kind}*nlimits,
 //	                  nbuckets, {rule, interval_us, burst, shadow, rate}*nbuckets}*nprofiles,
 //	      nsubjects, {field, profile, eval_sec, plan, nincs, {sec, n}*nincs,
-//	                  nseen, {distinct kind, value, sec}*nseen, nbev, {us, n}*nbev}*nsubjects
+//	                  nseen, {distinct kind, value, sec}*nseen, nbev, {us, n}*nbev,
+//	                  verdict}*nsubjects
+//
+// verdict is 0, or 1 followed by what the caller found evaluating the
+// subject's window limits itself, from its copy of the buckets (mirror.go):
+// nbest, {kind (0 deny, 1 shadow), limit, count, until_ms, eval_sec}*nbest,
+// state JSON (” for none), its expiry second. The script then
+// evaluates nothing of the subject and writes what the verdict says. Such a
+// copy holds only while the caller is the partition's only writer: when the
+// stored offset is not expect, or the slot's change sequence not gseq (an
+// operator acted), the run returns {5, next} and writes nothing.
 //
 // Distinct limits count the values in the subject's distinct set of their
 // kind (a sorted set value -> the last second it was seen); buckets keep
@@ -43,14 +53,15 @@ package window
 // Returns {3, next} when one of the ids was counted since the caller looked
 // (it looks again), or {0, previous next offset or -1, all (1 when every subject was
 // evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
-// decisions, {subject, headroom per limit and bucket}* of evaluated subjects,
+// decisions, {subject, headroom per limit and bucket}* of subjects it evaluated,
 // change seq or 0, {subject, limit, count, until_ms, shadow, eval_sec}* of
 // records extended (written over a live record of the same rule and window:
-// no new decision)}
+// no new decision), the slot's change sequence after the run}
 // when applied, {1, next} when the batch is already held, {2, next} when only
 // its tail is new (the caller trims and retries), {4, next} when the batch
 // starts after the stored offset (the slot lost writes it had acknowledged:
-// nothing is written, the caller reads the partition again from next). A
+// nothing is written, the caller reads the partition again from next), {5,
+// next} when the caller's verdicts are stale (nothing written). A
 // limit's headroom is the fewest events that would bring it to its near
 // threshold (<= 0 when near), NOEVAL for one the plan left out.
 const applyBody = `
@@ -61,6 +72,7 @@ local first, last = tonumber(a[2]), tonumber(a[3])
 local now_ms, slack = tonumber(a[4]), tonumber(a[5])
 local expect, maxlog = tonumber(a[6]), tonumber(a[7])
 local keep_ms = tonumber(a[8])
+local gseq = tonumber(a[9])
 local now = math.floor(now_ms / 1000)
 local now_us = now_ms * 1000
 local prev = redis.call('GET', offkey)
@@ -74,7 +86,7 @@ else
 end
 local all = prev ~= expect
 
-local i = 9
+local i = 10
 local rules = {}
 local nrules = tonumber(a[i]); i = i + 1
 for r = 1, nrules do rules[r] = {a[i], a[i + 1]}; i = i + 2 end
@@ -99,6 +111,7 @@ for q = 1, nprof do
 end
 
 local subjects = {}
+local anyg = false
 local nsub = tonumber(a[i]); i = i + 1
 for s = 1, nsub do
   local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), plan = a[i + 3], incs = {}, seen = {}, bev = {}}
@@ -117,6 +130,19 @@ for s = 1, nsub do
   for k = 1, nbe do
     sub.bev[k] = {tonumber(a[i]), tonumber(a[i + 1])} -- event time us, n (arrival order)
     i = i + 2
+  end
+  local ng = tonumber(a[i]); i = i + 1
+  if ng == 1 then
+    local g = {best = {}}
+    local nb = tonumber(a[i]); i = i + 1
+    for k = 1, nb do
+      local l = tonumber(a[i + 1])
+      g.best[a[i] == '1' and 'shadow' or 'deny'] = {l = l, lim = sub.prof.limits[l], count = tonumber(a[i + 2]), u_ms = tonumber(a[i + 3]), t = tonumber(a[i + 4])}
+      i = i + 5
+    end
+    g.js, g.x = a[i], tonumber(a[i + 1]); i = i + 2
+    sub.g = g
+    anyg = true
   end
   subjects[s] = sub
 end
@@ -216,6 +242,7 @@ end
 local undo = {}
 local evals = {}
 local seq0
+local stale = false
 local err = fg_guard(undo, function()
   redis.call('HLEN', statekey)
   redis.call('ZCARD', expkey)
@@ -223,6 +250,8 @@ local err = fg_guard(undo, function()
   redis.call('ZCARD', idkey)
   seq0 = tonumber(redis.call('GET', seqkey) or '0')
   if seq0 == nil then error({err = 'change sequence ' .. seqkey .. ' is not an integer'}) end
+  -- the caller's verdicts rest on a copy of the buckets as it left them
+  if anyg and (all or seq0 ~= gseq) then stale = true return end
   for s = 1, nsub do
     local sub = subjects[s]
     fg_incr(nil, slot, sub.f, sub.incs, sub.prof.maxw, now, slack, undo)
@@ -241,8 +270,13 @@ local err = fg_guard(undo, function()
   end
   for s = 1, nsub do
     local sub = subjects[s]
+    if sub.g then
+      local recs = {}
+      for kind, _ in pairs(sub.g.best) do recs[kind] = redis.call('GET', slot .. ':' .. sub.f .. ':' .. kind) end
+      evals[#evals + 1] = {s = s, best = sub.g.best, js = sub.g.js, x = sub.g.x, recs = recs, old = redis.call('HGET', statekey, sub.f)}
+    end
     if all then sub.plan = '*' end
-    if sub.plan ~= '' then
+    if sub.plan ~= '' and not sub.g then
       local c, best, near, bnear, hl = {}, {}, {}, {}, {}
       fg_eval(c, sub, sub.e, best, near, hl)
       if sub.e > now then
@@ -260,6 +294,7 @@ local err = fg_guard(undo, function()
   end
 end)
 if err then return err end
+if stale then return {5, prev} end
 
 -- Phase 2: writes that cannot fail on the types checked above.
 if horizon > 0 then
@@ -330,25 +365,33 @@ for _, ev in ipairs(evals) do
   end
   -- state: the near limits and buckets in profile order, as the limiter
   -- reads them
-  local parts, bparts, t, x = {}, {}, math.max(sub.e, now), 0
-  for l, lim in ipairs(sub.prof.limits) do
-    local nr = ev.near[l]
-    if nr then
-      parts[#parts + 1] = '[' .. cjson.encode(rules[lim[1]][1]) .. ',' .. string.format('%d,%d,%d,%d', lim[2], lim[3], nr[1], nr[2]) .. ']'
-      x = math.max(x, nr[2], t + lim[3])
+  -- (a verdict brings it built: js, '' for none, and its expiry x)
+  local js, x = ev.js, ev.x
+  if js == nil then
+    local parts, bparts, t = {}, {}, math.max(sub.e, now)
+    x = 0
+    for l, lim in ipairs(sub.prof.limits) do
+      local nr = ev.near[l]
+      if nr then
+        parts[#parts + 1] = '[' .. cjson.encode(rules[lim[1]][1]) .. ',' .. string.format('%d,%d,%d,%d', lim[2], lim[3], nr[1], nr[2]) .. ']'
+        x = math.max(x, nr[2], t + lim[3])
+      end
+    end
+    for b, bk in ipairs(sub.prof.buckets) do
+      local tat = ev.bnear[b]
+      if tat then
+        bparts[#bparts + 1] = '[' .. cjson.encode(rules[bk[1]][1]) .. ',' .. string.format('%d', tat) .. ']'
+        x = math.max(x, math.ceil(tat / 1000000))
+      end
+    end
+    js = ''
+    if #parts > 0 or #bparts > 0 then
+      js = '{"t":' .. string.format('%d', t) .. ',"l":[' .. table.concat(parts, ',') .. ']'
+      if #bparts > 0 then js = js .. ',"b":[' .. table.concat(bparts, ',') .. ']' end
+      js = js .. '}'
     end
   end
-  for b, bk in ipairs(sub.prof.buckets) do
-    local tat = ev.bnear[b]
-    if tat then
-      bparts[#bparts + 1] = '[' .. cjson.encode(rules[bk[1]][1]) .. ',' .. string.format('%d', tat) .. ']'
-      x = math.max(x, math.ceil(tat / 1000000))
-    end
-  end
-  if #parts > 0 or #bparts > 0 then
-    local js = '{"t":' .. string.format('%d', t) .. ',"l":[' .. table.concat(parts, ',') .. ']'
-    if #bparts > 0 then js = js .. ',"b":[' .. table.concat(bparts, ',') .. ']' end
-    js = js .. '}'
+  if js ~= '' then
     if js ~= ev.old then
       redis.call('HSET', statekey, sub.f, js)
       redis.call('ZADD', expkey, x, sub.f)
@@ -359,8 +402,11 @@ for _, ev in ipairs(evals) do
     redis.call('ZREM', expkey, sub.f)
     changes[#changes + 1] = '[' .. cjson.encode(sub.f) .. ',null]'
   end
-  hs[#hs + 1] = ev.s
-  for _, x in ipairs(ev.h) do hs[#hs + 1] = x end
+  -- (the caller knows a verdict's headroom)
+  if ev.h then
+    hs[#hs + 1] = ev.s
+    for _, x in ipairs(ev.h) do hs[#hs + 1] = x end
+  end
 end
 out[4] = decs
 out[5] = hs
@@ -385,9 +431,24 @@ if #changes > 0 or #djson > 0 then
 end
 out[6] = seq
 out[7] = exts
+out[8] = seq > 0 and seq or seq0
 return out
 `
 
 // resumeBody reads a partition's next offset: a script rather than a GET so
 // that the Store needs nothing of Redis but scripts.
 const resumeBody = `return redis.call('GET', KEYS[1])`
+
+// mirrorBody loads bucket hashes for a caller's copy (mirror.go), with the
+// partition's stored offset and the slot's change sequence, which tell the
+// copy what it is as of.
+//
+//	KEYS: offset key
+//	ARGV: change sequence key, hash key*
+//
+// Returns {next offset or -1, sequence, {field, count...} per hash}.
+const mirrorBody = `
+local out = {tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(redis.call('GET', ARGV[1]) or '0') or -1}
+for i = 2, #ARGV do out[i + 1] = redis.call('HGETALL', ARGV[i]) end
+return out
+`

@@ -10,6 +10,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/stacktest"
+	"floodgate/window"
 )
 
 // BenchmarkStoreApply measures the live sink's Redis side: batches of 1000
@@ -23,10 +24,12 @@ func BenchmarkStoreApply(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
 		subjects uint64
+		headroom bool // as the live sink: evaluate only subjects a batch can bring near a limit
 	}{
-		{"subjects=100", 100},
-		{"subjects=10k", 10_000},
-		{"subjects=1M", 1_000_000},
+		{"subjects=100", 100, false},
+		{"subjects=10k", 10_000, false},
+		{"subjects=10k/headroom", 10_000, true},
+		{"subjects=1M", 1_000_000, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := stacktest.Redis(b)
@@ -46,8 +49,13 @@ func BenchmarkStoreApply(b *testing.B) {
 				}
 				batches = append(batches, bt.batch(evs...))
 			}
+			var hr *window.Headroom
+			if tc.headroom {
+				hr = window.NewHeadroom(1 << 20)
+			}
 			ctx := context.Background()
 			calls0 := stacktest.RedisCalls(b, rdb)
+			var evaluated, mirrored, touched int
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
@@ -62,9 +70,13 @@ func BenchmarkStoreApply(b *testing.B) {
 				}
 				bt.next = bb.Last + 1
 				now := src.Records[len(src.Records)-1].Event.TS
-				if _, err := st.Apply(ctx, "bench", bb, set, now, nil); err != nil {
+				res, err := st.Apply(ctx, "bench", bb, set, now, hr)
+				if err != nil {
 					b.Fatal(err)
 				}
+				evaluated += res.Evaluated
+				mirrored += res.Mirrored
+				touched += res.Subjects
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
@@ -72,6 +84,11 @@ func BenchmarkStoreApply(b *testing.B) {
 			events := float64(b.N * batchSize)
 			b.ReportMetric(events/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(calls)/events, "redis-cmds/event")
+			b.ReportMetric(float64(touched)/float64(b.N), "subjects/batch")
+			b.ReportMetric(float64(evaluated)/float64(b.N), "evaluated/batch")
+			if tc.headroom {
+				b.ReportMetric(float64(mirrored)/float64(b.N), "from-copies/batch")
+			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}

@@ -15,11 +15,15 @@ import "floodgate/rules"
 // What it remembers holds while this process is the partition's only
 // writer: the apply script evaluates everything when the stored offset is
 // not the one the Headroom last saw (another owner wrote), and a rules
-// change, a trimmed batch or a failed run forgets everything. Not safe for
+// change, a trimmed batch or a failed run forgets everything. It also holds
+// the partition's copies of the buckets of subjects it evaluates (mirror.go),
+// under the same rule. Not safe for
 // concurrent use; the zero value is not usable (NewHeadroom).
 type Headroom struct {
 	rs   *rules.Set
 	next int64 // the partition's next offset after the last Apply; -2 unknown
+	seq  int64 // the slot's change sequence after the last Apply; -2 unknown
+	mir  *mirror
 	subs map[Subject]*room
 	max  int
 	plan []byte // scratch of needs
@@ -41,9 +45,12 @@ const (
 )
 
 // NewHeadroom remembers at most maxSubjects subjects (forgetting all when
-// full: they are evaluated again once, which costs one evaluation each).
+// full: they are evaluated again once, which costs one evaluation each),
+// and copies of at most maxSubjects/4 bucket hashes (mirror.go: a
+// subject's copy holds one to six hashes of about 600 bytes each).
 func NewHeadroom(maxSubjects int) *Headroom {
-	return &Headroom{next: -2, subs: map[Subject]*room{}, max: max(maxSubjects, 1)}
+	n := max(maxSubjects, 1)
+	return &Headroom{next: -2, seq: -2, mir: newMirror(n / 4), subs: map[Subject]*room{}, max: n}
 }
 
 // expect is the offset the store should hold if no one else wrote.
@@ -72,7 +79,8 @@ func (h *Headroom) stored(next int64) {
 func (h *Headroom) forget() {
 	if h != nil {
 		clear(h.subs)
-		h.next = -2
+		h.mir.forget()
+		h.next, h.seq = -2, -2
 	}
 }
 

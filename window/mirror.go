@@ -1,0 +1,536 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// mirror keeps, for one partition, copies of the bucket hashes of the
+// subjects its batches evaluate, so that Apply evaluates their window
+// limits in Go and the apply script only writes. Evaluating in Lua was the
+// costliest part of a batch in Redis (docs/redis.md): every evaluation
+// loaded and parsed several hashes (HGETALL) and walked them to find when a
+// deny ends, batch after batch for the same hot subjects.
+//
+// A copy is exact because this process is the only writer of its
+// partition's counters while it holds the partition: the apply script
+// refuses Go's verdicts (status 5, nothing written) unless the stored offset
+// is the one this process last stored and the slot's change sequence is the
+// one it last saw (an operator's reset bumps it). Subjects with strict rules
+// (a take writes their buckets too), distinct limits or token buckets are
+// left to the script. A hash the copy does not hold is loaded from Redis
+// before the batch's increments; a hash it holds gets them as they are
+// applied. Anything unexpected forgets the copy (Headroom.forget): it is
+// loaded again, which costs a round trip, never a wrong count.
+//
+// Memory is bounded by hashes, not subjects (a subject with a day's window
+// holds about six, one with a minute's one or two): past maxHashes, a
+// quarter of the copies are dropped, at random.
+type mirror struct {
+	subs      map[Subject]*mirrored
+	hashes    int // held by all subjects
+	maxHashes int
+}
+
+// hashID names one bucket hash of a subject: level 's' (seconds of a
+// minute), 'm' (minutes of an hour) or 'h' (hours of a day) and its number.
+type hashID struct {
+	level byte
+	n     int64
+}
+
+// mirrored holds the hashes of one subject that the copy knows, each as
+// many counts as its level has fields (absent: not loaded).
+type mirrored struct {
+	hashes map[hashID][]int64
+}
+
+func newMirror(maxHashes int) *mirror {
+	return &mirror{subs: map[Subject]*mirrored{}, maxHashes: max(maxHashes, 1)}
+}
+
+func (m *mirror) forget() {
+	clear(m.subs)
+	m.hashes = 0
+}
+
+func (m *mirror) drop(sub Subject) {
+	if ms := m.subs[sub]; ms != nil {
+		m.hashes -= len(ms.hashes)
+		delete(m.subs, sub)
+	}
+}
+
+// store holds a loaded hash, dropping copies when over the bound.
+func (m *mirror) store(ms *mirrored, id hashID, h []int64) {
+	if _, ok := ms.hashes[id]; !ok {
+		m.hashes++
+	}
+	ms.hashes[id] = h
+	if m.hashes <= m.maxHashes {
+		return
+	}
+	for sub := range m.subs { // random order
+		if m.hashes <= m.maxHashes*3/4 {
+			break
+		}
+		m.drop(sub)
+	}
+}
+
+func fieldsOf(level byte) int64 {
+	if level == 'h' {
+		return 24
+	}
+	return 60
+}
+
+// subject returns sub's copy, creating an empty one.
+func (m *mirror) subject(sub Subject) *mirrored {
+	ms := m.subs[sub]
+	if ms == nil {
+		ms = &mirrored{hashes: map[hashID][]int64{}}
+		m.subs[sub] = ms
+	}
+	return ms
+}
+
+// add applies a batch's increments (second -> count) to the hashes the
+// copy holds, at the levels a subject whose longest window is maxw is
+// counted at (as fg_incr).
+func (ms *mirrored) add(incs map[int64]int64, maxw int64) {
+	for sec, n := range incs {
+		lv, k := levelsOf(sec, maxw)
+		for _, at := range lv[:k] {
+			if h := ms.hashes[at.id]; h != nil {
+				h[at.field] += n
+			}
+		}
+	}
+}
+
+// addTo applies a batch's increments to one hash h, not held yet.
+func addTo(h []int64, id hashID, incs map[int64]int64, maxw int64) {
+	for sec, n := range incs {
+		lv, k := levelsOf(sec, maxw)
+		for _, at := range lv[:k] {
+			if at.id == id {
+				h[at.field] += n
+			}
+		}
+	}
+}
+
+type bucketField struct {
+	id    hashID
+	field int64
+}
+
+// levelsOf is where fg_incr counts an event of second sec: its second, and
+// its minute and hour when windows of maxw read those levels.
+func levelsOf(sec, maxw int64) ([3]bucketField, int) {
+	var out [3]bucketField
+	out[0] = bucketField{hashID{'s', floorDiv(sec, 60)}, floorMod(sec, 60)}
+	n := 1
+	if maxw >= 60 {
+		out[n] = bucketField{hashID{'m', floorDiv(sec, 3600)}, floorMod(floorDiv(sec, 60), 60)}
+		n++
+	}
+	if maxw >= 3600 {
+		out[n] = bucketField{hashID{'h', floorDiv(sec, 86400)}, floorMod(floorDiv(sec, 3600), 24)}
+		n++
+	}
+	return out, n
+}
+
+// prune drops hashes no window of maxw can read at now, returning how many.
+func (ms *mirrored) prune(now, maxw, slack int64) int {
+	n := 0
+	for id := range ms.hashes {
+		var end int64
+		switch id.level {
+		case 's':
+			end = id.n*60 + 59
+		case 'm':
+			end = id.n*3600 + 3599
+		default:
+			end = id.n*86400 + 86399
+		}
+		if end+maxw+slack < now {
+			delete(ms.hashes, id)
+			n++
+		}
+	}
+	return n
+}
+
+func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
+
+// seg is a run of fields lo..hi of one hash, as fg_split cuts a window.
+type seg struct {
+	id     hashID
+	lo, hi int64
+}
+
+// evaluation evaluates one subject's windows over its copy, noting the
+// hashes it lacks in missing (the result is then not to be used).
+type evaluation struct {
+	ms      *mirrored
+	missing map[hashID]bool
+	segs    []seg
+}
+
+func (ev *evaluation) hash(id hashID) []int64 {
+	h := ev.ms.hashes[id]
+	if h == nil {
+		if ev.missing == nil {
+			ev.missing = map[hashID]bool{}
+		}
+		ev.missing[id] = true
+	}
+	return h
+}
+
+func appendSegs(out []seg, level byte, per, a, b int64) []seg {
+	for a <= b {
+		n := floorDiv(a, per)
+		e := min(b, n*per+per-1)
+		out = append(out, seg{hashID{level, n}, a - n*per, e - n*per})
+		a = e + 1
+	}
+	return out
+}
+
+// appendSM covers seconds a..b with whole minutes in the middle when useM.
+func appendSM(out []seg, a, b int64, useM bool) []seg {
+	if a > b {
+		return out
+	}
+	m1, m2 := ceilDiv(a, 60), floorDiv(b+1, 60)-1
+	if !useM || m1 > m2 {
+		return appendSegs(out, 's', 60, a, b)
+	}
+	out = appendSegs(out, 's', 60, a, m1*60-1)
+	out = appendSegs(out, 'm', 60, m1, m2)
+	return appendSegs(out, 's', 60, (m2+1)*60, b)
+}
+
+// split is fg_split: the segments covering seconds a..b in time order, the
+// coarsest levels a window of w seconds may use.
+func split(out []seg, a, b, w int64) []seg {
+	if w < 3600 {
+		return appendSM(out, a, b, w >= 60)
+	}
+	h1, h2 := ceilDiv(a, 3600), floorDiv(b+1, 3600)-1
+	if h1 > h2 {
+		return appendSM(out, a, b, true)
+	}
+	out = appendSM(out, a, h1*3600-1, true)
+	out = appendSegs(out, 'h', 24, h1, h2)
+	return appendSM(out, (h2+1)*3600, b, true)
+}
+
+// sum is fg_sum: events in the window of w seconds ending with second t.
+func (ev *evaluation) sum(t, w int64) int64 {
+	ev.segs = split(ev.segs[:0], t-w+1, t, w)
+	var s int64
+	for _, sg := range ev.segs {
+		h := ev.hash(sg.id)
+		for k := sg.lo; h != nil && k <= sg.hi; k++ {
+			s += h[k]
+		}
+	}
+	return s
+}
+
+// walk is fg_walk: through a segment in time order until need events were
+// seen; the events seen and the second of the event that completes need
+// (drilling to finer levels), ok false when need is not reached.
+func (ev *evaluation) walk(sg seg, need int64) (got, sec int64, ok bool) {
+	h := ev.hash(sg.id)
+	if h == nil {
+		return 0, 0, false
+	}
+	for k := sg.lo; k <= sg.hi; k++ {
+		v := h[k]
+		if v == 0 {
+			continue
+		}
+		if got+v >= need {
+			var sub seg
+			var last int64
+			switch sg.id.level {
+			case 's':
+				return got + v, sg.id.n*60 + k, true
+			case 'm':
+				m := sg.id.n*60 + k
+				sub, last = seg{hashID{'s', m}, 0, 59}, m*60+59
+			default:
+				hr := sg.id.n*24 + k
+				sub, last = seg{hashID{'m', hr}, 0, 59}, hr*3600+3599
+			}
+			_, s, found := ev.walk(sub, need-got)
+			if !found {
+				// A missing finer level falls back to the end of the
+				// coarse bucket, as the script does: late, never early.
+				s = last
+			}
+			return got + v, s, true
+		}
+		got += v
+	}
+	return got, 0, false
+}
+
+// until is fg_until (no ahead): the first second after t at which the
+// window of w seconds ending at t has dropped excess events.
+func (ev *evaluation) until(t, w, excess int64) int64 {
+	segs := split(nil, t-w+1, t, w)
+	need := excess
+	for _, sg := range segs {
+		got, sec, ok := ev.walk(sg, need)
+		if ok {
+			return sec + w
+		}
+		need -= got
+	}
+	return t + w
+}
+
+// verdict is what the script's fg_eval finds for one subject: the deny and
+// shadow candidates with the latest until, each near limit, and the
+// headroom of each limit.
+type verdict struct {
+	best [2]*candidate // deny, shadow
+	near []nearLimit
+	h    []int64
+	// state is the subject's state as the limiter reads it ('' for none:
+	// near no limit), built as the script builds it; expires is the second
+	// it stops saying anything.
+	state   string
+	expires int64
+}
+
+type candidate struct {
+	l, count, untilMS, t int64
+}
+
+type nearLimit struct {
+	l, count, until int64 // l counts from 1, as in the script
+}
+
+// eval is fg_eval over the copy for the planned limits of pr at second e
+// and, when e lies ahead of now, at now too. It returns false when a hash
+// the evaluation read is missing (ev.missing says which).
+func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, bool) {
+	v := verdict{h: make([]int64, len(pr.limits))}
+	for i := range v.h {
+		v.h[i] = notEvaluated
+	}
+	near := map[int64]*nearLimit{}
+	at := func(t int64) {
+		for i, lim := range pr.limits {
+			if plan != evalAll && plan[i] != '1' {
+				continue
+			}
+			L, w := lim.limit.Count, int64(lim.limit.Window/time.Second)
+			count := ev.sum(t, w)
+			thr := (L + 1) / 2
+			v.h[i] = min(v.h[i], thr-count)
+			if count >= thr {
+				var u int64
+				if count >= L {
+					u = ev.until(t, w, count+1-L)
+				}
+				if nr := near[int64(i)]; nr == nil {
+					near[int64(i)] = &nearLimit{int64(i) + 1, count, u}
+				} else {
+					nr.count, nr.until = max(nr.count, count), max(nr.until, u)
+				}
+			}
+			if count > L {
+				c := &candidate{int64(i) + 1, count, ev.until(t, w, count-L) * 1000, t}
+				k := 0
+				if lim.rule.Shadow {
+					k = 1
+				}
+				if v.best[k] == nil || c.untilMS > v.best[k].untilMS {
+					v.best[k] = c
+				}
+			}
+		}
+	}
+	at(e)
+	if e > now {
+		at(now)
+	}
+	for i := range pr.limits {
+		if nr := near[int64(i)]; nr != nil {
+			v.near = append(v.near, *nr)
+		}
+	}
+	v.state, v.expires = stateOf(pr, v.near, max(e, now))
+	return v, len(ev.missing) == 0
+}
+
+// stateOf builds a subject's state JSON from its near limits at second t
+// (rule names are [a-z0-9_.-]: quoting them is JSON),
+// the format ParseState reads: {"t":t,"l":[[rule,limit,window,count,until]...]}.
+func stateOf(pr *profile, near []nearLimit, t int64) (string, int64) {
+	if len(near) == 0 {
+		return "", 0
+	}
+	b := make([]byte, 0, 32+48*len(near))
+	b = append(b, `{"t":`...)
+	b = strconv.AppendInt(b, t, 10)
+	b = append(b, `,"l":[`...)
+	var x int64
+	for k, nr := range near {
+		lim := pr.limits[nr.l-1]
+		w := int64(lim.limit.Window / time.Second)
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = strconv.AppendQuote(b, lim.rule.Name)
+		for _, n := range []int64{lim.limit.Count, w, nr.count, nr.until} {
+			b = append(b, ',')
+			b = strconv.AppendInt(b, n, 10)
+		}
+		b = append(b, ']')
+		x = max(x, nr.until, t+w)
+	}
+	return string(append(b, "]}"...)), x
+}
+
+// appendArgs appends the verdict as the apply script reads it (0: none).
+func (v *verdict) appendArgs(args []any) []any {
+	if v == nil {
+		return append(args, 0)
+	}
+	nb := 0
+	for _, c := range v.best {
+		if c != nil {
+			nb++
+		}
+	}
+	args = append(args, 1, nb)
+	for k, c := range v.best {
+		if c != nil {
+			args = append(args, k, c.l, c.count, c.untilMS, c.t)
+		}
+	}
+	return append(args, v.state, v.expires)
+}
+
+// maxLoadRounds bounds the loads of one batch: a sum reads the hashes its
+// window spans (one round), and finding when a deny ends drills from an
+// hour to its minutes to their seconds (two more). A subject still missing
+// hashes after that is evaluated by the script.
+const maxLoadRounds = 4
+
+// evalMirrored brings the partition's copies up to date with the batch and
+// evaluates, from them, the subjects whose plans ask for it and whose
+// profiles allow it, loading what the copies lack. Subjects with events a
+// strict take counted are dropped from the copies (the take wrote their
+// buckets).
+func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) error {
+	m := hr.mir
+	slack := int64(s.slack / time.Second)
+	var want []*pendingSubject
+	for _, ps := range order {
+		pr := &pl.list[ps.profile]
+		if !pr.mirrored || ps.counted {
+			m.drop(ps.sub)
+			continue
+		}
+		if ms := m.subs[ps.sub]; ms != nil {
+			ms.add(ps.incs, pr.maxw)
+			m.hashes -= ms.prune(nowSec, pr.maxw, slack)
+		}
+		if ps.plan != evalNone {
+			want = append(want, ps)
+		}
+	}
+	for round := 0; len(want) > 0 && round < maxLoadRounds; round++ {
+		missing := map[*pendingSubject]map[hashID]bool{}
+		var again []*pendingSubject
+		for _, ps := range want {
+			ev := evaluation{ms: m.subject(ps.sub)}
+			v, ok := ev.eval(&pl.list[ps.profile], ps.plan, ps.eval, nowSec)
+			if ok {
+				ps.verdict = &v
+				continue
+			}
+			missing[ps] = ev.missing
+			again = append(again, ps)
+		}
+		if len(again) == 0 {
+			return nil
+		}
+		if err := s.loadMirrored(ctx, offkey, partition, pl, missing, hr); err != nil {
+			return err
+		}
+		want = again
+	}
+	return nil
+}
+
+// loadMirrored loads the missing hashes into the copies, each with the
+// batch's increments added (the script adds them to Redis after this read).
+// The read's offset and change sequence must be those the copies are as of;
+// the first load after the copies were forgotten sets them.
+func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, pl *profiles, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
+	type target struct {
+		ps *pendingSubject
+		id hashID
+	}
+	var targets []target
+	slot := s.keys.Slot(partition)
+	args := []any{s.keys.Seq(partition)}
+	for ps, ids := range missing {
+		f := Field(ps.sub)
+		for id := range ids {
+			targets = append(targets, target{ps, id})
+			args = append(args, slot+":"+f+":"+string(id.level)+":"+strconv.FormatInt(id.n, 10))
+		}
+	}
+	start := time.Now()
+	out, err := mirrorScript.RunRO(ctx, s.rdb, []string{offkey}, args...).Slice()
+	s.observe("mirror", start)
+	if err != nil {
+		return fmt.Errorf("load bucket copies partition=%d: %w", partition, err)
+	}
+	if len(out) != 2+len(targets) {
+		hr.forget()
+		return fmt.Errorf("load bucket copies partition=%d: %d replies for %d hashes", partition, len(out)-2, len(targets))
+	}
+	next, seq := replyInt(out, 0), replyInt(out, 1)
+	switch {
+	case hr.next == -2 && len(hr.subs) == 0:
+		hr.next, hr.seq = next, seq
+	case next != hr.next || seq != hr.seq:
+		hr.forget()
+		return errMirrorStale
+	}
+	for i, t := range targets {
+		h := make([]int64, fieldsOf(t.id.level))
+		flat, _ := out[2+i].([]any)
+		for k := 0; k+1 < len(flat); k += 2 {
+			field, err1 := strconv.ParseInt(str(flat[k]), 10, 64)
+			n, err2 := strconv.ParseInt(str(flat[k+1]), 10, 64)
+			if err1 != nil || err2 != nil || field < 0 || field >= int64(len(h)) {
+				hr.forget()
+				return fmt.Errorf("load bucket copies partition=%d: field %v=%v of %c:%d is not a bucket count", partition, flat[k], flat[k+1], t.id.level, t.id.n)
+			}
+			h[field] = n
+		}
+		addTo(h, t.id, t.ps.incs, pl.list[t.ps.profile].maxw)
+		hr.mir.store(hr.mir.subject(t.ps.sub), t.id, h)
+	}
+	return nil
+}
