@@ -45,6 +45,7 @@ type hashID struct {
 // many counts as its level has fields (absent: not loaded).
 type mirrored struct {
 	hashes map[hashID][]int64
+	pruned int64 // minute of the last prune
 }
 
 func newMirror(maxHashes int) *mirror {
@@ -145,9 +146,14 @@ func levelsOf(sec, maxw int64) ([3]bucketField, int) {
 	return out, n
 }
 
-// prune drops hashes no window of maxw can read at now, returning how many.
+// prune drops hashes no window of maxw can read at now, returning how
+// many; once a minute is enough.
 func (ms *mirrored) prune(now, maxw, slack int64) int {
 	n := 0
+	if floorDiv(now, 60) == ms.pruned {
+		return 0
+	}
+	ms.pruned = floorDiv(now, 60)
 	for id := range ms.hashes {
 		var end int64
 		switch id.level {
@@ -179,9 +185,9 @@ type seg struct {
 // evaluation evaluates one subject's windows over its copy, noting the
 // hashes it lacks in missing (the result is then not to be used).
 type evaluation struct {
-	ms      *mirrored
-	missing map[hashID]bool
-	segs    []seg
+	ms         *mirrored
+	missing    map[hashID]bool
+	segs, useg []seg // scratch of sum and until
 }
 
 func (ev *evaluation) hash(id hashID) []int64 {
@@ -289,9 +295,9 @@ func (ev *evaluation) walk(sg seg, need int64) (got, sec int64, ok bool) {
 // until is fg_until (no ahead): the first second after t at which the
 // window of w seconds ending at t has dropped excess events.
 func (ev *evaluation) until(t, w, excess int64) int64 {
-	segs := split(nil, t-w+1, t, w)
+	ev.useg = split(ev.useg[:0], t-w+1, t, w)
 	need := excess
-	for _, sg := range segs {
+	for _, sg := range ev.useg {
 		got, sec, ok := ev.walk(sg, need)
 		if ok {
 			return sec + w
@@ -331,7 +337,7 @@ func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, boo
 	for i := range v.h {
 		v.h[i] = notEvaluated
 	}
-	near := map[int64]*nearLimit{}
+	near := make([]nearLimit, len(pr.limits)) // l 0: not near
 	at := func(t int64) {
 		for i, lim := range pr.limits {
 			if plan != evalAll && plan[i] != '1' {
@@ -346,8 +352,8 @@ func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, boo
 				if count >= L {
 					u = ev.until(t, w, count+1-L)
 				}
-				if nr := near[int64(i)]; nr == nil {
-					near[int64(i)] = &nearLimit{int64(i) + 1, count, u}
+				if nr := &near[i]; nr.l == 0 {
+					*nr = nearLimit{int64(i) + 1, count, u}
 				} else {
 					nr.count, nr.until = max(nr.count, count), max(nr.until, u)
 				}
@@ -369,8 +375,8 @@ func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, boo
 		at(now)
 	}
 	for i := range pr.limits {
-		if nr := near[int64(i)]; nr != nil {
-			v.near = append(v.near, *nr)
+		if near[i].l != 0 {
+			v.near = append(v.near, near[i])
 		}
 	}
 	v.state, v.expires = stateOf(pr, v.near, max(e, now))
@@ -459,8 +465,9 @@ func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, 
 	for round := 0; len(want) > 0 && round < maxLoadRounds; round++ {
 		missing := map[*pendingSubject]map[hashID]bool{}
 		var again []*pendingSubject
+		var ev evaluation // its scratch serves every subject
 		for _, ps := range want {
-			ev := evaluation{ms: m.subject(ps.sub)}
+			ev.ms, ev.missing = m.subject(ps.sub), nil
 			v, ok := ev.eval(&pl.list[ps.profile], ps.plan, ps.eval, nowSec)
 			if ok {
 				ps.verdict = &v
