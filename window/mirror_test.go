@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
 )
@@ -31,6 +32,20 @@ func denied(res window.ApplyResult, subject string) bool {
 	return false
 }
 
+// applyTimes applies a batch of n events of subject "a" at at.
+func applyTimes(t *testing.T, st *window.Store, b *batcher, set *rules.Set, at time.Time, hr *window.Headroom, n int) window.ApplyResult {
+	t.Helper()
+	var evs []eventT
+	for range n {
+		evs = append(evs, ev("act", "k", "a", at))
+	}
+	res, err := st.Apply(context.Background(), "g", b.batch(evs...), set, at, hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func TestMirrorForgetsAfterOperatorReset(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
@@ -39,18 +54,7 @@ func TestMirrorForgetsAfterOperatorReset(t *testing.T) {
 	b := &batcher{topic: "m"}
 	hr := window.NewHeadroom(100)
 	at := base.Add(10 * time.Second)
-	apply := func(n int) window.ApplyResult {
-		t.Helper()
-		var evs []eventT
-		for range n {
-			evs = append(evs, ev("act", "k", "a", at))
-		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, at, hr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	apply := func(n int) window.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
 	apply(3)
 	if res := apply(1); res.Mirrored != 1 {
 		t.Fatalf("second batch: %d subjects evaluated from the copies, want 1", res.Mirrored)
@@ -93,22 +97,10 @@ rules:
     kinds: [k]
     limits: [20/m]
 `)
-	ctx := context.Background()
 	b := &batcher{topic: "m"}
 	mine, theirs := window.NewHeadroom(100), window.NewHeadroom(100)
 	at := base.Add(10 * time.Second)
-	apply := func(hr *window.Headroom, n int) window.ApplyResult {
-		t.Helper()
-		var evs []eventT
-		for range n {
-			evs = append(evs, ev("act", "k", "a", at))
-		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, at, hr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	apply := func(hr *window.Headroom, n int) window.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
 	if res := apply(mine, 2); res.Mirrored != 1 {
 		t.Fatalf("first batch: %d subjects evaluated from the copies, want 1", res.Mirrored)
 	}
