@@ -490,7 +490,10 @@ func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, 
 // loadMirrored loads the missing hashes into the copies, each with the
 // batch's increments added (the script adds them to Redis after this read).
 // The read's offset and change sequence must be those the copies are as of;
-// the first load after the copies were forgotten sets them.
+// the first load after the copies were forgotten sets them. Increments and
+// offset are written by one script run, so a read is consistent as of its
+// offset even from a lagging replica, and the apply script refuses verdicts
+// unless the primary still holds that offset.
 func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, pl *profiles, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
 	type target struct {
 		ps *pendingSubject
