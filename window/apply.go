@@ -294,8 +294,22 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
 	}
+	res.Evaluated, res.Mirrored = hr.learn(out, b.Last+1, pl, order)
+	res.Changes = replyInt(out, 5)
+	res.Decisions = pl.decisions(replyInts(out[3]), order)
+	if len(out) > 6 {
+		res.Extended = pl.decisions(replyInts(out[6]), order)
+	}
+	return res, -1, nil
+}
+
+// learn records in hr what an applied batch's reply says: the offset and
+// change sequence the slot now holds, and the headroom of every subject
+// evaluated, by the script or from the copies. It returns how many were
+// evaluated, and of them from the copies.
+func (hr *Headroom) learn(out []any, next int64, pl *profiles, order []*pendingSubject) (evaluated, mirrored int) {
 	if replyInt(out, 2) == 1 {
-		hr.forget()
+		hr.forget() // another writer had moved the offset: the script evaluated all
 	}
 	// {subject index, headroom per limit and bucket}* of evaluated subjects
 	hs := replyInts(out[4])
@@ -308,29 +322,24 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			break
 		}
 		hr.set(ps.sub, hs[i+1:i+1+n], ps.eval)
-		res.Evaluated++
+		evaluated++
 		i += 1 + n
-	}
-	hr.stored(b.Last + 1)
-	if hr != nil {
-		hr.seq = -2
-		if len(out) > 7 {
-			hr.seq = replyInt(out, 7)
-		}
 	}
 	for _, ps := range order {
 		if ps.verdict != nil {
 			hr.set(ps.sub, ps.verdict.h, ps.eval)
-			res.Evaluated++
-			res.Mirrored++
+			evaluated++
+			mirrored++
 		}
 	}
-	res.Changes = replyInt(out, 5)
-	res.Decisions = pl.decisions(replyInts(out[3]), order)
-	if len(out) > 6 {
-		res.Extended = pl.decisions(replyInts(out[6]), order)
+	hr.stored(next)
+	if hr != nil {
+		hr.seq = -2 // unknown: no copies are used until it is
+		if len(out) > 7 {
+			hr.seq = replyInt(out, 7)
+		}
 	}
-	return res, -1, nil
+	return evaluated, mirrored
 }
 
 // duplicates marks, by record index, the events of b counted already under
