@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -242,19 +243,14 @@ func startLive(t *testing.T, brokers []string, rdb *redis.Client, topic, decisio
 func (l *liveRun) waitApplied(t *testing.T, end []int64) {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
-	for p := 0; p < l.partitions; {
-		next, _, err := l.store.Resume(ctx, l.group, l.topic, p)
-		switch {
-		case err != nil:
-			t.Fatal(err)
-		case next >= end[p]:
-			p++
-			continue
-		case time.Now().After(deadline):
-			t.Fatalf("partition %d: live applied up to %d, want %d", p, next, end[p])
-		}
-		time.Sleep(time.Millisecond)
+	for p := range l.partitions {
+		stacktest.WaitFor(t, fmt.Sprintf("live to apply partition %d up to %d", p, end[p]), 60*time.Second, func() bool {
+			next, _, err := l.store.Resume(ctx, l.group, l.topic, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return next >= end[p]
+		})
 	}
 }
 
@@ -264,22 +260,16 @@ func (l *liveRun) stop(t *testing.T) []window.Decision {
 	t.Helper()
 	ctx := context.Background()
 	keys := l.store.Keys()
-	deadline := time.Now().Add(60 * time.Second)
-	for p := 0; p < l.partitions; {
-		seq, err := l.rdb.Get(ctx, keys.Seq(p)).Result()
-		if errors.Is(err, redis.Nil) {
-			p++
-			continue
-		}
-		cur, _ := l.rdb.Get(ctx, keys.Relay(p)).Result()
-		if _, cseq, _ := strings.Cut(cur, " "); cseq == seq {
-			p++
-			continue
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("partition %d: relay at %q, change stream at seq %s", p, cur, seq)
-		}
-		time.Sleep(5 * time.Millisecond)
+	for p := range l.partitions {
+		stacktest.WaitFor(t, fmt.Sprintf("the relay of partition %d to reach its change stream's sequence", p), 60*time.Second, func() bool {
+			seq, err := l.rdb.Get(ctx, keys.Seq(p)).Result()
+			if errors.Is(err, redis.Nil) {
+				return true // no change entry: nothing to publish
+			}
+			cur, _ := l.rdb.Get(ctx, keys.Relay(p)).Result()
+			_, cseq, _ := strings.Cut(cur, " ")
+			return cseq == seq
+		})
 	}
 	if err := l.halt(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("live group: %v", err)

@@ -17,6 +17,7 @@ import (
 	"floodgate/event"
 	"floodgate/history"
 	"floodgate/history/historytest"
+	"floodgate/stacktest"
 )
 
 // clock is a settable time for the dedup horizon.
@@ -302,18 +303,13 @@ func TestSinkPrunesInTheBackground(t *testing.T) {
 	go func() { s.RunPartition(rctx, "t", 0); close(done) }()
 	defer func() { cancel(); <-done }()
 	ids := pgx.Identifier{"floodgate", "history_ids"}.Sanitize()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	stacktest.WaitFor(t, "the ids past the horizon pruned (1 left)", 30*time.Second, func() bool {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+ids).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d ids left 30s after the horizon passed, want 1", n)
-		}
-	}
+		return n == 1
+	})
 	var left [16]byte
 	if err := pool.QueryRow(ctx, `SELECT id FROM `+ids).Scan(&left); err != nil || left != history.IDKey("new") {
 		t.Fatalf("id left %x, %v; want IDKey(new)", left, err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -62,20 +61,7 @@ func TestAggregatorCrashDedupHistory(t *testing.T) {
 		writeAll(t, ctx, w, msgs)
 	}
 
-	p := e.start("run0")
-	const kills = 3
-	for round := range kills {
-		for i := range 25 {
-			send(80, 25)
-			if i == 15 {
-				p.kill(t)
-				t.Logf("round %d: SIGKILLed after %d distinct events and %d copies", round, len(sent), copies)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		p = e.start(fmt.Sprintf("run%d", round+1))
-	}
-	last := fmt.Sprintf("run%d", kills)
+	p := e.crashRounds(t, 3, 25, 15, func() { send(80, 25) })
 	send(500, 40)
 	t.Logf("%d distinct events, %d copies", len(sent), copies)
 
@@ -83,7 +69,7 @@ func TestAggregatorCrashDedupHistory(t *testing.T) {
 	waitHistoryExact(t, e, 90*time.Second)
 
 	// The last process counted copies as duplicates on both paths.
-	body, err := httpGet(metricsAddr(t, e, last))
+	body, err := httpGet(metricsAddr(t, e, p.name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,19 +107,19 @@ func waitHistoryExact(t *testing.T, e *liveEnv, within time.Duration) {
 // metricsAddr returns the /metrics URL the named process logged.
 func metricsAddr(t *testing.T, e *liveEnv, name string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var addr string
+	stacktest.WaitFor(t, name+" logging its metrics address", 20*time.Second, func() bool {
 		b, _ := os.ReadFile(filepath.Join(e.dir, name+".log"))
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
 			if i := strings.Index(sc.Text(), "metrics=http://"); i >= 0 {
-				return strings.Fields(sc.Text()[i+len("metrics="):])[0]
+				addr = strings.Fields(sc.Text()[i+len("metrics="):])[0]
+				return true
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s logged no metrics address", name)
-	return ""
+		return false
+	})
+	return addr
 }
 
 // metricValue sums the samples of name whose labels contain label.

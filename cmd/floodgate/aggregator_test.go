@@ -215,6 +215,46 @@ func (e *liveEnv) run(name string, args ...string) *proc {
 	return p
 }
 
+// crashRounds is the crash tests' loop, rounds times: send steps batches,
+// each while the running process keeps reading (it waits until the
+// process's floodgate_aggregator_messages_in_total grew after a batch);
+// SIGKILL it just after it read batch killAt, in the middle of applying it;
+// send the rest while it is down (a backlog for the next); start the next.
+// It returns the last process, running, named run<rounds>.
+func (e *liveEnv) crashRounds(t *testing.T, rounds, steps, killAt int, send func()) *proc {
+	t.Helper()
+	p := e.start("run0")
+	for round := range rounds {
+		addr := metricsAddr(t, e, p.name)
+		read := func() float64 {
+			body, err := httpGet(addr)
+			if err != nil {
+				return -1
+			}
+			return metricValue(body, "floodgate_aggregator_messages_in_total", "")
+		}
+		seen := max(read(), 0)
+		for i := range steps {
+			send()
+			if i > killAt {
+				continue // down: the batch waits for the next process
+			}
+			stacktest.WaitFor(t, p.name+" reading", 60*time.Second, func() bool {
+				v := read()
+				grew := v > seen
+				seen = max(seen, v)
+				return grew
+			})
+			if i == killAt {
+				p.kill(t)
+				t.Logf("round %d: %s SIGKILLed after reading batch %d of %d", round, p.name, i+1, steps)
+			}
+		}
+		p = e.start(fmt.Sprintf("run%d", round+1))
+	}
+	return p
+}
+
 func (p *proc) kill(tb testing.TB) {
 	tb.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -399,22 +439,11 @@ func TestAggregatorCrashExactlyOnce(t *testing.T) {
 	defer w.Close()
 	subs := subjects(40)
 
-	p := e.start("run0")
-	const kills = 4
 	sent := 0
-	for round := 0; round < kills; round++ {
-		// Produce for ~2.5s, killing mid-stream.
-		for i := 0; i < 25; i++ {
-			e.produce(ctx, w, "crash", subs, 80, sent)
-			sent += 80
-			if i == 15 {
-				p.kill(t)
-				t.Logf("round %d: SIGKILLed after %d events", round, sent)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		p = e.start(fmt.Sprintf("run%d", round+1))
-	}
+	p := e.crashRounds(t, 4, 25, 15, func() {
+		e.produce(ctx, w, "crash", subs, 80, sent)
+		sent += 80
+	})
 	e.produce(ctx, w, "crash", subs, 500, sent)
 	e.waitExact("crash", 90*time.Second)
 	p.stop(t)
@@ -701,20 +730,11 @@ func TestAggregatorCrashExactlyOnceRuleTypes(t *testing.T) {
 		}
 		writeAll(t, ctx, w, msgs)
 	}
-	p := e.start("run0")
 	sent := 0
-	for round := range 3 {
-		for i := range 12 {
-			send(50, sent)
-			sent += 50
-			if i == 7 {
-				p.kill(t)
-				t.Logf("round %d: SIGKILLed after %d events", round, sent)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		p = e.start(fmt.Sprintf("run%d", round+1))
-	}
+	p := e.crashRounds(t, 3, 12, 7, func() {
+		send(50, sent)
+		sent += 50
+	})
 	// The reference: the topic as the aggregator reads it, partition by
 	// partition in offset order.
 	type ref struct {
