@@ -283,21 +283,17 @@ func (l *pacedLoad) finish(t *testing.T) *harness.Tally {
 // ---------------------------------------------------------------- waiting
 
 // waitOwns waits until each named aggregator logged that it started a
-// partition: the group is shared.
+// partition of the live group: the group is shared.
 func (e *liveEnv) waitOwns(names ...string) {
 	e.t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	// The live group's own line: the history group's members start
+	// partitions too, and the live group may still be rebalancing then.
+	started := `msg="partition started" group=` + e.group + " "
 	for _, name := range names {
-		for {
+		stacktest.WaitFor(e.t, "aggregator "+name+" to own a partition of the live group", time.Minute, func() bool {
 			b, _ := os.ReadFile(filepath.Join(e.dir, name+".log"))
-			if strings.Contains(string(b), "partition started") {
-				break
-			}
-			if time.Now().After(deadline) {
-				e.t.Fatalf("aggregator %s owns no partition after a minute", name)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return strings.Contains(string(b), started)
+		})
 	}
 }
 
