@@ -32,11 +32,10 @@ func (Noop) ShouldRateLimit(_ context.Context, in *rlsv3.RateLimitRequest) (*rls
 }
 
 // NewNoopServer returns a gRPC server serving Noop with the options
-// `floodgate limiter` gives its RLS server (limiter.NewServer without an
-// auth token: the message size bound only), so that the two differ by the
-// work done per call alone.
+// `floodgate limiter` gives its RLS server (limiter.RLSServerOptions; no
+// auth token), so that the two differ by the work done per call alone.
 func NewNoopServer() *grpc.Server {
-	s := grpc.NewServer(grpc.MaxRecvMsgSize(limiter.DefaultMaxRequestBytes))
+	s := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes)...)
 	rlsv3.RegisterRateLimitServiceServer(s, Noop{})
 	return s
 }
