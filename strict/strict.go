@@ -15,7 +15,7 @@ import (
 // Store is what a Taker needs of the live store; *window.Store has it.
 type Store interface {
 	PartitionOf(sub window.Subject) (int, error)
-	TakeSlot(ctx context.Context, partition int, now time.Time, reqs []window.TakeRequest) ([]window.TakeResult, error)
+	TakeSlots(ctx context.Context, runs []window.SlotTakes) ([][]window.TakeResult, []error)
 	Refund(ctx context.Context, partition int, now time.Time, qs []window.EvalQuery, n int64) error
 	Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) ([]window.EvalState, error)
 }
@@ -27,6 +27,9 @@ type Config struct {
 	Store Store // required
 	// MaxBatch caps the takes of one script run. Default 64.
 	MaxBatch int
+	// Pipelines is how many pipelines of script runs may be in flight at
+	// once. Default 2: one fills while the other waits for Redis.
+	Pipelines int
 	// Timeout bounds one script run (it is not retried: a run whose reply
 	// is lost may have counted). Default 1s.
 	Timeout time.Duration
@@ -36,10 +39,13 @@ type Config struct {
 // Taker runs strict takes: check and count in one atomic script per Redis
 // slot, zero overshoot.
 //
-// Concurrent takes of one slot are queued and run together, in arrival
-// order, in one script run (a later take sees the counts of the earlier
-// ones), so a burst costs one round trip and one script call, not one per
-// take — as envoyproxy/ratelimit pipelines its commands.
+// Concurrent takes are queued and sent together: those of one slot in one
+// script run, in arrival order (a later take sees the counts of the
+// earlier ones), and the runs of every slot in one pipeline, so a burst
+// costs one round trip and one write on each side, not one per take or
+// per slot — as envoyproxy/ratelimit pipelines its commands. A take never
+// waits for company: a pipeline leaves with whatever is queued as soon as
+// a pipeline slot is free (Config.Pipelines).
 //
 // A take whose subjects fall in several slots (a partition each) reserves
 // in every slot and refunds the slots that took when another refused:
@@ -52,8 +58,8 @@ type Config struct {
 type Taker struct {
 	cfg   Config
 	log   *slog.Logger
-	mu    sync.Mutex
-	slots map[int]chan *pending
+	queue chan *pending
+	start sync.Once
 }
 
 // New returns a Taker.
@@ -64,18 +70,22 @@ func New(cfg Config) (*Taker, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 64
 	}
+	if cfg.Pipelines <= 0 {
+		cfg.Pipelines = 2
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Taker{cfg: cfg, log: cfg.Logger, slots: map[int]chan *pending{}}, nil
+	return &Taker{cfg: cfg, log: cfg.Logger, queue: make(chan *pending, 4*cfg.MaxBatch)}, nil
 }
 
 // pending is one slot's part of a take, waiting for its run.
 type pending struct {
 	ctx  context.Context
+	part int
 	now  time.Time
 	req  window.TakeRequest
 	done chan result
@@ -182,9 +192,14 @@ func (t *Taker) fill(ctx context.Context, now time.Time, qs []window.EvalQuery, 
 
 // submit queues one slot's take and waits for its run.
 func (t *Taker) submit(ctx context.Context, part int, now time.Time, req window.TakeRequest) result {
-	p := &pending{ctx: ctx, now: now, req: req, done: make(chan result, 1)}
+	t.start.Do(func() {
+		for range t.cfg.Pipelines {
+			go t.run()
+		}
+	})
+	p := &pending{ctx: ctx, part: part, now: now, req: req, done: make(chan result, 1)}
 	select {
-	case t.queue(part) <- p:
+	case t.queue <- p:
 	case <-ctx.Done():
 		return result{err: fmt.Errorf("strict take partition=%d: %w", part, context.Cause(ctx))}
 	}
@@ -198,77 +213,67 @@ func (t *Taker) submit(ctx context.Context, part int, now time.Time, req window.
 	}
 }
 
-func (t *Taker) queue(part int) chan *pending {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	q := t.slots[part]
-	if q == nil {
-		q = make(chan *pending, 4*t.cfg.MaxBatch)
-		t.slots[part] = q
-		go t.run(part, q)
-	}
-	return q
-}
-
-// run takes the takes queued for one slot, a run at a time. It lives as
-// long as the process: one goroutine per slot in use.
-//
-// A run counts at one clock second, its first take's: takes of another
-// second wait for the next run, so every take counts at its own second.
-func (t *Taker) run(part int, q chan *pending) {
-	batch := make([]*pending, 0, t.cfg.MaxBatch)
-	var carry *pending
+// run sends what is queued, a pipeline at a time. Pipelines goroutines run
+// it for the life of the process.
+func (t *Taker) run() {
+	limit := 4 * t.cfg.MaxBatch
+	batch := make([]*pending, 0, limit)
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
-			first = <-q
-		}
-		batch = append(batch[:0], first)
-		sec := first.now.Unix()
+		batch = append(batch[:0], <-t.queue)
 	fill:
-		for len(batch) < t.cfg.MaxBatch {
+		for len(batch) < limit {
 			select {
-			case p := <-q:
-				if p.now.Unix() != sec {
-					carry = p
-					break fill
-				}
+			case p := <-t.queue:
 				batch = append(batch, p)
 			default:
 				break fill
 			}
 		}
-		t.runBatch(part, batch)
+		t.runBatch(batch)
 	}
 }
 
-func (t *Taker) runBatch(part int, batch []*pending) {
-	// Takes whose caller gave up before the run are not run at all.
-	live := batch[:0]
+// runBatch groups a pipeline's takes into script runs, one per slot and
+// clock second in order of arrival, at most MaxBatch takes each: a run
+// counts at one second, so every take counts at its own.
+func (t *Taker) runBatch(batch []*pending) {
+	type key struct {
+		part int
+		sec  int64
+	}
+	var runs []window.SlotTakes
+	var members [][]*pending
+	open := map[key]int{}
 	for _, p := range batch {
+		// Takes whose caller gave up before the run are not run at all.
 		if err := p.ctx.Err(); err != nil {
-			p.done <- result{err: fmt.Errorf("strict take partition=%d: %w", part, context.Cause(p.ctx))}
+			p.done <- result{err: fmt.Errorf("strict take partition=%d: %w", p.part, context.Cause(p.ctx))}
 			continue
 		}
-		live = append(live, p)
+		k := key{p.part, p.now.Unix()}
+		i, ok := open[k]
+		if !ok || len(members[i]) == t.cfg.MaxBatch {
+			i = len(runs)
+			open[k] = i
+			runs = append(runs, window.SlotTakes{Partition: p.part, Now: p.now})
+			members = append(members, nil)
+		}
+		runs[i].Reqs = append(runs[i].Reqs, p.req)
+		members[i] = append(members[i], p)
 	}
-	if len(live) == 0 {
+	if len(runs) == 0 {
 		return
 	}
-	now := live[0].now // the same second as every other take of the run
-	reqs := make([]window.TakeRequest, len(live))
-	for i, p := range live {
-		reqs[i] = p.req
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
-	res, err := t.cfg.Store.TakeSlot(ctx, part, now, reqs)
+	res, errs := t.cfg.Store.TakeSlots(ctx, runs)
 	cancel()
-	for i, p := range live {
-		if err != nil {
-			p.done <- result{err: err, now: now}
-			continue
+	for i, ps := range members {
+		for k, p := range ps {
+			if errs[i] != nil {
+				p.done <- result{err: errs[i], now: runs[i].Now}
+				continue
+			}
+			p.done <- result{res: res[i][k], now: runs[i].Now}
 		}
-		p.done <- result{res: res[i], now: now}
 	}
 }

@@ -117,7 +117,7 @@ func (s *Store) Evaluate(ctx context.Context, now time.Time, qs []EvalQuery, n i
 			for k, i := range idx {
 				sub[k] = qs[i]
 			}
-			res, err := s.runEval(gctx, evalScript, "evaluate", part, now, []TakeRequest{{Queries: sub, N: max(n, 1)}}, false)
+			res, err := s.runEval(gctx, "evaluate", part, now, []TakeRequest{{Queries: sub, N: max(n, 1)}})
 			if err != nil {
 				return err
 			}
@@ -138,17 +138,82 @@ func (s *Store) Evaluate(ctx context.Context, now time.Time, qs []EvalQuery, n i
 // it. The caller must not retry a run whose reply it did not get (the
 // takes may have counted): a Redis client for takes has retries off.
 func (s *Store) TakeSlot(ctx context.Context, partition int, now time.Time, reqs []TakeRequest) ([]TakeResult, error) {
-	for _, r := range reqs {
-		if r.N < 1 {
-			return nil, fmt.Errorf("take: n = %d, want >= 1", r.N)
+	res, errs := s.TakeSlots(ctx, []SlotTakes{{Partition: partition, Now: now, Reqs: reqs}})
+	return res[0], errs[0]
+}
+
+// SlotTakes is one script run of TakeSlots: takes of one partition's slot,
+// counted at Now.
+type SlotTakes struct {
+	Partition int
+	Now       time.Time
+	Reqs      []TakeRequest
+}
+
+// TakeSlots runs several take runs (each as TakeSlot) in one pipeline: one
+// round trip and one write for all of them, where separate calls cost a
+// system call on each side per run. Each run is atomic on its own, and Redis
+// runs them in order; results and errors are per run. A run refused for a
+// missing script (a restarted or failed-over Redis) did not run, and is
+// sent again once the script is loaded.
+func (s *Store) TakeSlots(ctx context.Context, runs []SlotTakes) ([][]TakeResult, []error) {
+	out := make([][]TakeResult, len(runs))
+	errs := make([]error, len(runs))
+	args := make([][]any, len(runs))
+	var todo []int
+	for i, r := range runs {
+		if args[i], errs[i] = s.takeArgs(r); errs[i] == nil {
+			todo = append(todo, i)
 		}
-		for _, q := range r.Queries {
+	}
+	start := time.Now()
+	defer s.observe("take", start)
+	for attempt := 0; len(todo) > 0; attempt++ {
+		cmds := make([]*redis.Cmd, len(todo))
+		pipe := s.rdb.Pipeline()
+		for k, i := range todo {
+			cmds[k] = pipe.EvalSha(ctx, takeScript.Hash(), []string{s.keys.State(runs[i].Partition)}, args[i]...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		var again []int
+		for k, i := range todo {
+			r := runs[i]
+			v, err := cmds[k].Slice()
+			if err != nil && attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				again = append(again, i)
+				continue
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("take %d requests partition=%d: %w", len(r.Reqs), r.Partition, err)
+				continue
+			}
+			out[i], errs[i] = parseTakes("take", r.Reqs, v)
+		}
+		if len(again) > 0 {
+			if err := takeScript.Load(ctx, s.rdb).Err(); err != nil {
+				for _, i := range again {
+					errs[i] = fmt.Errorf("take partition=%d: load script: %w", runs[i].Partition, err)
+				}
+				return out, errs
+			}
+		}
+		todo = again
+	}
+	return out, errs
+}
+
+func (s *Store) takeArgs(r SlotTakes) ([]any, error) {
+	for _, req := range r.Reqs {
+		if req.N < 1 {
+			return nil, fmt.Errorf("take: n = %d, want >= 1", req.N)
+		}
+		for _, q := range req.Queries {
 			if q.Count && (q.MaxWindow < time.Second || q.MaxWindow > rules.MaxWindow) {
 				return nil, fmt.Errorf("take %s: max window %s is not in [1s, %s]", Field(q.Subject), q.MaxWindow, rules.FormatWindow(rules.MaxWindow))
 			}
 		}
 	}
-	return s.runEval(ctx, takeScript, "take", partition, now, reqs, true)
+	return s.evalArgs("take", r.Partition, r.Now, r.Reqs, true)
 }
 
 // Refund takes back n events that TakeSlot counted at now for the subjects
@@ -190,23 +255,22 @@ func (s *Store) bySlot(n int, subject func(int) Subject) (map[int][]int, error) 
 	return groups, nil
 }
 
-func (s *Store) runEval(ctx context.Context, script *redis.Script, op string, partition int, now time.Time, reqs []TakeRequest, take bool) ([]TakeResult, error) {
-	args, err := s.evalArgs(op, partition, now, reqs, take)
+func (s *Store) runEval(ctx context.Context, op string, partition int, now time.Time, reqs []TakeRequest) ([]TakeResult, error) {
+	args, err := s.evalArgs(op, partition, now, reqs, false)
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{s.keys.State(partition)}
 	start := time.Now()
-	var v []any
-	if take {
-		v, err = script.Run(ctx, s.rdb, keys, args...).Slice()
-	} else {
-		v, err = script.RunRO(ctx, s.rdb, keys, args...).Slice()
-	}
+	v, err := evalScript.RunRO(ctx, s.rdb, []string{s.keys.State(partition)}, args...).Slice()
 	s.observe(op, start)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d requests partition=%d: %w", op, len(reqs), partition, err)
 	}
+	return parseTakes(op, reqs, v)
+}
+
+// parseTakes reads the reply of evalBody: one {taken, states} per request.
+func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 	if len(v) != len(reqs) {
 		return nil, fmt.Errorf("%s: %d answers for %d requests", op, len(v), len(reqs))
 	}

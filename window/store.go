@@ -15,11 +15,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis is what the Store needs of a Redis client: scripts only.
+// Redis is what the Store needs of a Redis client: scripts, and pipelines
+// of them.
 // *redis.Client and *redis.ClusterClient (redis.UniversalClient) satisfy it:
 // every script declares a key of the slot it works in, so a cluster client
 // routes it to the slot's primary (read-only scripts may go to replicas).
-type Redis = redis.Scripter
+type Redis interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner // strict takes of several slots share a round trip
+}
 
 var (
 	_ Redis = (*redis.Client)(nil)

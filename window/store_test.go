@@ -3,6 +3,7 @@ package window_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -531,5 +532,56 @@ func TestLoadScripts(t *testing.T) {
 	}
 	if err := st.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Takes of several slots share a pipeline; a Redis that lost its scripts
+// (a restart, a failover) refuses every run with NOSCRIPT, and those runs
+// are sent again once the script is loaded: each counts exactly once, and
+// a run with a bad request fails alone.
+func TestTakeSlotsCountOnceAcrossAScriptFlush(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	ctx := context.Background()
+	const parts = 4
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return parts }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subs []window.Subject // one subject in each of two slots
+	for i := 0; len(subs) < 2; i++ {
+		s := window.Subject{Action: "login", Kind: "ip", Subject: fmt.Sprintf("10.0.0.%d", i)}
+		if len(subs) == 0 || window.Partition(s, parts) != window.Partition(subs[0], parts) {
+			subs = append(subs, s)
+		}
+	}
+	query := func(s window.Subject) []window.EvalQuery {
+		return []window.EvalQuery{{Subject: s, MaxWindow: time.Minute, Count: true,
+			Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 3, Window: time.Minute}, Block: true}}}}
+	}
+	now := time.Now()
+	take := window.TakeRequest{Queries: query(subs[0]), N: 1}
+	runs := []window.SlotTakes{
+		{Partition: window.Partition(subs[0], parts), Now: now, Reqs: []window.TakeRequest{take, take}},
+		{Partition: window.Partition(subs[1], parts), Now: now, Reqs: []window.TakeRequest{{Queries: query(subs[1]), N: 1}}},
+		{Partition: window.Partition(subs[1], parts), Now: now, Reqs: []window.TakeRequest{{Queries: query(subs[1]), N: 0}}},
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := st.TakeSlots(ctx, runs)
+	if errs[0] != nil || errs[1] != nil || errs[2] == nil {
+		t.Fatalf("errors %v; want the third run's alone", errs)
+	}
+	if !res[0][0].Taken || !res[0][1].Taken || res[0][1].States[0].Sums[0] != 1 || !res[1][0].Taken {
+		t.Fatalf("results %+v", res[:2])
+	}
+	for i, want := range []int64{2, 1} {
+		es, err := st.Evaluate(ctx, now, query(subs[i]), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if es[0].Sums[0] != want {
+			t.Errorf("%s counted %d, want %d", window.Field(subs[i]), es[0].Sums[0], want)
+		}
 	}
 }
