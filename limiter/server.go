@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
 
@@ -146,17 +145,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
+// rlsWorkers is the RLS server's pool of stream workers. A call waits on
+// Redis or the queue of strict takes while it holds its worker, and gRPC
+// falls back to a goroutine of its own for a call that finds every worker
+// busy: the pool is sized for the concurrency of a busy Envoy fleet, not
+// for the cores. An idle worker costs its stack (some tens of KiB).
+const rlsWorkers = 256
+
 // RLSServerOptions are the gRPC options of the RLS server: the message
-// size bound, and a fixed pool of stream workers. Without the pool gRPC
-// starts a goroutine per call, and every one of them grows its stack again
-// through the decision and publish path (copystack was 14 % of the
-// limiter's CPU under strict takes); workers keep their grown stacks.
-// bench/rlsload's no-op server takes the same options, so that the two
-// differ by the work per call alone.
+// size bound, and a pool of stream workers. Without the pool gRPC starts a
+// goroutine per call, and every one of them grows its stack again through
+// the decision and publish path (copystack was 14 % of the limiter's CPU
+// under strict takes); workers keep their grown stacks. bench/rlsload's
+// no-op server takes the same options, so that the two differ by the work
+// per call alone.
 func RLSServerOptions(maxRequestBytes int64) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(maxRequestBytes)),
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.NumStreamWorkers(rlsWorkers),
 	}
 }
 
