@@ -197,6 +197,15 @@ func TestSurfacesDenyOverLimit(t *testing.T) {
 	if s1.Code != rlsv3.RateLimitResponse_OK || s1.LimitRemaining != 3 {
 		t.Errorf("RLS email status %v, want OK with 3 remaining", s1)
 	}
+	// Envoy answers the 429 with the same header fields as /v1/check.
+	rh := map[string]string{}
+	for _, h := range rr.ResponseHeadersToAdd {
+		rh[h.Key] = h.Value
+	}
+	if len(rh) != 3 || !strings.HasPrefix(rh["RateLimit-Policy"], `"login-failed/ip/1m";q=5;w=60, `) ||
+		!strings.HasPrefix(rh["RateLimit"], `"login-failed/ip/1m";r=0;t=`) || rh["Retry-After"] == "" {
+		t.Errorf("RLS response headers %v", rh)
+	}
 	rr, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "login_failed", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", email)}})
 	if err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("RLS email only: %v %v", rr, err)

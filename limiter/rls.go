@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"floodgate/limitapi"
@@ -83,11 +82,12 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	outcome := "ok"
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		outcome = "over_limit"
-		h := http.Header{}
-		limitapi.SetHeaders(h, d)
-		for k, vs := range h {
-			for _, v := range vs {
-				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
+		pol, cur, retry := limitapi.Fields(d)
+		for _, f := range [...]struct{ k, v string }{
+			{limitapi.HeaderRateLimitPolicy, pol}, {limitapi.HeaderRateLimit, cur}, {limitapi.HeaderRetryAfter, retry},
+		} {
+			if f.v != "" {
+				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f.k, Value: f.v})
 			}
 		}
 	}
