@@ -438,17 +438,3 @@ return out
 // resumeBody reads a partition's next offset: a script rather than a GET so
 // that the Store needs nothing of Redis but scripts.
 const resumeBody = `return redis.call('GET', KEYS[1])`
-
-// mirrorBody loads bucket hashes for a caller's copy (mirror.go), with the
-// partition's stored offset and the slot's change sequence, which tell the
-// copy what it is as of.
-//
-//	KEYS: offset key
-//	ARGV: change sequence key, hash key*
-//
-// Returns {next offset or -1, sequence, {field, count...} per hash}.
-const mirrorBody = `
-local out = {tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(redis.call('GET', ARGV[1]) or '0') or -1}
-for i = 2, #ARGV do out[i + 1] = redis.call('HGETALL', ARGV[i]) end
-return out
-`

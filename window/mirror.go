@@ -2,9 +2,12 @@ package window
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // mirror keeps, for one partition, copies of the bucket hashes of the
@@ -490,10 +493,16 @@ func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, 
 // loadMirrored loads the missing hashes into the copies, each with the
 // batch's increments added (the script adds them to Redis after this read).
 // The read's offset and change sequence must be those the copies are as of;
-// the first load after the copies were forgotten sets them. Increments and
-// offset are written by one script run, so a read is consistent as of its
-// offset even from a lagging replica, and the apply script refuses verdicts
-// unless the primary still holds that offset.
+// the first load after the copies were forgotten sets them.
+//
+// The read is one pipeline of plain commands, offset and change sequence
+// first: every write that can change a hash (an apply, an operator's
+// action) also moves one of the two, so a write landing between those reads
+// and the hashes' leaves the copies older than what Redis holds, and the
+// apply script, finding another offset or sequence than the copies are as
+// of, refuses their verdicts. (A Lua script gave an atomic snapshot for
+// twice the Redis time: its loop and the conversion of every reply to Lua
+// and back.)
 func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, pl *profiles, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
 	type target struct {
 		ps *pendingSubject
@@ -501,25 +510,32 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 	}
 	var targets []target
 	slot := s.keys.Slot(partition)
-	args := []any{s.keys.Seq(partition)}
 	for ps, ids := range missing {
-		f := Field(ps.sub)
 		for id := range ids {
 			targets = append(targets, target{ps, id})
-			args = append(args, slot+":"+f+":"+string(id.level)+":"+strconv.FormatInt(id.n, 10))
 		}
 	}
 	start := time.Now()
-	out, err := mirrorScript.RunRO(ctx, s.rdb, []string{offkey}, args...).Slice()
+	pipe := s.rdb.Pipeline()
+	offCmd := pipe.Get(ctx, offkey)
+	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
+	hashes := make([]*redis.MapStringStringCmd, len(targets))
+	for i, t := range targets {
+		hashes[i] = pipe.HGetAll(ctx, slot+":"+Field(t.ps.sub)+":"+string(t.id.level)+":"+strconv.FormatInt(t.id.n, 10))
+	}
+	_, err := pipe.Exec(ctx)
 	s.observe("mirror", start)
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("load bucket copies partition=%d: %w", partition, err)
 	}
-	if len(out) != 2+len(targets) {
-		hr.forget()
-		return fmt.Errorf("load bucket copies partition=%d: %d replies for %d hashes", partition, len(out)-2, len(targets))
+	next, err := optionalInt(offCmd, -1)
+	if err != nil {
+		return fmt.Errorf("load bucket copies partition=%d: offset: %w", partition, err)
 	}
-	next, seq := replyInt(out, 0), replyInt(out, 1)
+	seq, err := optionalInt(seqCmd, 0)
+	if err != nil {
+		return fmt.Errorf("load bucket copies partition=%d: change sequence: %w", partition, err)
+	}
 	switch {
 	case hr.next == -2 && len(hr.subs) == 0:
 		hr.next, hr.seq = next, seq
@@ -529,13 +545,12 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 	}
 	for i, t := range targets {
 		h := make([]int64, fieldsOf(t.id.level))
-		flat, _ := out[2+i].([]any)
-		for k := 0; k+1 < len(flat); k += 2 {
-			field, err1 := strconv.ParseInt(str(flat[k]), 10, 64)
-			n, err2 := strconv.ParseInt(str(flat[k+1]), 10, 64)
+		for fs, ns := range hashes[i].Val() {
+			field, err1 := strconv.ParseInt(fs, 10, 64)
+			n, err2 := strconv.ParseInt(ns, 10, 64)
 			if err1 != nil || err2 != nil || field < 0 || field >= int64(len(h)) {
 				hr.forget()
-				return fmt.Errorf("load bucket copies partition=%d: field %v=%v of %c:%d is not a bucket count", partition, flat[k], flat[k+1], t.id.level, t.id.n)
+				return fmt.Errorf("load bucket copies partition=%d: field %v=%v of %c:%d is not a bucket count", partition, fs, ns, t.id.level, t.id.n)
 			}
 			h[field] = n
 		}
@@ -543,4 +558,13 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 		hr.mir.store(hr.mir.subject(t.ps.sub), t.id, h)
 	}
 	return nil
+}
+
+// optionalInt reads an integer GET reply, def when the key does not exist.
+func optionalInt(c *redis.StringCmd, def int64) (int64, error) {
+	n, err := c.Int64()
+	if errors.Is(err, redis.Nil) {
+		return def, nil
+	}
+	return n, err
 }

@@ -93,7 +93,6 @@ type Store struct {
 var (
 	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
-	mirrorScript = redis.NewScript("#!lua flags=no-writes\n" + mirrorBody)
 	// seenScript reads the scores of many ids in chunks: Lua's unpack
 	// fails past a few thousand values, and a backlog's batch holds more.
 	seenScript = redis.NewScript("#!lua flags=no-writes\n" + `
@@ -448,7 +447,7 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 // its SHA instead of sending and compiling its source within its deadline:
 // a strict take's budget is a few hundred milliseconds.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, resumeScript, mirrorScript, seenScript, evalScript, takeScript, refundScript,
+	for _, sc := range []*redis.Script{applyScript, resumeScript, seenScript, evalScript, takeScript, refundScript,
 		checkScript, snapshotScript, adminScript, recordsScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load scripts: %w", err)
