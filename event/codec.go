@@ -177,21 +177,39 @@ func Decode(value []byte) (Event, error) {
 	if !utf8.Valid(value) {
 		return Event{}, &Error{Reason: ReasonInvalidJSON, Detail: "value is not valid UTF-8"}
 	}
+	w, ok := decodeFast(value)
+	if !ok {
+		var err error
+		if w, err = decodeSlow(value); err != nil {
+			return Event{}, err
+		}
+	}
+	return w.event()
+}
+
+// decodeSlow reads value with encoding/json: every value decodeFast leaves
+// to it, and the wording of every error.
+func decodeSlow(value []byte) (wire, error) {
 	var w wire
 	if err := json.Unmarshal(value, &w); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		switch {
 		case w.V.set && !w.V.bad && w.V.v != Version:
 			// A future version may legitimately change field types.
-			return Event{}, &Error{Reason: ReasonUnsupportedVersion, Field: "v", Detail: fmt.Sprintf("version %d, want %d", w.V.v, Version)}
+			return w, &Error{Reason: ReasonUnsupportedVersion, Field: "v", Detail: fmt.Sprintf("version %d, want %d", w.V.v, Version)}
 		case errors.As(err, &typeErr) && typeErr.Field != "":
-			return Event{}, &Error{Reason: ReasonInvalidField, Field: typeErr.Field, Detail: fmt.Sprintf("JSON %s, want %s", typeErr.Value, typeErr.Type)}
+			return w, &Error{Reason: ReasonInvalidField, Field: typeErr.Field, Detail: fmt.Sprintf("JSON %s, want %s", typeErr.Value, typeErr.Type)}
 		case errors.As(err, &typeErr):
-			return Event{}, &Error{Reason: ReasonInvalidJSON, Detail: fmt.Sprintf("value is a JSON %s, want an object", typeErr.Value)}
+			return w, &Error{Reason: ReasonInvalidJSON, Detail: fmt.Sprintf("value is a JSON %s, want an object", typeErr.Value)}
 		default:
-			return Event{}, &Error{Reason: ReasonInvalidJSON, Detail: err.Error()}
+			return w, &Error{Reason: ReasonInvalidJSON, Detail: err.Error()}
 		}
 	}
+	return w, nil
+}
+
+// event validates what was read and returns the Event.
+func (w wire) event() (Event, error) {
 	switch {
 	case !w.V.set:
 		return Event{}, &Error{Reason: ReasonMissingField, Field: "v", Detail: fmt.Sprintf("version is required (%d)", Version)}
