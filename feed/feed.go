@@ -48,6 +48,9 @@ type Config struct {
 	Streams   Streams // required
 	Partition int
 	Handler   Handler // required
+	// SkipStates leaves the entries' states unparsed (Change.States is
+	// empty): for a handler that reads only decisions and bans.
+	SkipStates bool
 	// From, when set, starts after this entry id without a snapshot (the
 	// decisions relay: it needs every change from its cursor on, not the
 	// state). A gap in sequence numbers is then reported to OnGap and
@@ -201,7 +204,11 @@ func (f *follower) read(ctx context.Context) (gap bool, err error) {
 	}
 	for _, s := range res {
 		for _, m := range s.Messages {
-			c, err := window.ParseChange(m)
+			parse := window.ParseChange
+			if f.cfg.SkipStates {
+				parse = window.ParseChangeWithoutStates
+			}
+			c, err := parse(m)
 			if err != nil {
 				// A malformed entry can't be applied; skipping it silently
 				// could hide a deny, so it counts as a gap.

@@ -130,7 +130,7 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 	}
 	h := &relayHandler{r: r, partition: partition, log: log, keys: keys, id: id, seq: seq}
 	err := feed.Follow(ctx, feed.Config{
-		Source: r.cfg.Store, Streams: r.cfg.Redis, Partition: partition, Handler: h,
+		Source: r.cfg.Store, Streams: r.cfg.Redis, Partition: partition, Handler: h, SkipStates: true,
 		From: id, FromSeq: seq, Metrics: r.feed, Now: r.cfg.Now, Logger: log,
 		OnGap: func(p int, want, got int64) {
 			r.lost.WithLabelValues(strconv.Itoa(p)).Add(float64(got - want))

@@ -147,7 +147,14 @@ type decisionLog struct {
 }
 
 // ParseChange decodes a change stream entry.
-func ParseChange(m redis.XMessage) (Change, error) {
+func ParseChange(m redis.XMessage) (Change, error) { return parseChange(m, true) }
+
+// ParseChangeWithoutStates decodes a change stream entry but its states,
+// for readers that want only its decisions and bans (the decisions relay):
+// the states are most of an entry, and parsing them most of the reading.
+func ParseChangeWithoutStates(m redis.XMessage) (Change, error) { return parseChange(m, false) }
+
+func parseChange(m redis.XMessage, states bool) (Change, error) {
 	c := Change{ID: m.ID}
 	var err error
 	if c.Seq, err = strconv.ParseInt(str(m.Values["q"]), 10, 64); err != nil {
@@ -156,7 +163,7 @@ func ParseChange(m redis.XMessage) (Change, error) {
 	if c.Next, err = strconv.ParseInt(str(m.Values["o"]), 10, 64); err != nil {
 		return Change{}, fmt.Errorf("change %s: offset: %w", m.ID, err)
 	}
-	if s := str(m.Values["s"]); s != "" {
+	if s := str(m.Values["s"]); s != "" && states {
 		var raw [][2]json.RawMessage
 		if err := json.Unmarshal([]byte(s), &raw); err != nil {
 			return Change{}, fmt.Errorf("change %s: states: %w", m.ID, err)

@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -243,5 +244,46 @@ func TestDedupLargeBatch(t *testing.T) {
 	res, err = st.Apply(ctx, "g", b.batch(again...), set, base, nil)
 	if err != nil || res.Applied != 1 || res.Duplicates != n {
 		t.Fatalf("retried batch: applied %d duplicates %d err %v, want 1 and %d", res.Applied, res.Duplicates, err, n)
+	}
+}
+
+// The decisions relay reads entries without their states: the same
+// sequence, offset and decisions, no states.
+func TestParseChangeWithoutStates(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: a
+    kinds: [ip]
+    limits: [2/1m]
+`)
+	b := &batcher{topic: "t"}
+	var evs []eventT
+	for range 3 {
+		evs = append(evs, ev("a", "ip", "192.0.2.7", base))
+	}
+	if _, err := st.Apply(context.Background(), "g", b.batch(evs...), set, base, nil); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := rdb.XRange(context.Background(), st.Keys().Log(0), "-", "+").Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("change stream %v, %v: want one entry", msgs, err)
+	}
+	full, err := window.ParseChange(msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean, err := window.ParseChangeWithoutStates(msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.States) != 1 || len(full.Decisions) != 1 {
+		t.Fatalf("entry %+v, want one state and one decision", full)
+	}
+	full.States = nil
+	if !reflect.DeepEqual(lean, full) {
+		t.Fatalf("without states %+v, want %+v", lean, full)
 	}
 }
