@@ -177,7 +177,7 @@ func Decode(value []byte) (Event, error) {
 	if !utf8.Valid(value) {
 		return Event{}, &Error{Reason: ReasonInvalidJSON, Detail: "value is not valid UTF-8"}
 	}
-	w, ok := decodeFast(value)
+	w, ok := decodeEncoded(value)
 	if !ok {
 		var err error
 		if w, err = decodeSlow(value); err != nil {
@@ -187,7 +187,7 @@ func Decode(value []byte) (Event, error) {
 	return w.event()
 }
 
-// decodeSlow reads value with encoding/json: every value decodeFast leaves
+// decodeSlow reads value with encoding/json: every value decodeEncoded leaves
 // to it, and the wording of every error.
 func decodeSlow(value []byte) (wire, error) {
 	var w wire
