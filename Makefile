@@ -5,7 +5,8 @@ stack:
 
 test:
 	scripts/stack up && scripts/stack up --cluster && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
-	go test ./event -run='^$$' -fuzz=FuzzDecode -fuzztime=15s
+	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=15s
+	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' -fuzztime=15s
 
 demo:
 	scripts/stack up && scripts/demo
@@ -27,4 +28,5 @@ down:
 	scripts/stack down
 
 fuzz:
-	go test ./event -run=^$$ -fuzz=FuzzDecode -fuzztime=30s
+	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=30s
+	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' -fuzztime=30s
