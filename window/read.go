@@ -152,8 +152,9 @@ type SlotTakes struct {
 
 // TakeSlots runs several take runs (each as TakeSlot) in one pipeline: one
 // round trip and one write for all of them, where separate calls cost a
-// system call on each side per run. Each run is atomic on its own, and Redis
-// runs them in order; results and errors are per run. A run refused for a
+// system call on each side per run. Each run is atomic on its own and
+// independent of the others (a cluster client sends each to its slot's
+// node); results and errors are per run. A run refused for a
 // missing script (a restarted or failed-over Redis) did not run, and is
 // sent again once the script is loaded.
 func (s *Store) TakeSlots(ctx context.Context, runs []SlotTakes) ([][]TakeResult, []error) {
