@@ -538,12 +538,25 @@ func TestLoadScripts(t *testing.T) {
 // Takes of several slots share a pipeline; a Redis that lost its scripts
 // (a restart, a failover) refuses every run with NOSCRIPT, and those runs
 // are sent again once the script is loaded: each counts exactly once, and
-// a run with a bad request fails alone.
+// a run with a bad request fails alone. On a single Redis and on the
+// cluster profile, where the pipeline's runs go to different primaries.
 func TestTakeSlotsCountOnceAcrossAScriptFlush(t *testing.T) {
-	rdb := stacktest.Redis(t)
+	t.Run("single", func(t *testing.T) {
+		rdb := stacktest.Redis(t)
+		takeSlotsAcrossAFlush(t, rdb, stacktest.Prefix(t, rdb), func(ctx context.Context) error { return rdb.ScriptFlush(ctx).Err() })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		rdb := stacktest.ClusterRedis(t)
+		takeSlotsAcrossAFlush(t, rdb, stacktest.ClusterPrefix(t, rdb), func(ctx context.Context) error {
+			return rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
+		})
+	})
+}
+
+func takeSlotsAcrossAFlush(t *testing.T, rdb window.Redis, prefix string, flush func(context.Context) error) {
 	ctx := context.Background()
 	const parts = 4
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return parts }})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix, Partitions: func() int { return parts }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +578,7 @@ func TestTakeSlotsCountOnceAcrossAScriptFlush(t *testing.T) {
 		{Partition: window.Partition(subs[1], parts), Now: now, Reqs: []window.TakeRequest{{Queries: query(subs[1]), N: 1}}},
 		{Partition: window.Partition(subs[1], parts), Now: now, Reqs: []window.TakeRequest{{Queries: query(subs[1]), N: 0}}},
 	}
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+	if err := flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	res, errs := st.TakeSlots(ctx, runs)
