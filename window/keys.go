@@ -112,6 +112,12 @@ func (k Keys) Bucket(partition int, sub Subject, level byte, t time.Time) string
 	default:
 		return ""
 	}
+	return k.bucketN(partition, sub, level, n)
+}
+
+// bucketN is the key of bucket hash n of a level: the minute, hour or day
+// number (Unix seconds divided by 60, 3600, 86400).
+func (k Keys) bucketN(partition int, sub Subject, level byte, n int64) string {
 	return k.Slot(partition) + ":" + Field(sub) + ":" + string(level) + ":" + strconv.FormatInt(n, 10)
 }
 

@@ -509,7 +509,6 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 		id hashID
 	}
 	var targets []target
-	slot := s.keys.Slot(partition)
 	for ps, ids := range missing {
 		for id := range ids {
 			targets = append(targets, target{ps, id})
@@ -521,7 +520,7 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
 	hashes := make([]*redis.MapStringStringCmd, len(targets))
 	for i, t := range targets {
-		hashes[i] = pipe.HGetAll(ctx, slot+":"+Field(t.ps.sub)+":"+string(t.id.level)+":"+strconv.FormatInt(t.id.n, 10))
+		hashes[i] = pipe.HGetAll(ctx, s.keys.bucketN(partition, t.ps.sub, t.id.level, t.id.n))
 	}
 	_, err := pipe.Exec(ctx)
 	s.observe("mirror", start)
