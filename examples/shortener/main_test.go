@@ -206,8 +206,11 @@ func TestLinksAndVisits(t *testing.T) {
 	if nf := send(t, "GET", s.shortener+"/Nope123", "", "", nil); nf.status != http.StatusNotFound || !strings.Contains(nf.body["error"].(string), "Nope123") {
 		t.Errorf("unknown code: %d %s", nf.status, nf.raw)
 	}
-	// Two creations (taken and published by the limiter), then the visit's
-	// two events (published by the shortener): nothing for the 404.
+	// Two creations (taken and published by the limiter), and the visit's
+	// two events (published by the shortener): nothing for the 404. Two
+	// producers, keys in different partitions, and the limiter's publisher
+	// lingers (--publish-linger) to share produce requests: the topic holds
+	// the four in no order of their calls.
 	evs := readEvents(t, s.st, 4)
 	got := make([]string, len(evs))
 	for i, e := range evs {
@@ -217,7 +220,7 @@ func TestLinksAndVisits(t *testing.T) {
 		}
 	}
 	want := []string{"link_create ip:192.0.2.10", "link_create ip:192.0.2.11", "visit ip:198.51.100.7", "visit link:" + code}
-	if strings.Join(got[:2], ",") != strings.Join(want[:2], ",") || !sameSet(got[2:], want[2:]) {
+	if !sameSet(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 }
