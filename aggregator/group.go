@@ -198,6 +198,9 @@ func NewGroup(cfg Config, sink Sink) (*Group, error) {
 // before Run returns, so a graceful stop loses and repeats nothing.
 func (g *Group) Run(ctx context.Context) error {
 	if err := g.checkTopic(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began: nothing read, nothing to commit
+		}
 		return err
 	}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{

@@ -344,6 +344,21 @@ func TestGroupMissingTopicIsAClearError(t *testing.T) {
 	}
 }
 
+// A stop that comes while the group still checks its topic is a clean
+// stop, as one at any later moment is: the process exits 0.
+func TestGroupStoppedWhileStartingIsClean(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: "floodgate.events", GroupID: "stopped-at-start"}, newOffsetSink())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.Run(ctx); err != nil {
+		t.Fatalf("Run stopped before it began: %v, want nil", err)
+	}
+}
+
 // TestGroupIdleMembersDoNotStorm runs three members over one partition: two
 // get nothing and must wait quietly for the next rebalance. Any function
 // given to Generation.Start that returns ends the generation for the whole
