@@ -29,8 +29,11 @@ type kafkaMessage = kafka.Message
 // call to the deny a client sees.
 func (b *bench) latency(ctx context.Context) error {
 	maxRate := harness.Median(b.res.LiveNow.Rate)
+	if b.cfg.LatMax > 0 {
+		maxRate = b.cfg.LatMax
+	}
 	if maxRate == 0 {
-		return errors.New("no live throughput measured")
+		return errors.New("no live throughput measured (run the live step or give --latency-max)")
 	}
 	for i, f := range b.cfg.LatFractions {
 		l, err := b.latencyAt(ctx, maxRate*f, i)
