@@ -1,6 +1,7 @@
 package window
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -263,7 +264,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			return res, -1, err
 		}
 	}
-	args := s.applyArgs(b, now, pl, order, hr)
+	args, sent := s.applyArgs(b, now, pl, order, hr)
 	args = append(append(args, s.dedup, len(ids)), ids...)
 	start := time.Now()
 	out, err := applyScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
@@ -294,27 +295,32 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
 	}
-	res.Evaluated, res.Mirrored = hr.learn(out, b.Last+1, pl, order)
+	res.Evaluated, res.Mirrored = hr.learn(out, b.Last+1, pl, order, sent)
 	res.Changes = replyInt(out, 5)
-	res.Decisions = pl.decisions(replyInts(out[3]), order)
+	res.Decisions = pl.decisions(replyInts(out[3]), sent)
 	if len(out) > 6 {
-		res.Extended = pl.decisions(replyInts(out[6]), order)
+		res.Extended = pl.decisions(replyInts(out[6]), sent)
 	}
 	return res, -1, nil
 }
 
 // learn records in hr what an applied batch's reply says: the offset and
 // change sequence the slot now holds, and the headroom of every subject
-// evaluated, by the script or from the copies. It returns how many were
-// evaluated, and of them from the copies.
-func (hr *Headroom) learn(out []any, next int64, pl *profiles, order []*pendingSubject) (evaluated, mirrored int) {
+// evaluated, by the script (whose reply numbers the subjects sent to it)
+// or from the copies. It returns how many were evaluated, and of them from
+// the copies.
+func (hr *Headroom) learn(out []any, next int64, pl *profiles, order, sent []*pendingSubject) (evaluated, mirrored int) {
 	if replyInt(out, 2) == 1 {
 		hr.forget() // another writer had moved the offset: the script evaluated all
 	}
 	// {subject index, headroom per limit and bucket}* of evaluated subjects
 	hs := replyInts(out[4])
 	for i := 0; i < len(hs); {
-		ps := order[hs[i]-1]
+		if hs[i] < 1 || hs[i] > int64(len(sent)) {
+			hr.forget() // a reply this code did not ask for: trust none of it
+			break
+		}
+		ps := sent[hs[i]-1]
 		pr := &pl.list[ps.profile]
 		n := len(pr.limits) + len(pr.buckets)
 		if i+1+n > len(hs) {
@@ -395,9 +401,13 @@ func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.S
 	return dups, nil
 }
 
-// applyArgs builds the apply script's ARGV (see applyBody).
-func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom) []any {
-	args := make([]any, 0, 16+2*len(pl.rules)+9*len(order))
+// applyArgs builds the apply script's ARGV (see applyBody) and returns
+// the subjects it lists, in order: those the script has more to do for than
+// their increments (evaluate, write a verdict, note distinct values or
+// bucket arrivals), or every subject when the script may have to evaluate
+// them all (the caller does not know the stored offset).
+func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom) ([]any, []*pendingSubject) {
+	args := make([]any, 0, 16+2*len(pl.rules)+16*len(order))
 	gseq := int64(-2)
 	if hr != nil {
 		gseq = hr.seq
@@ -419,22 +429,24 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 			args = append(args, b.ruleIx+1, bk.Interval().Microseconds(), bk.Burst, flag(b.rule.Shadow), bk.Rate.String())
 		}
 	}
-	args = append(args, len(order))
-	for _, ps := range order {
+	args = s.appendWrites(args, b.Partition, floorDiv(now.UnixMilli(), 1000), pl, order)
+	partial := hr.expect() != -2
+	sent := order
+	if partial {
+		sent = make([]*pendingSubject, 0, len(order)/4)
+		for _, ps := range order {
+			if ps.plan != evalNone || ps.verdict != nil || len(ps.seen) > 0 || len(ps.bev) > 0 {
+				sent = append(sent, ps)
+			}
+		}
+	}
+	args = append(args, flag(partial), len(sent))
+	for _, ps := range sent {
 		plan := ps.plan
 		if ps.verdict != nil {
 			plan = evalNone
 		}
-		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.incs))
-		secs := make([]int64, 0, len(ps.incs))
-		for sec := range ps.incs {
-			secs = append(secs, sec)
-		}
-		slices.Sort(secs)
-		for _, sec := range secs {
-			args = append(args, sec, ps.incs[sec])
-		}
-		args = append(args, len(ps.seen))
+		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.seen))
 		for k, sec := range ps.seen {
 			args = append(args, k.kind, k.value, sec)
 		}
@@ -444,7 +456,65 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 		}
 		args = ps.verdict.appendArgs(args)
 	}
+	return args, sent
+}
+
+// appendWrites appends the batch's bucket increments as the script applies
+// them, one hash field each: {key, field, n, ttl}. They are added up here
+// per hash field (a subject's seconds share their minute and hour), and a
+// hash the increment creates expires ttl seconds later, when no window of
+// the subject's rules can read it any more.
+func (s *Store) appendWrites(args []any, partition int, now int64, pl *profiles, order []*pendingSubject) []any {
+	at := len(args)
+	args = append(args, 0)
+	n := 0
+	var sums []bucketSum
+	for _, ps := range order {
+		maxw := pl.list[ps.profile].maxw
+		sums = sums[:0]
+		for sec, c := range ps.incs {
+			lv, k := levelsOf(sec, maxw)
+			for _, f := range lv[:k] {
+				sums = addBucketSum(sums, f, c)
+			}
+		}
+		// Keys in a stable order, so that a batch's writes (and a failed
+		// run's undo) do not depend on map order.
+		slices.SortFunc(sums, func(a, b bucketSum) int { return a.compare(b) })
+		for _, w := range sums {
+			ttl := max((w.id.n+1)*w.id.span()+maxw+int64(s.slack/time.Second)-now, 1)
+			args = append(args, s.keys.bucketN(partition, ps.sub, w.id.level, w.id.n), w.field, w.n, ttl)
+			n++
+		}
+	}
+	args[at] = n
 	return args
+}
+
+// bucketSum is one hash field's increment.
+type bucketSum struct {
+	bucketField
+	n int64
+}
+
+func addBucketSum(sums []bucketSum, f bucketField, n int64) []bucketSum {
+	for i := range sums {
+		if sums[i].bucketField == f {
+			sums[i].n += n
+			return sums
+		}
+	}
+	return append(sums, bucketSum{f, n})
+}
+
+func (a bucketSum) compare(b bucketSum) int {
+	if c := cmp.Compare(a.id.level, b.id.level); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.id.n, b.id.n); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.field, b.field)
 }
 
 // profiles numbers the limit profiles of a batch: the limits of a

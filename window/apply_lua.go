@@ -10,9 +10,19 @@ package window
 //	      nrules, {name, message}*nrules,
 //	      nprofiles, {maxw, nlimits, {rule, count, w, shadow, distinct kind}*nlimits,
 //	                  nbuckets, {rule, interval_us, burst, shadow, rate}*nbuckets}*nprofiles,
-//	      nsubjects, {field, profile, eval_sec, plan, nincs, {sec, n}*nincs,
+//	      nwrites, {key, field, n, ttl}*nwrites, partial,
+//	      nsubjects, {field, profile, eval_sec, plan,
 //	                  nseen, {distinct kind, value, sec}*nseen, nbev, {us, n}*nbev,
 //	                  verdict}*nsubjects
+//
+// The writes are the batch's bucket increments, one hash field each, added
+// up and keyed by the caller (Keys.bucketN); a hash an increment creates
+// expires ttl seconds later. They cost the script one call each and nothing
+// else, which is why they travel apart from the subjects: partial is 1 when
+// the caller left out the subjects that have nothing but increments (no
+// plan, verdict, distinct value or bucket event). When the script must
+// evaluate every subject (the stored offset is not expect) and the list is
+// partial, it returns {5, next} and writes nothing, as for stale verdicts.
 //
 // verdict is 0, or 1 followed by what the caller found evaluating the
 // subject's window limits itself, from its copy of the buckets (mirror.go):
@@ -110,18 +120,18 @@ for q = 1, nprof do
   profiles[q] = pr
 end
 
+local nw = tonumber(a[i]); i = i + 1
+local w0 = i
+i = i + 4 * nw
+local partial = a[i] == '1'; i = i + 1
+if all and partial then return {5, prev} end
+
 local subjects = {}
 local anyg = false
 local nsub = tonumber(a[i]); i = i + 1
 for s = 1, nsub do
-  local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), plan = a[i + 3], incs = {}, seen = {}, bev = {}}
-  local ni = tonumber(a[i + 4]); i = i + 5
-  for k = 1, ni do
-    local sec = tonumber(a[i])
-    sub.incs[sec] = (sub.incs[sec] or 0) + tonumber(a[i + 1])
-    i = i + 2
-  end
-  local nd = tonumber(a[i]); i = i + 1
+  local sub = {f = a[i], prof = profiles[tonumber(a[i + 1])], e = tonumber(a[i + 2]), plan = a[i + 3], seen = {}, bev = {}}
+  local nd = tonumber(a[i + 4]); i = i + 5
   for k = 1, nd do
     sub.seen[k] = {a[i], a[i + 1], tonumber(a[i + 2])} -- distinct kind, value, second
     i = i + 3
@@ -252,9 +262,15 @@ local err = fg_guard(undo, function()
   if seq0 == nil then error({err = 'change sequence ' .. seqkey .. ' is not an integer'}) end
   -- the caller's verdicts rest on a copy of the buckets as it left them
   if anyg and (all or seq0 ~= gseq) then stale = true return end
+  local wu = {'w', a, w0, 0}
+  undo[#undo + 1] = wu
+  for k = w0, w0 + 4 * (nw - 1), 4 do
+    local key = a[k]
+    if redis.call('HINCRBY', key, a[k + 1], a[k + 2]) == tonumber(a[k + 2]) then redis.call('EXPIRE', key, a[k + 3]) end
+    wu[4] = wu[4] + 1
+  end
   for s = 1, nsub do
     local sub = subjects[s]
-    fg_incr(nil, slot, sub.f, sub.incs, sub.prof.maxw, now, slack, undo)
     for _, v in ipairs(sub.seen) do fg_zseen(dkey(sub, v[1]), v[2], v[3], undo) end
     sub.tats = {}
     if #sub.prof.buckets > 0 then

@@ -35,7 +35,10 @@ package window
 //	                                       needs; new hashes expire when no window can read them;
 //	                                       each write is recorded in undo (a table, or nil)
 //	fg_guard(undo, fn)                  -> run fn; on a Redis error undo its writes and return
-//	                                       an error reply (nil when fn succeeded)
+//	                                       an error reply (nil when fn succeeded); besides the
+//	                                       entries the writers below record, undo may hold
+//	                                       {'w', args, first, done}: done increments
+//	                                       {key, field, n, ttl} of args from args[first] on
 //	fg_zseen(key, value, sec, undo)     -> a distinct set saw value at second sec
 //	fg_hset(key, field, value, undo)    -> set a bucket's arrival time
 //	fg_dcount(key, a, b)                -> distinct values last seen in seconds [a, b]
@@ -194,6 +197,13 @@ local function fg_undo(undo)
     local u = undo[i]
     if u[1] == 'h' then
       if u[5] then redis.call('HDEL', u[2], u[3]) else redis.call('HINCRBY', u[2], u[3], -u[4]) end
+    elseif u[1] == 'w' then
+      -- {'w', args, first, done}: done increments {key, field, n, ttl} from
+      -- args[first] on; a field back at 0 was created by them
+      local a = u[2]
+      for k = u[3] + 4 * (u[4] - 1), u[3], -4 do
+        if redis.call('HINCRBY', a[k], a[k + 1], -tonumber(a[k + 2])) == 0 then redis.call('HDEL', a[k], a[k + 1]) end
+      end
     elseif u[1] == 'z' then
       if u[4] then redis.call('ZADD', u[2], u[4], u[3]) else redis.call('ZREM', u[2], u[3]) end
     else

@@ -44,6 +44,18 @@ type hashID struct {
 	n     int64
 }
 
+// span is how many seconds the hash covers: a minute of seconds, an hour
+// of minutes, a day of hours.
+func (id hashID) span() int64 {
+	switch id.level {
+	case 's':
+		return 60
+	case 'm':
+		return 3600
+	}
+	return 86400
+}
+
 // mirrored holds the hashes of one subject that the copy knows, each as
 // many counts as its level has fields (absent: not loaded).
 type mirrored struct {
@@ -158,16 +170,7 @@ func (ms *mirrored) prune(now, maxw, slack int64) int {
 	}
 	ms.pruned = floorDiv(now, 60)
 	for id := range ms.hashes {
-		var end int64
-		switch id.level {
-		case 's':
-			end = id.n*60 + 59
-		case 'm':
-			end = id.n*3600 + 3599
-		default:
-			end = id.n*86400 + 86399
-		}
-		if end+maxw+slack < now {
+		if end := (id.n+1)*id.span() - 1; end+maxw+slack < now {
 			delete(ms.hashes, id)
 			n++
 		}

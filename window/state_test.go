@@ -154,6 +154,42 @@ rules:
 	}
 }
 
+// The script is sent only the subjects it has more to do for than their
+// increments; when another writer moved the partition it must evaluate
+// them all, so it refuses the partial list and the batch goes again with
+// every subject, counted once.
+func TestAnotherWriterEvaluatesSubjectsLeftOut(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: a
+    kinds: [ip]
+    limits: [20/1h]
+`)
+	ctx := context.Background()
+	b := &batcher{topic: "t"}
+	hr := window.NewHeadroom(100)
+	far := window.Subject{Action: "a", Kind: "ip", Subject: "192.0.2.7"}
+	for i, want := range []int{1, 0} { // new: evaluated; then far from 10: left out
+		res, err := st.Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
+		if err != nil || res.Evaluated != want {
+			t.Fatalf("batch %d: %+v %v, want %d evaluated", i, res, err, want)
+		}
+	}
+	other := &batcher{topic: "t", next: b.next}
+	if _, err := st.Apply(ctx, "g", other.batch(ev("a", "ip", "192.0.2.8", base)), set, base, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.next = other.next
+	res, err := st.Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
+	if err != nil || res.Evaluated != 1 || res.Applied != 1 {
+		t.Fatalf("after another writer: %+v %v, want the subject evaluated and its event applied once", res, err)
+	}
+	assertSum(t, st, far, base, time.Hour, 3)
+}
+
 // A run that fails part-way (a foreign key of another type under the
 // prefix) writes nothing: no increment stays, the offset does not move, and
 // the retry after the key is gone counts each event once.
@@ -176,6 +212,10 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 		t.Fatalf("apply over a foreign key: %v, want a 'nothing written' error", err)
 	}
 	assertSum(t, st, a, base, time.Hour, 0)
+	// (the hashes the run created are gone, not left at zero)
+	if n, err := rdb.Exists(ctx, st.Keys().Bucket(0, a, 's', base), st.Keys().Bucket(0, a, 'h', base)).Result(); err != nil || n != 0 {
+		t.Fatalf("hashes of the failed run: %d exist (%v), want none", n, err)
+	}
 	if _, ok, err := st.Resume(ctx, "g", "t", 0); err != nil || ok {
 		t.Fatalf("offset stored after a failed run: %v %v", ok, err)
 	}
