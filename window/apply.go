@@ -167,6 +167,7 @@ type pendingSubject struct {
 	latest  int64 // its latest event, Unix ms
 	added   int64 // events of the batch, counted or not
 	incs    map[int64]int64
+	sums    []bucketSum // incs added up per bucket hash field, at every level (sumLevels)
 	seen    map[seenKey]int64 // distinct values of the batch -> latest second
 	bev     []bucketEvent     // events for its buckets, in arrival order
 	counted bool              // some of its events were counted by a strict take
@@ -250,6 +251,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		res.Applied++
 	}
 	res.Subjects = len(order)
+	sumLevels(pl, order)
 
 	hr.use(set)
 	for _, ps := range order {
@@ -460,29 +462,18 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 }
 
 // appendWrites appends the batch's bucket increments as the script applies
-// them, one hash field each: {key, field, n, ttl}. They are added up here
-// per hash field (a subject's seconds share their minute and hour), and a
-// hash the increment creates expires ttl seconds later, when no window of
-// the subject's rules can read it any more.
+// them, one hash field each: {key, field, n, ttl}. A hash the increment
+// creates expires ttl seconds later, when no window of the subject's rules
+// can read it any more.
 func (s *Store) appendWrites(args []any, partition int, now int64, pl *profiles, order []*pendingSubject) []any {
 	at := len(args)
 	args = append(args, 0)
 	n := 0
-	var sums []bucketSum
+	slack := int64(s.slack / time.Second)
 	for _, ps := range order {
 		maxw := pl.list[ps.profile].maxw
-		sums = sums[:0]
-		for sec, c := range ps.incs {
-			lv, k := levelsOf(sec, maxw)
-			for _, f := range lv[:k] {
-				sums = addBucketSum(sums, f, c)
-			}
-		}
-		// Keys in a stable order, so that a batch's writes (and a failed
-		// run's undo) do not depend on map order.
-		slices.SortFunc(sums, func(a, b bucketSum) int { return a.compare(b) })
-		for _, w := range sums {
-			ttl := max((w.id.n+1)*w.id.span()+maxw+int64(s.slack/time.Second)-now, 1)
+		for _, w := range ps.sums {
+			ttl := max((w.id.n+1)*w.id.span()+maxw+slack-now, 1)
 			args = append(args, s.keys.bucketN(partition, ps.sub, w.id.level, w.id.n), w.field, w.n, ttl)
 			n++
 		}
@@ -491,14 +482,36 @@ func (s *Store) appendWrites(args []any, partition int, now int64, pl *profiles,
 	return args
 }
 
+// sumLevels adds up each subject's increments per bucket hash field at the
+// levels its longest window reads (as fg_incr: a subject's seconds share
+// their minute and hour), in a stable order, so that the writes of a batch
+// (and a failed run's undo) do not depend on map order.
+func sumLevels(pl *profiles, order []*pendingSubject) {
+	buf := make([]bucketSum, 0, 3*len(order))
+	for _, ps := range order {
+		maxw := pl.list[ps.profile].maxw
+		start := len(buf)
+		for sec, c := range ps.incs {
+			lv, k := levelsOf(sec, maxw)
+			for _, f := range lv[:k] {
+				buf = addBucketSum(buf, start, f, c)
+			}
+		}
+		sums := buf[start:len(buf):len(buf)]
+		slices.SortFunc(sums, func(a, b bucketSum) int { return a.compare(b) })
+		ps.sums = sums
+	}
+}
+
 // bucketSum is one hash field's increment.
 type bucketSum struct {
 	bucketField
 	n int64
 }
 
-func addBucketSum(sums []bucketSum, f bucketField, n int64) []bucketSum {
-	for i := range sums {
+// addBucketSum adds n to field f among the sums from start on.
+func addBucketSum(sums []bucketSum, start int, f bucketField, n int64) []bucketSum {
+	for i := start; i < len(sums); i++ {
 		if sums[i].bucketField == f {
 			sums[i].n += n
 			return sums

@@ -113,28 +113,21 @@ func (m *mirror) subject(sub Subject) *mirrored {
 	return ms
 }
 
-// add applies a batch's increments (second -> count) to the hashes the
-// copy holds, at the levels a subject whose longest window is maxw is
-// counted at (as fg_incr).
-func (ms *mirrored) add(incs map[int64]int64, maxw int64) {
-	for sec, n := range incs {
-		lv, k := levelsOf(sec, maxw)
-		for _, at := range lv[:k] {
-			if h := ms.hashes[at.id]; h != nil {
-				h[at.field] += n
-			}
+// add applies a batch's increments (sumLevels) to the hashes the copy
+// holds.
+func (ms *mirrored) add(sums []bucketSum) {
+	for _, w := range sums {
+		if h := ms.hashes[w.id]; h != nil {
+			h[w.field] += w.n
 		}
 	}
 }
 
 // addTo applies a batch's increments to one hash h, not held yet.
-func addTo(h []int64, id hashID, incs map[int64]int64, maxw int64) {
-	for sec, n := range incs {
-		lv, k := levelsOf(sec, maxw)
-		for _, at := range lv[:k] {
-			if at.id == id {
-				h[at.field] += n
-			}
+func addTo(h []int64, id hashID, sums []bucketSum) {
+	for _, w := range sums {
+		if w.id == id {
+			h[w.field] += w.n
 		}
 	}
 }
@@ -461,7 +454,7 @@ func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, 
 			continue
 		}
 		if ms := m.subs[ps.sub]; ms != nil {
-			ms.add(ps.incs, pr.maxw)
+			ms.add(ps.sums)
 			m.hashes -= ms.prune(nowSec, pr.maxw, slack)
 		}
 		if ps.plan != evalNone {
@@ -556,7 +549,7 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 			}
 			h[field] = n
 		}
-		addTo(h, t.id, t.ps.incs, pl.list[t.ps.profile].maxw)
+		addTo(h, t.id, t.ps.sums)
 		hr.mir.store(hr.mir.subject(t.ps.sub), t.id, h)
 	}
 	return nil

@@ -87,7 +87,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	go func() {
 		defer wg.Done()
 		tally = harness.RunLoad(lctx, pub, harness.LoadConfig{Rate: rate, Action: "bench_visit", Kind: "ip",
-			SubjectPrefix: "10.9.", Subjects: b.cfg.Subjects, Workers: 8, Batch: 500})
+			SubjectPrefix: "10.9.", Subjects: b.cfg.Subjects, Workers: 8, Batch: 500, TotalOnly: true})
 	}()
 	// Let the group join and the load settle.
 	time.Sleep(8 * time.Second)
