@@ -167,7 +167,7 @@ type pendingSubject struct {
 	latest  int64 // its latest event, Unix ms
 	added   int64 // events of the batch, counted or not
 	incs    map[int64]int64
-	sums    []bucketSum // incs added up per bucket hash field, at every level (sumLevels)
+	sums    []bucketSum       // incs added up per bucket hash field, at every level (sumLevels)
 	seen    map[seenKey]int64 // distinct values of the batch -> latest second
 	bev     []bucketEvent     // events for its buckets, in arrival order
 	counted bool              // some of its events were counted by a strict take
