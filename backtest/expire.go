@@ -59,10 +59,10 @@ func (e *expirer) touch(b aggregator.Batch, now int64) {
 		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: ev.Subject}
 		// Levels and lifetimes as the apply script's fg_incr.
 		e.add(sub, 's', sec, maxw)
-		if maxw >= 60 {
+		if maxw > 60 {
 			e.add(sub, 'm', sec, maxw)
 		}
-		if maxw >= 3600 {
+		if maxw > 3600 {
 			e.add(sub, 'h', sec, maxw)
 		}
 	}

@@ -15,7 +15,11 @@ package window
 //
 // where <minute>, <hour>, <day> are Unix seconds divided by 60, 3600, 86400.
 // Every event is added at each level the subject's longest window needs
-// (seconds always, minutes from 1m, hours from 1h), so the levels agree.
+// (seconds always, minutes for windows longer than a minute, hours for
+// windows longer than an hour), so the levels agree. A window of exactly a
+// minute or an hour is read from the finer levels: it covers a whole
+// minute (hour) only at the one second in 60 (3600) where it is aligned on
+// it, which is not worth a write per event.
 //
 // Functions (c is a per-run read cache of hashes; fg_incr keeps the hashes
 // it has cached up to date, so a cache may live across writes):
@@ -88,7 +92,7 @@ end
 
 local function fg_split(a, b, w)
   local out = {}
-  if w < 3600 then fg_segs_sm(out, a, b, w >= 60) return out end
+  if w <= 3600 then fg_segs_sm(out, a, b, w > 60) return out end
   local h1 = math.ceil(a / 3600)
   local h2 = math.floor((b + 1) / 3600) - 1
   if h1 > h2 then fg_segs_sm(out, a, b, true) return out end
@@ -242,8 +246,8 @@ local function fg_incr(c, slot, f, incs, maxw, now, slack, undo)
   for sec, n in pairs(incs) do
     local m = math.floor(sec / 60)
     fg_hincr(c, fg_key(slot, f, 's', m), sec - m * 60, n, (m + 1) * 60 + maxw + slack - now, undo)
-    if maxw >= 60 then ms[m] = (ms[m] or 0) + n end
-    if maxw >= 3600 then
+    if maxw > 60 then ms[m] = (ms[m] or 0) + n end
+    if maxw > 3600 then
       local h = math.floor(sec / 3600)
       hs[h] = (hs[h] or 0) + n
     end

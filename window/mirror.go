@@ -143,11 +143,11 @@ func levelsOf(sec, maxw int64) ([3]bucketField, int) {
 	var out [3]bucketField
 	out[0] = bucketField{hashID{'s', floorDiv(sec, 60)}, floorMod(sec, 60)}
 	n := 1
-	if maxw >= 60 {
+	if maxw > 60 {
 		out[n] = bucketField{hashID{'m', floorDiv(sec, 3600)}, floorMod(floorDiv(sec, 60), 60)}
 		n++
 	}
-	if maxw >= 3600 {
+	if maxw > 3600 {
 		out[n] = bucketField{hashID{'h', floorDiv(sec, 86400)}, floorMod(floorDiv(sec, 3600), 24)}
 		n++
 	}
@@ -227,8 +227,8 @@ func appendSM(out []seg, a, b int64, useM bool) []seg {
 // split is fg_split: the segments covering seconds a..b in time order, the
 // coarsest levels a window of w seconds may use.
 func split(out []seg, a, b, w int64) []seg {
-	if w < 3600 {
-		return appendSM(out, a, b, w >= 60)
+	if w <= 3600 {
+		return appendSM(out, a, b, w > 60)
 	}
 	h1, h2 := ceilDiv(a, 3600), floorDiv(b+1, 3600)-1
 	if h1 > h2 {

@@ -598,3 +598,58 @@ func takeSlotsAcrossAFlush(t *testing.T, rdb window.Redis, prefix string, flush 
 		}
 	}
 }
+
+// A window of exactly a minute or an hour is read from the finer levels,
+// so a subject whose longest window is one writes no coarser level; at the
+// one second where the window is aligned on a whole minute (hour) its sum
+// and its deny are still exact, in the script and from the copies alike.
+func TestAlignedMinuteAndHourWindowsReadFinerLevels(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	set := mustRules(t, `
+rules:
+  - name: per-minute
+    action: m
+    kinds: [ip]
+    limits: [2/m]
+  - name: per-hour
+    action: h
+    kinds: [ip]
+    limits: [2/h]
+`)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		action string
+		w      time.Duration
+		level  byte // the level a subject of the rule must not write
+	}{
+		{"m", time.Minute, 'm'},
+		{"h", time.Hour, 'h'},
+	} {
+		for _, copies := range []bool{false, true} {
+			st := newStore(t, rdb)
+			var hr *window.Headroom
+			if copies {
+				hr = window.NewHeadroom(100)
+			}
+			b := &batcher{topic: "t"}
+			sub := window.Subject{Action: tc.action, Kind: "ip", Subject: "192.0.2.1"}
+			last := base.Add(tc.w - time.Second) // the window [base, last] is aligned
+			var denied int
+			for _, at := range []time.Time{base, base.Add(tc.w / 2), last} {
+				res, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, at)), set, at, hr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				denied += len(res.Decisions)
+			}
+			if denied != 1 {
+				t.Errorf("%s window, copies %v: %d decisions, want the third event denied", tc.w, copies, denied)
+			}
+			assertSum(t, st, sub, last, tc.w, 3)
+			assertSum(t, st, sub, last.Add(time.Second), tc.w, 2)
+			if n, err := rdb.Exists(ctx, st.Keys().Bucket(0, sub, tc.level, base)).Result(); err != nil || n != 0 {
+				t.Errorf("%s window: the %c level was written (%d, %v)", tc.w, tc.level, n, err)
+			}
+		}
+	}
+}
