@@ -103,18 +103,21 @@ rules:
 	}
 }
 
-// Subjects far from every limit are counted without being evaluated: the
-// headroom says a batch cannot have brought them near one.
-func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	st := newStore(t, rdb)
-	set := mustRules(t, `
+// hourRule is one limit, 20/1h (near from 10 events), on action a by ip.
+const hourRule = `
 rules:
   - name: r
     action: a
     kinds: [ip]
     limits: [20/1h]
-`)
+`
+
+// Subjects far from every limit are counted without being evaluated: the
+// headroom says a batch cannot have brought them near one.
+func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, hourRule)
 	ctx := context.Background()
 	b := &batcher{topic: "t"}
 	hr := window.NewHeadroom(100)
@@ -161,13 +164,7 @@ rules:
 func TestAnotherWriterEvaluatesSubjectsLeftOut(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: a
-    kinds: [ip]
-    limits: [20/1h]
-`)
+	set := mustRules(t, hourRule)
 	ctx := context.Background()
 	b := &batcher{topic: "t"}
 	hr := window.NewHeadroom(100)
