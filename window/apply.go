@@ -472,9 +472,10 @@ func (s *Store) appendWrites(args []any, partition int, now int64, pl *profiles,
 	slack := int64(s.slack / time.Second)
 	for _, ps := range order {
 		maxw := pl.list[ps.profile].maxw
+		pre := s.keys.subjectPrefix(partition, ps.sub)
 		for _, w := range ps.sums {
 			ttl := max((w.id.n+1)*w.id.span()+maxw+slack-now, 1)
-			args = append(args, s.keys.bucketN(partition, ps.sub, w.id.level, w.id.n), w.field, w.n, ttl)
+			args = append(args, bucketKey(pre, w.id.level, w.id.n), w.field, w.n, ttl)
 			n++
 		}
 	}
