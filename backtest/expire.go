@@ -57,20 +57,17 @@ func (e *expirer) touch(b aggregator.Batch, now int64) {
 			continue // not counted (no rule, too old): nothing written
 		}
 		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: ev.Subject}
-		// Levels and lifetimes as the apply script's fg_incr.
-		e.add(sub, 's', sec, maxw)
-		if maxw > 60 {
-			e.add(sub, 'm', sec, maxw)
-		}
-		if maxw > 3600 {
-			e.add(sub, 'h', sec, maxw)
+		// Levels and lifetimes as the apply script writes them.
+		lv := window.Levels(maxw)
+		for k := 0; k < len(lv); k++ {
+			e.add(sub, lv[k], sec, maxw)
 		}
 	}
 }
 
 // add notes the bucket of level holding second sec.
 func (e *expirer) add(sub window.Subject, level byte, sec, maxw int64) {
-	p := period(level)
+	p := window.LevelSpan(level)
 	r := bucketRef{sub, level, floorDiv(sec, p)}
 	if _, ok := e.known[r]; ok {
 		return
@@ -79,24 +76,13 @@ func (e *expirer) add(sub window.Subject, level byte, sec, maxw int64) {
 	heap.Push(&e.queue, pendingRef{at: (r.n+1)*p + maxw + e.slack, ref: r})
 }
 
-// period is the span of a level's bucket hash in seconds.
-func period(level byte) int64 {
-	switch level {
-	case 's':
-		return 60
-	case 'm':
-		return 3600
-	}
-	return 86400
-}
-
 // due returns the keys whose time has come at second now, and forgets them.
 func (e *expirer) due(now int64) []string {
 	var out []string
 	for len(e.queue) > 0 && e.queue[0].at <= now {
 		p := heap.Pop(&e.queue).(pendingRef)
 		delete(e.known, p.ref)
-		out = append(out, e.keys.Bucket(e.part, p.ref.sub, p.ref.level, time.Unix(p.ref.n*period(p.ref.level), 0)))
+		out = append(out, e.keys.Bucket(e.part, p.ref.sub, p.ref.level, time.Unix(p.ref.n*window.LevelSpan(p.ref.level), 0)))
 	}
 	return out
 }

@@ -100,19 +100,40 @@ func (k Keys) Shadow(partition int, sub Subject) string {
 // Bucket returns the key of the bucket hash of a level ('s', 'm' or 'h')
 // holding time t, or "" for another level.
 func (k Keys) Bucket(partition int, sub Subject, level byte, t time.Time) string {
-	u := t.Unix()
-	var n int64
-	switch level {
-	case 's':
-		n = floorDiv(u, 60)
-	case 'm':
-		n = floorDiv(u, 3600)
-	case 'h':
-		n = floorDiv(u, 86400)
-	default:
+	span := LevelSpan(level)
+	if span == 0 {
 		return ""
 	}
-	return k.bucketN(partition, sub, level, n)
+	return k.bucketN(partition, sub, level, floorDiv(t.Unix(), span))
+}
+
+// Levels are the bucket levels an event of a subject whose longest window
+// is maxw seconds is counted at, finest first: seconds always, minutes for
+// a window longer than a minute, hours for one longer than an hour (as the
+// scripts' fg_incr; a window of exactly a minute or an hour reads the finer
+// levels).
+func Levels(maxw int64) string {
+	switch {
+	case maxw > 3600:
+		return "smh"
+	case maxw > 60:
+		return "sm"
+	}
+	return "s"
+}
+
+// LevelSpan is how many seconds one bucket hash of a level covers: a
+// minute of seconds, an hour of minutes, a day of hours (0 for no level).
+func LevelSpan(level byte) int64 {
+	switch level {
+	case 's':
+		return 60
+	case 'm':
+		return 3600
+	case 'h':
+		return 86400
+	}
+	return 0
 }
 
 // bucketN is the key of bucket hash n of a level: the minute, hour or day

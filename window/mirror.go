@@ -44,17 +44,8 @@ type hashID struct {
 	n     int64
 }
 
-// span is how many seconds the hash covers: a minute of seconds, an hour
-// of minutes, a day of hours.
-func (id hashID) span() int64 {
-	switch id.level {
-	case 's':
-		return 60
-	case 'm':
-		return 3600
-	}
-	return 86400
-}
+// span is how many seconds the hash covers (LevelSpan).
+func (id hashID) span() int64 { return LevelSpan(id.level) }
 
 // mirrored holds the hashes of one subject that the copy knows, each as
 // many counts as its level has fields (absent: not loaded).
@@ -141,17 +132,12 @@ type bucketField struct {
 // its minute and hour when windows of maxw read those levels.
 func levelsOf(sec, maxw int64) ([3]bucketField, int) {
 	var out [3]bucketField
-	out[0] = bucketField{hashID{'s', floorDiv(sec, 60)}, floorMod(sec, 60)}
-	n := 1
-	if maxw > 60 {
-		out[n] = bucketField{hashID{'m', floorDiv(sec, 3600)}, floorMod(floorDiv(sec, 60), 60)}
-		n++
+	lv := Levels(maxw)
+	for i := 0; i < len(lv); i++ {
+		span, fields := LevelSpan(lv[i]), fieldsOf(lv[i])
+		out[i] = bucketField{hashID{lv[i], floorDiv(sec, span)}, floorMod(floorDiv(sec, span/fields), fields)}
 	}
-	if maxw > 3600 {
-		out[n] = bucketField{hashID{'h', floorDiv(sec, 86400)}, floorMod(floorDiv(sec, 3600), 24)}
-		n++
-	}
-	return out, n
+	return out, len(lv)
 }
 
 // prune drops hashes no window of maxw can read at now, returning how

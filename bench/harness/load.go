@@ -103,8 +103,10 @@ func RunLoad(ctx context.Context, pub *producer.Publisher, cfg LoadConfig) *Tall
 					t.LastErrAt = time.Now()
 				} else {
 					t.AckedN += n
-					for i := 0; i < len(evs) && !cfg.TotalOnly; i++ {
-						t.Acked[evs[i].Subject]++
+					if !cfg.TotalOnly {
+						for _, e := range evs {
+							t.Acked[e.Subject]++
+						}
 					}
 				}
 				t.mu.Unlock()
