@@ -210,7 +210,7 @@ func (b *bench) clusterLookups(ctx context.Context, t target, topic, prefix stri
 		return err
 	}
 	b.res.LookupCmds = append(b.res.LookupCmds, lim.cmd)
-	runs, err := b.rlsMeasure(ctx, lim.rls, scAllowedFour, true, shapeFour, rlsload.OK, conc, 0)
+	runs, err := b.rlsMeasure(ctx, lim.Proc, lim.rls, scAllowedFour, true, shapeFour, rlsload.OK, conc, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return errors.Join(err, b.stopProc(lim.Proc, "floodgate limiter --rls-mode check (cluster)"))
 }

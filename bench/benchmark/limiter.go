@@ -75,6 +75,9 @@ type Lookup struct {
 	Scenario string // scNoop, scAllowedOne, ...
 	Cluster  bool   // against the cluster profile
 	rlsload.Result
+	// CPU per lookup of each process (closed loops on the single-node
+	// stack only).
+	CPU []ProcCPU
 }
 
 // target is where a step's processes run: the single-node stack or the
@@ -220,10 +223,10 @@ func (b *bench) noopRuns(ctx context.Context, conc []int, paced bool) ([]Lookup,
 	if err != nil {
 		return nil, err
 	}
-	runs, err := b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, conc, 0)
+	runs, err := b.rlsMeasure(ctx, p, addr, scNoop, false, shapeFour, rlsload.OK, conc, 0)
 	if err == nil && paced {
 		var more []Lookup
-		more, err = b.rlsMeasure(ctx, addr, scNoop, false, shapeFour, rlsload.OK, nil, noopRate(runs, 16)/2)
+		more, err = b.rlsMeasure(ctx, p, addr, scNoop, false, shapeFour, rlsload.OK, nil, noopRate(runs, 16)/2)
 		runs = append(runs, more...)
 	}
 	return runs, errors.Join(err, b.stopProc(p, "floodbench rls-noop"))
@@ -231,7 +234,7 @@ func (b *bench) noopRuns(ctx context.Context, conc []int, paced bool) ([]Lookup,
 
 // rlsMeasure dials an RLS server, waits until it answers and measures one
 // shape (measure).
-func (b *bench) rlsMeasure(ctx context.Context, addr, scenario string, cluster bool, s rlsload.Shape, want rlsv3.RateLimitResponse_Code, conc []int, rate float64) ([]Lookup, error) {
+func (b *bench) rlsMeasure(ctx context.Context, server *harness.Proc, addr, scenario string, cluster bool, s rlsload.Shape, want rlsv3.RateLimitResponse_Code, conc []int, rate float64) ([]Lookup, error) {
 	cl, err := rlsload.Dial(addr, runtime.NumCPU())
 	if err != nil {
 		return nil, err
@@ -240,7 +243,7 @@ func (b *bench) rlsMeasure(ctx context.Context, addr, scenario string, cluster b
 	if err := cl.WaitReady(ctx, s, 30*time.Second); err != nil {
 		return nil, err
 	}
-	return b.measure(ctx, scenario, cluster, cl.Op(s, want), conc, rate)
+	return b.measure(ctx, server, scenario, cluster, cl.Op(s, want), conc, rate)
 }
 
 // noopRate is the no-op's closed-loop rate at concurrency c (0 if not
@@ -278,7 +281,7 @@ func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix s
 		{scAllowedFour, shapeFour, rlsload.OK},
 		{scDenied, shapeDenied, rlsload.OverLimit},
 	} {
-		runs, err := b.measure(ctx, sc.name, false, cl.Op(sc.shape, sc.want), lookupConcurrency, rate)
+		runs, err := b.measure(ctx, lim.Proc, sc.name, false, cl.Op(sc.shape, sc.want), lookupConcurrency, rate)
 		b.res.Lookups = append(b.res.Lookups, runs...)
 		if err != nil {
 			return err
@@ -286,7 +289,7 @@ func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix s
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
 	defer client.CloseIdleConnections()
-	runs, err := b.measure(ctx, scHTTP, false, rlsload.HTTPCheck(client, "http://"+lim.http, shapeFour, http.StatusOK), lookupConcurrency, 0)
+	runs, err := b.measure(ctx, lim.Proc, scHTTP, false, rlsload.HTTPCheck(client, "http://"+lim.http, shapeFour, http.StatusOK), lookupConcurrency, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
 }
@@ -303,7 +306,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
 		return err
 	}
 	op := cl.Op(shapeStrict, rlsload.OK)
-	runs, err := b.measure(ctx, scStrict, false, op, lookupConcurrency, 0)
+	runs, err := b.measure(ctx, lim.Proc, scStrict, false, op, lookupConcurrency, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	if err != nil {
 		return err
@@ -314,14 +317,17 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
 			c16 = r.PerSec
 		}
 	}
-	runs, err = b.measure(ctx, scStrict, false, op, nil, c16/2)
+	runs, err = b.measure(ctx, lim.Proc, scStrict, false, op, nil, c16/2)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
 }
 
 // measure runs op closed-loop at each concurrency, then paced at rate (if
-// positive), and returns the runs done.
-func (b *bench) measure(ctx context.Context, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
+// positive), and returns the runs done. A closed loop against server on
+// the single-node stack also reports the CPU each process spent per lookup:
+// its CPU time over the run (warm-up included) ÷ (lookups/s × the run's
+// wall time).
+func (b *bench) measure(ctx context.Context, server *harness.Proc, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
 	cfgs := make([]rlsload.Config, 0, len(conc)+1)
 	for _, c := range conc {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Concurrency: c, Duration: b.cfg.LimiterD})
@@ -329,15 +335,27 @@ func (b *bench) measure(ctx context.Context, scenario string, cluster bool, op r
 	if rate > 0 {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Rate: rate, Duration: b.cfg.LimiterD})
 	}
+	var meters []cpuMeter
+	if server != nil && !cluster {
+		meters = b.lookupMeters(server)
+	}
 	var runs []Lookup
 	for _, cfg := range cfgs {
+		before, merr := readMeters(ctx, meters)
+		start := time.Now()
 		r, err := rlsload.Run(ctx, cfg)
 		if err != nil {
 			return runs, fmt.Errorf("%s %s: %w", scenario, r.Load(), err)
 		}
+		var cpu []ProcCPU
+		if after, aerr := readMeters(ctx, meters); merr == nil && aerr == nil && !r.Paced() {
+			cpu = perOp(meters, before, after, r.PerSec*time.Since(start).Seconds())
+		} else if merr != nil || aerr != nil {
+			b.log.Warn("bench: no CPU per lookup", "scenario", scenario, "err", errors.Join(merr, aerr))
+		}
 		b.log.Info("bench: lookups", "scenario", scenario, "cluster", cluster, "load", r.Load(), "per_sec", int(r.PerSec),
 			"p99", r.P99, "unexpected", r.Unexpected, "errors", r.Errors)
-		runs = append(runs, Lookup{Scenario: scenario, Cluster: cluster, Result: r})
+		runs = append(runs, Lookup{Scenario: scenario, Cluster: cluster, Result: r, CPU: cpu})
 	}
 	return runs, nil
 }

@@ -274,6 +274,7 @@ func renderLookups(w func(string, ...any), r *Results) {
 		w("| %s | %s | %s | %s | %s | %s | %s | %d / %d |\n", label, l.Load(), harness.Human(l.PerSec),
 			rlsload.Latency(l.P50), rlsload.Latency(l.P99), rlsload.Latency(l.P999), x, l.Unexpected, l.Errors)
 	}
+	renderLookupCPU(w, r)
 	if !slices.ContainsFunc(r.Lookups, func(l Lookup) bool { return !l.Cluster && l.Scenario != scNoop }) {
 		return // the cluster step alone: no goal is about it
 	}
@@ -284,6 +285,42 @@ func renderLookups(w func(string, ...any), r *Results) {
 			continue
 		}
 		w("- %s: **%s** (%s)\n", g.text, g.verdict(), g.detail)
+	}
+}
+
+// renderLookupCPU writes where a lookup's CPU goes, at c=16 and c=64: per
+// process, and the most lookups a second the machine's cores could answer
+// if every process kept them all busy.
+func renderLookupCPU(w func(string, ...any), r *Results) {
+	var rows []Lookup
+	for _, l := range r.Lookups {
+		if len(l.CPU) > 0 && (l.Concurrency == 16 || l.Concurrency == 64) {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	cores := runtime.NumCPU()
+	w("\nCPU per lookup, µs, in the closed-loop runs above: each process's CPU time over the run (warm-up included; /proc/PID/stat, Redis INFO cpu) ÷ (lookups/s × the run's wall time); the server is the no-op or the limiter, the load generator is floodbench; %d cores ÷ the sum is what this machine could answer at best:\n\n", cores)
+	w("| scenario | load | %s | sum | %d cores ÷ sum |\n|---|---|%s--:|--:|\n", strings.Join(cpuColumns, " | "), cores, strings.Repeat("--:|", len(cpuColumns)))
+	for _, l := range rows {
+		var sum time.Duration
+		cells := make([]string, len(cpuColumns))
+		for i, name := range cpuColumns {
+			cells[i] = "—"
+			for _, c := range l.CPU {
+				if c.Name == name {
+					cells[i] = fmt.Sprintf("%.0f", float64(c.PerOp)/float64(time.Microsecond))
+					sum += c.PerOp
+				}
+			}
+		}
+		ceiling := "—"
+		if sum > 0 {
+			ceiling = harness.Human(float64(cores) * float64(time.Second) / float64(sum))
+		}
+		w("| %s | %s | %s | %.0f | %s/s |\n", lookupLabels[l.Scenario], l.Load(), strings.Join(cells, " | "), float64(sum)/float64(time.Microsecond), ceiling)
 	}
 }
 

@@ -69,3 +69,28 @@ func TestMedianQuantile(t *testing.T) {
 		t.Fatalf("p99 %v", q)
 	}
 }
+
+func TestProcCPUOfThisProcess(t *testing.T) {
+	before, err := ProcCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn CPU until the kernel has charged at least one tick more.
+	x := 0
+	for {
+		for i := range 1_000_000 {
+			x += i
+		}
+		after, err := ProcCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+	}
+	_ = x
+	if _, err := ProcCPU(-1); err == nil {
+		t.Fatal("pid -1: no error")
+	}
+}

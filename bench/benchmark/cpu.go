@@ -1,0 +1,83 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"floodgate/bench/harness"
+)
+
+// cpuMeter reads how much CPU one process has used so far.
+type cpuMeter struct {
+	name string
+	read func(context.Context) (time.Duration, error)
+}
+
+// ProcCPU is the CPU time one process spent per lookup in a run.
+type ProcCPU struct {
+	Name  string
+	PerOp time.Duration
+}
+
+// The processes of a lookup run, in the report's column order.
+const (
+	cpuServer = "server"
+	cpuLoad   = "load generator"
+	cpuRedis  = "Redis"
+	cpuBroker = "Kafka broker"
+)
+
+var cpuColumns = []string{cpuServer, cpuLoad, cpuRedis, cpuBroker}
+
+// lookupMeters are the processes a lookup run on the single-node stack
+// keeps busy: the server under test, the load generator (this process),
+// Redis and the Kafka broker (its pid file from scripts/stack; left out if
+// it cannot be read). Together they show where a lookup's cost goes and
+// how many a second two cores could answer at best.
+func (b *bench) lookupMeters(server *harness.Proc) []cpuMeter {
+	pidCPU := func(pid int) func(context.Context) (time.Duration, error) {
+		return func(context.Context) (time.Duration, error) { return harness.ProcCPU(pid) }
+	}
+	ms := []cpuMeter{
+		{cpuServer, pidCPU(server.Pid())},
+		{cpuLoad, pidCPU(os.Getpid())},
+		{cpuRedis, func(ctx context.Context) (time.Duration, error) {
+			info, err := harness.ReadRedisInfo(ctx, b.rdb)
+			return time.Duration(info.CPU * float64(time.Second)), err
+		}},
+	}
+	if pid, err := harness.PidFile(filepath.Join(b.cfg.Repo, ".stack", "kafka", "kafka.pid")); err == nil {
+		ms = append(ms, cpuMeter{cpuBroker, pidCPU(pid)})
+	} else {
+		b.log.Warn("bench: no Kafka broker CPU in the lookup figures", "err", err)
+	}
+	return ms
+}
+
+// readMeters reads every meter.
+func readMeters(ctx context.Context, ms []cpuMeter) ([]time.Duration, error) {
+	out := make([]time.Duration, len(ms))
+	for i, m := range ms {
+		d, err := m.read(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cpu of %s: %w", m.name, err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// perOp divides what each meter counted between before and after by ops.
+func perOp(ms []cpuMeter, before, after []time.Duration, ops float64) []ProcCPU {
+	if ops <= 0 {
+		return nil
+	}
+	out := make([]ProcCPU, len(ms))
+	for i, m := range ms {
+		out[i] = ProcCPU{Name: m.name, PerOp: time.Duration(float64(after[i]-before[i]) / ops)}
+	}
+	return out
+}
