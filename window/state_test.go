@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/event"
+	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
 )
@@ -143,11 +144,7 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 	// Another writer of the partition (a stale owner, a rebuild): the
 	// stored offset is not the one the headroom saw, so everything is
 	// evaluated again.
-	other := &batcher{topic: "t", next: b.next}
-	if _, err := st.Apply(ctx, "g", other.batch(ev("a", "ip", "192.0.2.2", base)), set, base, nil); err != nil {
-		t.Fatal(err)
-	}
-	b.next = other.next
+	applyAsAnotherWriter(t, st, set, b, ev("a", "ip", "192.0.2.2", base))
 	res, err := st.Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.3", base)), set, base, hr)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +152,18 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 	if res.Evaluated != 1 {
 		t.Fatalf("after another writer: evaluated %d, want 1", res.Evaluated)
 	}
+}
+
+// applyAsAnotherWriter applies e at b's next offset as another writer of the
+// partition would (a stale owner, a rebuild: no headroom of its own), and
+// moves b past it.
+func applyAsAnotherWriter(t *testing.T, st *window.Store, set *rules.Set, b *batcher, e event.Event) {
+	t.Helper()
+	other := &batcher{topic: b.topic, next: b.next}
+	if _, err := st.Apply(context.Background(), "g", other.batch(e), set, base, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.next = other.next
 }
 
 // The script is sent only the subjects it has more to do for than their
@@ -175,11 +184,7 @@ func TestAnotherWriterEvaluatesSubjectsLeftOut(t *testing.T) {
 			t.Fatalf("batch %d: %+v %v, want %d evaluated", i, res, err, want)
 		}
 	}
-	other := &batcher{topic: "t", next: b.next}
-	if _, err := st.Apply(ctx, "g", other.batch(ev("a", "ip", "192.0.2.8", base)), set, base, nil); err != nil {
-		t.Fatal(err)
-	}
-	b.next = other.next
+	applyAsAnotherWriter(t, st, set, b, ev("a", "ip", "192.0.2.8", base))
 	res, err := st.Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
 	if err != nil || res.Evaluated != 1 || res.Applied != 1 {
 		t.Fatalf("after another writer: %+v %v, want the subject evaluated and its event applied once", res, err)
