@@ -1,4 +1,4 @@
-.PHONY: stack test demo screenshot bench chaos build down fuzz
+.PHONY: stack test demo screenshot bench chaos attack build down fuzz
 
 stack:
 	scripts/stack up
@@ -20,6 +20,9 @@ bench:
 
 chaos:
 	scripts/stack up && scripts/stack up --cluster && scripts/chaos
+
+attack:
+	scripts/stack up && scripts/attack
 
 build:
 	go build -o bin/floodgate ./cmd/floodgate

@@ -16,6 +16,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"floodgate/bench/attack"
 	"floodgate/bench/benchmark"
 	"floodgate/bench/faults"
 	"floodgate/bench/rlsload"
@@ -67,6 +68,39 @@ func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d fault scenarios failed", failed, len(rows))
+	}
+	return nil
+}
+
+// AttackCmd runs the hostile-client suite.
+type AttackCmd struct {
+	Stack
+	Subjects int      `name:"subjects" default:"1000000" help:"Invented subjects of the memory scenario."`
+	Bound    int64    `name:"limiter-rss-bound" default:"536870912" help:"The limiter's documented peak RSS bound under the memory scenario, bytes."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (invalid-subject, degraded-redis, compressed-record, million-subjects). Default: all."`
+	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file whose attack block is rewritten (empty: none)."`
+}
+
+// Run runs the suite; it fails when a scenario failed.
+func (c *AttackCmd) Run(ctx context.Context, log *slog.Logger) error {
+	rows, err := attack.Run(ctx, attack.Config{
+		Bin: c.Bin, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL, WorkDir: c.WorkDir,
+		Subjects: c.Subjects, LimiterRSSBound: c.Bound, Only: c.Only, Out: c.Out, Logger: log,
+	})
+	for _, r := range rows {
+		fmt.Println(attack.FormatRow(r))
+	}
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range rows {
+		if !r.Pass {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d attack scenarios failed", failed, len(rows))
 	}
 	return nil
 }
@@ -152,6 +186,7 @@ func (c *RLSLoadCmd) Run(ctx context.Context) error {
 
 type cli struct {
 	Chaos   ChaosCmd   `cmd:"" help:"Fault suite → docs/faults.md."`
+	Attack  AttackCmd  `cmd:"" help:"Hostile-client suite → docs/faults.md (Attacks)."`
 	Bench   BenchCmd   `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
 	RLSNoop RLSNoopCmd `cmd:"" name:"rls-noop" help:"Serve the no-op Envoy RLS server (the ceiling of the limiter step)."`
 	RLSLoad RLSLoadCmd `cmd:"" name:"rls-load" help:"Envoy RLS load against any RateLimitService: lookups/s and p50/p99/p99.9."`
