@@ -44,10 +44,10 @@ const (
 
 // LimiterClient is a client for the floodgate.v1.Limiter service.
 type LimiterClient interface {
-	// Check reads the live counters and deny records (one Redis round trip for
-	// all subjects, deny decisions cached in process) and counts nothing: the
-	// caller publishes the event afterwards. Unknown actions are allowed with
-	// no limits.
+	// Check answers from the limiter's memory of the aggregator's decisions
+	// (no Redis round trip; with exact, one read per Redis slot) and counts
+	// nothing: the caller publishes the event afterwards, or uses Take.
+	// Unknown actions are allowed with no limits.
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
 	// Take checks and counts atomically for the subjects' strict rules (zero
 	// overshoot), then publishes the event marked as already counted. Subjects
@@ -100,10 +100,10 @@ func (c *limiterClient) Take(ctx context.Context, req *connect.Request[v1.TakeRe
 
 // LimiterHandler is an implementation of the floodgate.v1.Limiter service.
 type LimiterHandler interface {
-	// Check reads the live counters and deny records (one Redis round trip for
-	// all subjects, deny decisions cached in process) and counts nothing: the
-	// caller publishes the event afterwards. Unknown actions are allowed with
-	// no limits.
+	// Check answers from the limiter's memory of the aggregator's decisions
+	// (no Redis round trip; with exact, one read per Redis slot) and counts
+	// nothing: the caller publishes the event afterwards, or uses Take.
+	// Unknown actions are allowed with no limits.
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
 	// Take checks and counts atomically for the subjects' strict rules (zero
 	// overshoot), then publishes the event marked as already counted. Subjects
