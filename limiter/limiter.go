@@ -174,8 +174,11 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // Check decides whether req may happen now, from memory (no Redis round
-// trip), or with req.Exact from Redis. It counts nothing. Errors are *Error
-// (CodeInvalid); Redis failures are answered by the failure mode, not
+// trip), or with req.Exact from Redis. It counts nothing. An overlong or
+// unprintable subject is decided on its digest (event.CanonicalSubject);
+// another invalid part is an error only when none of the valid subjects
+// is denied. Errors are *Error (CodeInvalid, matching limitapi.ErrRefused);
+// Redis failures are answered from memory, then by the failure mode, not
 // returned.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	return l.decide(ctx, req, false)
