@@ -16,8 +16,11 @@ import (
 //
 // with "attrs":{"<kind>":"<value>",...} (keys sorted) after "n" when the
 // event has attrs. A zero V or N is written as its default (Version, 1). TS is written in
-// whole Unix milliseconds. Errors are *Error.
+// whole Unix milliseconds. A subject or attr value that is not a valid
+// subject is written as its digest (CanonicalSubject), as e.Key() keys it.
+// Errors are *Error.
 func Encode(e Event) ([]byte, error) {
+	e = e.Canonical()
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
@@ -167,7 +170,9 @@ func (f *tsField) parseString(raw []byte) *Error {
 
 // Decode parses and validates one message value. It accepts "ts" as integer
 // Unix milliseconds or an RFC 3339 string, defaults an absent "n" to 1, and
-// ignores unknown fields. The returned Event has V = Version, N >= 1 and TS
+// ignores unknown fields. A subject or attr value that is not a valid
+// subject (too long, control characters) is replaced by its digest
+// (CanonicalSubject): the event is counted under it, not refused. The returned Event has V = Version, N >= 1 and TS
 // in UTC truncated to the millisecond, so Encode(Decode(v)) decodes to the
 // same Event. Errors are *Error.
 func Decode(value []byte) (Event, error) {
@@ -227,9 +232,10 @@ func (w wire) event() (Event, error) {
 	if err := checkName("kind", w.Kind); err != nil {
 		return Event{}, err
 	}
-	if err := checkSubject(w.Subject); err != nil {
-		return Event{}, err
+	if w.Subject == "" {
+		return Event{}, &Error{Reason: ReasonMissingField, Field: "subject", Detail: "subject is required"}
 	}
+	w.Subject = CanonicalSubject(w.Subject)
 	if w.TS.err != nil {
 		return Event{}, w.TS.err
 	}
@@ -251,6 +257,9 @@ func (w wire) event() (Event, error) {
 	}
 	if len(w.Attrs) == 0 {
 		w.Attrs = nil // "attrs":{} reads as none
+	}
+	for k, v := range w.Attrs {
+		w.Attrs[k] = CanonicalSubject(v) // the map is Decode's own
 	}
 	if err := checkAttrs(w.Attrs); err != nil {
 		return Event{}, err

@@ -29,5 +29,10 @@
 //		// send to the DLQ with reason ee.Reason
 //	}
 //
+// A subject (or attr value) that is not valid — too long, control
+// characters — is not rejected: Encode, Key and Decode carry it as its
+// digest (CanonicalSubject), so an event with a 300-byte e-mail from a form
+// is counted under the digest instead of being dead-lettered.
+//
 // The wire format is documented in docs/events.md.
 package event

@@ -53,7 +53,7 @@ type Event struct {
 	ID      string    // unique event id (NewID), 1..64 printable ASCII bytes
 	Action  string    // what happened, e.g. "login_failed"; [a-z0-9_.-]{1,64}
 	Kind    string    // feature kind, e.g. "ip", "email"; [a-z0-9_.-]{1,64}
-	Subject string    // feature value, e.g. "203.0.113.7"; 1..256 bytes of UTF-8, no control characters
+	Subject string    // feature value, e.g. "203.0.113.7"; 1..256 bytes of UTF-8, no control characters, else carried as its digest (CanonicalSubject)
 	TS      time.Time // event time, required, in [2000-01-01, 2200-01-01)
 	N       int64     // count, 1..MaxN; 0 means 1
 	// Attrs are related features of the same access, kind -> value, e.g.
@@ -64,11 +64,15 @@ type Event struct {
 	Attrs map[string]string
 }
 
-// Key returns the Kafka message key of e: "<kind>:<subject>". Kind cannot
-// contain ':', so the key splits unambiguously at its first ':'.
-func (e Event) Key() string { return e.Kind + ":" + e.Subject }
+// Key returns the Kafka message key of e: "<kind>:<subject>", with the
+// subject as Encode writes it (CanonicalSubject). Kind cannot contain ':',
+// so the key splits unambiguously at its first ':'.
+func (e Event) Key() string { return e.Kind + ":" + CanonicalSubject(e.Subject) }
 
-// Validate reports the first limit that e breaks, as an *Error, or nil.
+// Validate reports the first limit that e breaks, as an *Error, or nil. It
+// holds e as it is: a subject or attr value that is not valid is an error
+// here, though Encode (and Decode) write it as its digest; e.Canonical()
+// validates where e.Validate() would not for that reason alone.
 func (e Event) Validate() error {
 	if e.V != 0 && e.V != Version {
 		return &Error{Reason: ReasonUnsupportedVersion, Field: "v", Detail: fmt.Sprintf("version %d, want %d", e.V, Version)}
@@ -142,16 +146,18 @@ func Split(action string, ts time.Time, features map[string]string) []Event {
 
 // CheckKey reports, as an *Error with Reason ReasonKeyMismatch, whether the
 // Kafka message key differs from e.Key(). Decode does not see the key, so
-// consumers call CheckKey after it.
+// consumers call CheckKey after it. A key that names the subject as the
+// producer had it before its digest ("<kind>:<300-byte e-mail>") agrees
+// with the decoded event too: the event is counted, not dead-lettered.
 func CheckKey(key []byte, e Event) error {
 	if len(key) == 0 {
 		return &Error{Reason: ReasonKeyMismatch, Field: "key", Detail: fmt.Sprintf("message has no key, want %q", e.Key())}
 	}
-	if len(key) == len(e.Kind)+1+len(e.Subject) &&
-		string(key[:len(e.Kind)]) == e.Kind &&
-		key[len(e.Kind)] == ':' &&
-		string(key[len(e.Kind)+1:]) == e.Subject {
-		return nil
+	if len(key) > len(e.Kind) && string(key[:len(e.Kind)]) == e.Kind && key[len(e.Kind)] == ':' {
+		sub := key[len(e.Kind)+1:]
+		if string(sub) == e.Subject || (IsDigest(e.Subject) && CanonicalSubject(string(sub)) == e.Subject) {
+			return nil
+		}
 	}
 	return &Error{Reason: ReasonKeyMismatch, Field: "key", Detail: fmt.Sprintf("key %q, value says %q", truncate(string(key), 300), e.Key())}
 }

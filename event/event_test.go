@@ -61,7 +61,6 @@ func TestDecodeRejects(t *testing.T) {
 		{"attrs value not a string", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":5}}`, event.ReasonInvalidField, "attrs"},
 		{"attrs bad key", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"E-mail":"x"}}`, event.ReasonInvalidField, "attrs"},
 		{"attrs empty value", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":""}}`, event.ReasonMissingField, "attrs.email"},
-		{"attrs control char", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":"a\u0000"}}`, event.ReasonInvalidField, "attrs.email"},
 		{"attrs too many", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"a":"1","b":"1","c":"1","d":"1","e":"1","f":"1","g":"1","h":"1","i":"1"}}`, event.ReasonInvalidField, "attrs"},
 		{"id absent", `{"v":1,"action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonMissingField, "id"},
 		{"id empty", `{"v":1,"id":"","action":"a","kind":"ip","subject":"s","ts":1700000000000}`, event.ReasonMissingField, "id"},
@@ -77,11 +76,6 @@ func TestDecodeRejects(t *testing.T) {
 		{"kind colon", `{"v":1,"id":"e1","action":"a","kind":"ip:v4","subject":"s","ts":1700000000000}`, event.ReasonInvalidField, "kind"},
 		{"kind null", `{"v":1,"id":"e1","action":"a","kind":null,"subject":"s","ts":1700000000000}`, event.ReasonMissingField, "kind"},
 		{"subject absent", `{"v":1,"id":"e1","action":"a","kind":"ip","ts":1700000000000}`, event.ReasonMissingField, "subject"},
-		{"subject newline", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"a\nb","ts":1700000000000}`, event.ReasonInvalidField, "subject"},
-		{"subject NUL", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"a\u0000","ts":1700000000000}`, event.ReasonInvalidField, "subject"},
-		{"subject DEL", "{\"v\":1,\"id\":\"e1\",\"action\":\"a\",\"kind\":\"ip\",\"subject\":\"a\x7f\",\"ts\":1700000000000}", event.ReasonInvalidField, "subject"},
-		{"subject C1", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"a\u0085","ts":1700000000000}`, event.ReasonInvalidField, "subject"},
-		{"subject too long", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"` + strings.Repeat("é", 129) + `","ts":1700000000000}`, event.ReasonInvalidField, "subject"},
 		{"subject number", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":5,"ts":1700000000000}`, event.ReasonInvalidField, "subject"},
 		{"ts absent", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s"}`, event.ReasonMissingField, "ts"},
 		{"ts zero", `{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":0}`, event.ReasonMissingField, "ts"},
@@ -340,6 +334,8 @@ func FuzzDecode(f *testing.F) {
 		`{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"email":"a@b","ip":"::1"}}`,
 		`{"v":1,"id":"e1","action":"a","kind":"ip","subject":"s","ts":1700000000000,"attrs":{"E":"x"}}`,
 		`{"v":2}`, `[]`, `null`, `{"ts":1e3}`, `{"v":1,"ts":"1970-01-01T00:00:00Z"}`,
+		`{"v":1,"id":"e1","action":"a","kind":"email","subject":"a\tb","ts":1700000000000,"attrs":{"ip":"` + strings.Repeat("x", 300) + `"}}`,
+		`{"v":1,"id":"e1","action":"a","kind":"email","subject":"~sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","ts":1700000000000}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))

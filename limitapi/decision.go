@@ -1,6 +1,17 @@
 package limitapi
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// ErrRefused is what an error of a request the limiter refused as invalid
+// matches (errors.Is): HTTP 400, InvalidArgument. The request is at fault,
+// not the limiter, so no failure mode applies to it: a caller that let it
+// through would let an attacker who makes requests invalid through. The
+// limiter refuses only when none of the request's valid subjects is denied
+// (docs/limiter.md).
+var ErrRefused = errors.New("limiter refused the request as invalid")
 
 // Subject is one feature of a request: its kind ("ip") and value.
 type Subject struct {

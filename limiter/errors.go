@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"fmt"
+
+	"floodgate/limitapi"
 )
 
 // Code classifies the errors of the limiter; each surface maps it once
@@ -27,6 +29,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Msg }
+
+// Is makes an invalid or too large request match limitapi.ErrRefused.
+func (e *Error) Is(target error) bool {
+	return target == limitapi.ErrRefused && (e.Code == CodeInvalid || e.Code == CodeTooLarge)
+}
 
 func invalidf(format string, args ...any) error {
 	return &Error{Code: CodeInvalid, Msg: fmt.Sprintf(format, args...)}

@@ -191,8 +191,8 @@ func tokenOK(token, header string) bool {
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(header[len(p):])), []byte(token)) == 1
 }
 
-// healthHandlers serves /healthz (the process runs) and /readyz (rules
-// loaded and Redis answering).
+// healthz serves /healthz (the process runs); readyz serves /readyz (rules
+// loaded and the state, or Redis, answering).
 func healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = w.Write([]byte("ok\n"))
@@ -204,8 +204,16 @@ func readyz(l *Limiter) http.HandlerFunc {
 		defer cancel()
 		w.Header().Set("Content-Type", "text/plain")
 		if err := l.Ready(ctx); err != nil {
+			// The dependency only: the error's detail names internal
+			// addresses, which are the log's to show.
+			msg := "not ready"
+			var nr *NotReadyError
+			if errors.As(err, &nr) {
+				msg += ": " + nr.Dependency
+			}
+			l.log.Warn("limiter: not ready", "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+			_, _ = w.Write([]byte(msg + "\n"))
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

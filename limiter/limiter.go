@@ -174,8 +174,11 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // Check decides whether req may happen now, from memory (no Redis round
-// trip), or with req.Exact from Redis. It counts nothing. Errors are *Error
-// (CodeInvalid); Redis failures are answered by the failure mode, not
+// trip), or with req.Exact from Redis. It counts nothing. An overlong or
+// unprintable subject is decided on its digest (event.CanonicalSubject);
+// another invalid part is an error only when none of the valid subjects
+// is denied. Errors are *Error (CodeInvalid, matching limitapi.ErrRefused);
+// Redis failures are answered from memory, then by the failure mode, not
 // returned.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	return l.decide(ctx, req, false)
@@ -192,14 +195,14 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 
 // Ready reports whether rules are loaded and the limiter can answer: its
 // State holds every partition's snapshot, or (without a State) Redis
-// answers in time.
+// answers in time. A failure is a *NotReadyError.
 func (l *Limiter) Ready(ctx context.Context) error {
 	if l.cfg.Rules() == nil {
-		return errors.New("no rules loaded")
+		return &NotReadyError{Dependency: "rules", Err: errors.New("no rules loaded")}
 	}
 	if l.cfg.State != nil {
 		if n := l.cfg.Partitions(); !l.cfg.State.Loaded(n) {
-			return fmt.Errorf("decision state not loaded yet (%d partitions)", n)
+			return &NotReadyError{Dependency: "state", Err: fmt.Errorf("decision state not loaded yet (%d partitions)", n)}
 		}
 		return nil
 	}
@@ -208,33 +211,46 @@ func (l *Limiter) Ready(ctx context.Context) error {
 	// A read of one subject with no limits: a script run, so Redis answers.
 	ping := []window.EvalQuery{{Subject: window.Subject{Action: "ready", Kind: "ready", Subject: "ready"}}}
 	if _, err := l.cfg.Store.Evaluate(ctx, l.now(), ping, 1); err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return &NotReadyError{Dependency: "redis", Err: err}
 	}
 	return nil
 }
+
+// NotReadyError says which dependency keeps the limiter from being ready.
+// /readyz shows only Dependency: Err may hold internal addresses (a Redis
+// dial error does), which go to the log.
+type NotReadyError struct {
+	Dependency string // "rules", "state" or "redis"
+	Err        error
+}
+
+func (e *NotReadyError) Error() string { return e.Dependency + ": " + e.Err.Error() }
+
+func (e *NotReadyError) Unwrap() error { return e.Err }
 
 func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision, error) {
 	op := "check"
 	if take {
 		op = "take"
 	}
-	if err := l.validate(&req, take); err != nil {
+	subs, bad, err := l.validate(req, take)
+	if err != nil {
 		l.m.invalid.WithLabelValues(op).Inc()
 		return Decision{}, err
 	}
 	// A subject named twice (ip=a&ip=a, query and body, repeated Envoy
 	// descriptor entries) is one subject: decided, counted and published
 	// once.
-	req.Subjects = dedupSubjects(req.Subjects)
+	req.Subjects = dedupSubjects(subs)
 	now := l.now()
 	set := l.cfg.Rules()
 	plans, others := planSubjects(set, req)
 	n := max(req.N, 1)
-	if take {
-		if err := fitsAtAll(plans, n); err != nil {
-			l.m.invalid.WithLabelValues(op).Inc()
-			return Decision{}, err
-		}
+	if bad == nil && take {
+		bad = fitsAtAll(plans, n)
+	}
+	if bad != nil {
+		return l.refuse(ctx, op, req, set, plans, now, take, bad)
 	}
 	d := Decision{Allowed: true, Time: now}
 	if len(plans) == 0 {
@@ -247,7 +263,6 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	}
 	var views []view
 	taken := false
-	var err error
 	switch {
 	case take:
 		views, taken, err = l.readRedis(ctx, op, req.Action, set, plans, now, n, true)
@@ -262,7 +277,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 			// The caller gave up: nobody waits for an answer.
 			return Decision{}, fmt.Errorf("%s %s: %w", op, req.Action, context.Cause(ctx))
 		}
-		return l.degraded(ctx, op, req, d, err), nil
+		return l.degraded(ctx, op, req, plans, d, err), nil
 	}
 	deny := assemble(&d, plans, views, now)
 	deny = pick(deny, banDenial(plans, views, now))
@@ -669,15 +684,31 @@ func pick(a, b *Denial) *Denial {
 	return a
 }
 
-// degraded answers with the failure mode after a Redis failure.
-func (l *Limiter) degraded(ctx context.Context, op string, req Request, d Decision, err error) Decision {
+// degraded answers after a Redis failure: what memory holds first (an
+// operator's ban, a deny record, a count over a limit deny as they would
+// with Redis up), then the failure mode. Without the memory step a client
+// that made Redis slow, or sent Floodgate-Exact to every check, was let
+// through its bans in open mode.
+func (l *Limiter) degraded(ctx context.Context, op string, req Request, plans []plan, d Decision, err error) Decision {
 	reason := "error"
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		reason = "timeout"
 	}
-	l.log.Warn("limiter: redis failed, answering with the failure mode",
+	l.log.Warn("limiter: redis failed, answering from memory and the failure mode",
 		"op", op, "action", req.Action, "mode", l.cfg.FailureMode.String(), "err", err)
 	d.Degraded = true
+	if l.cfg.State != nil {
+		views := l.readMemory(req.Action, plans, d.Time)
+		md := d
+		deny := pick(assemble(&md, plans, views, d.Time), banDenial(plans, views, d.Time))
+		if deny != nil {
+			md.Allowed, md.Denial = false, deny
+			l.m.failures.WithLabelValues("memory", reason).Inc()
+			l.m.checks.WithLabelValues(op, "degraded_denied").Inc()
+			l.m.denies.WithLabelValues(denyLabel(deny)).Inc()
+			return md
+		}
+	}
 	strict := false
 	if op == "take" {
 		set := l.cfg.Rules()
@@ -764,39 +795,104 @@ func attrsOf(s Subject, subs []Subject) map[string]string {
 	return m
 }
 
-// validate checks a request against the event contract, so that every
-// Take can be published, and the size limits.
-func (l *Limiter) validate(req *Request, take bool) error {
+// validate checks a request against the event contract and the size
+// limits. It returns the request's subjects that can be decided, each as
+// event.CanonicalSubject has it (an overlong or unprintable subject is
+// decided on its digest), and apart the first problem of the rest of the
+// request (bad is for refuse: a denial of a valid subject still wins over
+// it). err is a request that cannot be decided at all: no action, or no
+// subject given.
+func (l *Limiter) validate(req Request, take bool) (subs []Subject, bad, err error) {
 	if req.Action == "" {
-		return invalidf("action is required")
+		return nil, nil, invalidf("action is required")
 	}
 	if len(req.Subjects) == 0 {
-		return invalidf("no subjects: give at least one kind=subject")
+		return nil, nil, invalidf("no subjects: give at least one kind=subject")
 	}
-	if len(req.Subjects) > l.maxSubj {
-		return invalidf("%d subjects, at most %d", len(req.Subjects), l.maxSubj)
+	// An event of the request, to hold its parts to the contract.
+	e := event.Event{ID: "x", Action: req.Action, Subject: "x", Kind: "x", TS: time.Unix(1_800_000_000, 0)}
+	if err := e.Validate(); err != nil {
+		// No rule has an invalid action: nothing could deny.
+		return nil, nil, contractError(err)
 	}
-	if req.N < 0 || req.N > event.MaxN {
-		return invalidf("n = %d, want 1..%d", req.N, event.MaxN)
-	}
-	if req.ID != "" && !take {
-		req.ID = ""
-	}
-	ts := time.Unix(1_800_000_000, 0)
-	for _, s := range req.Subjects {
-		e := event.Event{ID: "x", Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: ts}
-		if req.ID != "" {
-			e.ID = req.ID
-		}
+	switch {
+	case len(req.Subjects) > l.maxSubj:
+		bad = invalidf("%d subjects, at most %d", len(req.Subjects), l.maxSubj)
+	case req.N < 0 || req.N > event.MaxN:
+		bad = invalidf("n = %d, want 1..%d", req.N, event.MaxN)
+	case take && req.ID != "":
+		e.ID = req.ID
 		if err := e.Validate(); err != nil {
-			var ee *event.Error
-			if errors.As(err, &ee) {
-				return invalidf("%s: %s", fieldName(ee.Field), detail(ee))
-			}
-			return invalidf("%v", err)
+			bad = contractError(err)
+		}
+		e.ID = "x"
+	}
+	// req.Subjects is the caller's: copied on the first change only (a
+	// check is on the hot path).
+	subs = req.Subjects
+	copied := false
+	for i, s := range req.Subjects {
+		c := event.CanonicalSubject(s.Subject)
+		e.Kind, e.Subject = s.Kind, c
+		err := e.Validate()
+		if err != nil && bad == nil {
+			// An invalid kind matches no rule (rules hold kinds to the
+			// same names), an empty subject is none: neither can deny.
+			bad = contractError(err)
+		}
+		if !copied && (err != nil || c != s.Subject) {
+			subs = append(make([]Subject, 0, len(req.Subjects)), req.Subjects[:i]...)
+			copied = true
+		}
+		if copied && err == nil {
+			subs = append(subs, Subject{Kind: s.Kind, Subject: c})
 		}
 	}
-	return nil
+	return subs, bad, nil
+}
+
+// contractError is an event contract error as the limiter words it.
+func contractError(err error) error {
+	var ee *event.Error
+	if errors.As(err, &ee) {
+		return invalidf("%s: %s", fieldName(ee.Field), detail(ee))
+	}
+	return invalidf("%v", err)
+}
+
+// refuse answers a request with an invalid part: a denial of one of its
+// valid subjects, as a check would find it (counting nothing), else bad.
+// Refusing outright let a subject over its limit through wherever a
+// refusal is not a denial: Envoy's default failure_mode_deny: false, a
+// middleware that fails open.
+func (l *Limiter) refuse(ctx context.Context, op string, req Request, set *rules.Set, plans []plan, now time.Time, take bool, bad error) (Decision, error) {
+	l.m.invalid.WithLabelValues(op).Inc()
+	if len(plans) == 0 {
+		return Decision{}, bad
+	}
+	// A take reads Redis as it would have: a strict rule's counts reach
+	// memory only once the aggregator has the take's event. One round
+	// trip of at most the usual size; memory when Redis fails.
+	var views []view
+	err := errors.New("no redis read")
+	if take || req.Exact || l.cfg.State == nil {
+		p := plans[:min(len(plans), l.maxSubj)]
+		if views, _, err = l.readRedis(ctx, op, req.Action, set, p, now, 1, false); err == nil {
+			plans = p
+		}
+	}
+	if err != nil {
+		if l.cfg.State == nil {
+			return Decision{}, bad
+		}
+		views = l.readMemory(req.Action, plans, now)
+	}
+	d := Decision{Allowed: true, Time: now}
+	deny := pick(assemble(&d, plans, views, now), banDenial(plans, views, now))
+	if deny == nil {
+		return Decision{}, bad
+	}
+	return l.finish(ctx, op, req, d, deny, plans, nil, false, false), nil
 }
 
 func fieldName(f string) string {

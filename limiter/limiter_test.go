@@ -512,7 +512,7 @@ func TestBadRequestsAndAuth(t *testing.T) {
 		{"action=login_failed", 400, "no subjects"},
 		{"action=login_failed&IP=1.2.3.4", 400, "kind"},
 		{"action=Login&ip=1.2.3.4", 400, "action"},
-		{"action=login_failed&ip=" + strings.Repeat("x", 300), 400, "subject"},
+		{"action=login_failed&ip=" + strings.Repeat("x", 300), 200, ""}, // decided on its digest
 		{"action=login_failed&ip=" + strings.Repeat("x", 9000), 414, "query longer"},
 		{"action=a&action=b&ip=1", 400, "action given 2 times"},
 		{"action=nothing_here&ip=1.2.3.4", 200, ""},
@@ -649,7 +649,8 @@ func TestDuplicateSubjectsDecidedOnce(t *testing.T) {
 }
 
 // Take(n) with n over an enforced limit's count can never be admitted: a
-// bad request (InvalidArgument over RLS), not a denial with a retry time.
+// bad request (InvalidArgument over RLS), not a denial with a retry time —
+// unless the subject is denied anyway.
 func TestTakeMoreThanTheLimitIsInvalid(t *testing.T) {
 	e := newEnv(t, func(_ *limiter.Config, s *limiter.ServerConfig) { s.RLSMode = limiter.RLSTake })
 	ctx := context.Background()
@@ -671,9 +672,16 @@ func TestTakeMoreThanTheLimitIsInvalid(t *testing.T) {
 		t.Fatalf("take n=4 under a shadow 3/1m: %v", err)
 	}
 	_, err = rlsClient(t, e.srv.RLSAddr()).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset", HitsAddend: 11,
-		Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", "n@example.com")}})
+		Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", "n2@example.com")}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("RLS take hits_addend=11: %v, want InvalidArgument", err)
+	}
+	// A subject denied anyway is denied, not refused: a refusal is a pass
+	// to Envoy's default failure_mode_deny: false.
+	rr, err := rlsClient(t, e.srv.RLSAddr()).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset", HitsAddend: 11,
+		Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", "n@example.com")}})
+	if err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("RLS take hits_addend=11 of a full 10/1m: %v %v, want OVER_LIMIT", rr, err)
 	}
 }
 

@@ -46,7 +46,7 @@ func newMetrics() *metrics {
 		}, []string{"op"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_failure_mode_total",
-			Help: "Answers given by the failure mode, by mode (open, closed) and reason (timeout, error).",
+			Help: "Answers given while Redis failed, by mode (memory: a ban or denial held in memory denied; open, closed: the failure mode) and reason (timeout, error).",
 		}, []string{"mode", "reason"}),
 		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_publish_errors_total",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"floodgate/event"
 	"floodgate/limitapi"
 	"floodgate/rules"
 
@@ -43,6 +44,10 @@ func ParseRLSMode(s string) (RLSMode, error) {
 // rlsService is envoy.service.ratelimit.v3.RateLimitService: the domain is
 // the action, every descriptor entry a kind (key) and subject (value). All
 // entries of all descriptors are decided together, in one Redis round trip.
+// A request with an invalid part is still answered OVER_LIMIT when a valid
+// entry is over a limit (Limiter.Check); InvalidArgument only when nothing
+// denies, which Envoy with failure_mode_deny: true turns into a denial
+// (docs/limiter.md recommends it).
 type rlsService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	l    *Limiter
@@ -56,7 +61,9 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor
 	for i, desc := range in.GetDescriptors() {
 		for _, e := range desc.GetEntries() {
-			req.Subjects = append(req.Subjects, Subject{Kind: e.GetKey(), Subject: e.GetValue()})
+			// As the limiter decides it, so that a denial of an overlong
+			// value's digest finds its descriptor.
+			req.Subjects = append(req.Subjects, Subject{Kind: e.GetKey(), Subject: event.CanonicalSubject(e.GetValue())})
 			owner = append(owner, i)
 		}
 	}
@@ -78,6 +85,10 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 		if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+	}
+	if !d.Allowed {
+		// Whichever descriptor it belongs to, a denial is the answer.
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	outcome := "ok"
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {

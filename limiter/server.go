@@ -40,8 +40,13 @@ type ServerConfig struct {
 	// RLSMode: RLSCheck (default) or RLSTake.
 	RLSMode RLSMode
 	// AuthToken, when set, is required as "Authorization: Bearer <token>"
-	// on Connect, /v1/* and RLS calls (not on health and metrics).
+	// on Connect, /v1/* and RLS calls (not on health checks, nor on
+	// /metrics unless MetricsAuth).
 	AuthToken string
+	// MetricsAuth requires AuthToken on /metrics too: the metrics name
+	// rules, and a scraper can send a bearer token (Prometheus's
+	// authorization.credentials). Needs AuthToken.
+	MetricsAuth bool
 	// MaxRequestBytes bounds request bodies and RPC messages. Default 64 KiB.
 	MaxRequestBytes int64
 	// Gatherer serves /metrics. Nil: no /metrics.
@@ -59,6 +64,8 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("limiter server: max request bytes %d is negative", c.MaxRequestBytes)
 	case c.RLSMode != RLSCheck && c.RLSMode != RLSTake:
 		return fmt.Errorf("limiter server: unknown rls mode %d", c.RLSMode)
+	case c.MetricsAuth && c.AuthToken == "":
+		return errors.New("limiter server: metrics auth needs an auth token")
 	}
 	for _, a := range []string{c.HTTPAddr, c.RLSAddr} {
 		if a == "" || a == "off" {
@@ -116,7 +123,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("/healthz", healthz)
 	mux.Handle("/readyz", readyz(l))
 	if cfg.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		var h http.Handler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+		if cfg.MetricsAuth {
+			h = bearerAuth(cfg.AuthToken, l.m, h)
+		}
+		mux.Handle("/metrics", h)
 	}
 	s.handler = mux
 

@@ -101,7 +101,7 @@ func (c *Client) Check(ctx context.Context, req limitapi.Request) (limitapi.Deci
 	c.auth(r.Header())
 	res, err := c.rpc.Check(ctx, r)
 	if err != nil {
-		return limitapi.Decision{}, fmt.Errorf("limiter check %s: %w", req.Action, err)
+		return limitapi.Decision{}, wrap("check", req.Action, err)
 	}
 	m := res.Msg
 	return limitapi.DecisionFromProto(&floodgatev1.TakeResponse{
@@ -117,9 +117,19 @@ func (c *Client) Take(ctx context.Context, req limitapi.Request) (limitapi.Decis
 	c.auth(r.Header())
 	res, err := c.rpc.Take(ctx, r)
 	if err != nil {
-		return limitapi.Decision{}, fmt.Errorf("limiter take %s: %w", req.Action, err)
+		return limitapi.Decision{}, wrap("take", req.Action, err)
 	}
 	return limitapi.DecisionFromProto(res.Msg, time.Now()), nil
+}
+
+// wrap words a failed call; a request the limiter refused as invalid
+// matches limitapi.ErrRefused.
+func wrap(op, action string, err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeResourceExhausted:
+		return fmt.Errorf("limiter %s %s: %w: %w", op, action, limitapi.ErrRefused, err)
+	}
+	return fmt.Errorf("limiter %s %s: %w", op, action, err)
 }
 
 func (c *Client) auth(h http.Header) {

@@ -76,7 +76,9 @@ type Config struct {
 	Publish func(r *http.Request, status int) bool
 	// FailClosed answers 503 when the limiter cannot be reached. Default
 	// false: the request goes through (the limiter has its own failure mode
-	// for Redis; this one is for the limiter itself).
+	// for Redis; this one is for the limiter itself). A request the limiter
+	// refuses as invalid (limitapi.ErrRefused) is answered 400 whatever
+	// FailClosed says: it is never let through.
 	FailClosed bool
 	// Now is the clock of published events. Default time.Now.
 	Now func() time.Time
@@ -148,7 +150,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // admit asks the limiter and reports whether the handler may run; when it
-// may not, the answer (429 or 503) is written.
+// may not, the answer (429, 400 or 503) is written.
 func (m *middleware) admit(w http.ResponseWriter, r *http.Request, subs []limitapi.Subject) bool {
 	req := limitapi.Request{Action: m.cfg.Action, Subjects: subs}
 	var d limitapi.Decision
@@ -159,6 +161,14 @@ func (m *middleware) admit(w http.ResponseWriter, r *http.Request, subs []limita
 		d, err = m.cfg.Checker.Check(r.Context(), req)
 	}
 	switch {
+	case errors.Is(err, limitapi.ErrRefused):
+		// The request, not the limiter, is at fault: letting it through
+		// would let through whoever makes requests invalid. (A subject
+		// over its limit still denies: the limiter refuses only when none
+		// of the valid subjects is denied.)
+		m.cfg.Logger.Warn("limitermw: limiter refused the request", "action", m.cfg.Action, "take", m.cfg.Take, "err", err)
+		http.Error(w, "request refused by the rate limiter", http.StatusBadRequest)
+		return false
 	case err != nil && m.cfg.FailClosed:
 		m.cfg.Logger.Warn("limitermw: limiter failed, refusing", "action", m.cfg.Action, "take", m.cfg.Take, "err", err)
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)

@@ -271,3 +271,63 @@ func TestEventsCarryOtherKindsAsAttrs(t *testing.T) {
 		t.Errorf("attrs %v %v %v", evs[0].Attrs, evs[1].Attrs, evs[2].Attrs)
 	}
 }
+
+// A request the limiter refuses as invalid (here a kind that is no kind) is
+// answered 400 and never reaches the handler, though FailClosed is false:
+// that default is for a limiter that cannot be reached, not for requests
+// an attacker can make invalid. A subject over its limit beside the bad
+// part is denied 429; an overlong subject is no bad part (its digest is
+// decided).
+func TestRefusedRequestIsNotAPass(t *testing.T) {
+	e := newEnv(t)
+	handled := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handled++
+		w.WriteHeader(http.StatusCreated)
+	})
+	subjects := func(r *http.Request) []limitapi.Subject {
+		subs := fromHeader(r)
+		if v := r.Header.Get("X-Test-Extra"); v != "" {
+			kind, subject, _ := strings.Cut(v, "=")
+			subs = append(subs, limitapi.Subject{Kind: kind, Subject: subject})
+		}
+		return subs
+	}
+	take, err := limitermw.New(limitermw.Config{Checker: e.client, Take: true, Action: "link_create", Subjects: subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := limitermw.New(limitermw.Config{Checker: e.client, Action: "link_create", Subjects: subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(mw func(http.Handler) http.Handler, ip, extra string) int {
+		req := httptest.NewRequest("POST", "/links", nil)
+		req.Header.Set("X-Test-IP", ip)
+		if extra != "" {
+			req.Header.Set("X-Test-Extra", extra)
+		}
+		rec := httptest.NewRecorder()
+		mw(h).ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for name, mw := range map[string]func(http.Handler) http.Handler{"take": take, "check": check} {
+		if code := serve(mw, "192.0.2.50", "E-Mail=x@example.com"); code != http.StatusBadRequest || handled != 0 {
+			t.Fatalf("%s with a bad kind: %d, handler ran %d times; want 400 and not run", name, code, handled)
+		}
+	}
+	long := "email=" + strings.Repeat("x", 300) + "@example.com"
+	for i := 1; i <= 3; i++ {
+		if code := serve(take, "192.0.2.51", long); code != http.StatusCreated {
+			t.Fatalf("take %d with an overlong e-mail: %d, want 201", i, code)
+		}
+	}
+	// (A check answers from memory, which has strict counts once an
+	// aggregator counts the takes' events: this limiter has none.)
+	if code := serve(take, "192.0.2.51", "E-Mail=x@example.com"); code != http.StatusTooManyRequests {
+		t.Errorf("take, ip over its limit and a bad kind: %d, want 429", code)
+	}
+	if handled != 3 {
+		t.Errorf("handler ran %d times, want 3", handled)
+	}
+}

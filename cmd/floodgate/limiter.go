@@ -43,6 +43,8 @@ type LimiterServeCmd struct {
 	AuthToken string `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth)."`
 	MaxBytes  int64  `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
 	NoPublish bool   `name:"no-publish" env:"FLOODGATE_NO_PUBLISH" help:"Take does not publish events to Kafka (no history; only strict subjects are counted)."`
+	// The metrics name the rules; a scraper can send the token.
+	MetricsAuth bool `name:"metrics-auth" env:"FLOODGATE_METRICS_AUTH" help:"Require --auth-token on /metrics too (default: /metrics is open)."`
 	// A take's answer never waits for Kafka (the publisher is
 	// asynchronous), so a longer linger costs only delivery delay, and it
 	// is what keeps the broker cheap: a partition's batch is one produce
@@ -117,7 +119,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	srv, err := limiter.NewServer(limiter.ServerConfig{
 		Limiter: lim, HTTPAddr: c.HTTPAddr, RLSAddr: c.RLSAddr, RLSMode: rlsMode,
-		AuthToken: c.AuthToken, MaxRequestBytes: c.MaxBytes, Gatherer: reg, Logger: logger,
+		AuthToken: c.AuthToken, MetricsAuth: c.MetricsAuth, MaxRequestBytes: c.MaxBytes, Gatherer: reg, Logger: logger,
 	})
 	if err != nil {
 		return err

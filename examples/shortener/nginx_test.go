@@ -56,6 +56,10 @@ http {
         location = /_floodgate {
             internal;
             proxy_pass http://{{.Limiter}}/v1/check?action=visit&ip=$remote_addr;
+            # The client's headers stay here: Floodgate-* ones are the
+            # limiter's settings (Floodgate-Exact: 1 sends every check to
+            # Redis).
+            proxy_pass_request_headers off;
             proxy_pass_request_body off;
             proxy_set_header Content-Length "";
             proxy_set_header Floodgate-Deny-Status 403;
@@ -178,5 +182,17 @@ func TestNginxAuthRequest(t *testing.T) {
 	}
 	if other := visit("198.51.100.10"); other.status != http.StatusFound {
 		t.Errorf("another client: %d %s, want 302", other.status, other.raw)
+	}
+	// A client's Floodgate-* headers never reach the limiter: there a bad
+	// Floodgate-Exact or a Floodgate-N on a check is a 400, which nginx
+	// would answer 500; a Floodgate-Deny-Status of the client's is not the
+	// status nginx maps.
+	forged := send(t, "GET", front+"/"+code, "", "", map[string]string{"X-Forwarded-For": "198.51.100.11",
+		"Floodgate-Exact": "bogus", "Floodgate-N": "5", "Floodgate-Event-Id": "fixed", "Floodgate-Deny-Status": "200"})
+	if forged.status != http.StatusFound {
+		t.Errorf("a client with Floodgate-* headers: %d %s, want 302 (the headers stripped)", forged.status, forged.raw)
+	}
+	if again := visit("198.51.100.9"); again.status != http.StatusTooManyRequests {
+		t.Errorf("the denied client again: %d %s, want 429", again.status, again.raw)
 	}
 }
