@@ -1,10 +1,12 @@
 package limitapi
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"floodgate/event"
 	floodgatev1 "floodgate/gen/floodgate/v1"
 )
 
@@ -21,7 +23,12 @@ func SubjectsFromProto(ps []*floodgatev1.Subject) []Subject {
 func SubjectsToProto(ss []Subject) []*floodgatev1.Subject {
 	out := make([]*floodgatev1.Subject, len(ss))
 	for i, s := range ss {
-		out[i] = &floodgatev1.Subject{Kind: s.Kind, Subject: s.Subject}
+		// A subject that is not valid as it stands (an untrimmed form
+		// value, invalid UTF-8) travels as its digest: proto3 refuses
+		// invalid UTF-8, and a request that fails to marshal is no answer
+		// at all. A kind with invalid UTF-8 stays invalid, for the
+		// limiter to refuse.
+		out[i] = &floodgatev1.Subject{Kind: strings.ToValidUTF8(s.Kind, "\uFFFD"), Subject: event.CanonicalSubject(s.Subject)}
 	}
 	return out
 }

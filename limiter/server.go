@@ -111,7 +111,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, errs: make(chan error, 2)}
 	l := cfg.Limiter
 
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(cfg.MaxRequestBytes))}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(cfg.MaxRequestBytes)), connect.WithCodec(lenientCodec{})}
 	if cfg.AuthToken != "" {
 		opts = append(opts, connect.WithInterceptors(authInterceptor(cfg.AuthToken, l.m)))
 	}
@@ -174,6 +174,7 @@ func RLSServerOptions(maxRequestBytes int64) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(maxRequestBytes)),
 		grpc.NumStreamWorkers(rlsWorkers),
+		grpc.ForceServerCodec(lenientCodec{}), // invalid UTF-8 from Envoy is a subject, not an error
 	}
 }
 

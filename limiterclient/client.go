@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -97,7 +98,7 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r := connect.NewRequest(&floodgatev1.CheckRequest{Action: req.Action, Subjects: limitapi.SubjectsToProto(req.Subjects), Exact: req.Exact})
+	r := connect.NewRequest(&floodgatev1.CheckRequest{Action: validUTF8(req.Action), Subjects: limitapi.SubjectsToProto(req.Subjects), Exact: req.Exact})
 	c.auth(r.Header())
 	res, err := c.rpc.Check(ctx, r)
 	if err != nil {
@@ -113,7 +114,7 @@ func (c *Client) Check(ctx context.Context, req limitapi.Request) (limitapi.Deci
 func (c *Client) Take(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r := connect.NewRequest(&floodgatev1.TakeRequest{Action: req.Action, Subjects: limitapi.SubjectsToProto(req.Subjects), N: req.N, Id: req.ID})
+	r := connect.NewRequest(&floodgatev1.TakeRequest{Action: validUTF8(req.Action), Subjects: limitapi.SubjectsToProto(req.Subjects), N: req.N, Id: validUTF8(req.ID)})
 	c.auth(r.Header())
 	res, err := c.rpc.Take(ctx, r)
 	if err != nil {
@@ -137,3 +138,8 @@ func (c *Client) auth(h http.Header) {
 		h.Set("Authorization", "Bearer "+c.token)
 	}
 }
+
+// validUTF8 keeps a request marshalable: proto3 refuses invalid UTF-8, and
+// a request that cannot be sent is no answer (a pass, to a fail-open
+// caller); with the bytes replaced the limiter refuses the bad value itself.
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
