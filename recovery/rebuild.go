@@ -78,7 +78,7 @@ type Config struct {
 	// MaxFutureSkew is how far ahead of Now an event time may be, as the
 	// live aggregator's setting (aggregator.Config.MaxFutureSkew): events
 	// further ahead, which the aggregator dead-letters, are skipped.
-	// Default 5s.
+	// Default 1m (aggregator.DefaultMaxFutureSkew).
 	MaxFutureSkew time.Duration
 	// BatchMax caps the events in one Apply. Default 5000.
 	BatchMax int
@@ -118,7 +118,7 @@ func (c *Config) setDefaults() {
 		c.Since = c.Rules.MaxWindow() + time.Minute
 	}
 	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = 5 * time.Second
+		c.MaxFutureSkew = aggregator.DefaultMaxFutureSkew
 	}
 	if c.OnLostOffsets == "" {
 		c.OnLostOffsets = aggregator.LostOffsetsSkip
@@ -435,6 +435,13 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first
 			}
 			pr.Lost += r.Lost
 			f.SetOffset(lost.To)
+			continue
+		}
+		var unreadable *aggregator.UnreadableError
+		if errors.As(err, &unreadable) {
+			// The live aggregator skipped the same offsets (the same
+			// Fetcher and bound): the next batch covers them.
+			pr.Invalid += unreadable.To - unreadable.From
 			continue
 		}
 		if err != nil {
