@@ -220,7 +220,7 @@ func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
 
 	deny("192.0.2.1") // published, but its cursor write fails
 	stacktest.WaitFor(t, "the failed cursor write", 20*time.Second, func() bool { return fr.failures.Load() < 0 })
-	deny("192.0.2.2") // made after the failure
+	deny("192.0.2.2")                   // made after the failure
 	ids := decisionIDs(t, bs, topic, 3) // the first twice (its cursor did not move), the second once
 	if len(ids) != 2 {
 		t.Fatalf("decisions published %v, want both subjects' decisions", ids)
