@@ -64,3 +64,51 @@ rules:
 		t.Fatalf("rebuild: %d messages, %d events counted, %d skipped; want 6, 4 (within the 1m skew), 2", res.Messages, res.Events, res.Invalid)
 	}
 }
+
+// rebuild --reset deletes floodgate's own key shapes under the prefix and
+// nothing else: not another application's keys that a bare "prefix:*"
+// matches on a shared Redis, even when the prefix holds glob characters.
+func TestRebuildResetDeletesOnlyFloodgateKeys(t *testing.T) {
+	brokers := stacktest.Brokers(t)
+	rdb := stacktest.Redis(t)
+	topic := stacktest.Topic(t, brokers, 1)
+	base := stacktest.Prefix(t, rdb)
+	prefix := base + "*[x]?"
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ours := []string{st.Keys().State(0), st.Keys().Offset("g", topic, 0),
+		prefix + ":{login:ip:192.0.2.1}:s:1", prefix + ":off:g:" + topic + ":0"}
+	theirs := []string{base + "-other:session", prefix + ":session:42", base + "x[x]y:off:1",
+		"{" + prefix + ":p1x}:cache", "{" + prefix + ":payments}:1", "{" + base + "-a[x]b:p0}:@state"}
+	for _, k := range append(append([]string(nil), ours...), theirs...) {
+		if err := rdb.Set(ctx, k, "1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), theirs...) })
+	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: login\n    kinds: [ip]\n    limits: [100/1h]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Rules: set, Reset: true, Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != int64(len(ours)) {
+		t.Errorf("deleted %d keys, want our %d", res.Deleted, len(ours))
+	}
+	for _, k := range theirs {
+		if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 1 {
+			t.Errorf("key %q of another application: exists %d, %v", k, n, err)
+		}
+	}
+	for _, k := range ours[2:] {
+		if n, _ := rdb.Exists(ctx, k).Result(); n != 0 {
+			t.Errorf("old-layout key %q left", k)
+		}
+	}
+}
