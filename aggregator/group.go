@@ -701,6 +701,13 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 			case ok:
 				return next, true
 			case w.committed >= 0:
+				// The group committed progress its sink never stored: the
+				// sink's store lost its data (Redis restarted without
+				// persistence, flushed) or was replaced. What the sink held
+				// is gone; only what follows is counted.
+				w.g.metrics.sinkOffsetMissing.WithLabelValues(strconv.Itoa(w.partition)).Inc()
+				w.log.Error("the sink holds no offset for a partition the group has committed progress on: its store lost its data; resuming at the committed offset",
+					"committed", w.committed)
 				return w.committed, true
 			default:
 				return kafka.FirstOffset, true

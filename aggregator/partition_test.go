@@ -213,3 +213,40 @@ func TestGroupDropsDeadLettersTheDLQRefuses(t *testing.T) {
 		t.Errorf("dead_letter_dropped_total = %v, want 1", got)
 	}
 }
+
+// A sink that holds no offset for a partition the group committed progress
+// on lost its store's data: the partition resumes at the commit, reported
+// (ERROR log, floodgate_aggregator_sink_offset_missing_total), not taken
+// for a new partition.
+func TestGroupReportsASinkThatLostItsOffsets(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.11", 3, time.Now()))
+	run := func(sink *offsetSink, reg *prometheus.Registry, until func() bool) {
+		t.Helper()
+		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, Registerer: reg}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(runCtx) }()
+		stacktest.WaitFor(t, "the partition applied", time.Minute, until)
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := newOffsetSink()
+	run(first, prometheus.NewRegistry(), func() bool { return first.count() == 3 })
+	// The group committed 3 when it stopped; a sink that lost everything.
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.11", 1, time.Now()))
+	lost := newOffsetSink()
+	reg := prometheus.NewRegistry()
+	run(lost, reg, func() bool { return lost.count() == 1 })
+	if got := counter(t, reg, "floodgate_aggregator_sink_offset_missing_total"); got != 1 {
+		t.Errorf("sink_offset_missing_total = %v, want 1", got)
+	}
+}
