@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/recovery"
 	"floodgate/rules"
@@ -110,5 +111,58 @@ func TestRebuildResetDeletesOnlyFloodgateKeys(t *testing.T) {
 		if n, _ := rdb.Exists(ctx, k).Result(); n != 0 {
 			t.Errorf("old-layout key %q left", k)
 		}
+	}
+}
+
+// A record batch that inflates past the decompression bound (a gzip bomb)
+// is skipped by the rebuild as by the live aggregator: the events behind
+// it are counted, its offset counts as invalid.
+func TestRebuildSkipsABomb(t *testing.T) {
+	brokers := stacktest.Brokers(t)
+	rdb := stacktest.Redis(t)
+	topic := stacktest.Topic(t, brokers, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	bomb := make([]byte, aggregator.MaxBatchDecompressed+(1<<20))
+	gz := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Compression: kafka.Gzip, BatchBytes: 64 << 20, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	if err := gz.WriteMessages(ctx, kafka.Message{Key: []byte("ip:192.0.2.8"), Value: bomb}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []kafka.Message
+	for range 2 {
+		e := event.Event{V: event.Version, ID: event.NewID(), Action: "login_failed", Kind: "ip", Subject: "192.0.2.8", TS: time.Now(), N: 1}
+		v, err := event.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(e.Key()), Value: v})
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: login_failed\n    kinds: [ip]\n    limits: [100/1h]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events != 2 || res.Invalid != 1 {
+		t.Fatalf("rebuild: %d events counted, %d skipped; want 2 and the bomb's 1", res.Events, res.Invalid)
+	}
+	if next, ok, err := st.Resume(ctx, "g", topic, 0); err != nil || !ok || next != 3 {
+		t.Fatalf("stored offset %d, %v, %v; want 3", next, ok, err)
 	}
 }
