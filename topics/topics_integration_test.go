@@ -160,7 +160,12 @@ func TestDefaultsBoundEventBatches(t *testing.T) {
 	// A batch past it is refused by the broker.
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: prefix + ".events", RequiredAcks: kafka.RequireAll, BatchBytes: 4 << 20}
 	defer w.Close()
-	err = w.WriteMessages(ctx, kafka.Message{Value: make([]byte, topics.EventsMaxMessageBytes+1)})
+	// A topic created moments ago may not be in the writer's metadata yet.
+	stacktest.WaitFor(t, "the broker answering for the new topic", 30*time.Second, func() bool {
+		err = w.WriteMessages(ctx, kafka.Message{Value: make([]byte, topics.EventsMaxMessageBytes+1)})
+		var we kafka.WriteErrors
+		return !(errors.As(err, &we) && len(we) == 1 && errors.Is(we[0], kafka.UnknownTopicOrPartition)) && !errors.Is(err, kafka.UnknownTopicOrPartition)
+	})
 	var we kafka.WriteErrors
 	if !errors.As(err, &we) || len(we) != 1 || !errors.Is(we[0], kafka.MessageSizeTooLarge) {
 		t.Errorf("write of a %d-byte batch: %v, want %v", topics.EventsMaxMessageBytes+1, err, kafka.MessageSizeTooLarge)
