@@ -104,28 +104,117 @@ func (f *Fetcher) Fetch(ctx context.Context) ([]kafka.Message, error) {
 		}
 		f.next = first
 	}
-	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
-		Topic: f.topic, Partition: f.partition, Offset: f.next,
-		MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: f.maxWait, IsolationLevel: kafka.ReadCommitted,
-	})
+	msgs, next, err := f.fetchAt(ctx, f.next, f.maxWait)
+	if isDecompressionLimit(err) {
+		return nil, f.skipUnreadable(ctx, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("fetch topic %s partition %d offset %d: %w", f.topic, f.partition, f.next, err)
-	}
-	if res.Error != nil {
-		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
-			return nil, f.outOfRange(ctx)
-		}
-		return nil, fmt.Errorf("fetch topic %s partition %d offset %d: %w", f.topic, f.partition, f.next, res.Error)
-	}
-	f.HighWatermark = res.HighWatermark
-	msgs, next, err := f.read(res.Records)
-	if err != nil && len(msgs) == 0 {
-		return nil, fmt.Errorf("read records topic %s partition %d offset %d: %w", f.topic, f.partition, f.next, err)
+		return nil, err
 	}
 	// A partly read response keeps what was read whole; the rest is
 	// fetched again.
 	f.next = next
 	return msgs, nil
+}
+
+// fetchAt fetches from offset and reads the response.
+func (f *Fetcher) fetchAt(ctx context.Context, offset int64, maxWait time.Duration) ([]kafka.Message, int64, error) {
+	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
+		Topic: f.topic, Partition: f.partition, Offset: offset,
+		MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: maxWait, IsolationLevel: kafka.ReadCommitted,
+	})
+	if err != nil {
+		return nil, offset, fmt.Errorf("fetch topic %s partition %d offset %d: %w", f.topic, f.partition, offset, err)
+	}
+	if res.Error != nil {
+		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
+			return nil, offset, f.outOfRange(ctx)
+		}
+		return nil, offset, fmt.Errorf("fetch topic %s partition %d offset %d: %w", f.topic, f.partition, offset, res.Error)
+	}
+	f.HighWatermark = res.HighWatermark
+	saved := f.next
+	f.next = offset
+	msgs, next, err := f.read(res.Records)
+	f.next = saved
+	if err != nil && len(msgs) == 0 {
+		return nil, offset, fmt.Errorf("read records topic %s partition %d offset %d: %w", f.topic, f.partition, offset, err)
+	}
+	return msgs, next, nil
+}
+
+// UnreadableError reports offsets [From, To) of a partition that the
+// Fetcher moved past without reading them: their batch decompresses to more
+// than MaxBatchDecompressed. Fetch returns it once; the next Fetch reads
+// from To.
+type UnreadableError struct {
+	Topic     string
+	Partition int
+	From, To  int64
+	Err       error
+}
+
+func (e *UnreadableError) Error() string {
+	return fmt.Sprintf("topic %s partition %d: offsets %d..%d skipped: %v", e.Topic, e.Partition, e.From, e.To-1, e.Err)
+}
+
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// skipUnreadable finds where the batch at f.next that kafka-go cannot
+// decompress within the bound ends, moves past it and reports the skipped
+// offsets. A batch's last offset is in its header, which kafka-go does not
+// return when decoding fails, so the end is searched for: probes at growing
+// distances until one reads (the batch holding that offset starts after the
+// bad one), then halving between the last failing probe and that start.
+// Each probe decompresses at most MaxBatchDecompressed bytes. A second bad
+// batch within the searched range is skipped with the first, and so would
+// be the good batches between them: the ERROR log of the caller names the
+// whole range.
+func (f *Fetcher) skipUnreadable(ctx context.Context, cause error) error {
+	from := f.next
+	_, end, err := f.Bounds(ctx)
+	if err != nil {
+		return err
+	}
+	probe := func(at int64) (good bool, base int64, err error) {
+		msgs, next, err := f.fetchAt(ctx, at, 10*time.Millisecond)
+		switch {
+		case isDecompressionLimit(err):
+			return false, 0, nil
+		case err != nil:
+			return false, 0, err
+		case len(msgs) > 0:
+			return true, min(msgs[0].Offset, at), nil
+		default:
+			return true, min(next, at), nil
+		}
+	}
+	lo, hi := from, max(end, from+1) // lo: known bad; hi: where good data (or the log's end) starts
+	for step := int64(1); lo+step < end; step *= 2 {
+		good, base, err := probe(lo + step)
+		if err != nil {
+			return err
+		}
+		if good {
+			hi = max(base, lo+1)
+			break
+		}
+		lo += step
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		good, base, err := probe(mid)
+		if err != nil {
+			return err
+		}
+		if good {
+			hi = max(base, lo+1)
+		} else {
+			lo = mid
+		}
+	}
+	f.next = hi
+	return &UnreadableError{Topic: f.topic, Partition: f.partition, From: from, To: hi, Err: cause}
 }
 
 // read reads a response's batches: records of data batches, and the

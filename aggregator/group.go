@@ -2,6 +2,8 @@ package aggregator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +31,9 @@ const (
 // ReasonFutureTimestamp is the dead-letter reason of events whose time is
 // further ahead of the aggregator's clock than Config.MaxFutureSkew.
 const ReasonFutureTimestamp = "future_timestamp"
+
+// DefaultMaxFutureSkew is Config.MaxFutureSkew's default.
+const DefaultMaxFutureSkew = time.Minute
 
 // ReasonKeyMismatch is the dead-letter reason of events whose message key is
 // not their "kind:subject": such an event may sit on a partition that does not
@@ -71,12 +76,21 @@ type Config struct {
 	// floodgate_aggregator_skipped_offsets_total) and goes on from what the
 	// log holds; LostOffsetsStop reports and stops the partition.
 	OnLostOffsets LostOffsetsPolicy
-	// MaxFutureSkew is how far ahead of Now an event time may be. Default 5s.
+	// MaxFutureSkew is how far ahead of Now an event time may be; an event
+	// ahead by less is counted at Now (floodgate_aggregator_clamped_total),
+	// further ahead it is dead-lettered. Default 1m: the clock skew of a
+	// producer host floodgate tolerates.
 	MaxFutureSkew time.Duration
 	// DeadLetter receives malformed messages with their reason. Nil means
 	// malformed messages are counted and skipped: only one of the groups over
 	// a topic should dead-letter, or the DLQ gets every bad message twice.
 	DeadLetter MessageWriter
+	// DeadLetterMaxWait is how long a batch's dead letters are retried
+	// (the DLQ unavailable) before they are dropped, each with an ERROR
+	// log and floodgate_aggregator_dead_letter_dropped_total; a dead
+	// letter the DLQ refuses for good (too large, invalid) is dropped at
+	// once. Default 1m.
+	DeadLetterMaxWait time.Duration
 	// RetryBackoff is the first pause after a failed Apply or dead-letter
 	// write; it doubles up to MaxRetryBackoff. Defaults 200ms and 5s. A
 	// partition retries the same batch until it succeeds: nothing is skipped.
@@ -119,7 +133,7 @@ func (c *Config) Validate() error {
 		return errors.New("aggregator config: no group id")
 	case c.BatchMax < 0:
 		return fmt.Errorf("aggregator config: batch max %d is negative", c.BatchMax)
-	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.FetchMaxWait < 0 || c.CommitInterval < 0:
+	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.DeadLetterMaxWait < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.FetchMaxWait < 0 || c.CommitInterval < 0:
 		return errors.New("aggregator config: durations must not be negative")
 	case c.FetchMaxBytes < 0:
 		return fmt.Errorf("aggregator config: fetch max bytes %d is negative", c.FetchMaxBytes)
@@ -140,7 +154,10 @@ func (c *Config) setDefaults() {
 		c.CommitInterval = time.Second
 	}
 	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = 5 * time.Second
+		c.MaxFutureSkew = DefaultMaxFutureSkew
+	}
+	if c.DeadLetterMaxWait == 0 {
+		c.DeadLetterMaxWait = time.Minute
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = 200 * time.Millisecond
@@ -347,6 +364,8 @@ type fetched struct {
 	hw    int64 // high-water mark when fetched
 	reset *LostOffsetsError
 	done  chan<- bool
+	// unreadable are offsets before end the fetcher moved past unread.
+	unreadable *UnreadableError
 }
 
 func (w *worker) run(ctx, genCtx context.Context) {
@@ -452,7 +471,7 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) *Rewind
 			}
 			continue
 		}
-		if len(item.msgs) == 0 && w.next < 0 {
+		if len(item.msgs) == 0 && w.next < 0 && item.unreadable == nil {
 			// Transaction markers before any record of a partition never
 			// applied: nothing to store yet.
 			w.next = item.end
@@ -493,7 +512,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 			return out, false
 		case out = <-ch:
 		}
-		if out.reset != nil {
+		if out.reset != nil || out.unreadable != nil {
 			return out, true
 		}
 	}
@@ -520,7 +539,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 				return w.cut(out), true
 			}
 		}
-		if more.reset != nil {
+		if more.reset != nil || more.unreadable != nil {
 			w.held = &more
 			break
 		}
@@ -558,7 +577,18 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 			return
 		}
 		var lost *LostOffsetsError
+		var unreadable *UnreadableError
 		switch {
+		case errors.As(err, &unreadable):
+			// Handed over like records: the next batch covers the skipped
+			// offsets and reports them.
+			last = f.Next()
+			select {
+			case ch <- fetched{end: f.Next(), hw: f.HighWatermark, unreadable: unreadable}:
+			case <-stop.Done():
+				return
+			}
+			continue
 		case errors.As(err, &lost) && lost.Beyond && beyond < 2:
 			// A log end can lag for a moment while leadership moves: make
 			// sure before acting on it.
@@ -671,6 +701,13 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 			case ok:
 				return next, true
 			case w.committed >= 0:
+				// The group committed progress its sink never stored: the
+				// sink's store lost its data (Redis restarted without
+				// persistence, flushed) or was replaced. What the sink held
+				// is gone; only what follows is counted.
+				w.g.metrics.sinkOffsetMissing.WithLabelValues(strconv.Itoa(w.partition)).Inc()
+				w.log.Error("the sink holds no offset for a partition the group has committed progress on: its store lost its data; resuming at the committed offset",
+					"committed", w.committed)
 				return w.committed, true
 			default:
 				return kafka.FirstOffset, true
@@ -707,10 +744,23 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 		b.First = w.next
 	}
 	var dead []kafka.Message
+	if u := item.unreadable; u != nil {
+		if w.next < 0 {
+			b.First = u.From
+		}
+		part := strconv.Itoa(w.partition)
+		w.g.metrics.unreadable.WithLabelValues(part).Add(float64(u.To - u.From))
+		w.log.Error("offsets skipped: their record batch decompresses past the bound; their events are not counted",
+			"from", u.From, "to", u.To-1, "bound_bytes", MaxBatchDecompressed, "err", u.Err)
+		dead = append(dead, w.unreadableStub(u))
+	}
 	now := w.g.cfg.Now()
 	for i := range msgs {
 		m := &msgs[i]
-		ev, derr := Accept(m, now, w.g.cfg.MaxFutureSkew)
+		ev, clamped, derr := accept(m, now, w.g.cfg.MaxFutureSkew)
+		if clamped {
+			w.g.metrics.clamped.Inc()
+		}
 		if derr != nil {
 			w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
 			dead = append(dead, w.deadLetterOf(m, derr))
@@ -724,38 +774,93 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 }
 
 // Accept decodes and checks one message as every floodgate consumer does
-// (the aggregator's groups and rebuild): a valid event, keyed by its
-// "kind:subject", not further ahead of now than maxSkew. A refused message
-// gets a reason for the dead-letter topic.
+// (the aggregator's groups, rebuild and backtest): a valid event, keyed by
+// its "kind:subject", not further ahead of now than maxSkew. An event ahead
+// of now by at most maxSkew (a producer whose clock runs fast) is counted
+// at now: a consumer that reads it later (the history group, a rebuild)
+// finds it no longer ahead and counts it too, so every path counts it. A
+// refused message gets a reason for the dead-letter topic.
 func Accept(m *kafka.Message, now time.Time, maxSkew time.Duration) (event.Event, *event.Error) {
+	ev, _, err := accept(m, now, maxSkew)
+	return ev, err
+}
+
+// accept is Accept, and whether the event's time was moved back to now.
+func accept(m *kafka.Message, now time.Time, maxSkew time.Duration) (event.Event, bool, *event.Error) {
 	ev, err := event.Decode(m.Value)
 	if err != nil {
 		var e *event.Error
 		if errors.As(err, &e) {
-			return ev, e
+			return ev, false, e
 		}
-		return ev, &event.Error{Reason: "invalid", Detail: err.Error()}
+		return ev, false, &event.Error{Reason: "invalid", Detail: err.Error()}
 	}
 	if err := event.CheckKey(m.Key, ev); err != nil {
-		return ev, &event.Error{Reason: ReasonKeyMismatch, Field: "key", Detail: err.Error()}
+		return ev, false, &event.Error{Reason: ReasonKeyMismatch, Field: "key", Detail: err.Error()}
 	}
 	if ev.TS.After(now.Add(maxSkew)) {
-		return ev, &event.Error{Reason: ReasonFutureTimestamp, Field: "ts",
+		return ev, false, &event.Error{Reason: ReasonFutureTimestamp, Field: "ts",
 			Detail: fmt.Sprintf("event time %s is %s ahead of the aggregator clock (max %s)",
 				ev.TS.Format(time.RFC3339Nano), ev.TS.Sub(now).Round(time.Millisecond), maxSkew)}
 	}
-	return ev, nil
+	if ev.TS.After(now) {
+		ev.TS = now
+		return ev, true, nil
+	}
+	return ev, false, nil
 }
 
+// Bounds of what the dead-letter topic receives of one message. A message
+// up to dlqCopyMax (key, value and headers) is copied whole, so it can be
+// replayed; a larger one (only a message the contract refuses can be
+// larger: events are at most event.MaxSize) becomes a stub: its first
+// dlqStubBytes of key and value, the value's size and SHA-256, the reason
+// and the source coordinates. A copy of a message past the DLQ topic's
+// max.message.bytes would be refused on every retry.
+const (
+	dlqCopyMax   = 16 << 10
+	dlqStubBytes = 1 << 10
+)
+
+// Headers of a stub: the original value's size and SHA-256 (hex), and the
+// end of a range of skipped offsets (HeaderDLQOffset is its start).
+const (
+	HeaderDLQSize      = "floodgate-dlq-size"
+	HeaderDLQSHA256    = "floodgate-dlq-sha256"
+	HeaderDLQTruncated = "floodgate-dlq-truncated"
+	HeaderDLQOffsetEnd = "floodgate-dlq-offset-end"
+)
+
+// ReasonUnreadable is the dead-letter reason of offsets skipped unread: their
+// record batch decompresses to more than MaxBatchDecompressed.
+const ReasonUnreadable = "unreadable_batch"
+
 // deadLetterOf is the DLQ message for m: the original key, value and headers
-// plus the reason and the source coordinates.
+// (or a stub of them, past dlqCopyMax) plus the reason and the source
+// coordinates.
 func (w *worker) deadLetterOf(m *kafka.Message, derr *event.Error) kafka.Message {
+	size := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	key, value := m.Key, m.Value
+	hs := append([]kafka.Header(nil), m.Headers...)
+	if size > dlqCopyMax {
+		sum := sha256.Sum256(m.Value)
+		key, value, hs = m.Key[:min(len(m.Key), dlqStubBytes)], m.Value[:min(len(m.Value), dlqStubBytes)], nil
+		hs = append(hs,
+			kafka.Header{Key: HeaderDLQTruncated, Value: []byte("1")},
+			kafka.Header{Key: HeaderDLQSize, Value: []byte(strconv.Itoa(len(m.Value)))},
+			kafka.Header{Key: HeaderDLQSHA256, Value: []byte(hex.EncodeToString(sum[:]))})
+	}
+	detail := derr.Error()
+	detail = detail[:min(len(detail), dlqStubBytes)]
 	return kafka.Message{
-		Key:   m.Key,
-		Value: m.Value,
-		Headers: append(append([]kafka.Header(nil), m.Headers...),
+		Key:   key,
+		Value: value,
+		Headers: append(hs,
 			kafka.Header{Key: HeaderDLQReason, Value: []byte(derr.Reason)},
-			kafka.Header{Key: HeaderDLQDetail, Value: []byte(derr.Error())},
+			kafka.Header{Key: HeaderDLQDetail, Value: []byte(detail)},
 			kafka.Header{Key: HeaderDLQTopic, Value: []byte(m.Topic)},
 			kafka.Header{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(m.Partition))},
 			kafka.Header{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
@@ -764,20 +869,130 @@ func (w *worker) deadLetterOf(m *kafka.Message, derr *event.Error) kafka.Message
 	}
 }
 
+// unreadableStub is the DLQ record of offsets skipped unread: nothing of
+// them is known but where they are.
+func (w *worker) unreadableStub(u *UnreadableError) kafka.Message {
+	detail := u.Error()
+	return kafka.Message{Headers: []kafka.Header{
+		{Key: HeaderDLQReason, Value: []byte(ReasonUnreadable)},
+		{Key: HeaderDLQDetail, Value: []byte(detail[:min(len(detail), dlqStubBytes)])},
+		{Key: HeaderDLQTopic, Value: []byte(u.Topic)},
+		{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(u.Partition))},
+		{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(u.From, 10))},
+		{Key: HeaderDLQOffsetEnd, Value: []byte(strconv.FormatInt(u.To-1, 10))},
+		{Key: HeaderDLQGroup, Value: []byte(w.g.cfg.GroupID)},
+	}}
+}
+
 // deadLetter writes the batch's malformed messages to the DLQ before the
 // batch's offsets are applied, so a crash in between re-sends them (the DLQ is
 // at-least-once) rather than losing them. Without a DeadLetter writer they are
-// only counted. It reports false only if stop fired while the DLQ failed.
+// only counted. A message the DLQ refuses for good (too large, invalid) is
+// dropped at once, and messages still failing after DeadLetterMaxWait are
+// dropped too: a DLQ must not stop the partition it serves. Each drop is an
+// ERROR log with the partition and offset and counts in
+// floodgate_aggregator_dead_letter_dropped_total. It reports false only if
+// stop fired while the DLQ failed.
 func (w *worker) deadLetter(stop, work context.Context, dead []kafka.Message) bool {
 	if len(dead) == 0 || w.g.cfg.DeadLetter == nil {
 		return true
 	}
 	w.log.Warn("dead-lettering malformed events", "count", len(dead))
-	return w.retry(stop, "dead-letter", func() error {
+	pending := dead
+	deadline := time.Now().Add(w.g.cfg.DeadLetterMaxWait)
+	backoff := w.g.cfg.RetryBackoff
+	for {
 		ctx, cancel := context.WithTimeout(work, 10*time.Second)
-		defer cancel()
-		return w.g.cfg.DeadLetter.WriteMessages(ctx, dead...)
-	}, func() { w.g.metrics.deadLettered.Add(float64(len(dead))) })
+		err := w.g.cfg.DeadLetter.WriteMessages(ctx, pending...)
+		cancel()
+		failed := w.dlqFailed(pending, err)
+		w.g.metrics.deadLettered.Add(float64(len(pending) - len(failed)))
+		if len(failed) == 0 {
+			return true
+		}
+		w.g.metrics.errors.WithLabelValues("dead-letter").Inc()
+		if time.Now().After(deadline) {
+			w.dropDeadLetters(failed, "retries_exhausted", err)
+			return true
+		}
+		if stop.Err() != nil {
+			w.log.Warn("dead-letter failed while stopping; the next owner redoes it", "err", err)
+			return false
+		}
+		w.log.Warn("dead-letter failed; retrying", "err", err, "backoff", backoff, "messages", len(failed))
+		if !sleep(stop, backoff) {
+			return false
+		}
+		backoff = min(backoff*2, w.g.cfg.MaxRetryBackoff)
+		pending = failed
+	}
+}
+
+// dlqFailed returns the messages of msgs to write again after err: it drops
+// (with an ERROR log) those refused for good.
+func (w *worker) dlqFailed(msgs []kafka.Message, err error) []kafka.Message {
+	if err == nil {
+		return nil
+	}
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		// The writer checked sizes before sending: one message is too
+		// large, the others were not sent.
+		w.dropDeadLetters([]kafka.Message{tooLarge.Message}, "permanent", err)
+		return tooLarge.Remaining
+	}
+	var perMsg kafka.WriteErrors
+	if errors.As(err, &perMsg) && len(perMsg) == len(msgs) {
+		var again []kafka.Message
+		for i, e := range perMsg {
+			switch {
+			case e == nil:
+			case permanentWriteError(e):
+				w.dropDeadLetters(msgs[i:i+1], "permanent", e)
+			default:
+				again = append(again, msgs[i])
+			}
+		}
+		return again
+	}
+	if permanentWriteError(err) {
+		w.dropDeadLetters(msgs, "permanent", err)
+		return nil
+	}
+	return msgs
+}
+
+// permanentWriteError tells whether the broker will refuse a write of the
+// same message again whatever the wait.
+func permanentWriteError(err error) bool {
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke {
+	case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidMessage, kafka.InvalidRecord,
+		kafka.InvalidTimestamp, kafka.UnsupportedCompressionType:
+		return true
+	}
+	return false
+}
+
+// dropDeadLetters reports dead letters that will not reach the DLQ.
+func (w *worker) dropDeadLetters(msgs []kafka.Message, why string, err error) {
+	w.g.metrics.dlqDropped.WithLabelValues(strconv.Itoa(w.partition), why).Add(float64(len(msgs)))
+	for _, m := range msgs {
+		w.log.Error("dead letter dropped: the DLQ refused it; the source offset stays skipped",
+			"offset", dlqHeader(m, HeaderDLQOffset), "reason", dlqHeader(m, HeaderDLQReason), "why", why, "err", err)
+	}
+}
+
+func dlqHeader(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 // apply applies b, retrying until it succeeds or stop fires. A sink that

@@ -24,6 +24,12 @@ type metrics struct {
 	resets       *prometheus.CounterVec
 	rewinds      *prometheus.CounterVec
 	stopped      *prometheus.GaugeVec
+	unreadable   *prometheus.CounterVec
+	dlqDropped   *prometheus.CounterVec
+	clamped      prometheus.Counter
+	// sinkOffsetMissing: partitions assigned with a group commit but no
+	// offset in the sink.
+	sinkOffsetMissing *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
@@ -59,11 +65,19 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_rewinds_total", Help: "Partitions read again from the sink's offset because the sink lost batches it had acknowledged (a Redis failover), per partition.", ConstLabels: labels}, []string{"partition"}),
 		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_aggregator_partition_stopped", Help: "1 while a partition is stopped on lost offsets (--on-lost-offsets=stop) until an operator acts.", ConstLabels: labels}, []string{"partition"}),
+		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_unreadable_offsets_total", Help: "Offsets skipped unread because their record batch decompresses past the bound (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
+		dlqDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_dead_letter_dropped_total", Help: "Dead letters the DLQ refused for good (why=permanent) or kept failing (why=retries_exhausted), dropped so the partition goes on, per partition.", ConstLabels: labels}, []string{"partition", "why"}),
+		clamped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_clamped_total", Help: "Events ahead of the aggregator clock by less than the max future skew, counted at the clock's time.", ConstLabels: labels}),
+		sinkOffsetMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_sink_offset_missing_total", Help: "Partitions assigned with progress committed by the group but no offset in the sink: the sink's store lost its data, per partition.", ConstLabels: labels}, []string{"partition"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.rewinds, m.stopped} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.rewinds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -67,7 +67,7 @@ type Config struct {
 	Clock Clock
 	// MaxFutureSkew is how far ahead of the clock an event may be, as the
 	// live aggregator's --max-future-skew: events further ahead, which it
-	// dead-letters, are skipped. Default 5s.
+	// dead-letters, are skipped. Default 1m, as the aggregator's.
 	MaxFutureSkew time.Duration
 	// Dedup, as the live aggregator's --dedup: an event whose id was
 	// counted within this horizon is skipped. Default 0 (off).
@@ -156,7 +156,7 @@ func (c *Config) setDefaults() {
 		c.WarmUp = 2 * max(c.Rules.MaxWindow(), c.Baseline.MaxWindow())
 	}
 	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = 5 * time.Second
+		c.MaxFutureSkew = time.Minute // aggregator.DefaultMaxFutureSkew
 	}
 	if c.Parallel == 0 {
 		c.Parallel = 4

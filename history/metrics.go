@@ -18,6 +18,8 @@ type sinkMetrics struct {
 	seconds prometheus.Histogram
 	prunes  *prometheus.CounterVec
 	pruned  prometheus.Counter
+	// unpartitioned: days of backdated minutes given no 1m partition.
+	unpartitioned prometheus.Counter
 }
 
 func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
@@ -56,6 +58,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Help:    "Duration of one history batch write.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		unpartitioned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_history_days_unpartitioned_total", ConstLabels: labels,
+			Help: "Days of minutes below the 1m tier's watermark or horizon given no 1m partition (their rows go to a coarser tier, history_late or the DEFAULT partition until the next roll).",
+		}),
 		prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_history_dedup_prunes_total", ConstLabels: labels,
 			Help: "Background prunes of the event ids past the dedup horizon, by result: ok, error (retried at the next one).",
@@ -74,7 +80,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.visits, m.late, m.errors, m.offset, m.seconds, m.prunes, m.pruned} {
+	for _, c := range []prometheus.Collector{m.batches, m.rows, m.events, m.visits, m.late, m.errors, m.offset, m.seconds, m.prunes, m.pruned, m.unpartitioned} {
 		if err := register(reg, c); err != nil {
 			return nil, fmt.Errorf("history sink metrics: %w", err)
 		}

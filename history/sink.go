@@ -374,7 +374,12 @@ func (s *Sink) settle(b aggregator.Batch, res applyResult, rs rows, dupEvents in
 
 // ensurePartitions creates the 1m partitions (UTC days) the minutes need.
 // Rows for a missing partition would still land in the DEFAULT partition;
-// creating it first keeps that partition small.
+// creating it first keeps that partition small. Only days the 1m tier
+// keeps get one: a day below its watermark (rolled_to) sends its rows to a
+// coarser tier or to history_late (applySQL), and a day before its horizon
+// would be rolled down by the next roll; their few rows go to the DEFAULT
+// partition. So backdated events (one per distinct day, years back) cost
+// no DDL each: the DDL of a batch is bounded by the days the tier keeps.
 func (s *Sink) ensurePartitions(ctx context.Context, minutes []time.Time) error {
 	var missing []time.Time
 	s.mu.Lock()
@@ -385,7 +390,24 @@ func (s *Sink) ensurePartitions(ctx context.Context, minutes []time.Time) error 
 		}
 	}
 	s.mu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	keeps, err := s.oneMinuteFrom(ctx)
+	if err != nil {
+		return err
+	}
+	kept := missing[:0]
 	for _, day := range missing {
+		if day.Add(24 * time.Hour).After(keeps) {
+			kept = append(kept, day)
+		}
+	}
+	if skipped := len(missing) - len(kept); skipped > 0 {
+		s.metrics.unpartitioned.Add(float64(skipped))
+		s.log.Debug("no 1m partition for days the 1m tier does not keep", "days", skipped, "tier_from", keeps)
+	}
+	for _, day := range kept {
 		if _, err := s.cfg.DB.Exec(ctx, `SELECT `+qualify("ensure_partition")+`('1m', $1)`, day); err != nil {
 			return fmt.Errorf("ensure 1m partition %s: %w", day.Format(time.DateOnly), err)
 		}
@@ -394,6 +416,32 @@ func (s *Sink) ensurePartitions(ctx context.Context, minutes []time.Time) error 
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// oneMinuteFrom is the oldest time the 1m tier keeps rows of: the later of
+// its watermark and its horizon back from now.
+func (s *Sink) oneMinuteFrom(ctx context.Context) (time.Time, error) {
+	var rolled time.Time
+	var horizon *float64 // seconds; NULL: forever
+	err := s.cfg.DB.QueryRow(ctx, `SELECT CASE WHEN rolled_to = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00' ELSE rolled_to END, extract(epoch FROM horizon)::float8 FROM `+
+		qualify("history_tiers")+` WHERE step = '1m'`).Scan(&rolled, &horizon)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the 1m tier's watermark: %w", err)
+	}
+	if horizon != nil && *horizon > 0 {
+		rolled = maxTime(rolled, s.cfg.Now().Add(-time.Duration(*horizon*float64(time.Second))))
+	}
+	return rolled, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func mod(a, b int64) int64 {

@@ -139,3 +139,43 @@ func TestSinkAppliesOnce(t *testing.T) {
 		t.Fatalf("Top = %v, %v", top, err)
 	}
 }
+
+// Backdated events, one per distinct day years back, cost no 1m partition
+// each: only days the 1m tier keeps (its horizon back from now) get one;
+// the rest are counted all the same.
+func TestSinkBackdatedDaysCreateNoPartitions(t *testing.T) {
+	pool := historytest.Pool(t)
+	ctx := context.Background()
+	now := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "test-history", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partitions := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM floodgate.partitions('1m')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := partitions()
+	b := aggregator.Batch{Topic: "t", Partition: 0, First: 0}
+	const days = 300
+	for i := range days {
+		b.Records = append(b.Records, rec(int64(i), "visit", "ip", "192.0.2.1", now.Add(-time.Duration(i)*24*time.Hour), 1))
+	}
+	b.Last = days - 1
+	if err := s.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	// The default ladder's 1m tier keeps 2 days: today, and the two days
+	// before (the oldest partly).
+	if got := partitions() - before; got > 3 {
+		t.Errorf("%d 1m partitions created for %d backdated days, want at most 3", got, days)
+	}
+	total, err := history.NewQuerier(pool).Total(ctx, history.Key{Action: "visit", Kind: "ip", Subject: "192.0.2.1"})
+	if err != nil || total != days {
+		t.Errorf("total = %d, %v; want %d", total, err, days)
+	}
+}

@@ -65,6 +65,8 @@ type Relay struct {
 	feed      *feed.Metrics
 	published prometheus.Counter
 	lost      *prometheus.CounterVec
+	running   *prometheus.GaugeVec
+	restarts  *prometheus.CounterVec
 }
 
 // NewRelay returns a Relay.
@@ -98,9 +100,17 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 			Name: "floodgate_live_decisions_lost_total",
 			Help: "Change entries gone from the stream before the relay published them (trimmed while the topic was unreachable for long, or lost with a Redis primary): their decisions never reach the topic.",
 		}, []string{"partition"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_live_relay_running",
+			Help: "1 while the partition's relay follows its change stream, 0 while it restarts after a failure (its decisions wait).",
+		}, []string{"partition"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_relay_restarts_total",
+			Help: "Relays of a partition restarted from their cursor after a failure (a Redis write).",
+		}, []string{"partition"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.published, r.lost} {
+		for _, c := range []prometheus.Collector{r.published, r.lost, r.running, r.restarts} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("relay: register metrics: %w", err)
 			}
@@ -110,9 +120,33 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 }
 
 // Run relays one partition until ctx ends, then publishes what it has read
-// (a graceful stop leaves nothing for the next owner to send again).
+// (a graceful stop leaves nothing for the next owner to send again). A
+// relay that fails (a Redis write of its cursor) starts again from its
+// cursor after a pause, so the partition's decisions keep going out
+// without waiting for a rebalance; floodgate_live_relay_running shows 0
+// for the partition meanwhile.
 func (r *Relay) Run(ctx context.Context, partition int) {
 	log := r.log.With("partition", partition)
+	running := r.running.WithLabelValues(strconv.Itoa(partition))
+	defer r.running.DeleteLabelValues(strconv.Itoa(partition))
+	backoff := r.cfg.RetryBackoff
+	for {
+		running.Set(1)
+		err := r.follow(ctx, partition, log)
+		running.Set(0)
+		if ctx.Err() != nil {
+			return
+		}
+		r.restarts.WithLabelValues(strconv.Itoa(partition)).Inc()
+		log.Error("relay failed; decisions of the partition wait until it restarts from its cursor", "err", err, "backoff", backoff)
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// follow publishes the partition's decisions from its cursor until ctx ends
+// (nil) or something fails.
+func (r *Relay) follow(ctx context.Context, partition int, log *slog.Logger) error {
 	keys := r.cfg.Store.Keys()
 	var id string
 	var seq int64
@@ -126,7 +160,7 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 		sleep(ctx, r.cfg.RetryBackoff)
 	}
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
 	h := &relayHandler{r: r, partition: partition, log: log, keys: keys, id: id, seq: seq}
 	err := feed.Follow(ctx, feed.Config{
@@ -138,8 +172,10 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 		},
 		Flush: h.flush,
 	})
-	if err != nil {
-		log.Error("relay stopped", "err", err)
+	if err != nil && ctx.Err() == nil {
+		// Published decisions whose cursor did not move are published
+		// again by the restart, with the same ids.
+		return err
 	}
 	// The last entries read are published even when ctx ended mid-way.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -147,6 +183,7 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 	if err := h.flush(fctx); err != nil {
 		log.Warn("relay stopped with decisions unpublished; the next owner publishes them", "pending", len(h.msgs), "err", err)
 	}
+	return nil
 }
 
 // cursor reads "<entry id> <seq>" of the last published entry ("0-0", 0

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
@@ -154,5 +156,91 @@ func TestRelayPublishesEveryDecisionAtLeastOnce(t *testing.T) {
 	}
 	if dups != 2 {
 		t.Fatalf("%d duplicates, want the 2 of the lost ack: %v", dups, ids)
+	}
+}
+
+// failingSet is the real Redis client whose next failures cursor writes
+// fail, as a Redis that times out or fails over does.
+type failingSet struct {
+	*redis.Client
+	failures atomic.Int64
+}
+
+func (f *failingSet) Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd {
+	if f.failures.Add(-1) >= 0 {
+		cmd := redis.NewStatusCmd(ctx, "set", key, value)
+		cmd.SetErr(errors.New("injected cursor write failure"))
+		return cmd
+	}
+	return f.Client.Set(ctx, key, value, expiration)
+}
+
+// A relay whose cursor write fails restarts from its cursor instead of
+// stopping the partition's decisions until the next rebalance: decisions
+// made after the failure are published, and the restart is counted.
+func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next int64
+	deny := func(ip string) {
+		t.Helper()
+		now := time.Now()
+		b := aggregator.Batch{Topic: "t", First: next}
+		for range 2 {
+			b.Records = append(b.Records, aggregator.Record{Offset: next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
+			next++
+		}
+		b.Last = next - 1
+		if _, err := st.Apply(context.Background(), "g", b, set, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	fr := &failingSet{Client: rdb}
+	fr.failures.Store(1)
+	reg := prometheus.NewRegistry()
+	relay, err := live.NewRelay(live.RelayConfig{Store: st, Redis: fr, Writer: w, RetryBackoff: 10 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { relay.Run(ctx, 0); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	deny("192.0.2.1") // published, but its cursor write fails
+	stacktest.WaitFor(t, "the failed cursor write", 20*time.Second, func() bool { return fr.failures.Load() < 0 })
+	deny("192.0.2.2")                   // made after the failure
+	ids := decisionIDs(t, bs, topic, 3) // the first twice (its cursor did not move), the second once
+	if len(ids) != 2 {
+		t.Fatalf("decisions published %v, want both subjects' decisions", ids)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts, running := 0.0, -1.0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "floodgate_live_relay_restarts_total":
+				restarts += m.GetCounter().GetValue()
+			case "floodgate_live_relay_running":
+				running = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if restarts != 1 || running != 1 {
+		t.Errorf("restarts_total %v, running %v; want 1 and 1", restarts, running)
 	}
 }

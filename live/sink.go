@@ -73,6 +73,10 @@ type Sink struct {
 
 	mu   sync.Mutex
 	room map[int]*window.Headroom // per partition
+	// had is the partitions this sink saw an offset of in Redis (Resume,
+	// or a batch applied): one whose offset then goes missing lost its
+	// data.
+	had map[int]bool
 }
 
 var (
@@ -98,12 +102,18 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, room: map[int]*window.Headroom{}}, nil
+	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, room: map[int]*window.Headroom{}, had: map[int]bool{}}, nil
 }
 
 // Resume implements aggregator.Sink.
 func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, bool, error) {
-	return s.cfg.Store.Resume(ctx, s.cfg.Group, topic, partition)
+	next, ok, err := s.cfg.Store.Resume(ctx, s.cfg.Group, topic, partition)
+	if ok {
+		s.mu.Lock()
+		s.had[partition] = true
+		s.mu.Unlock()
+	}
+	return next, ok, err
 }
 
 // headroom returns the partition's Headroom, nil when every subject is to
@@ -148,6 +158,18 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	s.count(b, res, done)
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	lost := res.OffsetMissing && s.had[b.Partition]
+	s.had[b.Partition] = true
+	s.mu.Unlock()
+	if lost {
+		// Redis lost the slot (a restart without persistence, a flush):
+		// the counts and deny records before this batch are gone, and the
+		// script took the batch for a partition's first.
+		s.m.offsetMissing.WithLabelValues(strconv.Itoa(b.Partition)).Inc()
+		s.log.Error("the partition's offset was missing from Redis although this sink had stored one: Redis lost its data; counts before this batch are gone (rebuild them with floodgate rebuild)",
+			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last)
 	}
 	switch {
 	case res.Duplicate:
@@ -195,6 +217,9 @@ type sinkMetrics struct {
 	fromCopies prometheus.Counter
 	misplaced  *prometheus.CounterVec
 	delay      prometheus.Histogram
+	// offsetMissing: batches that found their partition's offset gone
+	// from Redis after this sink had stored one.
+	offsetMissing *prometheus.CounterVec
 }
 
 func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
@@ -224,6 +249,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_live_misplaced_subjects_total", ConstLabels: labels,
 			Help: "Subjects whose events sat on another partition than murmur2 of their key says (another partitioner, or partitions added): counted in the wrong slot.",
 		}, []string{"partition"}),
+		offsetMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_offset_missing_total", ConstLabels: labels,
+			Help: "Batches that found their partition's offset gone from Redis after this sink had stored one: Redis lost its data (counts before them are gone).",
+		}, []string{"partition"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "floodgate_live_decision_delay_seconds", ConstLabels: labels,
 			Help:    "From the time of the event that took a subject over a limit to its deny record written in Redis.",
@@ -241,7 +270,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		m.subjects.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.delay} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.delay, m.offsetMissing} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}

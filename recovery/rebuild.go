@@ -78,7 +78,7 @@ type Config struct {
 	// MaxFutureSkew is how far ahead of Now an event time may be, as the
 	// live aggregator's setting (aggregator.Config.MaxFutureSkew): events
 	// further ahead, which the aggregator dead-letters, are skipped.
-	// Default 5s.
+	// Default 1m (aggregator.DefaultMaxFutureSkew).
 	MaxFutureSkew time.Duration
 	// BatchMax caps the events in one Apply. Default 5000.
 	BatchMax int
@@ -118,7 +118,7 @@ func (c *Config) setDefaults() {
 		c.Since = c.Rules.MaxWindow() + time.Minute
 	}
 	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = 5 * time.Second
+		c.MaxFutureSkew = aggregator.DefaultMaxFutureSkew
 	}
 	if c.OnLostOffsets == "" {
 		c.OnLostOffsets = aggregator.LostOffsetsSkip
@@ -214,8 +214,20 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Reset {
 		// The old layout's keys ("P:{a:k:s}:...", before partition slots)
 		// go too: a reset is also the migration to the current layout.
-		for _, pattern := range []string{cfg.Store.Keys().Pattern(), cfg.Store.Prefix() + ":*"} {
-			n, err := deleteLiveKeys(ctx, cfg.Redis, pattern)
+		// Only keys of floodgate's shapes under the prefix go: a shared
+		// Redis holds other applications' keys, which a bare "prefix:*"
+		// would match.
+		keys := cfg.Store.Keys()
+		old := window.GlobEscape(cfg.Store.Prefix())
+		for _, del := range []struct {
+			pattern string
+			owns    func(string) bool
+		}{
+			{keys.Pattern(), keys.Owns},
+			{old + ":{*", func(k string) bool { return oldLayoutKey(cfg.Store.Prefix(), k) }},
+			{old + ":off:*", func(k string) bool { return oldLayoutKey(cfg.Store.Prefix(), k) }},
+		} {
+			n, err := deleteLiveKeys(ctx, cfg.Redis, del.pattern, del.owns)
 			res.Deleted += n
 			if err != nil {
 				return res, err
@@ -437,6 +449,15 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first
 			f.SetOffset(lost.To)
 			continue
 		}
+		var unreadable *aggregator.UnreadableError
+		if errors.As(err, &unreadable) {
+			// The live aggregator skipped the same offsets (the same
+			// Fetcher and bound): the next batch covers them.
+			pr.Invalid += unreadable.To - unreadable.From
+			cfg.Logger.Error("rebuild: offsets skipped: their record batch decompresses past the bound; their events are not counted",
+				"topic", cfg.Topic, "partition", p, "from", unreadable.From, "to", unreadable.To-1, "err", unreadable.Err)
+			continue
+		}
 		if err != nil {
 			return pr, fmt.Errorf("rebuild: read topic=%s partition=%d offset=%d: %w", cfg.Topic, p, f.Next(), err)
 		}
@@ -500,13 +521,30 @@ func groupIdle(ctx context.Context, client *kafka.Client, group string) error {
 
 // deleteLiveKeys unlinks every key matching pattern, on every primary of a
 // cluster, one key per command (keys of many slots).
-func deleteLiveKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) (int64, error) {
+// oldLayoutKey tells whether key has a shape of the layout before partition
+// slots: "prefix:{action:kind:subject}:..." or "prefix:off:...".
+func oldLayoutKey(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+":")
+	if !ok {
+		return false
+	}
+	if strings.HasPrefix(rest, "off:") {
+		return len(rest) > len("off:")
+	}
+	inner, after, ok := strings.Cut(strings.TrimPrefix(rest, "{"), "}:")
+	return strings.HasPrefix(rest, "{") && ok && after != "" && strings.Count(inner, ":") >= 2
+}
+
+func deleteLiveKeys(ctx context.Context, rdb redis.UniversalClient, pattern string, owns func(string) bool) (int64, error) {
 	var deleted atomic.Int64
 	del := func(ctx context.Context, c *redis.Client) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		pipe := c.Pipeline()
 		n := 0
 		for iter.Next(ctx) {
+			if !owns(iter.Val()) {
+				continue
+			}
 			pipe.Unlink(ctx, iter.Val())
 			if n++; n == 500 {
 				if _, err := pipe.Exec(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,11 +53,22 @@ func (s Spec) Validate() error {
 	return nil
 }
 
+// EventsMaxMessageBytes is the events topic's max.message.bytes: the
+// largest record batch, as sent (compressed), the broker accepts. The
+// contract's batches are at most 1 MiB before compression (events of at
+// most 4 KiB, producer.DefaultBatchBytes); the rest is room for a batch's
+// framing. It bounds what a producer can put in one batch on the wire,
+// whatever the broker's default, not what the batch decompresses to (the
+// aggregator bounds that: aggregator.MaxBatchDecompressed).
+const EventsMaxMessageBytes = 1<<20 + 32<<10
+
 // Defaults returns the specs of floodgate's three topics with their default
-// partition counts: events (12), its dead-letter topic (3) and decisions (3).
+// partition counts: events (12, with max.message.bytes
+// EventsMaxMessageBytes), its dead-letter topic (3) and decisions (3).
 func Defaults(events, dlq, decisions string) []Spec {
 	return []Spec{
-		{Name: events, Partitions: DefaultEventsPartitions},
+		{Name: events, Partitions: DefaultEventsPartitions,
+			Configs: map[string]string{"max.message.bytes": strconv.Itoa(EventsMaxMessageBytes)}},
 		{Name: dlq, Partitions: DefaultDLQPartitions},
 		{Name: decisions, Partitions: DefaultDecisionsPartitions},
 	}

@@ -116,3 +116,58 @@ func TestDeleteRecords(t *testing.T) {
 		t.Errorf("fetch below the new start: %v, want offset out of range", f.Error)
 	}
 }
+
+// TestDefaultsBoundEventBatches creates floodgate's topics from Defaults
+// and reads back the events topic's max.message.bytes: the broker refuses a
+// batch larger than the contract's, whatever its own default.
+func TestDefaultsBoundEventBatches(t *testing.T) {
+	brokers := stacktest.Brokers(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	prefix := fmt.Sprintf("floodgate.test.topics.%d", time.Now().UnixNano())
+	specs := topics.Defaults(prefix+".events", prefix+".dlq", prefix+".decisions")
+	for i := range specs {
+		specs[i].Partitions = 1
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := topics.Delete(ctx, brokers, prefix+".events", prefix+".dlq", prefix+".decisions"); err != nil {
+			t.Errorf("delete test topics: %v", err)
+		}
+	})
+	if _, err := topics.Ensure(ctx, brokers, specs...); err != nil {
+		t.Fatal(err)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	res, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: prefix + ".events", ConfigNames: []string{"max.message.bytes"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, r := range res.Resources {
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == "max.message.bytes" {
+				got = e.ConfigValue
+			}
+		}
+	}
+	if want := fmt.Sprint(topics.EventsMaxMessageBytes); got != want {
+		t.Fatalf("events topic max.message.bytes = %q, want %s", got, want)
+	}
+
+	// A batch past it is refused by the broker.
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: prefix + ".events", RequiredAcks: kafka.RequireAll, BatchBytes: 4 << 20}
+	defer w.Close()
+	// A topic created moments ago may not be in the writer's metadata yet.
+	stacktest.WaitFor(t, "the broker answering for the new topic", 30*time.Second, func() bool {
+		err = w.WriteMessages(ctx, kafka.Message{Value: make([]byte, topics.EventsMaxMessageBytes+1)})
+		var we kafka.WriteErrors
+		return !(errors.As(err, &we) && len(we) == 1 && errors.Is(we[0], kafka.UnknownTopicOrPartition)) && !errors.Is(err, kafka.UnknownTopicOrPartition)
+	})
+	var we kafka.WriteErrors
+	if !errors.As(err, &we) || len(we) != 1 || !errors.Is(we[0], kafka.MessageSizeTooLarge) {
+		t.Errorf("write of a %d-byte batch: %v, want %v", topics.EventsMaxMessageBytes+1, err, kafka.MessageSizeTooLarge)
+	}
+}

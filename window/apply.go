@@ -42,6 +42,11 @@ type ApplyResult struct {
 	Changes int64
 	// Decisions are the new deny and shadow decisions.
 	Decisions []Decision
+	// OffsetMissing is true when the slot held no offset for the partition
+	// before the batch: a partition never applied, or a Redis that lost its
+	// data (a restart without persistence, a flush). The caller, which
+	// knows whether it had progress, tells the two apart.
+	OffsetMissing bool
 	// Extended are the deny and shadow records the batch wrote over a live
 	// record of the same rule and window, with a later Until: no new
 	// decision (nothing is published), but the subject stays denied longer.
@@ -62,6 +67,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Evaluated += o.Evaluated
 	r.Mirrored += o.Mirrored
 	r.Changes = max(r.Changes, o.Changes)
+	r.OffsetMissing = r.OffsetMissing || o.OffsetMissing
 	r.Decisions = append(r.Decisions, o.Decisions...)
 	r.Extended = append(r.Extended, o.Extended...)
 }
@@ -297,6 +303,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
 	}
+	res.OffsetMissing = prev < 0 // the script's prev is -1 when the offset key was missing
 	res.Evaluated, res.Mirrored = hr.learn(out, b.Last+1, pl, order, sent)
 	res.Changes = replyInt(out, 5)
 	res.Decisions = pl.decisions(replyInts(out[3]), sent)

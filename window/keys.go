@@ -165,8 +165,44 @@ func (k Keys) Distinct(partition int, sub Subject, kind string) string {
 }
 
 // Pattern matches every live key of the prefix (SCAN MATCH; braces are
-// not special in Redis glob patterns).
-func (k Keys) Pattern() string { return "{" + k.Prefix + ":p*" }
+// not special in Redis glob patterns, the prefix's glob characters are
+// escaped). It may match keys of another application sharing the Redis
+// ("{prefix:p1x}" ...): whoever deletes what it matches keeps only the keys
+// Owns says are the prefix's.
+func (k Keys) Pattern() string { return "{" + GlobEscape(k.Prefix) + ":p[0-9]*" }
+
+// Owns tells whether key has the shape of a live key of the prefix:
+// "{prefix:p<partition>}:" followed by anything.
+func (k Keys) Owns(key string) bool {
+	rest, ok := strings.CutPrefix(key, "{"+k.Prefix+":p")
+	if !ok {
+		return false
+	}
+	digits, after, ok := strings.Cut(rest, "}:")
+	if !ok || digits == "" || len(digits) > 9 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return after != ""
+}
+
+// GlobEscape escapes the characters special in a Redis glob pattern
+// (SCAN MATCH, KEYS), so that s matches only itself.
+func GlobEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		switch c {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

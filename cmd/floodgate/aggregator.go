@@ -42,7 +42,7 @@ type AggregatorCmd struct {
 	OnLostOffsets  string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
 	Dedup          time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
 	RelayKeep      time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
-	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"5s" help:"Events further ahead of this clock are dead-lettered."`
+	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"Events further ahead of this clock are dead-lettered; events ahead by less are counted at this clock's time."`
 	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
 	CommitInterval time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
 }

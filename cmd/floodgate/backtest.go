@@ -26,7 +26,7 @@ type BacktestCmd struct {
 	Clock   string        `name:"clock" env:"FLOODGATE_BACKTEST_CLOCK" default:"record" enum:"record,event" help:"Time the replay runs on: record (Kafka record times: the live aggregator's clock when it keeps up) or event (the events' ts: for events loaded into a topic after the fact)."`
 	WarmUp  time.Duration `name:"warm-up" env:"FLOODGATE_BACKTEST_WARM_UP" help:"How long before --from the replay starts, unreported (default: twice the rules' longest window, so that windows and deny records are whole at --from)."`
 
-	MaxFutureSkew time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"5s" help:"As the aggregator's: events further ahead of the clock are refused."`
+	MaxFutureSkew time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"As the aggregator's: events further ahead of the clock are refused."`
 	Dedup         time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"As the aggregator's: skip an event whose id was counted within this horizon; 0 counts every event."`
 	Parallel      int           `name:"parallel" env:"FLOODGATE_BACKTEST_PARALLEL" default:"4" help:"Partitions replayed at once."`
 	MaxSubjects   int           `name:"max-subjects" env:"FLOODGATE_BACKTEST_MAX_SUBJECTS" default:"10000" help:"Most distinct subjects per Redis script run of the replay."`

@@ -1,0 +1,252 @@
+package aggregator_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/stacktest"
+	"floodgate/topics"
+)
+
+// ipEvents encodes n events of one IP at ts.
+func ipEvents(t *testing.T, ip string, n int, ts time.Time) []kafka.Message {
+	t.Helper()
+	var msgs []kafka.Message
+	for range n {
+		ev := event.Event{ID: event.NewID(), Action: "login_failed", Kind: "ip", Subject: ip, TS: ts, N: 1}
+		v, err := event.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(ev.Key()), Value: v})
+	}
+	return msgs
+}
+
+// produceGzip writes one record of size bytes (small on the wire: it
+// compresses well) in a gzip batch of its own.
+func produceGzip(t *testing.T, ctx context.Context, brokers []string, topic string, key string, size int) []byte {
+	t.Helper()
+	value := bytes.Repeat([]byte("A"), size)
+	copy(value, `{"v":1,"pad":"`)
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Compression: kafka.Gzip, BatchBytes: 64 << 20,
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: value}); err != nil {
+		t.Fatalf("produce a %d-byte gzip record: %v", size, err)
+	}
+	return value
+}
+
+func produce(t *testing.T, ctx context.Context, brokers []string, topic string, msgs []kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func dlqHeaders(m kafka.Message) map[string]string {
+	h := map[string]string{}
+	for _, x := range m.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	return h
+}
+
+// TestGroupGoesOnPastOversizedAndBombRecords: a record over the contract's
+// size but small on the wire (3 MiB of gzip) goes to the DLQ as a stub, a
+// gzip bomb past the decompression bound is skipped unread, and the events
+// of the same partition behind each are counted; an event a few seconds
+// ahead of the clock is counted at the clock's time.
+func TestGroupGoesOnPastOversizedAndBombRecords(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	dlqTopic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	now := time.Now()
+
+	big := produceGzip(t, ctx, bs, topic, "ip:192.0.2.9", 3<<20)
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.9", 3, now))
+	produceGzip(t, ctx, bs, topic, "ip:192.0.2.9", aggregator.MaxBatchDecompressed+(4<<20))
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.9", 2, now.Add(6*time.Second)))
+
+	dlq := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: dlqTopic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer dlq.Close()
+	sink := newOffsetSink()
+	reg := prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	// 1 + 3 + 1 + 2 records: the sink stands past all of them.
+	stacktest.WaitFor(t, "the partition applied past both bad records", time.Minute, func() bool {
+		next, _, _ := sink.Resume(ctx, topic, 0)
+		return next == 7
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := sink.count(); n != 5 {
+		t.Fatalf("%d events counted, want the 5 behind the bad records", n)
+	}
+	for _, r := range sink.applied[0] {
+		if r.Event.TS.After(time.Now()) {
+			t.Errorf("event at offset %d counted at %s, ahead of the clock", r.Offset, r.Event.TS)
+		}
+	}
+	if got := counter(t, reg, "floodgate_aggregator_clamped_total"); got != 2 {
+		t.Errorf("clamped_total = %v, want 2", got)
+	}
+	if got := counter(t, reg, "floodgate_aggregator_unreadable_offsets_total"); got != 1 {
+		t.Errorf("unreadable_offsets_total = %v, want 1", got)
+	}
+
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: bs, Topic: dlqTopic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	stub, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dlqHeaders(stub)
+	sum := sha256.Sum256(big)
+	size := len(stub.Key) + len(stub.Value)
+	for k, v := range h {
+		size += len(k) + len(v)
+	}
+	if h[aggregator.HeaderDLQReason] != event.ReasonTooLarge || h[aggregator.HeaderDLQOffset] != "0" ||
+		h[aggregator.HeaderDLQSize] != strconv.Itoa(len(big)) || h[aggregator.HeaderDLQSHA256] != hex.EncodeToString(sum[:]) ||
+		!bytes.Equal(stub.Value, big[:1024]) || size > 4<<10 {
+		t.Errorf("stub of the oversized record: %d bytes, value %q..., headers %v", size, stub.Value[:min(len(stub.Value), 20)], h)
+	}
+	bomb, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = dlqHeaders(bomb)
+	if h[aggregator.HeaderDLQReason] != aggregator.ReasonUnreadable || h[aggregator.HeaderDLQOffset] != "4" || h[aggregator.HeaderDLQOffsetEnd] != "4" || len(bomb.Value) != 0 {
+		t.Errorf("stub of the bomb: headers %v, %d value bytes", h, len(bomb.Value))
+	}
+}
+
+// TestGroupDropsDeadLettersTheDLQRefuses: a DLQ whose max.message.bytes is
+// below even a stub refuses it for good; the partition drops it (ERROR log,
+// dead_letter_dropped_total) and goes on instead of retrying forever.
+func TestGroupDropsDeadLettersTheDLQRefuses(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dlqTopic := fmt.Sprintf("fgtest.tinydlq-%d", time.Now().UnixNano())
+	if _, err := topics.Ensure(ctx, bs, topics.Spec{Name: dlqTopic, Partitions: 1, Configs: map[string]string{"max.message.bytes": "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := topics.Delete(ctx, bs, dlqTopic); err != nil {
+			t.Logf("delete %s: %v", dlqTopic, err)
+		}
+	})
+	produce(t, ctx, bs, topic, []kafka.Message{{Key: []byte("ip:192.0.2.10"), Value: []byte(`{"v":1,"pad":"` + strings.Repeat("B", 8<<10) + `"}`)}})
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.10", 2, time.Now()))
+
+	dlq := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: dlqTopic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer dlq.Close()
+	sink := newOffsetSink()
+	reg := prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	stacktest.WaitFor(t, "the partition applied past the refused dead letter", time.Minute, func() bool {
+		next, _, _ := sink.Resume(ctx, topic, 0)
+		return next == 3
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := sink.count(); n != 2 {
+		t.Fatalf("%d events counted, want 2", n)
+	}
+	if got := counter(t, reg, "floodgate_aggregator_dead_letter_dropped_total"); got != 1 {
+		t.Errorf("dead_letter_dropped_total = %v, want 1", got)
+	}
+}
+
+// A sink that holds no offset for a partition the group committed progress
+// on lost its store's data: the partition resumes at the commit, reported
+// (ERROR log, floodgate_aggregator_sink_offset_missing_total), not taken
+// for a new partition.
+func TestGroupReportsASinkThatLostItsOffsets(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.11", 3, time.Now()))
+	run := func(sink *offsetSink, reg *prometheus.Registry, until func() bool) {
+		t.Helper()
+		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, Registerer: reg}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(runCtx) }()
+		stacktest.WaitFor(t, "the partition applied", time.Minute, until)
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := newOffsetSink()
+	run(first, prometheus.NewRegistry(), func() bool { return first.count() == 3 })
+	// The group committed 3 when it stopped; a sink that lost everything.
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.11", 1, time.Now()))
+	lost := newOffsetSink()
+	reg := prometheus.NewRegistry()
+	run(lost, reg, func() bool { return lost.count() == 1 })
+	if got := counter(t, reg, "floodgate_aggregator_sink_offset_missing_total"); got != 1 {
+		t.Errorf("sink_offset_missing_total = %v, want 1", got)
+	}
+}
