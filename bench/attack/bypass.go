@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"floodgate/event"
 )
@@ -30,7 +32,7 @@ var badSubjects = map[string]string{
 	"300-byte e-mail":   strings.Repeat("a", 300-len("@example.com")) + "@example.com",
 	"e-mail with a TAB": "victim@example.com\t",
 	"e-mail with a NUL": "victim\x00@example.com",
-	"invalid UTF-8":     "victim\xff@example.com",
+	"invalid UTF-8":     "victim" + invalidUTF8 + "@example.com",
 }
 
 // invalidSubject: an IP over a strict 1/m limit sends takes and checks
@@ -42,6 +44,11 @@ func invalidSubject(ctx context.Context, e *env) (Row, error) {
 		"with a 300-byte, a TAB, a NUL and an invalid-UTF-8 e-mail beside it, 5 each"}
 	rules, err := e.writeRules(strictRules)
 	if err != nil {
+		return row, err
+	}
+	// The aggregator brings the take's count to every limiter's memory,
+	// where plain checks read it.
+	if _, err := e.startAggregator(ctx, rules); err != nil {
 		return row, err
 	}
 	l, err := e.startLimiter(ctx, rules, e.cfg.RedisAddr, "--rls-mode", "take")
@@ -56,12 +63,17 @@ func invalidSubject(ctx context.Context, e *env) (Row, error) {
 	if code, err := take(ip, "first@example.com"); err != nil || code != http.StatusOK {
 		return row, fmt.Errorf("first take: %d %v", code, err)
 	}
+	if err := waitFor(ctx, "the IP's check denied from memory", time.Minute, func() (bool, error) {
+		c, err := status(ctx, http.MethodGet, "http://"+l.http+"/v1/check?action=password_reset&ip="+ip, nil)
+		return c == http.StatusTooManyRequests, err
+	}); err != nil {
+		return row, err
+	}
 	cc, err := grpc.NewClient(l.rls, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return row, err
 	}
 	defer func() { _ = cc.Close() }()
-	rls := rlsv3.NewRateLimitServiceClient(cc)
 
 	passed, errs, asked := 0, 0, 0
 	var seen []string
@@ -80,7 +92,7 @@ func invalidSubject(ctx context.Context, e *env) (Row, error) {
 				}
 			}
 			asked++
-			resp, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			resp, err := askRLS(ctx, cc, &rlsv3.RateLimitRequest{Domain: "password_reset", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: ip}}},
 				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "email", Value: bad}}},
 			}})
@@ -103,12 +115,59 @@ func invalidSubject(ctx context.Context, e *env) (Row, error) {
 	second, err2 := take("198.51.100.9", long)
 	counted := err1 == nil && err2 == nil && first == http.StatusOK && second == http.StatusTooManyRequests
 	row.Pass = passed == 0 && errs == 0 && counted
-	row.Held = fmt.Sprintf("let through %d of %d (transport errors %d); a fresh overlong e-mail counted under its digest: %d then %d",
+	row.Held = fmt.Sprintf("let through %d of %d (transport errors %d); a fresh overlong e-mail counted under its digest (~sha256:…) from two IPs: %d then %d",
 		passed, asked, errs, first, second)
 	if len(seen) > 0 {
-		row.Held += "; first through: " + strings.Join(seen[:min(3, len(seen))], "; ")
+		row.Held += "; through: " + strings.Join(seen, "; ")
 	}
 	return row, nil
+}
+
+// invalidUTF8 is sent as Envoy sends a header's bytes: as they are. Go's
+// protobuf will not encode it, so askRLS encodes a placeholder of the same
+// length and swaps the bytes in.
+const (
+	invalidUTF8 = "\xff\xfe\xfd"
+	placeholder = "\x01X\x01"
+)
+
+// askRLS sends req to the RLS server byte for byte as Envoy would, invalid
+// UTF-8 included.
+func askRLS(ctx context.Context, cc *grpc.ClientConn, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	enc := proto.Clone(req).(*rlsv3.RateLimitRequest)
+	for _, d := range enc.Descriptors {
+		for _, en := range d.Entries {
+			en.Value = strings.ReplaceAll(en.Value, invalidUTF8, placeholder)
+		}
+	}
+	b, err := proto.Marshal(enc)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.ReplaceAll(b, []byte(placeholder), []byte(invalidUTF8))
+	resp := &rlsv3.RateLimitResponse{}
+	err = cc.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", b, resp, grpc.ForceCodec(rawCodec{}))
+	return resp, err
+}
+
+// rawCodec sends pre-encoded bytes.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.([]byte); ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("raw codec: %T is not bytes", v)
+}
+
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("raw codec: %T is not a message", v)
+	}
+	return proto.Unmarshal(b, m)
 }
 
 const loginRules = `rules:
