@@ -91,7 +91,7 @@ type Store struct {
 // shebang makes Redis refuse a writing script up front when it is out of
 // memory, instead of failing half-way.
 var (
-	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
+	applyScript  = redis.NewScript("#!lua\n" + LuaLib + maxDistinctLua + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
 	// seenScript reads the scores of many ids in chunks: Lua's unpack
 	// fails past a few thousand values, and a backlog's batch holds more.

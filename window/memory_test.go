@@ -1,0 +1,63 @@
+package window_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"floodgate/rules"
+	"floodgate/stacktest"
+	"floodgate/window"
+)
+
+// Strict takes of distinct and bucket rules write a distinct set and an
+// arrival-time hash: both must expire, and the distinct set must be trimmed
+// to what a window can read and capped, as the aggregator's writes are.
+func TestStrictTakeKeysExpireAndAreTrimmed(t *testing.T) {
+	ctx := context.Background()
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	keys := st.Keys()
+	sub := window.Subject{Action: "login", Kind: "ip", Subject: "203.0.113.9"}
+	query := func(email string) []window.EvalQuery {
+		return []window.EvalQuery{{Subject: sub, MaxWindow: time.Minute, Count: true,
+			Limits:  []window.EvalLimit{{Limit: rules.Limit{Count: 100, Window: time.Minute}, Distinct: "email", Block: true}},
+			Buckets: []window.EvalBucket{{Rule: "b", Bucket: rules.Bucket{Rate: rules.Limit{Count: 10, Window: time.Second}, Burst: 1000}, Block: true}},
+			Values:  map[string]string{"email": email}}}
+	}
+	now := time.Now().Truncate(time.Second)
+	// a value seen two windows ago: no window can read it any more
+	old := now.Add(-2 * time.Minute)
+	if _, err := st.TakeSlot(ctx, 0, old, []window.TakeRequest{{Queries: query("old@example.com"), N: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		res, err := st.TakeSlot(ctx, 0, now, []window.TakeRequest{{Queries: query(fmt.Sprintf("u%d@example.com", i)), N: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Taken {
+			t.Fatalf("take %d refused: %+v", i, res[0])
+		}
+	}
+	dkey, gkey := keys.Distinct(0, sub, "email"), keys.Arrivals(0, sub)
+	for _, k := range []string{dkey, gkey} {
+		ttl, err := rdb.TTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 {
+			t.Errorf("%s: ttl %v; want an expiry", k, ttl)
+		}
+	}
+	if ttl := rdb.TTL(ctx, dkey).Val(); ttl > time.Minute+time.Hour {
+		t.Errorf("distinct set expires in %v; want within its window plus slack", ttl)
+	}
+	if sc, err := rdb.ZScore(ctx, dkey, "old@example.com").Result(); err == nil {
+		t.Errorf("value of %v ago still held (score %v): want it trimmed", 2*time.Minute, sc)
+	}
+	if n := rdb.ZCard(ctx, dkey).Val(); n != 3 {
+		t.Errorf("distinct set holds %d values, want 3", n)
+	}
+}
