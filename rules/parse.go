@@ -6,11 +6,20 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
+
+// reservedDistinct are the distinct kinds refused: a subject's distinct set
+// is "<slot>:<field>:d:<kind>" (window/keys.go), and the subject "<s>:d"
+// keeps its deny record, shadow record and arrival times at
+// "<slot>:<field of s>:d:deny", ":shadow" and ":g". Refusing these names
+// keeps every existing key of a valid rules file where it is, which
+// escaping ':' in subjects would not.
+var reservedDistinct = []string{"deny", "shadow", "g"}
 
 // nameRE is the alphabet of actions and kinds (the event contract) and of
 // rule names.
@@ -186,6 +195,9 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 			}
 			if !nameRE.MatchString(r.Distinct) {
 				return nil, fail(v, "distinct %q: a kind of the events' attrs, only [a-z0-9_.-], 1 to 64 bytes", r.Distinct)
+			}
+			if slices.Contains(reservedDistinct, r.Distinct) {
+				return nil, fail(v, "distinct %q: reserved (a subject's distinct set of this kind would share its key with the deny, shadow or bucket record of another subject); use another name, e.g. %q", r.Distinct, r.Distinct+"_value")
 			}
 		case "message":
 			if err := scalar(v, &r.Message); err != nil {

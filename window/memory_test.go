@@ -61,3 +61,30 @@ func TestStrictTakeKeysExpireAndAreTrimmed(t *testing.T) {
 		t.Errorf("distinct set holds %d values, want 3", n)
 	}
 }
+
+// The distinct kinds the rules refuse are exactly those whose distinct set
+// of a subject x would be a record of the subject "x:d": the test pins the
+// key layout the refusal rests on.
+func TestReservedDistinctKindsCollide(t *testing.T) {
+	k := window.Keys{Prefix: "fg"}
+	x := window.Subject{Action: "login", Kind: "ip", Subject: "x"}
+	xd := window.Subject{Action: "login", Kind: "ip", Subject: "x:d"}
+	for kind, rec := range map[string]string{"deny": k.Deny(0, xd), "shadow": k.Shadow(0, xd), "g": k.Arrivals(0, xd)} {
+		if got := k.Distinct(0, x, kind); got != rec {
+			t.Errorf("distinct %q of x is %q, the record of x:d is %q: the collision the rules refuse is gone; update rules.reservedDistinct", kind, got, rec)
+		}
+		yaml := "rules:\n  - name: a\n    action: login\n    kinds: [ip]\n    distinct: " + kind + "\n    limits: [5/m]\n"
+		if _, err := rules.Parse([]byte(yaml)); err == nil {
+			t.Errorf("distinct %q accepted", kind)
+		}
+	}
+	// every other name keeps its key: no suffix of the subject x:d's keys
+	for _, kind := range []string{"email", "d", "s", "user_agent"} {
+		d := k.Distinct(0, x, kind)
+		for _, rec := range []string{k.Deny(0, xd), k.Shadow(0, xd), k.Arrivals(0, xd)} {
+			if d == rec {
+				t.Errorf("distinct %q of x collides with %q", kind, rec)
+			}
+		}
+	}
+}
