@@ -160,10 +160,30 @@ func New(cfg Config) (*Limiter, error) {
 		l.log = slog.Default()
 	}
 	if cfg.State != nil {
-		l.m.stateSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "floodgate_limiter_state_subjects",
-			Help: "Subjects at half a limit or more held in memory (checks of all others are allowed without Redis).",
-		}, func() float64 { return float64(cfg.State.Len()) })
+		st := cfg.State
+		l.m.state = []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "floodgate_limiter_state_subjects",
+				Help: "Subjects at half a limit or more held in memory (checks of all others are allowed without Redis while the state is complete).",
+			}, func() float64 { return float64(st.Len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "floodgate_limiter_state_cap",
+				Help: "Bound on the subjects held in memory (--state-max-subjects); 0 for none.",
+			}, func() float64 { return float64(st.Cap()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "floodgate_limiter_state_overflow_total",
+				Help: "Subject states the cap left out of memory or evicted: checks of subjects not held read Redis until they expire.",
+			}, func() float64 { return float64(st.Overflows()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "floodgate_limiter_state_complete",
+				Help: "1 while every state that says something is held in memory; 0 past the cap (checks of subjects not held read Redis).",
+			}, func() float64 {
+				if st.Complete(l.now()) {
+					return 1
+				}
+				return 0
+			}),
+		}
 	}
 	if cfg.Registerer != nil {
 		if err := l.m.register(cfg.Registerer); err != nil {
@@ -254,8 +274,15 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	case req.Exact || l.cfg.State == nil:
 		views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
 	default:
-		views = l.readMemory(req.Action, plans, now)
-		l.m.memory.Inc()
+		var complete bool
+		if views, complete = l.readMemory(req.Action, plans, now); complete {
+			l.m.memory.Inc()
+		} else {
+			// Past the state's cap a subject it does not hold may be over
+			// a limit: read them all from Redis, as an exact check does.
+			l.m.overflowReads.Inc()
+			views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -355,12 +382,17 @@ type limitView struct {
 	estimated bool
 }
 
-// readMemory answers from the State: no round trip.
-func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view {
-	views := make([]view, len(plans))
+// readMemory answers from the State: no round trip. complete is false when
+// a subject is neither held nor known to be under half its limits (the
+// state is past its cap): the views are then not to be used.
+func (l *Limiter) readMemory(action string, plans []plan, now time.Time) (views []view, complete bool) {
+	views = make([]view, len(plans))
 	for i := range plans {
 		p := &plans[i]
-		st, ok := l.cfg.State.Get(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
+		st, ok, known := l.cfg.State.Lookup(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
+		if !known {
+			return nil, false
+		}
 		v := view{ban: l.memoryBan(action, p, now), limits: make([]limitView, len(p.limits))}
 		for k, pl := range p.limits {
 			v.limits[k] = limitView{estimated: true}
@@ -394,7 +426,7 @@ func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view 
 		}
 		views[i] = v
 	}
-	return views
+	return views, true
 }
 
 // bucketView is a bucket's state at now from its theoretical arrival time:

@@ -1,0 +1,118 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"floodgate/event"
+	"floodgate/limiter"
+	"floodgate/window"
+)
+
+// probeRules is the attack of issue 25 in small: one event each from many
+// addresses against 2/1h, so that every address is at half its limit
+// (held in the state) and the second event denies.
+const probeRules = `
+rules:
+  - name: probe-hourly
+    action: probe
+    kinds: [ip]
+    limits: [2/1h]
+`
+
+func withBoundedState(n int) envOpt {
+	return func(c *limiter.Config, _ *limiter.ServerConfig) { c.State = limiter.NewBoundedState(n) }
+}
+
+// addrs returns n invented IPv6 addresses, each in a /64 of its own.
+func addrs(from, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		k := from + i
+		out[i] = fmt.Sprintf("2001:db8:%x:%x::1", k>>16, k&0xffff)
+	}
+	return out
+}
+
+// applyEach counts per events for each subject through the aggregator's
+// write path, a batch per partition of at most 1000 events.
+func (e *env) applyEach(tb testing.TB, action, kind string, subjects []string, per int, now time.Time) {
+	tb.Helper()
+	byPart := map[int][]event.Event{}
+	for _, s := range subjects {
+		p := window.Partition(window.Subject{Action: action, Kind: kind, Subject: s}, testPartitions)
+		for range per {
+			byPart[p] = append(byPart[p], event.Event{V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: s, TS: now, N: 1})
+		}
+	}
+	for p, evs := range byPart {
+		for len(evs) > 0 {
+			k := min(len(evs), 1000)
+			e.applyTo(tb, p, evs[:k], now)
+			evs = evs[k:]
+		}
+	}
+}
+
+// Past the cap on held subjects the limiter's memory stays bounded and its
+// answers stay exact: a denied subject the state left out is denied (read
+// from Redis), a near one allowed, an unseen one allowed after a Redis read,
+// and once every state left out has expired, checks come from memory again.
+func TestStateCapAnswersOverflowExactly(t *testing.T) {
+	const capSubjects = 640
+	e := newEnv(t, withBoundedState(capSubjects))
+	e.set = mustRules(t, probeRules)
+	ctx := context.Background()
+	now := time.Now()
+	near := addrs(0, 20000)
+	denied := addrs(100000, 1000) // more than the cap: some are left out
+	e.applyEach(t, "probe", "ip", near, 1, now)
+	e.applyEach(t, "probe", "ip", denied, 2, now)
+	if n := e.state.Len(); n > capSubjects+64 {
+		t.Fatalf("state holds %d subjects past a cap of %d", n, capSubjects)
+	}
+	if e.state.Overflows() == 0 || e.state.Complete(time.Now()) {
+		t.Fatalf("overflows %d, complete %v: want the overflow reported", e.state.Overflows(), e.state.Complete(time.Now()))
+	}
+	check := func(s string) limiter.Decision {
+		t.Helper()
+		d, err := e.lim.Check(ctx, limiter.Request{Action: "probe", Subjects: []limiter.Subject{{Kind: "ip", Subject: s}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	leftOut, held := 0, 0
+	for _, s := range denied {
+		_, isHeld, _ := e.state.Lookup(window.Subject{Action: "probe", Kind: "ip", Subject: s}, time.Now())
+		if isHeld {
+			held++
+		} else {
+			leftOut++
+		}
+		if d := check(s); d.Allowed {
+			t.Fatalf("denied subject %s (held %v) allowed", s, isHeld)
+		}
+	}
+	if leftOut == 0 || held == 0 {
+		t.Fatalf("held %d, left out %d of the denied: want both", held, leftOut)
+	}
+	for _, s := range near[:200] {
+		if d := check(s); !d.Allowed {
+			t.Fatalf("subject %s at 1 of 2 denied: %+v", s, d.Denial)
+		}
+	}
+	before := e.calls.n.Load()
+	if d := check("2001:db8:ffff:1::1"); !d.Allowed {
+		t.Fatalf("unseen subject denied: %+v", d.Denial)
+	}
+	if e.calls.n.Load() == before {
+		t.Fatal("an unseen subject past the cap was answered from memory: want an exact read")
+	}
+	// Every state says nothing an hour on: absence proves "under half" again.
+	if !e.state.Complete(now.Add(time.Hour + 2*time.Second)) {
+		t.Fatal("state still incomplete once every left-out state expired")
+	}
+}
