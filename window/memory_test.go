@@ -88,3 +88,104 @@ func TestReservedDistinctKindsCollide(t *testing.T) {
 		}
 	}
 }
+
+const probeRules = `
+rules:
+  - name: probe-hourly
+    action: probe
+    kinds: [ip]
+    limits: [2/1h]
+`
+
+func probeEvents(from, n, per int, at time.Time) []eventT {
+	var evs []eventT
+	for i := from; i < from+n; i++ {
+		for range per {
+			evs = append(evs, ev("probe", "ip", fmt.Sprintf("2001:db8:%x:%x::1", i>>16, i&0xffff), at))
+		}
+	}
+	return evs
+}
+
+// A snapshot reads the state hash in pages while the aggregator keeps
+// writing; the snapshot plus the stream entries after its position is
+// exactly the hash as the writes left it, whatever the interleaving.
+func TestSnapshotInPagesPlusStreamIsExact(t *testing.T) {
+	ctx := context.Background()
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, probeRules)
+	b := &batcher{topic: "t"}
+	hr := window.NewHeadroom(100000)
+	apply := func(evs []eventT) {
+		if _, err := st.Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
+			t.Error(err)
+		}
+	}
+	const n = 4000 // pages of window.SnapshotPage
+	for i := 0; i < n; i += 1000 {
+		apply(probeEvents(i, 1000, 1, base))
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// while the snapshot pages: held subjects change (a second event
+		// denies them) and new subjects come in
+		for i := 0; i < 20; i++ {
+			apply(probeEvents(i*100, 100, 1, base))
+			apply(probeEvents(n+i*100, 100, 1, base))
+		}
+	}()
+	snap, err := st.Snapshot(ctx, 0, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if t.Failed() {
+		t.FailNow()
+	}
+	got := snap.States
+	seq := snap.Seq
+	msgs, err := rdb.XRange(ctx, st.Keys().Log(0), "("+snap.LastID, "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		c, err := window.ParseChange(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Seq != seq+1 {
+			t.Fatalf("entry %s seq %d after %d", c.ID, c.Seq, seq)
+		}
+		seq = c.Seq
+		for _, sc := range c.States {
+			if sc.State == nil {
+				delete(got, sc.Subject)
+			} else {
+				got[sc.Subject] = *sc.State
+			}
+		}
+	}
+	flat, err := rdb.HGetAll(ctx, st.Keys().State(0)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(flat) != len(got) {
+		t.Fatalf("snapshot plus stream holds %d subjects, the hash %d", len(got), len(flat))
+	}
+	for f, js := range flat {
+		sub, _ := window.ParseField(f)
+		want, err := window.ParseState([]byte(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok := got[sub]
+		if !ok || fmt.Sprint(g) != fmt.Sprint(want) {
+			t.Fatalf("%s: snapshot plus stream %+v (held %v), hash %+v", f, g, ok, want)
+		}
+	}
+	if len(flat) < n {
+		t.Fatalf("hash holds %d subjects, want at least %d", len(flat), n)
+	}
+}
