@@ -189,3 +189,42 @@ func TestSnapshotInPagesPlusStreamIsExact(t *testing.T) {
 		t.Fatalf("hash holds %d subjects, want at least %d", len(flat), n)
 	}
 }
+
+// Prune removes every state that says nothing any more, in pages, and
+// nothing else: the states of a partition no batch touches shrink too.
+func TestPruneRemovesExpiredStatesByTime(t *testing.T) {
+	ctx := context.Background()
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, probeRules)
+	b := &batcher{topic: "t"}
+	hr := window.NewHeadroom(100000)
+	const n = 1500 // pages of window.PrunePage
+	for i := 0; i < n; i += 500 {
+		if _, err := st.Apply(ctx, "g", b.batch(probeEvents(i, 500, 1, base)...), set, base, hr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// one subject evaluated later lives longer
+	late := base.Add(30 * time.Minute)
+	if _, err := st.Apply(ctx, "g", b.batch(probeEvents(n, 1, 1, late)...), set, late, hr); err != nil {
+		t.Fatal(err)
+	}
+	keys := st.Keys()
+	if got := rdb.HLen(ctx, keys.State(0)).Val(); got != n+1 {
+		t.Fatalf("state hash holds %d, want %d", got, n+1)
+	}
+	if removed, err := st.Prune(ctx, 0, base.Add(time.Minute)); err != nil || removed != 0 {
+		t.Fatalf("prune before any expiry removed %d (%v)", removed, err)
+	}
+	removed, err := st.Prune(ctx, 0, base.Add(time.Hour+time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed != n {
+		t.Fatalf("pruned %d, want %d", removed, n)
+	}
+	if h, z := rdb.HLen(ctx, keys.State(0)).Val(), rdb.ZCard(ctx, keys.Exp(0)).Val(); h != 1 || z != 1 {
+		t.Fatalf("after the prune: hash %d, expiries %d; want the later subject alone", h, z)
+	}
+}

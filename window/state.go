@@ -326,3 +326,45 @@ func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Sna
 		}
 	}
 }
+
+// pruneBody removes up to max states that say nothing any more at now from
+// a partition's state hash (scored by expiry in the @exp set): no change
+// entry, since a reader drops them at the same second on its own.
+//
+//	KEYS: state key, exp key
+//	ARGV: now (Unix s), max
+//
+// Returns the number removed.
+const pruneBody = `
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #gone > 0 then
+  redis.call('HDEL', KEYS[1], unpack(gone))
+  redis.call('ZREM', KEYS[2], unpack(gone))
+end
+return #gone
+`
+
+var pruneScript = redis.NewScript("#!lua\n" + pruneBody)
+
+// PrunePage bounds the states one prune script run removes.
+const PrunePage = 512
+
+// Prune removes every state of a partition that says nothing any more at
+// now, PrunePage a script run, and returns how many. The apply script
+// removes a few with every batch; Prune is what reaches the states of a
+// partition that no batch touches any more (the live sink runs it on a
+// timer for the partitions it owns).
+func (s *Store) Prune(ctx context.Context, partition int, now time.Time) (int, error) {
+	k := s.keys
+	total := 0
+	for {
+		n, err := pruneScript.Run(ctx, s.rdb, []string{k.State(partition), k.Exp(partition)}, now.Unix(), PrunePage).Int()
+		if err != nil {
+			return total, fmt.Errorf("prune partition=%d: %w", partition, err)
+		}
+		total += n
+		if n < PrunePage {
+			return total, nil
+		}
+	}
+}

@@ -448,7 +448,7 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 // a strict take's budget is a few hundred milliseconds.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{applyScript, resumeScript, seenScript, evalScript, takeScript, refundScript,
-		checkScript, snapshotScript, snapshotPageScript, adminScript, recordsScript} {
+		checkScript, snapshotScript, snapshotPageScript, pruneScript, adminScript, recordsScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load scripts: %w", err)
 		}
