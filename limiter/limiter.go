@@ -248,6 +248,10 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	req.Subjects = dedupSubjects(req.Subjects)
 	now := l.now()
 	set := l.cfg.Rules()
+	// Subjects as the aggregator counts them (an IPv6 address of kind ip:
+	// its /64), so lookups, strict counts and published events name them
+	// alike; two addresses of one prefix are then one subject.
+	req.Subjects = dedupSubjects(canonicalSubjects(set, req.Subjects))
 	plans, others := planSubjects(set, req)
 	n := max(req.N, 1)
 	if take {
@@ -843,6 +847,26 @@ func detail(e *event.Error) string {
 		return e.Detail
 	}
 	return e.Reason
+}
+
+// canonicalSubjects returns subs with each subject as set counts it
+// (rules.Set.Subject); subs itself is not modified.
+func canonicalSubjects(set *rules.Set, subs []Subject) []Subject {
+	var out []Subject
+	for i, s := range subs {
+		c := set.Subject(s.Kind, s.Subject)
+		if c != s.Subject && out == nil {
+			out = append(make([]Subject, 0, len(subs)), subs[:i]...)
+		}
+		if out != nil {
+			s.Subject = c
+			out = append(out, s)
+		}
+	}
+	if out == nil {
+		return subs
+	}
+	return out
 }
 
 // dedupSubjects returns subs without repeated (kind, subject) pairs, in

@@ -42,7 +42,8 @@ func (e *env) applyEach(tb testing.TB, action, kind string, subjects []string, p
 	tb.Helper()
 	byPart := map[int][]event.Event{}
 	for _, s := range subjects {
-		p := window.Partition(window.Subject{Action: action, Kind: kind, Subject: s}, testPartitions)
+		// keyed by the subject counted, as a producer must (docs/rules.md)
+		p := window.Partition(window.Subject{Action: action, Kind: kind, Subject: e.set.Subject(kind, s)}, testPartitions)
 		for range per {
 			byPart[p] = append(byPart[p], event.Event{V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: s, TS: now, N: 1})
 		}
@@ -86,7 +87,7 @@ func TestStateCapAnswersOverflowExactly(t *testing.T) {
 	}
 	leftOut, held := 0, 0
 	for _, s := range denied {
-		_, isHeld, _ := e.state.Lookup(window.Subject{Action: "probe", Kind: "ip", Subject: s}, time.Now())
+		_, isHeld, _ := e.state.Lookup(window.Subject{Action: "probe", Kind: "ip", Subject: e.set.Subject("ip", s)}, time.Now())
 		if isHeld {
 			held++
 		} else {
@@ -114,5 +115,49 @@ func TestStateCapAnswersOverflowExactly(t *testing.T) {
 	// Every state says nothing an hour on: absence proves "under half" again.
 	if !e.state.Complete(now.Add(time.Hour + 2*time.Second)) {
 		t.Fatal("state still incomplete once every left-out state expired")
+	}
+}
+
+// An IPv6 address of kind ip counts by its /64, alike in the aggregator's
+// counting (window.Store.Apply, fed the addresses as sent) and in the
+// limiter's checks, from memory and exact: addresses of one /64 add up,
+// another /64 is apart; with ipv6_prefix 128 each address counts alone.
+func TestIPv6CountedByPrefix(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name   string
+		kinds  string
+		denied bool
+	}{
+		{"default /64", "", true},
+		{"per address", "kinds:\n  ip: {ipv6_prefix: 128}\n", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.set = mustRules(t, probeRules+tt.kinds)
+			now := time.Now()
+			// three addresses of one /64, one event each; a producer keys
+			// them by the subject counted (the prefix), so all three land
+			// on that subject's partition
+			p := window.Partition(window.Subject{Action: "probe", Kind: "ip", Subject: e.set.Subject("ip", "2001:db8:7:7::1")}, testPartitions)
+			var evs []event.Event
+			for _, a := range []string{"2001:db8:7:7::1", "2001:db8:7:7::2", "2001:db8:7:7:ffff::3"} {
+				evs = append(evs, event.Event{V: 1, ID: event.NewID(), Action: "probe", Kind: "ip", Subject: a, TS: now, N: 1})
+			}
+			e.applyTo(t, p, evs, now)
+			for _, exact := range []bool{false, true} {
+				d, err := e.lim.Check(ctx, limiter.Request{Action: "probe", Exact: exact, Subjects: []limiter.Subject{{Kind: "ip", Subject: "2001:db8:7:7::4"}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed == tt.denied {
+					t.Errorf("exact=%v: a fourth address of the /64 allowed=%v, want %v", exact, d.Allowed, !tt.denied)
+				}
+				d, err = e.lim.Check(ctx, limiter.Request{Action: "probe", Exact: exact, Subjects: []limiter.Subject{{Kind: "ip", Subject: "2001:db8:7:8::1"}}})
+				if err != nil || !d.Allowed {
+					t.Errorf("exact=%v: another /64: %+v %v, want allowed", exact, d, err)
+				}
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ func TestSinkPrunesAnIdlePartition(t *testing.T) {
 	}
 	b := aggregator.Batch{Topic: "t", Partition: 0}
 	for i := range 700 {
-		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "probe", Kind: "ip", Subject: fmt.Sprintf("2001:db8::%x", i), TS: start, N: 1}})
+		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "probe", Kind: "ip", Subject: fmt.Sprintf("2001:db8:%x::1", i), TS: start, N: 1}})
 	}
 	b.Last = int64(len(b.Records) - 1)
 	if err := sink.Apply(ctx, b); err != nil {
