@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"floodgate/event"
 	"floodgate/limiter"
 	"floodgate/window"
@@ -24,6 +26,32 @@ rules:
 
 func withBoundedState(n int) envOpt {
 	return func(c *limiter.Config, _ *limiter.ServerConfig) { c.State = limiter.NewBoundedState(n) }
+}
+
+func withRegistry(reg *prometheus.Registry) envOpt {
+	return func(c *limiter.Config, _ *limiter.ServerConfig) { c.Registerer = reg }
+}
+
+// metricValue returns the value of a metric without labels, -1 when absent.
+func metricValue(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		switch {
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
 }
 
 // addrs returns n invented IPv6 addresses, each in a /64 of its own.
@@ -63,7 +91,8 @@ func (e *env) applyEach(tb testing.TB, action, kind string, subjects []string, p
 // and once every state left out has expired, checks come from memory again.
 func TestStateCapAnswersOverflowExactly(t *testing.T) {
 	const capSubjects = 640
-	e := newEnv(t, withBoundedState(capSubjects))
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, withBoundedState(capSubjects), withRegistry(reg))
 	e.set = mustRules(t, probeRules)
 	ctx := context.Background()
 	now := time.Now()
@@ -112,6 +141,17 @@ func TestStateCapAnswersOverflowExactly(t *testing.T) {
 	if e.calls.n.Load() == before {
 		t.Fatal("an unseen subject past the cap was answered from memory: want an exact read")
 	}
+	for name, want := range map[string]func(float64) bool{
+		"floodgate_limiter_state_cap":                  func(v float64) bool { return v == capSubjects },
+		"floodgate_limiter_state_subjects":             func(v float64) bool { return v > 0 && v <= capSubjects+64 },
+		"floodgate_limiter_state_overflow_total":       func(v float64) bool { return v > 0 },
+		"floodgate_limiter_state_complete":             func(v float64) bool { return v == 0 },
+		"floodgate_limiter_state_overflow_reads_total": func(v float64) bool { return v > 0 },
+	} {
+		if v := metricValue(t, reg, name); !want(v) {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
 	// Every state says nothing an hour on: absence proves "under half" again.
 	if !e.state.Complete(now.Add(time.Hour + 2*time.Second)) {
 		t.Fatal("state still incomplete once every left-out state expired")
@@ -157,6 +197,15 @@ func TestIPv6CountedByPrefix(t *testing.T) {
 				if err != nil || !d.Allowed {
 					t.Errorf("exact=%v: another /64: %+v %v, want allowed", exact, d, err)
 				}
+			}
+			// a take publishes the subject counted, so its key places it
+			if _, err := e.lim.Take(ctx, limiter.Request{Action: "probe", Subjects: []limiter.Subject{{Kind: "ip", Subject: "2001:db8:7:9::5"}}}); err != nil {
+				t.Fatal(err)
+			}
+			e.pub.mu.Lock()
+			defer e.pub.mu.Unlock()
+			if want := e.set.Subject("ip", "2001:db8:7:9::5"); len(e.pub.plain) != 1 || e.pub.plain[0].Subject != want {
+				t.Errorf("published %+v, want one event of %s", e.pub.plain, want)
 			}
 		})
 	}
