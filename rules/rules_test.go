@@ -68,6 +68,9 @@ func TestParseExample(t *testing.T) {
 	if got := len(s.Rules()); got != 6 {
 		t.Fatalf("rules = %d, want 6", got)
 	}
+	if o := s.Kind("ip"); o.IPv6Prefix != 64 {
+		t.Errorf("ip kind = %+v, want the /64 the file sets", o)
+	}
 	if r := s.Rule("credential-stuffing"); r.Distinct != "email" || r.Limits[0] != (Limit{20, time.Hour}) {
 		t.Errorf("credential-stuffing = %+v", r)
 	}
