@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -111,9 +113,28 @@ func probeEvents(from, n, per int, at time.Time) []eventT {
 // writing; the snapshot plus the stream entries after its position is
 // exactly the hash as the writes left it, whatever the interleaving.
 func TestSnapshotInPagesPlusStreamIsExact(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		rdb := stacktest.Redis(t)
+		snapshotInPages(t, rdb, newStore(t, rdb))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		rdb := stacktest.ClusterRedis(t)
+		st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.ClusterPrefix(t, rdb), Partitions: onePartition})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snapshotInPages(t, rdb, st)
+	})
+}
+
+// snapshotReader is what the test reads directly of either client.
+type snapshotReader interface {
+	XRange(ctx context.Context, stream, start, stop string) *redis.XMessageSliceCmd
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+}
+
+func snapshotInPages(t *testing.T, rdb snapshotReader, st *window.Store) {
 	ctx := context.Background()
-	rdb := stacktest.Redis(t)
-	st := newStore(t, rdb)
 	set := mustRules(t, probeRules)
 	b := &batcher{topic: "t"}
 	hr := window.NewHeadroom(100000)
