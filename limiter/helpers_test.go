@@ -128,6 +128,7 @@ func newEnv(tb testing.TB, opts ...envOpt) *env {
 	for _, o := range opts {
 		o(&cfg, &scfg)
 	}
+	e.state = cfg.State
 	lim, err := limiter.New(cfg)
 	if err != nil {
 		tb.Fatal(err)

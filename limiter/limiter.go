@@ -160,10 +160,30 @@ func New(cfg Config) (*Limiter, error) {
 		l.log = slog.Default()
 	}
 	if cfg.State != nil {
-		l.m.stateSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "floodgate_limiter_state_subjects",
-			Help: "Subjects at half a limit or more held in memory (checks of all others are allowed without Redis).",
-		}, func() float64 { return float64(cfg.State.Len()) })
+		st := cfg.State
+		l.m.state = []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "floodgate_limiter_state_subjects",
+				Help: "Subjects at half a limit or more held in memory (checks of all others are allowed without Redis while the state is complete).",
+			}, func() float64 { return float64(st.Len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "floodgate_limiter_state_cap",
+				Help: "Bound on the subjects held in memory (--state-max-subjects); 0 for none.",
+			}, func() float64 { return float64(st.Cap()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "floodgate_limiter_state_overflow_total",
+				Help: "Subject states the cap left out of memory or evicted: checks of subjects not held read Redis until they expire.",
+			}, func() float64 { return float64(st.Overflows()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "floodgate_limiter_state_complete",
+				Help: "1 while every state that says something is held in memory; 0 past the cap (checks of subjects not held read Redis).",
+			}, func() float64 {
+				if st.Complete(l.now()) {
+					return 1
+				}
+				return 0
+			}),
+		}
 	}
 	if cfg.Registerer != nil {
 		if err := l.m.register(cfg.Registerer); err != nil {
@@ -244,6 +264,10 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	req.Subjects = dedupSubjects(subs)
 	now := l.now()
 	set := l.cfg.Rules()
+	// Subjects as the aggregator counts them (an IPv6 address of kind ip:
+	// its /64), so lookups, strict counts and published events name them
+	// alike; two addresses of one prefix are then one subject.
+	req.Subjects = dedupSubjects(canonicalSubjects(set, req.Subjects))
 	plans, others := planSubjects(set, req)
 	n := max(req.N, 1)
 	if bad == nil && take {
@@ -269,8 +293,15 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	case req.Exact || l.cfg.State == nil:
 		views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
 	default:
-		views = l.readMemory(req.Action, plans, now)
-		l.m.memory.Inc()
+		var complete bool
+		if views, complete = l.readMemory(req.Action, plans, now); complete {
+			l.m.memory.Inc()
+		} else {
+			// Past the state's cap a subject it does not hold may be over
+			// a limit: read them all from Redis, as an exact check does.
+			l.m.overflowReads.Inc()
+			views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -370,12 +401,21 @@ type limitView struct {
 	estimated bool
 }
 
-// readMemory answers from the State: no round trip.
-func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view {
-	views := make([]view, len(plans))
+// readMemory answers from the State: no round trip. complete is false when
+// a subject is neither held nor known to be under half its limits (the
+// state is past its cap): the views then hold only what memory knows
+// (bans, the subjects held), enough to deny but not to allow.
+func (l *Limiter) readMemory(action string, plans []plan, now time.Time) (views []view, complete bool) {
+	views, complete = make([]view, len(plans)), true
 	for i := range plans {
 		p := &plans[i]
-		st, ok := l.cfg.State.Get(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
+		st, ok, known := l.cfg.State.Lookup(window.Subject{Action: action, Kind: p.sub.Kind, Subject: p.sub.Subject}, now)
+		if !known {
+			// Past the cap: the subject may be over a limit memory left
+			// out. The view is still built (its ban, no counts), so a
+			// degraded answer keeps what memory does know.
+			complete, ok = false, false
+		}
 		v := view{ban: l.memoryBan(action, p, now), limits: make([]limitView, len(p.limits))}
 		for k, pl := range p.limits {
 			v.limits[k] = limitView{estimated: true}
@@ -409,7 +449,7 @@ func (l *Limiter) readMemory(action string, plans []plan, now time.Time) []view 
 		}
 		views[i] = v
 	}
-	return views
+	return views, complete
 }
 
 // bucketView is a bucket's state at now from its theoretical arrival time:
@@ -698,7 +738,7 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, plans []
 		"op", op, "action", req.Action, "mode", l.cfg.FailureMode.String(), "err", err)
 	d.Degraded = true
 	if l.cfg.State != nil {
-		views := l.readMemory(req.Action, plans, d.Time)
+		views, _ := l.readMemory(req.Action, plans, d.Time) // partial past the cap: what it holds still denies
 		md := d
 		deny := pick(assemble(&md, plans, views, d.Time), banDenial(plans, views, d.Time))
 		if deny != nil {
@@ -885,7 +925,7 @@ func (l *Limiter) refuse(ctx context.Context, op string, req Request, set *rules
 		if l.cfg.State == nil {
 			return Decision{}, bad
 		}
-		views = l.readMemory(req.Action, plans, now)
+		views, _ = l.readMemory(req.Action, plans, now)
 	}
 	d := Decision{Allowed: true, Time: now}
 	deny := pick(assemble(&d, plans, views, now), banDenial(plans, views, now))
@@ -907,6 +947,26 @@ func detail(e *event.Error) string {
 		return e.Detail
 	}
 	return e.Reason
+}
+
+// canonicalSubjects returns subs with each subject as set counts it
+// (rules.Set.Subject); subs itself is not modified.
+func canonicalSubjects(set *rules.Set, subs []Subject) []Subject {
+	var out []Subject
+	for i, s := range subs {
+		c := set.Subject(s.Kind, s.Subject)
+		if c != s.Subject && out == nil {
+			out = append(make([]Subject, 0, len(subs)), subs[:i]...)
+		}
+		if out != nil {
+			s.Subject = c
+			out = append(out, s)
+		}
+	}
+	if out == nil {
+		return subs
+	}
+	return out
 }
 
 // dedupSubjects returns subs without repeated (kind, subject) pairs, in

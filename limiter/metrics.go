@@ -9,7 +9,8 @@ type metrics struct {
 	shadowDenies  *prometheus.CounterVec
 	invalid       *prometheus.CounterVec
 	memory        prometheus.Counter
-	stateSize     prometheus.GaugeFunc
+	overflowReads prometheus.Counter
+	state         []prometheus.Collector // of the State, when there is one
 	redis         *prometheus.HistogramVec
 	failures      *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
@@ -39,6 +40,10 @@ func newMetrics() *metrics {
 			Name: "floodgate_limiter_memory_checks_total",
 			Help: "Checks answered from the in-memory decision state, without Redis.",
 		}),
+		overflowReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_state_overflow_reads_total",
+			Help: "Checks read from Redis because the in-memory state was past its cap and did not hold a subject.",
+		}),
 		redis: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_limiter_redis_seconds",
 			Help:    "Latency of the limiter's Redis round trips by operation (check, take), failures included.",
@@ -64,11 +69,9 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory,
+	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads,
 		m.redis, m.failures, m.publishErrors, m.counted, m.requests}
-	if m.stateSize != nil {
-		cs = append(cs, m.stateSize)
-	}
+	cs = append(cs, m.state...)
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {
 			return err

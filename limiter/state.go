@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"floodgate/window"
@@ -13,32 +14,78 @@ import (
 // every subject the live aggregator last found at half a limit or more
 // (window.SubjectState), fed from the partitions' change streams (Sync). A
 // subject absent from it is under half of every limit of its rules: a
-// check allows it without asking Redis. Safe for concurrent use.
+// check allows it without asking Redis — unless the state is over its cap
+// (NewBoundedState), when absent means only "not held" and the limiter
+// reads such a subject from Redis (Lookup). Safe for concurrent use.
 type State struct {
 	seed   maphash.Seed
-	shards [64]stateShard
+	shards [stateShards]stateShard
+	// shardCap bounds each shard's subjects (0: unbounded): the subjects
+	// spread evenly over shards by hash, so a bound per shard is the cap
+	// without a global lock.
+	shardCap int
+	capacity int
+
+	// gapUntil (Unix ns) is when the last state the cap left out stops
+	// saying anything: until then a subject not held may have a state in
+	// Redis, so absence proves nothing.
+	gapUntil atomic.Int64
+	overflow atomic.Uint64 // states left out or evicted by the cap
+
+	names intern // actions, kinds and rule names shared by every entry
 
 	bans banTable // operators' bans (bans.go)
 
 	mu     sync.Mutex
-	loaded map[int]bool  // partitions whose snapshot is in
-	seq    map[int]int64 // last change applied, per partition
+	loaded map[int]bool   // partitions whose snapshot is in
+	seq    map[int]int64  // last change applied, per partition
+	gen    map[int]uint32 // snapshot generation, per partition
 }
+
+const stateShards = 64
 
 type stateShard struct {
 	mu sync.RWMutex
 	m  map[window.Subject]stateEntry
 }
 
+// stateEntry is one held subject. It is kept small: there may be millions
+// (docs/limiter.md has the bytes per subject).
 type stateEntry struct {
-	partition int
 	st        window.SubjectState
-	expires   time.Time
+	expires   int64  // Unix ns from which st says nothing
+	partition int32  // the partition whose stream holds it
+	gen       uint32 // the partition's snapshot generation that wrote it
 }
 
-// NewState returns an empty State.
-func NewState() *State {
-	s := &State{seed: maphash.MakeSeed(), loaded: map[int]bool{}, seq: map[int]int64{}}
+// blocks reports whether the state says one more event does not fit a
+// limit or bucket: the entries a cap must keep first, since a check then
+// denies from memory without a Redis read.
+func (e *stateEntry) blocks() bool {
+	for _, l := range e.st.Limits {
+		if !l.Until.IsZero() {
+			return true
+		}
+	}
+	// A bucket is held only from half its burst on; without the rule at
+	// hand, every held bucket counts as blocking.
+	return len(e.st.Buckets) > 0
+}
+
+// NewState returns an empty State without a bound on the subjects held.
+func NewState() *State { return NewBoundedState(0) }
+
+// NewBoundedState returns an empty State holding at most about
+// maxSubjects subjects (0: no bound). Past the bound, blocking states are
+// kept before the others, and a subject the state does not hold is
+// answered by an exact read from Redis (Lookup) until every state it left
+// out has expired: the bound costs Redis reads, never a forgotten deny.
+func NewBoundedState(maxSubjects int) *State {
+	s := &State{seed: maphash.MakeSeed(), loaded: map[int]bool{}, seq: map[int]int64{}, gen: map[int]uint32{}}
+	if maxSubjects > 0 {
+		s.capacity = maxSubjects
+		s.shardCap = max(1, (maxSubjects+stateShards-1)/stateShards)
+	}
 	for i := range s.shards {
 		s.shards[i].m = map[window.Subject]stateEntry{}
 	}
@@ -58,31 +105,58 @@ func (s *State) shard(sub window.Subject) *stateShard {
 
 // Get returns sub's state when it says something at now.
 func (s *State) Get(sub window.Subject, now time.Time) (window.SubjectState, bool) {
+	st, ok, _ := s.Lookup(sub, now)
+	return st, ok
+}
+
+// Lookup returns sub's state when it holds one that says something at now
+// (held); known is true when the answer is complete: held, or sub has no
+// state in Redis either. known is false only past the cap, for a subject
+// not held while a state the cap left out may still say something: the
+// caller must read sub from Redis.
+func (s *State) Lookup(sub window.Subject, now time.Time) (st window.SubjectState, held, known bool) {
 	sh := s.shard(sub)
 	sh.mu.RLock()
 	e, ok := sh.m[sub]
 	sh.mu.RUnlock()
-	if !ok || !now.Before(e.expires) {
-		return window.SubjectState{}, false
+	if ok && now.UnixNano() < e.expires {
+		return e.st, true, true
 	}
-	return e.st, true
+	return window.SubjectState{}, false, now.UnixNano() >= s.gapUntil.Load()
 }
 
+// Complete reports whether every state that says something at now is held:
+// false past the cap (see Lookup).
+func (s *State) Complete(now time.Time) bool { return now.UnixNano() >= s.gapUntil.Load() }
+
+// Cap is the bound of NewBoundedState, 0 for none.
+func (s *State) Cap() int { return s.capacity }
+
+// Overflows is the number of states the cap left out or evicted.
+func (s *State) Overflows() uint64 { return s.overflow.Load() }
+
 // Reset implements feed.Handler: a partition's snapshot replaces all that
-// was known of it.
+// was known of it. The snapshot's states go in over the old ones first and
+// only then are the partition's states that it does not hold dropped, so a
+// subject held before and after is never absent in between (an absent
+// subject would be allowed).
 func (s *State) Reset(partition int, snap window.Snapshot) {
+	s.mu.Lock()
+	s.gen[partition]++
+	gen := s.gen[partition]
+	s.mu.Unlock()
+	for sub, st := range snap.States {
+		s.put(partition, gen, sub, st)
+	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for sub, e := range sh.m {
-			if e.partition == partition {
+			if int(e.partition) == partition && e.gen != gen {
 				delete(sh.m, sub)
 			}
 		}
 		sh.mu.Unlock()
-	}
-	for sub, st := range snap.States {
-		s.put(partition, sub, st)
 	}
 	s.bans.reset(partition, snap.Bans)
 	s.mu.Lock()
@@ -93,6 +167,9 @@ func (s *State) Reset(partition int, snap window.Snapshot) {
 
 // Apply implements feed.Handler.
 func (s *State) Apply(partition int, c window.Change) {
+	s.mu.Lock()
+	gen := s.gen[partition]
+	s.mu.Unlock()
 	for _, sc := range c.States {
 		if sc.State == nil {
 			sh := s.shard(sc.Subject)
@@ -101,7 +178,7 @@ func (s *State) Apply(partition int, c window.Change) {
 			sh.mu.Unlock()
 			continue
 		}
-		s.put(partition, sc.Subject, *sc.State)
+		s.put(partition, gen, sc.Subject, *sc.State)
 	}
 	s.bans.apply(partition, c.Bans)
 	s.mu.Lock()
@@ -118,11 +195,86 @@ func (s *State) Seq(partition int) int64 {
 	return s.seq[partition]
 }
 
-func (s *State) put(partition int, sub window.Subject, st window.SubjectState) {
+// evictScan bounds the entries a full shard looks at for one to evict.
+const evictScan = 16
+
+func (s *State) put(partition int, gen uint32, sub window.Subject, st window.SubjectState) {
+	sub.Action, sub.Kind = s.names.get(sub.Action), s.names.get(sub.Kind)
+	for i := range st.Limits {
+		st.Limits[i].Rule = s.names.get(st.Limits[i].Rule)
+	}
+	for i := range st.Buckets {
+		st.Buckets[i].Rule = s.names.get(st.Buckets[i].Rule)
+	}
+	e := stateEntry{st: st, expires: st.Expires().UnixNano(), partition: int32(partition), gen: gen}
 	sh := s.shard(sub)
 	sh.mu.Lock()
-	sh.m[sub] = stateEntry{partition: partition, st: st, expires: st.Expires()}
-	sh.mu.Unlock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[sub]; ok || s.shardCap == 0 || len(sh.m) < s.shardCap {
+		sh.m[sub] = e
+		return
+	}
+	// Full. A state already over by the aggregator's clock (the sweeper's
+	// to drop) gives its place, and a blocking state takes the place of one
+	// that does not block; whatever is not held widens the gap during which
+	// absent subjects are read from Redis.
+	at, blocks := st.At.UnixNano(), e.blocks()
+	n := 0
+	for victim, ve := range sh.m {
+		if ve.expires <= at || (blocks && !ve.blocks()) {
+			delete(sh.m, victim)
+			if ve.expires > at {
+				s.leftOut(ve.expires)
+			}
+			sh.m[sub] = e
+			return
+		}
+		if n++; n == evictScan {
+			break
+		}
+	}
+	s.leftOut(e.expires)
+}
+
+// leftOut records a state the cap does not hold, saying something until
+// expires (Unix ns).
+func (s *State) leftOut(expires int64) {
+	s.overflow.Add(1)
+	for {
+		cur := s.gapUntil.Load()
+		if expires <= cur || s.gapUntil.CompareAndSwap(cur, expires) {
+			return
+		}
+	}
+}
+
+// intern shares the strings of few distinct values (actions, kinds, rule
+// names) among entries instead of one copy each; bounded, since the values
+// come from the change stream.
+type intern struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+const maxInterned = 4096
+
+func (t *intern) get(s string) string {
+	t.mu.RLock()
+	v, ok := t.m[s]
+	t.mu.RUnlock()
+	if ok {
+		return v
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]string{}
+	}
+	if len(t.m) >= maxInterned {
+		return s
+	}
+	t.m[s] = s
+	return s
 }
 
 // Loaded reports whether the snapshots of partitions 0..n-1 are in.
@@ -157,7 +309,7 @@ func (s *State) Sweep(now time.Time) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for sub, e := range sh.m {
-			if !now.Before(e.expires) {
+			if now.UnixNano() >= e.expires {
 				delete(sh.m, sub)
 			}
 		}

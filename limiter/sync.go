@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"floodgate/feed"
+	"floodgate/window"
 )
 
 // SyncConfig configures Sync.
@@ -45,6 +46,10 @@ func Sync(ctx context.Context, cfg SyncConfig) error {
 		defer wg.Done()
 		cfg.State.RunSweeper(ctx, 10*time.Second, cfg.Now)
 	}()
+	// One snapshot at a time: a snapshot is held whole until its partition
+	// is reset from it, so loading every partition at once would hold the
+	// whole of Redis's state at the start, past any cap on the State.
+	src := gatedSource{Source: cfg.Source, gate: make(chan struct{}, 1)}
 	following := 0
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
@@ -54,7 +59,7 @@ func Sync(ctx context.Context, cfg SyncConfig) error {
 			go func() {
 				defer wg.Done()
 				err := feed.Follow(ctx, feed.Config{
-					Source: cfg.Source, Streams: cfg.Streams, Partition: p, Handler: cfg.State,
+					Source: src, Streams: cfg.Streams, Partition: p, Handler: cfg.State,
 					Metrics: cfg.Metrics, Now: cfg.Now, Logger: cfg.Logger,
 				})
 				if err != nil {
@@ -69,4 +74,20 @@ func Sync(ctx context.Context, cfg SyncConfig) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// gatedSource lets one snapshot be read at a time.
+type gatedSource struct {
+	feed.Source
+	gate chan struct{}
+}
+
+func (g gatedSource) Snapshot(ctx context.Context, partition int, now time.Time) (window.Snapshot, error) {
+	select {
+	case g.gate <- struct{}{}:
+	case <-ctx.Done():
+		return window.Snapshot{}, ctx.Err()
+	}
+	defer func() { <-g.gate }()
+	return g.Source.Snapshot(ctx, partition, now)
 }

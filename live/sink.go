@@ -38,6 +38,11 @@ type SinkConfig struct {
 	// MaxHeadroom bounds the subjects whose headroom one partition
 	// remembers. Default 200000.
 	MaxHeadroom int
+	// PruneEvery is how often the states that say nothing any more are
+	// removed from each owned partition's state hash (window.Store.Prune),
+	// batches or not: an idle partition's hash shrinks too. Default 10s;
+	// negative: never (the apply script still removes a few per batch).
+	PruneEvery time.Duration
 	// Now is the clock windows are evaluated at. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -98,6 +103,9 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.MaxHeadroom == 0 {
 		cfg.MaxHeadroom = 200_000
 	}
+	if cfg.PruneEvery == 0 {
+		cfg.PruneEvery = 10 * time.Second
+	}
 	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
 	if err != nil {
 		return nil, err
@@ -133,20 +141,51 @@ func (s *Sink) headroom(partition int) *window.Headroom {
 }
 
 // RunPartition implements aggregator.PartitionRunner: while this member
-// owns the partition, its decisions are relayed to Kafka. What this member
-// learnt of the partition's subjects is forgotten when it stops owning it:
-// the next owner may change them.
+// owns the partition, its decisions are relayed to Kafka and its expired
+// states pruned. What this member learnt of the partition's subjects is
+// forgotten when it stops owning it: the next owner may change them.
 func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
+	var wg sync.WaitGroup
+	pctx, stop := context.WithCancel(ctx)
 	defer func() {
+		stop()
+		wg.Wait()
 		s.mu.Lock()
 		delete(s.room, partition)
 		s.mu.Unlock()
 	}()
+	if s.cfg.PruneEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.prune(pctx, partition)
+		}()
+	}
 	if s.cfg.Relay != nil {
 		s.cfg.Relay.Run(ctx, partition)
 		return
 	}
 	<-ctx.Done()
+}
+
+// prune removes the partition's states that say nothing any more every
+// PruneEvery until ctx ends. A failure is retried at the next tick: what
+// is left costs memory only, never a wrong answer.
+func (s *Sink) prune(ctx context.Context, partition int) {
+	t := time.NewTicker(s.cfg.PruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := s.cfg.Store.Prune(ctx, partition, s.cfg.Now())
+		s.m.pruned.Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("prune of expired states failed; retrying at the next tick", "partition", partition, "err", err)
+		}
+	}
 }
 
 // Apply implements aggregator.Sink.
@@ -216,6 +255,7 @@ type sinkMetrics struct {
 	subjects   *prometheus.CounterVec
 	fromCopies prometheus.Counter
 	misplaced  *prometheus.CounterVec
+	pruned     prometheus.Counter
 	delay      prometheus.Histogram
 	// offsetMissing: batches that found their partition's offset gone
 	// from Redis after this sink had stored one.
@@ -253,6 +293,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_live_offset_missing_total", ConstLabels: labels,
 			Help: "Batches that found their partition's offset gone from Redis after this sink had stored one: Redis lost its data (counts before them are gone).",
 		}, []string{"partition"}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_live_pruned_states_total", ConstLabels: labels,
+			Help: "Expired subject states removed from the owned partitions' state hashes by the prune timer.",
+		}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "floodgate_live_decision_delay_seconds", ConstLabels: labels,
 			Help:    "From the time of the event that took a subject over a limit to its deny record written in Redis.",
@@ -270,7 +314,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		m.subjects.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.delay, m.offsetMissing} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}

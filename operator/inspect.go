@@ -147,7 +147,7 @@ func (o *Operator) inspect(ctx context.Context, req Request) (Inspection, error)
 		return Inspection{}, fmt.Errorf("inspect %s: exact check: %w", req.Action, err)
 	}
 	for _, s := range req.Subjects {
-		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject}
+		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: set.Subject(s.Kind, s.Subject)}
 		p, err := o.cfg.Store.PartitionOf(sub)
 		if err != nil {
 			return Inspection{}, err

@@ -208,7 +208,9 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 		res.Until = &until
 	}
 	for _, s := range req.Subjects {
-		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject}
+		// the subject as the limiter looks it up (an IPv6 address: its
+		// prefix), or the ban would never be consulted
+		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: set.Subject(s.Kind, s.Subject)}
 		ar := window.AdminRequest{Op: op, Subject: sub, Operator: req.Operator, Rule: req.Rule, Message: req.Message,
 			MaxWindow: set.MaxWindowFor(req.Action, s.Kind), Distinct: distinctKinds(set, req.Action, s.Kind), Group: o.cfg.Group, Topic: o.cfg.Topic}
 		if res.Until != nil {
@@ -219,7 +221,7 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 			o.actions.WithLabelValues(string(op), "error").Inc()
 			return res, fmt.Errorf("%s %s by %s: %w", op, window.Field(sub), req.Operator, err)
 		}
-		sr := SubjectResult{Kind: s.Kind, Subject: s.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, DeletedKeys: r.DeletedKeys}
+		sr := SubjectResult{Kind: s.Kind, Subject: sub.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, DeletedKeys: r.DeletedKeys}
 		if op == window.OpReset && r.Offset >= 0 {
 			sr.Offset = &r.Offset
 		}

@@ -6,11 +6,20 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
+
+// reservedDistinct are the distinct kinds refused: a subject's distinct set
+// is "<slot>:<field>:d:<kind>" (window/keys.go), and the subject "<s>:d"
+// keeps its deny record, shadow record and arrival times at
+// "<slot>:<field of s>:d:deny", ":shadow" and ":g". Refusing these names
+// keeps every existing key of a valid rules file where it is, which
+// escaping ':' in subjects would not.
+var reservedDistinct = []string{"deny", "shadow", "g"}
 
 // nameRE is the alphabet of actions and kinds (the event contract) and of
 // rule names.
@@ -27,6 +36,8 @@ var nameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 //	    allow: [10.0.0.0/8, ops@example.com]
 //	    shadow: false
 //	    strict: false
+//	kinds:            # optional: how subjects of a kind are counted
+//	  ip: {ipv6_prefix: 64}   # the default for kind ip
 //
 // Errors are *Error with the line of the offending node.
 func Parse(data []byte) (*Set, error) {
@@ -50,20 +61,28 @@ func Parse(data []byte) (*Set, error) {
 		return nil, &Error{Line: root.Line, Reason: "want a mapping with a \"rules:\" list at the top"}
 	}
 	var list *yaml.Node
+	var kinds map[string]KindOptions
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
 		case "rules":
 			list = v
+		case "kinds":
+			var err error
+			if kinds, err = parseKinds(v); err != nil {
+				return nil, err
+			}
 		default:
-			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown top-level key %q (want \"rules\")", k.Value)}
+			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown top-level key %q (want \"rules\" or \"kinds\")", k.Value)}
 		}
 	}
 	if list == nil {
 		return nil, &Error{Line: root.Line, Reason: "missing \"rules:\" list"}
 	}
 	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
-		return newSet(nil), nil
+		s := newSet(nil)
+		s.kinds = kinds
+		return s, nil
 	}
 	if list.Kind != yaml.SequenceNode {
 		return nil, &Error{Line: list.Line, Reason: "\"rules\" must be a list"}
@@ -81,7 +100,9 @@ func Parse(data []byte) (*Set, error) {
 		names[r.Name] = r.Line
 		out = append(out, r)
 	}
-	return newSet(out), nil
+	s := newSet(out)
+	s.kinds = kinds
+	return s, nil
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -186,6 +207,9 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 			}
 			if !nameRE.MatchString(r.Distinct) {
 				return nil, fail(v, "distinct %q: a kind of the events' attrs, only [a-z0-9_.-], 1 to 64 bytes", r.Distinct)
+			}
+			if slices.Contains(reservedDistinct, r.Distinct) {
+				return nil, fail(v, "distinct %q: reserved (a subject's distinct set of this kind would share its key with the deny, shadow or bucket record of another subject); use another name, e.g. %q", r.Distinct, r.Distinct+"_value")
 			}
 		case "message":
 			if err := scalar(v, &r.Message); err != nil {

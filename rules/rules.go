@@ -153,6 +153,9 @@ type Rule struct {
 // Allowed reports whether subject is on the rule's allowlist: equal to an
 // exact entry, or an IP address inside one of its CIDR ranges. Allowlisted
 // subjects are counted but never denied by this rule.
+//
+// An IPv6 subject counted by its prefix (Set.Subject: "2001:db8::/64") is
+// allowlisted when one CIDR range holds the whole prefix.
 func (r *Rule) Allowed(subject string) bool {
 	if _, ok := r.allowExact[subject]; ok {
 		return true
@@ -162,6 +165,15 @@ func (r *Rule) Allowed(subject string) bool {
 	}
 	addr, err := netip.ParseAddr(subject)
 	if err != nil {
+		sp, perr := netip.ParsePrefix(subject)
+		if perr != nil {
+			return false
+		}
+		for _, p := range r.allowNets {
+			if p.Bits() <= sp.Bits() && p.Contains(sp.Addr()) {
+				return true
+			}
+		}
 		return false
 	}
 	addr = addr.Unmap()
@@ -193,6 +205,7 @@ type Set struct {
 	match map[matchKey][]*Rule
 	maxW  time.Duration
 	maxAK map[matchKey]time.Duration
+	kinds map[string]KindOptions // the file's "kinds:" block (kinds.go)
 }
 
 type matchKey struct{ action, kind string }

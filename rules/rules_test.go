@@ -68,6 +68,9 @@ func TestParseExample(t *testing.T) {
 	if got := len(s.Rules()); got != 6 {
 		t.Fatalf("rules = %d, want 6", got)
 	}
+	if o := s.Kind("ip"); o.IPv6Prefix != 64 {
+		t.Errorf("ip kind = %+v, want the /64 the file sets", o)
+	}
 	if r := s.Rule("credential-stuffing"); r.Distinct != "email" || r.Limits[0] != (Limit{20, time.Hour}) {
 		t.Errorf("credential-stuffing = %+v", r)
 	}
@@ -157,6 +160,9 @@ func TestParseErrors(t *testing.T) {
 		{"distinct and bucket", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: email\n    limits: [5/m]\n    bucket: {rate: 1/s, burst: 2}\n", 2, "distinct and bucket in one rule"},
 		{"distinct too many", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: email\n    limits: [10000/h]\n", 2, "at most 10000 distinct values"},
 		{"distinct bad kind", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: E-mail\n    limits: [5/m]\n", 5, "distinct \"E-mail\""},
+		{"distinct deny", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: deny\n    limits: [5/m]\n", 5, "distinct \"deny\": reserved"},
+		{"distinct shadow", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: shadow\n    limits: [5/m]\n", 5, "distinct \"shadow\": reserved"},
+		{"distinct g", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    distinct: g\n    limits: [5/m]\n", 5, "distinct \"g\": reserved"},
 		{"bad action", "rules:\n  - name: a\n    action: Login Failed\n    kinds: [ip]\n    limits: [1/s]\n", 3, "only [a-z0-9_.-]"},
 		{"bad shadow", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n    shadow: maybe\n", 6, "shadow: want true or false"},
 		{"bad cidr", "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n    allow:\n      - 10.0.0.0/33\n", 7, "bad CIDR"},

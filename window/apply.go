@@ -225,7 +225,9 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 			res.Old++
 			continue
 		}
-		sub := Subject{ev.Action, ev.Kind, ev.Subject}
+		// counted as the limiter looks it up: an IPv6 address by its
+		// prefix (rules.Set.Subject)
+		sub := Subject{ev.Action, ev.Kind, set.Subject(ev.Kind, ev.Subject)}
 		ps := subjects[sub]
 		if ps == nil {
 			ps = &pendingSubject{sub: sub, eval: nowSec, incs: map[int64]int64{}}
@@ -621,6 +623,7 @@ func (p *profiles) observe(ps *pendingSubject, ev *event.Event, sec int64) {
 	pr := &p.list[ps.profile]
 	for _, kind := range pr.distinct {
 		if v, ok := ev.Attrs[kind]; ok {
+			v = p.set.Subject(kind, v)
 			if ps.seen == nil {
 				ps.seen = map[seenKey]int64{}
 			}

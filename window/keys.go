@@ -72,6 +72,10 @@ func (k Keys) Offset(group, topic string, partition int) string {
 // State returns the key of a partition's state hash.
 func (k Keys) State(partition int) string { return k.Slot(partition) + stateSuffix }
 
+// Exp returns the key of a partition's state expiries: a sorted set field
+// -> the second its state stops saying anything.
+func (k Keys) Exp(partition int) string { return k.Slot(partition) + expSuffix }
+
 // Log returns the key of a partition's change stream.
 func (k Keys) Log(partition int) string { return k.Slot(partition) + logSuffix }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,11 +14,14 @@ import (
 )
 
 var (
-	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + banLib + evalBody)
-	takeScript   = redis.NewScript("#!lua\n" + LuaLib + banLib + evalBody)
+	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + banLib + maxDistinctLua + evalBody)
+	takeScript   = redis.NewScript("#!lua\n" + LuaLib + banLib + maxDistinctLua + evalBody)
 	refundScript = redis.NewScript("#!lua\n" + LuaLib + refundBody)
 	checkScript  = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + checkBody)
 )
+
+// maxDistinctLua gives a script the cap on a distinct set's values.
+var maxDistinctLua = "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n"
 
 // Ahead is how far past now Evaluate and Take count events (see evalBody):
 // the clock difference between limiters that strict mode tolerates.

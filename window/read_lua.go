@@ -138,6 +138,21 @@ local err = fg_guard(undo, function()
           fg_incr(c, slot, sub[1], {[now] = n}, sub[2], now, slack, undo)
           for dk, v in pairs(sub[4]) do fg_zseen(slot .. ':' .. sub[1] .. ':d:' .. dk, v, now, undo) end
           for _, bk in ipairs(sub[5]) do fg_hset(slot .. ':' .. sub[1] .. ':g', bk[1], string.format('%d', bk[2]), undo) end
+          -- bounded as the apply script bounds the aggregator's writes: a
+          -- distinct set keeps what a window can read, at most MAXDISTINCT
+          -- values, and expires with the longest window; arrival times
+          -- expire once the bucket has refilled
+          for dk, _ in pairs(sub[4]) do
+            local key = slot .. ':' .. sub[1] .. ':d:' .. dk
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', now - sub[2])
+            redis.call('ZREMRANGEBYRANK', key, 0, -(MAXDISTINCT + 1))
+            redis.call('EXPIRE', key, sub[2] + slack)
+          end
+          if #sub[5] > 0 then
+            local ttl = slack
+            for _, bk in ipairs(sub[5]) do ttl = math.max(ttl, math.ceil((bk[2] - now_us) / 1000000) + slack) end
+            redis.call('EXPIRE', slot .. ':' .. sub[1] .. ':g', ttl)
+          end
         end
       end
       taken = 1

@@ -228,57 +228,143 @@ type Snapshot struct {
 	Bans   map[Subject]Ban // bans in force (admin.go)
 }
 
-// snapshotBody reads a partition's state hash and bans with the position
-// of its change stream, atomically.
+// snapshotBody reads a partition's change stream position and bans,
+// atomically: the state hash is read after it in pages (snapshotPageBody),
+// so no script run holds the shard for a hash an attacker can grow.
 //
-//	KEYS: state key, log key, seq key, bans key
+//	KEYS: log key, seq key, bans key
 //
-// Returns {last entry id or "0-0", seq, {field, json}*, {field, ban json}*}.
+// Returns {last entry id or "0-0", seq, {field, ban json}*}. Bans are an
+// operator's, few.
 const snapshotBody = `
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local id = '0-0'
 if #last > 0 then id = last[1][1] end
-return {id, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4])}
+return {id, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3])}
 `
 
-var snapshotScript = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
+// snapshotPageBody reads one page of a partition's state hash.
+//
+//	KEYS: state key
+//	ARGV: cursor, count
+//
+// Returns {next cursor, {field, json}*}.
+const snapshotPageBody = `return redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])`
 
-// Snapshot reads a partition's current state, bans and stream position in
-// one read-only script run. States and bans already expired at now are left
-// out.
+var (
+	snapshotScript     = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
+	snapshotPageScript = redis.NewScript("#!lua flags=no-writes\n" + snapshotPageBody)
+)
+
+// SnapshotPage is how many state hash fields one snapshot read asks for.
+const SnapshotPage = 512
+
+// Snapshot reads a partition's current state, bans and stream position.
+// States and bans already expired at now are left out.
+//
+// The stream position and bans are read first, in one script run; the
+// state hash then in pages (HSCAN), each its own run, so a snapshot of
+// millions of subjects never blocks the shard for more than a page. The
+// pages are not one point in time, yet state plus stream stays exact: every
+// change to the hash after the position is also a stream entry after
+// LastID, holding the subject's whole new state (or its removal), which
+// the follower applies after the snapshot. A subject the scan read before
+// such a change, after it, or (removed or added meanwhile) not at all, ends
+// with the entry's state; one present throughout is read (HSCAN's
+// guarantee) with the value it had at the position. Only expired states
+// are removed from the hash without an entry, and a reader drops those
+// itself.
 func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Snapshot, error) {
 	k := s.keys
 	start := time.Now()
-	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.State(partition), k.Log(partition), k.Seq(partition), k.Bans(partition)}).Slice()
-	s.observe("snapshot", start)
+	defer s.observe("snapshot", start)
+	v, err := snapshotScript.RunRO(ctx, s.rdb, []string{k.Log(partition), k.Seq(partition), k.Bans(partition)}).Slice()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
 	}
-	if len(v) != 4 {
+	if len(v) != 3 {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad reply", partition)
 	}
 	snap := Snapshot{LastID: str(v[0]), States: map[Subject]SubjectState{}}
-	snap.Seq, _ = v[1].(int64)
-	flat, _ := v[2].([]any)
-	for i := 0; i+1 < len(flat); i += 2 {
-		sub, ok := ParseField(str(flat[i]))
-		if !ok {
-			return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad subject field %q", partition, str(flat[i]))
-		}
-		st, err := ParseState([]byte(str(flat[i+1])))
-		if err != nil {
-			return Snapshot{}, fmt.Errorf("snapshot partition=%d %s: %w", partition, str(flat[i]), err)
-		}
-		if st.Expires().After(now) {
-			snap.States[sub] = st
-		}
-	}
-	bans, _ := v[3].([]any)
-	if snap.Bans, err = parseBans(bans, now); err != nil {
-		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
-	}
 	if snap.LastID == "" {
 		return Snapshot{}, errors.New("snapshot: no stream position in reply")
 	}
-	return snap, nil
+	snap.Seq, _ = v[1].(int64)
+	bans, _ := v[2].([]any)
+	if snap.Bans, err = parseBans(bans, now); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
+	}
+	cursor := "0"
+	for pages := 0; ; pages++ {
+		if err := ctx.Err(); err != nil {
+			return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
+		}
+		page, err := snapshotPageScript.RunRO(ctx, s.rdb, []string{k.State(partition)}, cursor, SnapshotPage).Slice()
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("snapshot partition=%d page=%d: %w", partition, pages, err)
+		}
+		if len(page) != 2 {
+			return Snapshot{}, fmt.Errorf("snapshot partition=%d page=%d: bad reply", partition, pages)
+		}
+		cursor = str(page[0])
+		flat, _ := page[1].([]any)
+		for i := 0; i+1 < len(flat); i += 2 {
+			sub, ok := ParseField(str(flat[i]))
+			if !ok {
+				return Snapshot{}, fmt.Errorf("snapshot partition=%d: bad subject field %q", partition, str(flat[i]))
+			}
+			st, err := ParseState([]byte(str(flat[i+1])))
+			if err != nil {
+				return Snapshot{}, fmt.Errorf("snapshot partition=%d %s: %w", partition, str(flat[i]), err)
+			}
+			if st.Expires().After(now) {
+				snap.States[sub] = st
+			}
+		}
+		if cursor == "0" || cursor == "" {
+			return snap, nil
+		}
+	}
+}
+
+// pruneBody removes up to max states that say nothing any more at now from
+// a partition's state hash (scored by expiry in the @exp set): no change
+// entry, since a reader drops them at the same second on its own.
+//
+//	KEYS: state key, exp key
+//	ARGV: now (Unix s), max
+//
+// Returns the number removed.
+const pruneBody = `
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #gone > 0 then
+  redis.call('HDEL', KEYS[1], unpack(gone))
+  redis.call('ZREM', KEYS[2], unpack(gone))
+end
+return #gone
+`
+
+var pruneScript = redis.NewScript("#!lua\n" + pruneBody)
+
+// PrunePage bounds the states one prune script run removes.
+const PrunePage = 512
+
+// Prune removes every state of a partition that says nothing any more at
+// now, PrunePage a script run, and returns how many. The apply script
+// removes a few with every batch; Prune is what reaches the states of a
+// partition that no batch touches any more (the live sink runs it on a
+// timer for the partitions it owns).
+func (s *Store) Prune(ctx context.Context, partition int, now time.Time) (int, error) {
+	k := s.keys
+	total := 0
+	for {
+		n, err := pruneScript.Run(ctx, s.rdb, []string{k.State(partition), k.Exp(partition)}, now.Unix(), PrunePage).Int()
+		if err != nil {
+			return total, fmt.Errorf("prune partition=%d: %w", partition, err)
+		}
+		total += n
+		if n < PrunePage {
+			return total, nil
+		}
+	}
 }

@@ -91,7 +91,7 @@ type Store struct {
 // shebang makes Redis refuse a writing script up front when it is out of
 // memory, instead of failing half-way.
 var (
-	applyScript  = redis.NewScript("#!lua\n" + LuaLib + "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n" + applyBody)
+	applyScript  = redis.NewScript("#!lua\n" + LuaLib + maxDistinctLua + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
 	// seenScript reads the scores of many ids in chunks: Lua's unpack
 	// fails past a few thousand values, and a backlog's batch holds more.
@@ -448,7 +448,7 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 // a strict take's budget is a few hundred milliseconds.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{applyScript, resumeScript, seenScript, evalScript, takeScript, refundScript,
-		checkScript, snapshotScript, adminScript, recordsScript} {
+		checkScript, snapshotScript, snapshotPageScript, pruneScript, adminScript, recordsScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load scripts: %w", err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -42,7 +43,11 @@ type LimiterServeCmd struct {
 	RLSMode   string `name:"rls-mode" env:"FLOODGATE_RLS_MODE" default:"check" enum:"check,take" help:"Envoy calls only check (the app publishes events) or take (check and count)."`
 	AuthToken string `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth)."`
 	MaxBytes  int64  `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
-	NoPublish bool   `name:"no-publish" env:"FLOODGATE_NO_PUBLISH" help:"Take does not publish events to Kafka (no history; only strict subjects are counted)."`
+	// Each held subject costs about 0.3 KiB (docs/limiter.md, "Memory"):
+	// the default keeps the state near 60 MiB however many subjects an
+	// attacker brings.
+	StateMaxSubjects int  `name:"state-max-subjects" env:"FLOODGATE_STATE_MAX_SUBJECTS" default:"200000" help:"Most subjects held in memory; past it, checks of subjects not held read Redis (exact) until the states left out expire. 0: no bound."`
+	NoPublish        bool `name:"no-publish" env:"FLOODGATE_NO_PUBLISH" help:"Take does not publish events to Kafka (no history; only strict subjects are counted)."`
 	// The metrics name the rules; a scraper can send the token.
 	MetricsAuth bool `name:"metrics-auth" env:"FLOODGATE_METRICS_AUTH" help:"Require --auth-token on /metrics too (default: /metrics is open)."`
 	// A take's answer never waits for Kafka (the publisher is
@@ -86,7 +91,10 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	state := limiter.NewState()
+	if c.StateMaxSubjects < 0 {
+		return fmt.Errorf("--state-max-subjects %d is negative", c.StateMaxSubjects)
+	}
+	state := limiter.NewBoundedState(c.StateMaxSubjects)
 	var pub *producer.Publisher
 	if !c.NoPublish {
 		pub, err = producer.New(producer.Config{
