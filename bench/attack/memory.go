@@ -19,7 +19,7 @@ const visitRules = `rules:
 `
 
 // heldMetric is the limiter's gauge of subjects held in memory.
-const heldMetric = "floodgate_limiter_held_subjects"
+const heldMetric = "floodgate_limiter_state_subjects"
 
 // millionSubjects: one event each from cfg.Subjects invented IPv6
 // addresses, each in a /64 of its own (so counting by prefix does not fold

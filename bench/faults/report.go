@@ -28,6 +28,8 @@ func FormatRow(r Row) string {
 const (
 	singleBlock  = "chaos-single"
 	clusterBlock = "chaos-cluster"
+	// attackBlock is make attack's (bench/attack): kept as it is here.
+	attackBlock = "attack"
 )
 
 // WriteDoc writes docs/faults.md: the method, then each profile's block
@@ -43,6 +45,7 @@ func WriteDoc(path string, runs ...ProfileRows) error {
 	blocks := map[string]string{
 		singleBlock:  block(string(old), singleBlock),
 		clusterBlock: block(string(old), clusterBlock),
+		attackBlock:  block(string(old), attackBlock),
 	}
 	for _, r := range runs {
 		if r.Suite.cluster {
@@ -59,7 +62,8 @@ func WriteDoc(path string, runs ...ProfileRows) error {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# Faults\n\n")
-	w("Written by `make chaos` (scripts/chaos → `go run ./bench/cmd/floodbench chaos`); do not edit by hand.\n")
+	w("Written by `make chaos` (scripts/chaos → `go run ./bench/cmd/floodbench chaos`) and, its \"Attacks\" block,\n")
+	w("by `make attack` (scripts/attack); do not edit by hand.\n")
 	w("It runs the single-node profile's faults and, when `scripts/stack up --cluster` is up, the cluster\n")
 	w("profile's; `scripts/chaos --only cluster` runs the latter alone and keeps the single-node table as it was.\n\n")
 	w("Counting, per scenario and per subject: **in topic** is what Kafka holds (read back from the topic, the\n")
@@ -79,6 +83,8 @@ func WriteDoc(path string, runs ...ProfileRows) error {
 	w("<!-- %s:begin -->\n%s<!-- %s:end -->\n\n", singleBlock, blocks[singleBlock], singleBlock)
 	w("## The cluster profile: two aggregators, a Redis Cluster, three brokers\n\n")
 	w("<!-- %s:begin -->\n%s<!-- %s:end -->\n\n", clusterBlock, blocks[clusterBlock], clusterBlock)
+	w("## Attacks: what a hostile client tried, and what held (`make attack`)\n\n")
+	w("<!-- %s:begin -->\n%s<!-- %s:end -->\n\n", attackBlock, blocks[attackBlock], attackBlock)
 	w("%s", explanations)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {

@@ -1,0 +1,38 @@
+package attack
+
+// inputs is every hostile input floodgate was found open to (issue 25),
+// what holds now, and the test that keeps it so: each runs in make test
+// against the real stack. It follows the measured table in docs/faults.md.
+const inputs = "### Every hostile input, what holds now, and the test that keeps it\n\n" +
+	"| tried | what holds now | test |\n|---|---|---|\n" +
+	"| An IP over a strict 1/m limit sends a take with a 300-byte e-mail, or one with a TAB, NUL or invalid UTF-8 (HTTP 400, RLS InvalidArgument: a pass to Envoy's default and to limitermw; nothing counted) | " +
+	"the request is decided on its valid subjects: 429 / OVER_LIMIT; a subject that is not valid as it stands is decided and counted as its digest `~sha256:<base64url SHA-256>` (`event.CanonicalSubject`) on every path, Kafka included | " +
+	"limiter TestOverlongSubjectDoesNotHideADenial, TestInvalidUTF8IsASubjectNotAnError, TestKafkaPathCountsOverlongSubjects |\n" +
+	"| Envoy sends a header's bytes as they are: invalid UTF-8 in a descriptor failed the call (Go's protobuf refuses it) | " +
+	"the RLS and Connect servers read string fields leniently when the stock decoder refuses them; the value is a subject like any other | limiter TestInvalidUTF8IsASubjectNotAnError |\n" +
+	"| A part that is invalid for real (a bad kind, 21 subjects, a bad id, n over the limit) beside an IP over its limit | " +
+	"refused (400 / InvalidArgument) only when no valid subject is denied; otherwise 429 / OVER_LIMIT, nothing counted | limiter TestInvalidPartRefusedUnlessDenied, TestTakeMoreThanTheLimitIsInvalid |\n" +
+	"| limitermw (default `FailClosed: false`) with a request the limiter refuses | 400, the handler not run (`limitapi.ErrRefused`) | limitermw TestRefusedRequestIsNotAPass |\n" +
+	"| Redis unreachable or stuck: exact checks (`Floodgate-Exact: 1`) and takes of a banned or denied subject answered allowed (open mode) | " +
+	"memory answers first: bans and denials hold (`floodgate_limiter_failure_mode_total{mode=\"memory\"}`) | limiter TestDegradedAnswersHoldBansAndDenials; attack degraded-redis |\n" +
+	"| Client `Floodgate-*` headers through nginx's auth_request (Exact on every check, a fixed Event-Id with --dedup) | the example passes none of the client's headers to the limiter; docs/limiter.md \"Trusted headers\" | examples/shortener TestNginxAuthRequest |\n" +
+	"| `/readyz` showed Redis's internal address; `/metrics` open with a token set | `not ready: redis`, detail logged; `--metrics-auth` puts the token on /metrics | limiter TestReadyzAndMetricsShowNoInternals |\n" +
+	"| One gzip record of 3 MiB (3 KB on the wire) before events over a limit: the DLQ refused its copy forever, the partition stalled, every subject allowed | " +
+	"a dead letter over 16 KiB is a stub (first 1 KiB, size, SHA-256, reason); a write the DLQ refuses for good is dropped (ERROR, `floodgate_aggregator_dead_letter_dropped_total`); the events behind are counted and denied | " +
+	"cmd/floodgate TestAggregatorGoesOnPastAnOversizedGzipRecord, aggregator TestGroupDropsDeadLettersTheDLQRefuses; attack compressed-record |\n" +
+	"| A gzip or zstd bomb OOM-killed the aggregator, which crash-looped on its offset | " +
+	"no record batch inflates past 8 MiB (kafka-go's codecs wrapped); the batch is skipped (ERROR with offsets, `floodgate_aggregator_unreadable_offsets_total`, a DLQ stub); live, history, rebuild and backtest skip the same offsets. Not bounded: many small bombs in one 1 MiB fetch, each under 8 MiB (docs/events.md) | " +
+	"aggregator TestGroupGoesOnPastOversizedAndBombRecords, recovery TestRebuildSkipsABomb; attack compressed-record |\n" +
+	"| The events topic took the broker's default message size | created with `max.message.bytes` 1 MiB + 32 KiB, the contract's largest batch | topics TestDefaultsBoundEventBatches |\n" +
+	"| An event 5–6 s ahead: DLQ'd live, counted in history | up to `--max-future-skew` (1 m) ahead it is counted at the clock's time on every path (`floodgate_aggregator_clamped_total`) | aggregator TestGroupGoesOnPastOversizedAndBombRecords |\n" +
+	"| 1,000,000 invented IPv6 subjects at half a 2/h limit: ~0.9 KB each in every limiter, seconds of blocked Redis on a restart (one HGETALL), pruning 64 a batch, idle partitions never | " +
+	"`--state-max-subjects` (200000) caps the state, denials kept first; past it, subjects not held are read from Redis until the left-out states expire; snapshots by HSCAN pages; expired states pruned every 10 s on every owned partition; IPv6 counted by its /64 (`kinds: {ip: {ipv6_prefix: 64}}`) | " +
+	"limiter TestStateCapAnswersOverflowExactly, TestIPv6CountedByPrefix, window TestSnapshotInPagesPlusStreamIsExact, TestPruneRemovesExpiredStatesByTime, live TestSinkPrunesAnIdlePartition; attack million-subjects |\n" +
+	"| A partition resync deleted its states, then added the snapshot's: a denied subject allowed in between | the snapshot's states go in first, then what it no longer holds is dropped | limiter TestStateResetNeverDropsAHeldSubject |\n" +
+	"| Strict takes of `distinct` and `bucket` rules wrote keys with no expiry or trim | trimmed, capped at 10000 values and expired as the aggregator's writes are | window TestStrictTakeKeysExpireAndAreTrimmed |\n" +
+	"| `distinct: deny` (or `shadow`, `g`): subject x's distinct set is subject `x:d`'s deny record | those kind names are refused by the rules parser | rules TestParseErrors, window TestReservedDistinctKindsCollide |\n" +
+	"| A relay failing one Redis write stopped publishing decisions until the next rebalance | it restarts from its cursor (`floodgate_live_relay_running{partition}`, `_restarts_total`) | live TestRelayRestartsAfterAFailedRedisWrite |\n" +
+	"| Backdated events: a 1m partition per distinct day | only days the 1m tier keeps get one; the rest go where the ladder puts them | history TestSinkBackdatedDaysCreateNoPartitions |\n" +
+	"| Redis losing its data taken for a new partition | ERROR and `floodgate_live_offset_missing_total`, `floodgate_aggregator_sink_offset_missing_total` | live TestSinkReportsAnOffsetRedisLost, aggregator TestGroupReportsASinkThatLostItsOffsets |\n" +
+	"| `rebuild --reset` deleted every `<prefix>:*` key of a shared Redis, glob characters included | only floodgate's key shapes, the prefix escaped | recovery TestRebuildResetDeletesOnlyFloodgateKeys, window TestKeysOwnsOnlyTheirShapes |\n" +
+	"| docker-compose.yml published Redis, Kafka, PostgreSQL and the limiter on every interface without passwords | ports bound to 127.0.0.1, passwords and a limiter token set; the limiter warns when it listens beyond loopback without a token | deploy TestCompose |\n"
