@@ -22,7 +22,7 @@ chaos:
 	scripts/stack up && scripts/stack up --cluster && scripts/chaos
 
 build:
-	go build -o bin/floodgate ./cmd/floodgate
+	go build -ldflags="-X main.commit=$$(git rev-parse HEAD 2>/dev/null) -X main.date=$$(git log -1 --format=%cI 2>/dev/null) -X main.version=$$(git describe --tags --always 2>/dev/null)" -o bin/floodgate ./cmd/floodgate
 
 down:
 	scripts/stack down
