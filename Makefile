@@ -4,7 +4,7 @@ stack:
 	scripts/stack up
 
 test:
-	scripts/stack up && scripts/stack up --cluster && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
+	scripts/stack up && scripts/stack up --cluster && scripts/stack up --secure && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=15s
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' -fuzztime=15s
 
