@@ -60,12 +60,19 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	rdb := c.redisClient()
+	rdb, err := c.redisClient()
+	if err != nil {
+		return err
+	}
 	defer closeLogged(logger, "redis", rdb)
 	if err := c.ping(ctx, rdb); err != nil {
 		return err
 	}
-	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	kc, err := c.kafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
+	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
 	if err != nil {
 		return err
 	}
@@ -88,7 +95,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	var pub *producer.Publisher
 	if !c.NoPublish {
 		pub, err = producer.New(producer.Config{
-			Brokers: c.Brokers, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.PublishLinger,
+			Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.PublishLinger,
 			Logger: logger.With("component", "producer"),
 		})
 		if err != nil {

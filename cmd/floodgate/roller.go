@@ -42,7 +42,7 @@ func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error)
 		}
 		now = func() time.Time { return t }
 	}
-	pool, err := historyPool(f.PostgresURL)
+	pool, err := f.PostgresFlags.historyPool(context.Background(), logger)
 	if err != nil {
 		return nil, nil, err
 	}
