@@ -394,3 +394,42 @@ func refused(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "server refused TLS")
 }
+
+// ListenTLSFlags put a process's listeners behind TLS, optionally
+// requiring client certificates (mTLS, as meshes use for Envoy → RLS).
+// The files are read again when they change (cert-manager rotations).
+type ListenTLSFlags struct {
+	TLSCert     string `name:"tls-cert" env:"FLOODGATE_TLS_CERT" help:"PEM certificate (chain) the listeners serve; with --tls-key, they speak TLS only. Reloaded when the file changes."`
+	TLSKey      string `name:"tls-key" env:"FLOODGATE_TLS_KEY" help:"PEM key of --tls-cert."`
+	TLSClientCA string `name:"tls-client-ca" env:"FLOODGATE_TLS_CLIENT_CA" help:"PEM CA(s): require every client to present a certificate signed by them (mTLS)."`
+}
+
+// serverTLS is the listeners' TLS configuration, nil when not configured.
+func (f *ListenTLSFlags) serverTLS(logger *slog.Logger) (*tls.Config, error) {
+	files := tlsfiles.ServerFiles{Cert: f.TLSCert, Key: f.TLSKey, ClientCA: f.TLSClientCA}
+	if !files.Enabled() {
+		if f.TLSClientCA != "" {
+			return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+		}
+		return nil, nil
+	}
+	cfg, err := tlsfiles.Server(files, logger, "h2", "http/1.1")
+	if err != nil {
+		return nil, fmt.Errorf("listener %w", err)
+	}
+	return cfg, nil
+}
+
+// beyondLoopback says whether addr listens on more than loopback (an
+// empty host or a wildcard is every interface).
+func beyondLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
