@@ -48,7 +48,7 @@ type AggregatorCmd struct {
 	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
 	CommitInterval time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
 
-	cluster kafkaconn.Cluster // the brokers and how to reach them, resolved by Run
+	cluster kafkaconn.Cluster `kong:"-"` // the brokers and how to reach them, resolved by Run
 }
 
 // Run wires the groups and serves metrics until ctx ends, then finishes the
