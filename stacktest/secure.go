@@ -32,6 +32,7 @@ type SecureStack struct {
 	RedisUser, RedisPasswordFile string
 	PostgresURLFile              string
 	AuthTokenFile                string
+	AdminTokenFile               string // name=secret
 	KafkaCommandConfig           string // properties for Kafka's own tools
 }
 
@@ -71,6 +72,7 @@ func Secure(tb testing.TB) *SecureStack {
 		RedisPasswordFile:  filepath.Join(secrets, "redis-password"),
 		PostgresURLFile:    filepath.Join(secrets, "postgres-url"),
 		AuthTokenFile:      filepath.Join(secrets, "auth-token"),
+		AdminTokenFile:     filepath.Join(secrets, "admin-token"),
 		KafkaCommandConfig: filepath.Join(dir, "kafka", "client.properties"),
 	}
 	url, err := os.ReadFile(s.PostgresURLFile)
@@ -140,6 +142,7 @@ func (s *SecureStack) Env() []string {
 		"FLOODGATE_TLS_CERT=" + s.ServerCert,
 		"FLOODGATE_TLS_KEY=" + s.ServerKey,
 		"FLOODGATE_AUTH_TOKEN_FILE=" + s.AuthTokenFile,
+		"FLOODGATE_ADMIN_TOKEN_FILE=" + s.AdminTokenFile,
 	}
 }
 

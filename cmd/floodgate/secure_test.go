@@ -186,10 +186,10 @@ func TestSecurePipeline(t *testing.T) {
 	e.mustRun("topics", "--partitions", "3", "--dlq-partitions", "1", "--decisions-partitions", "1")
 	e.mustRun("migrate", "up")
 
-	aggAddr, httpAddr, rlsAddr := servicetest.FreeAddr(t), servicetest.FreeAddr(t), servicetest.FreeAddr(t)
+	aggAddr, httpAddr, rlsAddr, adminAddr := servicetest.FreeAddr(t), servicetest.FreeAddr(t), servicetest.FreeAddr(t), servicetest.FreeAddr(t)
 	id := strings.TrimPrefix(e.topic, "fgtest.")
 	e.start("aggregator", "aggregator", "--metrics-addr", aggAddr, "--group", "fgtest-live-"+id, "--history-group", "fgtest-history-"+id)
-	e.start("limiter", "limiter", "serve", "--http-addr", httpAddr, "--rls-addr", rlsAddr)
+	e.start("limiter", "limiter", "serve", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--admin-addr", adminAddr)
 
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: e.sec.ClientTLS(t)}, Timeout: 5 * time.Second}
 	ready := func(url string) func() bool {
@@ -253,6 +253,29 @@ func TestSecurePipeline(t *testing.T) {
 		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT
 	})
 	t.Logf("rls answer: %s", last)
+
+	// The admin listener is TLS too, its token from a file.
+	adminToken, err := os.ReadFile(e.sec.AdminTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, secret, _ := strings.Cut(strings.TrimSpace(string(adminToken)), "=")
+	areq, err := http.NewRequest(http.MethodGet, "https://"+adminAddr+"/v1/admin/inspect?action="+e.action+"&ip="+subject, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	areq.Header.Set("Authorization", "Bearer "+secret)
+	aresp, err := client.Do(areq)
+	if err != nil {
+		t.Fatalf("admin inspect over TLS: %v", err)
+	}
+	ab, _ := io.ReadAll(aresp.Body)
+	aresp.Body.Close()
+	if aresp.StatusCode != http.StatusOK {
+		t.Fatalf("admin inspect over TLS: %s %s", aresp.Status, ab)
+	}
+	// The container health check, over TLS.
+	e.mustRun("health", "--tls-ca", e.sec.CA, "https://"+httpAddr+"/readyz")
 
 	total := func() string {
 		out, _ := e.run(e.env, "query", "total", "-a", e.action, "-s", subject)
