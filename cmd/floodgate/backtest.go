@@ -97,7 +97,7 @@ func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), erro
 	if err != nil {
 		return backtest.Config{}, noop, fmt.Errorf("--to: %w", err)
 	}
-	sec, err := c.kafkaSecurity()
+	sec, err := c.KafkaSecurity()
 	if err != nil {
 		return backtest.Config{}, noop, err
 	}

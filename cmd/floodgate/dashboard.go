@@ -43,7 +43,7 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	kc, err := c.kafkaCluster(ctx)
+	kc, err := c.KafkaCluster(ctx)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/kafkaconn"
+	"floodgate/secretfile"
 	"floodgate/tlsfiles"
 )
 
@@ -31,56 +31,7 @@ import (
 // KafkaConnFlags locate the Kafka cluster and say how to connect to it:
 // TLS and SASL, for every client of the process (producers, consumer
 // groups, admin calls).
-type KafkaConnFlags struct {
-	Brokers               []string `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:"," help:"Kafka bootstrap brokers, comma separated."`
-	KafkaTLS              bool     `name:"kafka-tls" env:"FLOODGATE_KAFKA_TLS" help:"Connect to Kafka over TLS (implied by the other --kafka-tls-* flags)."`
-	KafkaTLSCA            string   `name:"kafka-tls-ca" env:"FLOODGATE_KAFKA_TLS_CA" help:"PEM file of the CA(s) trusted for the brokers' certificates (default: the system's)."`
-	KafkaTLSCert          string   `name:"kafka-tls-cert" env:"FLOODGATE_KAFKA_TLS_CERT" help:"PEM client certificate (mTLS), with --kafka-tls-key."`
-	KafkaTLSKey           string   `name:"kafka-tls-key" env:"FLOODGATE_KAFKA_TLS_KEY" help:"PEM key of --kafka-tls-cert."`
-	KafkaTLSServerName    string   `name:"kafka-tls-server-name" env:"FLOODGATE_KAFKA_TLS_SERVER_NAME" help:"Name the brokers' certificates must carry (default: the address dialled)."`
-	KafkaSASLMechanism    string   `name:"kafka-sasl-mechanism" env:"FLOODGATE_KAFKA_SASL_MECHANISM" default:"none" enum:"none,plain,scram-sha-256,scram-sha-512" help:"SASL mechanism: none, plain, scram-sha-256, scram-sha-512."`
-	KafkaSASLUsername     string   `name:"kafka-sasl-username" env:"FLOODGATE_KAFKA_SASL_USERNAME" help:"SASL username."`
-	KafkaSASLPassword     string   `name:"kafka-sasl-password" env:"FLOODGATE_KAFKA_SASL_PASSWORD" help:"SASL password (prefer --kafka-sasl-password-file)."`
-	KafkaSASLPasswordFile string   `name:"kafka-sasl-password-file" env:"FLOODGATE_KAFKA_SASL_PASSWORD_FILE" help:"File holding the SASL password (wins over --kafka-sasl-password)."`
-}
-
-// kafkaSecurity builds the TLS and SASL settings, reading the files now.
-func (f *KafkaConnFlags) kafkaSecurity() (kafkaconn.Security, error) {
-	var sec kafkaconn.Security
-	if f.KafkaTLS || f.KafkaTLSCA != "" || f.KafkaTLSCert != "" || f.KafkaTLSServerName != "" {
-		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: f.KafkaTLSCA, Cert: f.KafkaTLSCert, Key: f.KafkaTLSKey, ServerName: f.KafkaTLSServerName})
-		if err != nil {
-			return sec, fmt.Errorf("kafka: %w", err)
-		}
-		sec.TLS = cfg
-	}
-	password, err := secret("kafka-sasl-password", f.KafkaSASLPassword, f.KafkaSASLPasswordFile)
-	if err != nil {
-		return sec, err
-	}
-	if f.KafkaSASLMechanism != "" && f.KafkaSASLMechanism != "none" && (f.KafkaSASLUsername == "" || password == "") {
-		return sec, fmt.Errorf("kafka: --kafka-sasl-mechanism %s needs --kafka-sasl-username and a password", f.KafkaSASLMechanism)
-	}
-	if sec.SASL, err = kafkaconn.Mechanism(f.KafkaSASLMechanism, f.KafkaSASLUsername, password); err != nil {
-		return sec, err
-	}
-	return sec, nil
-}
-
-// kafkaCluster returns the brokers and how to reach them, after checking
-// that one of them accepts the connection (TLS, SASL) within 10 s: a
-// refused handshake fails the start with its cause instead of being
-// retried for ever by the clients.
-func (f *KafkaConnFlags) kafkaCluster(ctx context.Context) (kafkaconn.Cluster, error) {
-	sec, err := f.kafkaSecurity()
-	if err != nil {
-		return kafkaconn.Cluster{}, err
-	}
-	if err := sec.Check(ctx, f.Brokers, 10*time.Second); err != nil {
-		return kafkaconn.Cluster{}, err
-	}
-	return kafkaconn.Cluster{Brokers: f.Brokers, Security: sec}, nil
-}
+type KafkaConnFlags = kafkaconn.Flags
 
 // KafkaFlags locate the Kafka cluster and floodgate's topics.
 type KafkaFlags struct {
@@ -90,23 +41,8 @@ type KafkaFlags struct {
 	DecisionsTopic string `name:"decisions-topic" env:"FLOODGATE_DECISIONS_TOPIC" default:"floodgate.decisions" help:"Topic where new deny decisions are published."`
 }
 
-// secret is value, or the content of file (trailing newlines and spaces
-// trimmed, as Kubernetes secrets and echo leave them) when file is given.
-// Errors name the flag and the file, never the content.
-func secret(flag, value, file string) (string, error) {
-	if file == "" {
-		return value, nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("--%s-file: %w", flag, err)
-	}
-	v := strings.TrimRight(string(b), "\r\n\t ")
-	if v == "" {
-		return "", fmt.Errorf("--%s-file %s is empty", flag, file)
-	}
-	return v, nil
-}
+// secret is value, or the content of file when file is given.
+func secret(flag, value, file string) (string, error) { return secretfile.Read(flag, value, file) }
 
 // RedisFlags locate the Redis holding live counters and deny records: one
 // server, a Redis Cluster (several seed addresses, or --redis-cluster), or

@@ -74,16 +74,16 @@ func TestRedisOptionsSentinel(t *testing.T) {
 
 func TestKafkaSecurity(t *testing.T) {
 	f := KafkaConnFlags{KafkaSASLMechanism: "scram-sha-512", KafkaSASLUsername: "u", KafkaSASLPassword: "p"}
-	sec, err := f.kafkaSecurity()
+	sec, err := f.KafkaSecurity()
 	if err != nil || sec.SASL == nil || sec.SASL.Name() != "SCRAM-SHA-512" || sec.TLS != nil {
 		t.Fatalf("scram: %+v, %v", sec, err)
 	}
 	f = KafkaConnFlags{KafkaSASLMechanism: "plain", KafkaSASLUsername: "u"}
-	if _, err := f.kafkaSecurity(); err == nil {
+	if _, err := f.KafkaSecurity(); err == nil {
 		t.Fatal("plain without a password accepted")
 	}
 	f = KafkaConnFlags{KafkaTLS: true}
-	if sec, err = f.kafkaSecurity(); err != nil || sec.TLS == nil || sec.SASL != nil {
+	if sec, err = f.KafkaSecurity(); err != nil || sec.TLS == nil || sec.SASL != nil {
 		t.Fatalf("tls: %+v, %v", sec, err)
 	}
 }

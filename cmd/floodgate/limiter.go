@@ -82,7 +82,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err := c.ping(ctx, rdb); err != nil {
 		return err
 	}
-	kc, err := c.kafkaCluster(ctx)
+	kc, err := c.KafkaCluster(ctx)
 	if err != nil {
 		return err
 	}

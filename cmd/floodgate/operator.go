@@ -166,7 +166,7 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 	if err := c.ping(ctx, rdb); err != nil {
 		return fail(err)
 	}
-	kc, err := c.kafkaCluster(ctx)
+	kc, err := c.KafkaCluster(ctx)
 	if err != nil {
 		return fail(err)
 	}

@@ -78,7 +78,7 @@ func (c *ProduceCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 		}
 	}
 
-	kc, err := c.kafkaCluster(ctx)
+	kc, err := c.KafkaCluster(ctx)
 	if err != nil {
 		return err
 	}

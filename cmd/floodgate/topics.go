@@ -41,7 +41,7 @@ func (p TopicPartitions) specs(k KafkaFlags) []topics.Spec {
 func ensureTopics(ctx context.Context, log *slog.Logger, k KafkaFlags, p TopicPartitions, timeout time.Duration) ([]topics.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	kc, err := k.kafkaCluster(ctx)
+	kc, err := k.KafkaCluster(ctx)
 	if err != nil {
 		return nil, err
 	}
