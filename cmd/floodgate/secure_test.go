@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -378,4 +379,70 @@ func otherCA(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestSecureLimiterRequiresClientCertificates: with --tls-client-ca the
+// limiter's listeners (RLS as Envoy in a mesh calls it, and HTTP) serve
+// only clients whose certificate the CA signed.
+func TestSecureLimiterRequiresClientCertificates(t *testing.T) {
+	e := newSecureEnv(t)
+	kc := e.kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := topics.EnsureOn(ctx, kc, topics.Spec{Name: e.topic, Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = topics.DeleteOn(ctx, kc, e.topic)
+	})
+	httpAddr, rlsAddr := servicetest.FreeAddr(t), servicetest.FreeAddr(t)
+	e.env = append(e.env, "FLOODGATE_TLS_CLIENT_CA="+e.sec.CA)
+	e.start("limiter", "limiter", "serve", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--no-publish")
+
+	withCert := e.sec.ClientTLS(t)
+	cert, err := tls.LoadX509KeyPair(e.sec.ClientCert, e.sec.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert.Certificates = []tls.Certificate{cert}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: withCert}, Timeout: 5 * time.Second}
+	stacktest.WaitFor(t, "limiter ready over mTLS", time.Minute, func() bool {
+		resp, err := client.Get("https://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: e.sec.ClientTLS(t)}, Timeout: 5 * time.Second}
+	if resp, err := anon.Get("https://" + httpAddr + "/readyz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("HTTP without a client certificate: %s, want a refused handshake", resp.Status)
+	}
+
+	token, err := os.ReadFile(e.sec.AuthTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(cfg *tls.Config) error {
+		conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.TrimSpace(string(token)))
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: e.action,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: "203.0.113.1"}}}}})
+		return err
+	}
+	if err := call(withCert); err != nil {
+		t.Fatalf("RLS with a client certificate: %v", err)
+	}
+	if err := call(e.sec.ClientTLS(t)); err == nil {
+		t.Fatal("RLS without a client certificate answered")
+	}
 }
