@@ -135,6 +135,9 @@ type Results struct {
 	// The secure step: producer and live aggregator events/s per run on
 	// the secure profile.
 	SecureProduce, SecureLive []float64
+	// Allowed checks at c=16 on a plain limiter and on one serving RLS
+	// over TLS on the secure profile, measured in the secure step.
+	SecurePlainChecks, SecureChecks []Lookup
 
 	Backtest     backtestFigures
 	BacktestBase backtestFigures // with --baseline

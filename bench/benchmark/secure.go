@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/bench/harness"
+	"floodgate/bench/rlsload"
 	"floodgate/kafkaconn"
 	"floodgate/tlsfiles"
 	"floodgate/topics"
@@ -118,7 +121,102 @@ func (b *bench) secure(ctx context.Context) error {
 		}
 		b.res.SecureLive = append(b.res.SecureLive, rate)
 	}
-	return nil
+	return b.secureChecks(ctx, sp, kc)
+}
+
+// secureChecks: allowed checks (one limit) over Envoy RLS at c=16, against
+// a plain limiter on the default profile and then a limiter serving RLS
+// over TLS on the secure profile (Redis over TLS as its ACL user), one
+// after the other in this step, so that both see the same machine.
+func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn.Cluster) error {
+	rulesPath, _, err := b.writeLookupRules()
+	if err != nil {
+		return err
+	}
+	conc := []int{16}
+	// Plain.
+	topic, err := b.topic("limplain")
+	if err != nil {
+		return err
+	}
+	prefix := "bench" + b.id + "lp"
+	lim, err := b.startLimiter(ctx, target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}, "limiter-plain", topic, prefix, rulesPath, "check")
+	if err != nil {
+		return err
+	}
+	cl, err := rlsload.Dial(lim.rls, runtime.NumCPU())
+	if err == nil {
+		var runs []Lookup
+		runs, err = b.measure(ctx, lim.Proc, "plain-allowed-one", false, cl.Op(shapeOne, rlsload.OK), conc, 0)
+		b.res.SecurePlainChecks = append(b.res.SecurePlainChecks, runs...)
+		err = errors.Join(err, cl.Close())
+	}
+	if err = errors.Join(err, lim.Stop(15*time.Second), harness.DeletePrefix(ctx, b.rdb, prefix)); err != nil {
+		return fmt.Errorf("plain checks: %w", err)
+	}
+
+	// Secure: TLS on the limiter's listeners, Redis and Kafka as above.
+	stopic := "floodgate.bench." + b.id + ".limsecure"
+	if _, err := topics.EnsureOn(ctx, kc, topics.Spec{Name: stopic, Partitions: b.cfg.PartCount}); err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = topics.DeleteOn(cctx, kc, stopic)
+	}()
+	httpAddr, err := harness.FreePort()
+	if err != nil {
+		return err
+	}
+	rlsAddr, err := harness.FreePort()
+	if err != nil {
+		return err
+	}
+	sprefix := "bench" + b.id + "ls"
+	args := []string{"limiter", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--rls-mode", "check",
+		"--brokers", sp.brokers, "--topic", stopic, "--key-prefix", sprefix, "--rules", rulesPath, "--redis-addr", sp.redisAddr,
+		"--tls-cert", sp.file("tls", "server.pem"), "--tls-key", sp.file("tls", "server.key")}
+	p, err := harness.Start(ctx, harness.ProcConfig{Name: "limiter-secure", Bin: b.cfg.Bin, Args: args, Env: sp.env(), LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = p.Stop(15 * time.Second) }()
+	tlsCfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: sp.file("tls", "ca.pem")})
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	for deadline := time.Now().Add(time.Minute); ; {
+		resp, err := hc.Get("https://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) || !p.Alive() {
+			return fmt.Errorf("secure limiter not ready: %v; log: %s", err, p.Tail(5))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	scl, err := rlsload.DialTLS(rlsAddr, runtime.NumCPU(), tlsCfg)
+	if err != nil {
+		return err
+	}
+	defer scl.Close()
+	runs, err := b.measure(ctx, p, "secure-allowed-one", false, scl.Op(shapeOne, rlsload.OK), conc, 0)
+	b.res.SecureChecks = append(b.res.SecureChecks, runs...)
+	srdb, rerr := sp.redis()
+	if rerr == nil {
+		rerr = errors.Join(harness.DeletePrefix(ctx, srdb, sprefix), srdb.Close())
+	}
+	return errors.Join(err, rerr)
 }
 
 // renderSecure writes the secure-versus-plain table.
@@ -132,5 +230,10 @@ func renderSecure(w func(string, ...any), r *Results) {
 		ratio(harness.Median(r.SecureProduce), harness.Median(r.Produce)), runs(r.SecureProduce))
 	w("| aggregator live events/s | %s | %s | %s | %s |\n", harness.Human(harness.Median(r.Live)), harness.Human(harness.Median(r.SecureLive)),
 		ratio(harness.Median(r.SecureLive), harness.Median(r.Live)), runs(r.SecureLive))
-	w("\nAllowed-check throughput over TLS is not measured yet.\n")
+	if len(r.SecureChecks) > 0 && len(r.SecurePlainChecks) > 0 {
+		p, sc := r.SecurePlainChecks[0], r.SecureChecks[0]
+		w("| allowed checks/s, Envoy RLS, c=%d (plain: h2c; secure: RLS over TLS) | %s | %s | %s | p99 plain %s, secure %s |\n",
+			sc.Concurrency, harness.Human(p.PerSec), harness.Human(sc.PerSec), ratio(sc.PerSec, p.PerSec),
+			rlsload.Latency(p.P99), rlsload.Latency(sc.P99))
+	}
 }
