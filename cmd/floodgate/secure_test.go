@@ -446,3 +446,32 @@ func TestSecureLimiterRequiresClientCertificates(t *testing.T) {
 		t.Fatal("RLS without a client certificate answered")
 	}
 }
+
+// TestLimiterWarnsWithoutTokenBeyondLoopback: listening on every interface
+// without a token is allowed but logged as a WARN at start.
+func TestLimiterWarnsWithoutTokenBeyondLoopback(t *testing.T) {
+	e := newSecureEnv(t)
+	kc := e.kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := topics.EnsureOn(ctx, kc, topics.Spec{Name: e.topic, Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = topics.DeleteOn(ctx, kc, e.topic)
+	})
+	_, port, _ := strings.Cut(servicetest.FreeAddr(t), ":")
+	e.env = with(e.env, "FLOODGATE_AUTH_TOKEN_FILE", "FLOODGATE_ADMIN_TOKEN_FILE")
+	e.start("limiter", "limiter", "serve", "--http-addr", "0.0.0.0:"+port, "--rls-addr", "off", "--no-publish")
+	logPath := filepath.Join(e.dir, "limiter.log")
+	stacktest.WaitFor(t, "the limiter started", time.Minute, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "limiter started")
+	})
+	b, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(b), "level=WARN") || !strings.Contains(string(b), "beyond loopback without a token") {
+		t.Fatalf("no WARN about listening beyond loopback without a token:\n%s", b)
+	}
+}
