@@ -170,6 +170,10 @@ func (e *secureEnv) kafka(t *testing.T) kafkaconn.Cluster {
 // over TLS RLS → history → roller → query.
 func TestSecurePipeline(t *testing.T) {
 	e := newSecureEnv(t)
+	// Client certificates too: the broker and Redis verify one when it is
+	// presented (ssl.client.auth=requested, tls-auth-clients optional).
+	e.env = with(e.env, "FLOODGATE_KAFKA_TLS_CERT="+e.sec.ClientCert, "FLOODGATE_KAFKA_TLS_KEY="+e.sec.ClientKey,
+		"FLOODGATE_REDIS_TLS_CERT="+e.sec.ClientCert, "FLOODGATE_REDIS_TLS_KEY="+e.sec.ClientKey)
 	kc := e.kafka(t)
 	rdb := redis.NewClient(e.sec.RedisOptions(t))
 	t.Cleanup(func() {
