@@ -4,7 +4,7 @@ stack:
 	scripts/stack up
 
 test:
-	scripts/stack up && scripts/stack up --cluster && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
+	scripts/stack up && scripts/stack up --cluster && scripts/stack up --secure && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=15s
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' -fuzztime=15s
 
@@ -25,7 +25,7 @@ attack:
 	scripts/stack up && scripts/attack
 
 build:
-	go build -o bin/floodgate ./cmd/floodgate
+	go build -ldflags="-X main.commit=$$(git rev-parse HEAD 2>/dev/null) -X main.date=$$(git log -1 --format=%cI 2>/dev/null) -X main.version=$$(git describe --tags --always 2>/dev/null)" -o bin/floodgate ./cmd/floodgate
 
 down:
 	scripts/stack down

@@ -15,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/event"
+
+	"floodgate/kafkaconn"
 )
 
 // Headers set on dead-lettered messages, beside the original key, value and
@@ -51,6 +53,8 @@ var _ MessageWriter = (*kafka.Writer)(nil)
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
+	// Security is how to reach them: TLS and SASL (zero: plaintext).
+	Security kafkaconn.Security
 	// Topic of access events. Required.
 	Topic string
 	// GroupID of the consumer group. Required; each sink needs its own group
@@ -203,7 +207,7 @@ func NewGroup(cfg Config, sink Sink) (*Group, error) {
 		client: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second,
 			// Metadata (who leads which partition) is refreshed often, so a
 			// fetch finds a new leader soon after a broker dies.
-			Transport: &kafka.Transport{MetadataTTL: 2 * time.Second, DialTimeout: 5 * time.Second}},
+			Transport: cfg.Security.Transport(&kafka.Transport{MetadataTTL: 2 * time.Second, DialTimeout: 5 * time.Second})},
 		sink:    sink,
 		log:     cfg.Logger.With("group", cfg.GroupID, "topic", cfg.Topic),
 		metrics: m,
@@ -223,6 +227,7 @@ func (g *Group) Run(ctx context.Context) error {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                     g.cfg.GroupID,
 		Brokers:                g.cfg.Brokers,
+		Dialer:                 g.cfg.Security.Dialer(nil),
 		Topics:                 []string{g.cfg.Topic},
 		SessionTimeout:         g.cfg.SessionTimeout,
 		RebalanceTimeout:       g.cfg.SessionTimeout,
@@ -326,7 +331,7 @@ func (g *Group) Run(ctx context.Context) error {
 // the broker does not auto-create it, and a group over a missing topic would
 // otherwise rejoin forever with nothing assigned.
 func (g *Group) checkTopic(ctx context.Context) error {
-	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second}
+	c := g.cfg.Security.Client(g.cfg.Brokers, 10*time.Second, nil)
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
 	if err != nil {
 		return fmt.Errorf("group %s: read metadata of topic %s: %w", g.cfg.GroupID, g.cfg.Topic, err)

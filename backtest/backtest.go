@@ -42,7 +42,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{Source: "kafka", Topic: cfg.Topic, From: cfg.From.UTC(), To: cfg.To.UTC(), ReadFrom: need.UTC(), Clock: cfg.Clock,
 		Precision: "exact: every event at its own time, through the live path's store and scripts"}
 
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second}
+	client := cfg.Security.Client(cfg.Brokers, 30*time.Second, nil)
 	spans, err := plan(ctx, client, cfg.Topic, need, cfg.To, cfg.WarmUp, cfg.Clock)
 	var retention *RetentionError
 	switch {

@@ -13,6 +13,8 @@ import (
 	"floodgate/history"
 	"floodgate/rules"
 	"floodgate/window"
+
+	"floodgate/kafkaconn"
 )
 
 // Clock says which time a replay runs on: the time windows are evaluated at
@@ -63,6 +65,8 @@ type Config struct {
 	// Brokers and Topic locate the events topic. Required.
 	Brokers []string
 	Topic   string
+	// Security is how to reach the brokers: TLS and SASL (zero: plaintext).
+	Security kafkaconn.Security
 	// Clock: ClockRecord (default) or ClockEvent.
 	Clock Clock
 	// MaxFutureSkew is how far ahead of the clock an event may be, as the

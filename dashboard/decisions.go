@@ -13,6 +13,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/window"
+
+	"floodgate/kafkaconn"
 )
 
 // Recent keeps the latest deny decisions read from floodgate.decisions,
@@ -85,8 +87,13 @@ func sortNewest(ds []window.Decision) {
 // topic cannot be read (not created yet, Kafka down), it retries every few
 // seconds and r reports the error.
 func Follow(ctx context.Context, brokers []string, topic string, r *Recent, logger *slog.Logger) {
+	FollowOn(ctx, kafkaconn.Cluster{Brokers: brokers}, topic, r, logger)
+}
+
+// FollowOn is Follow on a cluster reached with TLS or SASL.
+func FollowOn(ctx context.Context, cluster kafkaconn.Cluster, topic string, r *Recent, logger *slog.Logger) {
 	for {
-		err := follow(ctx, brokers, topic, r, logger)
+		err := follow(ctx, cluster, topic, r, logger)
 		if ctx.Err() != nil {
 			return
 		}
@@ -100,8 +107,8 @@ func Follow(ctx context.Context, brokers []string, topic string, r *Recent, logg
 	}
 }
 
-func follow(ctx context.Context, brokers []string, topic string, r *Recent, logger *slog.Logger) error {
-	starts, err := recentOffsets(ctx, brokers, topic, int64(r.size))
+func follow(ctx context.Context, cluster kafkaconn.Cluster, topic string, r *Recent, logger *slog.Logger) error {
+	starts, err := recentOffsets(ctx, cluster, topic, int64(r.size))
 	if err != nil {
 		return err
 	}
@@ -110,7 +117,7 @@ func follow(ctx context.Context, brokers []string, topic string, r *Recent, logg
 	defer cancel()
 	errc := make(chan error, len(starts))
 	for p, start := range starts {
-		go func() { errc <- readPartition(ctx, brokers, topic, p, start, r, logger) }()
+		go func() { errc <- readPartition(ctx, cluster, topic, p, start, r, logger) }()
 	}
 	err = <-errc // the first reader to stop stops them all
 	cancel()
@@ -121,8 +128,8 @@ func follow(ctx context.Context, brokers []string, topic string, r *Recent, logg
 }
 
 // recentOffsets returns, per partition, the offset of its last n messages.
-func recentOffsets(ctx context.Context, brokers []string, topic string, n int64) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+func recentOffsets(ctx context.Context, cluster kafkaconn.Cluster, topic string, n int64) (map[int]int64, error) {
+	client := cluster.Client(10*time.Second, nil)
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
@@ -152,8 +159,9 @@ func recentOffsets(ctx context.Context, brokers []string, topic string, n int64)
 	return out, nil
 }
 
-func readPartition(ctx context.Context, brokers []string, topic string, p int, start int64, r *Recent, logger *slog.Logger) error {
-	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 500 * time.Millisecond})
+func readPartition(ctx context.Context, cluster kafkaconn.Cluster, topic string, p int, start int64, r *Recent, logger *slog.Logger) error {
+	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: cluster.Brokers, Topic: topic, Partition: p, MaxWait: 500 * time.Millisecond,
+		Dialer: cluster.Dialer(nil)})
 	defer rd.Close()
 	if err := rd.SetOffset(start); err != nil {
 		return fmt.Errorf("decisions %s/%d: %w", topic, p, err)

@@ -2,8 +2,10 @@ package limiter
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/credentials"
 	"log/slog"
 	"net"
 	"net/http"
@@ -49,6 +51,10 @@ type ServerConfig struct {
 	MetricsAuth bool
 	// MaxRequestBytes bounds request bodies and RPC messages. Default 64 KiB.
 	MaxRequestBytes int64
+	// TLS, when set, serves both listeners over TLS (HTTP/2 by ALPN on
+	// the HTTP one, as gRPC clients need); it asks for client certificates
+	// when mTLS is wanted. Nil: plaintext (h2c).
+	TLS *tls.Config
 	// Gatherer serves /metrics. Nil: no /metrics.
 	Gatherer prometheus.Gatherer
 	// Logger defaults to slog.Default().
@@ -134,7 +140,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // h2c: plain gRPC clients
+	protocols.SetHTTP2(true)            // over TLS
 	s.httpSrv = &http.Server{
+		TLSConfig:         cfg.TLS,
 		Handler:           mux,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -147,6 +155,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 	if cfg.RLSAddr != "off" {
 		gopts := RLSServerOptions(cfg.MaxRequestBytes)
+		if cfg.TLS != nil {
+			gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		}
 		if cfg.AuthToken != "" {
 			gopts = append(gopts, grpc.UnaryInterceptor(grpcAuth(cfg.AuthToken, l.m)))
 		}
@@ -200,7 +211,11 @@ func (s *Server) Start() error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return s.httpSrv.Serve(s.httpLn) }
+		if s.cfg.TLS != nil {
+			serve = func() error { return s.httpSrv.ServeTLS(s.httpLn, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.errs <- fmt.Errorf("serve http %s: %w", s.httpLn.Addr(), err)
 		}
 	}()
@@ -213,7 +228,7 @@ func (s *Server) Start() error {
 			}
 		}()
 	}
-	s.log.Info("limiter serving", "http", s.HTTPAddr(), "rls", s.RLSAddr())
+	s.log.Info("limiter serving", "http", s.HTTPAddr(), "rls", s.RLSAddr(), "tls", s.cfg.TLS != nil)
 	return nil
 }
 

@@ -13,6 +13,7 @@ package limiterclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,7 +40,11 @@ type Config struct {
 	// Timeout bounds each call. Default 250ms: a limiter answers within its
 	// own Redis timeout (50ms by default) plus the network.
 	Timeout time.Duration
-	// HTTPClient defaults to a client that speaks HTTP/2 without TLS.
+	// TLS, when set, is how to reach an https BaseURL (the CA, a client
+	// certificate); the default client then speaks HTTP/2 over TLS.
+	TLS *tls.Config
+	// HTTPClient defaults to a client that speaks HTTP/2 without TLS (with
+	// TLS when BaseURL is https).
 	HTTPClient *http.Client
 }
 
@@ -75,9 +80,11 @@ func New(cfg Config) (*Client, error) {
 		if cfg.Protocol != "connect" {
 			p = http.Protocols{}
 			p.SetUnencryptedHTTP2(true)
+			p.SetHTTP2(true)
 		}
 		hc = &http.Client{Transport: &http.Transport{
 			Protocols:           &p,
+			TLSClientConfig:     cfg.TLS,
 			DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +24,10 @@ type ServerConfig struct {
 	Addr string
 	// MaxRequestBytes bounds request bodies. Default 64 KiB.
 	MaxRequestBytes int64
-	Logger          *slog.Logger
+	// TLS, when set, serves HTTPS (with client certificates when it asks
+	// for them).
+	TLS    *tls.Config
+	Logger *slog.Logger
 }
 
 // Server serves the admin endpoints on a listener of their own.
@@ -66,7 +70,10 @@ func (s *Server) Start() error {
 		return fmt.Errorf("listen admin %s: %w", s.cfg.Addr, err)
 	}
 	s.ln = ln
-	if ap, err := netipAddr(ln.Addr()); err == nil && !ap.IsLoopback() {
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
+	if ap, err := netipAddr(ln.Addr()); err == nil && !ap.IsLoopback() && s.cfg.TLS == nil {
 		s.cfg.Logger.Warn("admin endpoints listen beyond loopback: put them behind TLS and a firewall", "addr", ln.Addr().String())
 	}
 	go func() {
@@ -76,7 +83,7 @@ func (s *Server) Start() error {
 		}
 		s.done <- err
 	}()
-	s.cfg.Logger.Info("admin endpoints serving", "addr", ln.Addr().String(), "operators", len(s.cfg.Tokens))
+	s.cfg.Logger.Info("admin endpoints serving", "addr", ln.Addr().String(), "operators", len(s.cfg.Tokens), "tls", s.cfg.TLS != nil)
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/event"
+
+	"floodgate/kafkaconn"
 )
 
 // Config configures a Publisher. The zero value of every field except
@@ -17,6 +19,8 @@ import (
 type Config struct {
 	// Brokers are the Kafka bootstrap addresses, host:port. Required.
 	Brokers []string
+	// Security is how to reach them: TLS and SASL (zero: plaintext).
+	Security kafkaconn.Security
 	// Topic receives the events. Default "floodgate.events".
 	Topic string
 

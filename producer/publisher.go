@@ -71,7 +71,7 @@ func New(cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
 	acks, _ := parseAcks(cfg.RequiredAcks)
 	compression, _ := parseCompression(cfg.Compression)
-	transport := &kafka.Transport{ClientID: "floodgate-producer"}
+	transport := cfg.Security.Transport(&kafka.Transport{ClientID: "floodgate-producer"})
 	p := newPublisher(cfg, nil)
 	p.transport = transport
 	p.w = &kafka.Writer{

@@ -18,6 +18,8 @@ import (
 	"floodgate/rules"
 	"floodgate/topics"
 	"floodgate/window"
+
+	"floodgate/kafkaconn"
 )
 
 // Store is what Rebuild needs of the live store; *window.Store has it.
@@ -35,6 +37,8 @@ var _ Store = (*window.Store)(nil)
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
+	// Security is how to reach them: TLS and SASL (zero: plaintext).
+	Security kafkaconn.Security
 	// Topic of access events. Required.
 	Topic string
 	// Group is the live consumer group whose counters and offsets are
@@ -161,7 +165,7 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	start := cfg.Now()
 	res := Result{From: start.Add(-cfg.Since)}
 
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
+	client := cfg.Security.Client(cfg.Brokers, 10*time.Second, nil)
 	if err := groupIdle(ctx, client, cfg.Group); err != nil {
 		return res, err
 	}

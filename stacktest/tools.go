@@ -41,8 +41,14 @@ func DeleteRecords(tb testing.TB, brokers []string, topic string, partition int,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, java, "-Xmx256m", "-cp", cp, "org.apache.kafka.tools.DeleteRecordsCommand",
-		"--bootstrap-server", strings.Join(brokers, ","), "--offset-json-file", file).CombinedOutput()
+	args := []string{"-Xmx256m", "-cp", cp, "org.apache.kafka.tools.DeleteRecordsCommand",
+		"--bootstrap-server", strings.Join(brokers, ","), "--offset-json-file", file}
+	// The secure profile's broker needs the tool's own TLS and SASL
+	// settings (`scripts/stack env --secure`).
+	if cc := os.Getenv("FLOODGATE_KAFKA_COMMAND_CONFIG"); cc != "" {
+		args = append(args, "--command-config", cc)
+	}
+	out, err := exec.CommandContext(ctx, java, args...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "low_watermark: "+fmt.Sprint(offset)) {
 		tb.Fatalf("delete records of %s partition %d before %d: %v\n%s", topic, partition, offset, err, out)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+
+	"floodgate/kafkaconn"
 )
 
 // kafka-go has no DeleteRecords call (the admin API behind Kafka's
@@ -85,7 +87,12 @@ var _ protocol.BrokerMessage = (*deleteRecordsRequest)(nil)
 // returns each partition's new log start. It is meant for tests and fault
 // drills (a consumer that falls behind retention).
 func DeleteRecords(ctx context.Context, brokers []string, topic string, before map[int]int64) (map[int]int64, error) {
-	client, closeClient := newClient(brokers)
+	return DeleteRecordsOn(ctx, kafkaconn.Cluster{Brokers: brokers}, topic, before)
+}
+
+// DeleteRecordsOn is DeleteRecords on a cluster reached with TLS or SASL.
+func DeleteRecordsOn(ctx context.Context, cluster kafkaconn.Cluster, topic string, before map[int]int64) (map[int]int64, error) {
+	client, closeClient := newClient(cluster)
 	defer closeClient()
 	transport := client.Transport.(*kafka.Transport)
 	parts := make([]int, 0, len(before))

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"floodgate/kafkaconn"
 )
 
 // Default partition counts of floodgate's topics.
@@ -99,6 +101,12 @@ func (r Result) String() string {
 // to ctx) until every partition of every topic has a leader. Existing
 // topics are left as they are. Results follow the order of specs.
 func Ensure(ctx context.Context, brokers []string, specs ...Spec) ([]Result, error) {
+	return EnsureOn(ctx, kafkaconn.Cluster{Brokers: brokers}, specs...)
+}
+
+// EnsureOn is Ensure on a cluster reached with TLS or SASL.
+func EnsureOn(ctx context.Context, cluster kafkaconn.Cluster, specs ...Spec) ([]Result, error) {
+	brokers := cluster.Brokers
 	if len(brokers) == 0 {
 		return nil, errors.New("ensure topics: no broker address")
 	}
@@ -120,7 +128,7 @@ func Ensure(ctx context.Context, brokers []string, specs ...Spec) ([]Result, err
 		}
 	}
 
-	client, closeClient := newClient(brokers)
+	client, closeClient := newClient(cluster)
 	defer closeClient()
 	resp, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: configs})
 	if err != nil {
@@ -159,10 +167,15 @@ func Ensure(ctx context.Context, brokers []string, specs ...Spec) ([]Result, err
 // Delete deletes topics; a topic that does not exist is a success. It is
 // meant for tests and tear-downs.
 func Delete(ctx context.Context, brokers []string, names ...string) error {
+	return DeleteOn(ctx, kafkaconn.Cluster{Brokers: brokers}, names...)
+}
+
+// DeleteOn is Delete on a cluster reached with TLS or SASL.
+func DeleteOn(ctx context.Context, cluster kafkaconn.Cluster, names ...string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	client, closeClient := newClient(brokers)
+	client, closeClient := newClient(cluster)
 	defer closeClient()
 	resp, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: names})
 	if err != nil {
@@ -179,7 +192,12 @@ func Delete(ctx context.Context, brokers []string, names ...string) error {
 
 // Partitions returns the partition count of each existing topic of names.
 func Partitions(ctx context.Context, brokers []string, names ...string) (map[string]int, error) {
-	client, closeClient := newClient(brokers)
+	return PartitionsOn(ctx, kafkaconn.Cluster{Brokers: brokers}, names...)
+}
+
+// PartitionsOn is Partitions on a cluster reached with TLS or SASL.
+func PartitionsOn(ctx context.Context, cluster kafkaconn.Cluster, names ...string) (map[string]int, error) {
+	client, closeClient := newClient(cluster)
 	defer closeClient()
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 	if err != nil {
@@ -218,10 +236,9 @@ func PartitionIDs(ctx context.Context, client *kafka.Client, topic string) ([]in
 	return nil, fmt.Errorf("topic %s not found", topic)
 }
 
-func newClient(brokers []string) (*kafka.Client, func()) {
-	transport := &kafka.Transport{ClientID: "floodgate-topics"}
-	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second, Transport: transport},
-		transport.CloseIdleConnections
+func newClient(cluster kafkaconn.Cluster) (*kafka.Client, func()) {
+	client := cluster.Client(30*time.Second, &kafka.Transport{ClientID: "floodgate-topics"})
+	return client, client.Transport.(*kafka.Transport).CloseIdleConnections
 }
 
 // waitReady polls metadata until every partition of every topic of names has

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"floodgate/kafkaconn"
 )
 
 // PartitionCount keeps a topic's partition count, read from metadata at
@@ -13,7 +15,7 @@ import (
 // it (murmur2 of the key modulo the count, as producers place events), and
 // follows every partition's change stream. Safe for concurrent use.
 type PartitionCount struct {
-	brokers []string
+	cluster kafkaconn.Cluster
 	topic   string
 	n       atomic.Int64
 	log     *slog.Logger
@@ -21,10 +23,16 @@ type PartitionCount struct {
 
 // NewPartitionCount reads the count once; a missing topic is an error.
 func NewPartitionCount(ctx context.Context, brokers []string, topic string, logger *slog.Logger) (*PartitionCount, error) {
+	return NewPartitionCountOn(ctx, kafkaconn.Cluster{Brokers: brokers}, topic, logger)
+}
+
+// NewPartitionCountOn is NewPartitionCount on a cluster reached with TLS or
+// SASL.
+func NewPartitionCountOn(ctx context.Context, cluster kafkaconn.Cluster, topic string, logger *slog.Logger) (*PartitionCount, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	p := &PartitionCount{brokers: brokers, topic: topic, log: logger}
+	p := &PartitionCount{cluster: cluster, topic: topic, log: logger}
 	n, err := p.read(ctx)
 	if err != nil {
 		return nil, err
@@ -62,7 +70,7 @@ func (p *PartitionCount) Run(ctx context.Context, interval time.Duration) error 
 func (p *PartitionCount) read(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	parts, err := Partitions(ctx, p.brokers, p.topic)
+	parts, err := PartitionsOn(ctx, p.cluster, p.topic)
 	if err != nil {
 		return 0, err
 	}

@@ -44,7 +44,7 @@ type Options struct {
 	// own, at small sizes, without the whole run. Steps that read an
 	// earlier step's topic (live, history, java-consumer) need producer;
 	// backtest makes its own topic and ceiling when run alone.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches."`
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches, secure (needs producer and live for its ratios)."`
 }
 
 // Config configures Run.
@@ -55,6 +55,10 @@ type Config struct {
 	// Redis Cluster seeds. When it does not answer, the cluster step is
 	// skipped with a note in the summary.
 	ClusterBrokers, ClusterRedisAddrs []string
+	// The secure profile (scripts/stack env --secure): its directory
+	// (CA, secret files), broker and Redis. Empty SecureDir: the secure
+	// step fails with a note.
+	SecureDir, SecureBrokers, SecureRedisAddr string
 	Options
 	Logger *slog.Logger
 }
@@ -128,6 +132,12 @@ type Results struct {
 	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS          map[string]int64
 	Errors       []string
+	// The secure step: producer and live aggregator events/s per run on
+	// the secure profile.
+	SecureProduce, SecureLive []float64
+	// Allowed checks at c=16 on a plain limiter and on one serving RLS
+	// over TLS on the secure profile, measured in the secure step.
+	SecurePlainChecks, SecureChecks []Lookup
 
 	Backtest     backtestFigures
 	BacktestBase backtestFigures // with --baseline
@@ -188,6 +198,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"cluster", b.cluster},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
+		{"secure", b.secure},
 	}
 	for _, st := range steps {
 		if st.name == "roller" && cfg.SkipSlow {

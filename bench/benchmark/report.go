@@ -97,6 +97,7 @@ func Render(r *Results) string {
 		w("| %s | %s |\n", n, harness.MiB(r.RSS[n]))
 	}
 	renderLookups(w, r)
+	renderSecure(w, r)
 	if len(r.Errors) > 0 {
 		w("\nSteps that failed in this run:\n\n")
 		for _, e := range r.Errors {

@@ -2,6 +2,7 @@ package rlsload
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -83,10 +85,19 @@ type Client struct {
 // Dial connects to an RLS server at addr (plaintext HTTP/2, as Envoy's
 // cluster on loopback) over conns connections (at least 1).
 func Dial(addr string, conns int) (*Client, error) {
+	return dial(addr, conns, insecure.NewCredentials())
+}
+
+// DialTLS is Dial over TLS (a limiter with --tls-cert), trusting cfg's CA.
+func DialTLS(addr string, conns int, cfg *tls.Config) (*Client, error) {
+	return dial(addr, conns, credentials.NewTLS(cfg))
+}
+
+func dial(addr string, conns int, creds credentials.TransportCredentials) (*Client, error) {
 	c := &Client{}
 	for range max(conns, 1) {
 		// Each ClientConn is its own HTTP/2 connection.
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("rls load: dial %s: %w", addr, err), c.Close())
 		}

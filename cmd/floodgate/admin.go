@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,9 +20,10 @@ import (
 
 // AdminFlags configure the limiter's admin endpoints (package operator).
 type AdminFlags struct {
-	AdminAddr  string   `name:"admin-addr" env:"FLOODGATE_ADMIN_ADDR" default:"127.0.0.1:8082" help:"Admin endpoints /v1/admin/{inspect,ban,unban,reset}; served only with --admin-token."`
-	AdminToken []string `name:"admin-token" env:"FLOODGATE_ADMIN_TOKEN" sep:"," help:"Admin tokens as name=secret (comma separated; secrets of 16+ bytes, none equal to --auth-token); the name is the operator recorded in the audit. Empty: no admin endpoints."`
-	LiveGroup  string   `name:"live-group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group: a reset records its offset as the boundary of what was reset."`
+	AdminAddr      string   `name:"admin-addr" env:"FLOODGATE_ADMIN_ADDR" default:"127.0.0.1:8082" help:"Admin endpoints /v1/admin/{inspect,ban,unban,reset}; served only with --admin-token."`
+	AdminToken     []string `name:"admin-token" env:"FLOODGATE_ADMIN_TOKEN" sep:"," help:"Admin tokens as name=secret (comma separated; secrets of 16+ bytes, none equal to --auth-token); the name is the operator recorded in the audit. Empty: no admin endpoints. Prefer --admin-token-file."`
+	AdminTokenFile string   `name:"admin-token-file" env:"FLOODGATE_ADMIN_TOKEN_FILE" help:"File of admin tokens, name=secret, one a line or comma separated (wins over --admin-token)."`
+	LiveGroup      string   `name:"live-group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group: a reset records its offset as the boundary of what was reset."`
 }
 
 // adminServer is the limiter's admin listener, or nothing (nil) when no
@@ -27,12 +32,23 @@ type adminServer struct{ srv *operator.Server }
 
 // admin builds the admin endpoints over the limiter's own store, rules,
 // decisions and memory; they are off without an admin token.
-func (f *AdminFlags) admin(authToken, topic string, store *window.Store, set func() *rules.Set, lim *limiter.Limiter, state *limiter.State,
+func (f *AdminFlags) admin(authToken string, serverTLS *tls.Config, topic string, store *window.Store, set func() *rules.Set, lim *limiter.Limiter, state *limiter.State,
 	reg prometheus.Registerer, logger *slog.Logger) (*adminServer, error) {
-	if len(f.AdminToken) == 0 {
+	specs := f.AdminToken
+	if f.AdminTokenFile != "" {
+		b, err := os.ReadFile(f.AdminTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		specs = strings.FieldsFunc(string(b), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+		if len(specs) == 0 {
+			return nil, fmt.Errorf("--admin-token-file %s holds no token", f.AdminTokenFile)
+		}
+	}
+	if len(specs) == 0 {
 		return &adminServer{}, nil
 	}
-	tokens, err := operator.ParseTokens(f.AdminToken)
+	tokens, err := operator.ParseTokens(specs)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +64,7 @@ func (f *AdminFlags) admin(authToken, topic string, store *window.Store, set fun
 	if err != nil {
 		return nil, err
 	}
-	srv, err := operator.NewServer(operator.ServerConfig{Operator: op, Tokens: tokens, Addr: f.AdminAddr, Logger: logger})
+	srv, err := operator.NewServer(operator.ServerConfig{Operator: op, Tokens: tokens, Addr: f.AdminAddr, TLS: serverTLS, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

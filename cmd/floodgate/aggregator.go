@@ -21,6 +21,8 @@ import (
 	"floodgate/live"
 	"floodgate/topics"
 	"floodgate/window"
+
+	"floodgate/kafkaconn"
 )
 
 // AggregatorCmd runs the live consumer group (Redis counters and deny
@@ -45,6 +47,8 @@ type AggregatorCmd struct {
 	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"Events further ahead of this clock are dead-lettered; events ahead by less are counted at this clock's time."`
 	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
 	CommitInterval time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
+
+	cluster kafkaconn.Cluster `kong:"-"` // the brokers and how to reach them, resolved by Run
 }
 
 // Run wires the groups and serves metrics until ctx ends, then finishes the
@@ -56,12 +60,20 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	rdb := c.redisClient()
+	rdb, err := c.redisClient()
+	if err != nil {
+		return err
+	}
 	defer closeLogged(logger, "redis", rdb)
 	if err := c.ping(ctx, rdb); err != nil {
 		return err
 	}
-	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	kc, err := c.KafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
+	c.cluster = kc
+	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
 	if err != nil {
 		return err
 	}
@@ -155,6 +167,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 func (c *AggregatorCmd) groupConfig(id string, dlq aggregator.MessageWriter, logger *slog.Logger, reg prometheus.Registerer) aggregator.Config {
 	return aggregator.Config{
 		Brokers:        c.Brokers,
+		Security:       c.cluster.Security,
 		Topic:          c.Topic,
 		GroupID:        id,
 		BatchMax:       c.BatchMax,
@@ -173,6 +186,7 @@ func (c *AggregatorCmd) groupConfig(id string, dlq aggregator.MessageWriter, log
 func (c *AggregatorCmd) writer(topic string) *kafka.Writer {
 	return &kafka.Writer{
 		Addr:         kafka.TCP(c.Brokers...),
+		Transport:    c.cluster.Transport(nil),
 		Topic:        topic,
 		Balancer:     &kafka.Murmur2Balancer{},
 		RequiredAcks: kafka.RequireAll,
@@ -210,7 +224,7 @@ func closeLogged(logger *slog.Logger, what string, c io.Closer) {
 // topic is missing: writes to them would otherwise retry for ever, and
 // decisions would pile up in Redis unpublished, with nothing but WARN logs.
 func (c *AggregatorCmd) requireOutputTopics(ctx context.Context) error {
-	have, err := topics.Partitions(ctx, c.Brokers, c.DLQTopic, c.DecisionsTopic)
+	have, err := topics.PartitionsOn(ctx, c.cluster, c.DLQTopic, c.DecisionsTopic)
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 	if err != nil {
 		return nil, nil, fmt.Errorf("--visitors: %w", err)
 	}
-	pool, err := historyPool(h.PostgresURL)
+	pool, err := h.PostgresFlags.historyPool(ctx, logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -21,10 +21,10 @@ type BacktestCmd struct {
 	From     string `name:"from" env:"FLOODGATE_BACKTEST_FROM" required:"" help:"Start of the range reported: RFC 3339, 2026-01-02 15:04 or a date (UTC), or a span ago (90m, 36h, 2d, 1w)."`
 	To       string `name:"to" env:"FLOODGATE_BACKTEST_TO" default:"now" help:"End of the range, exclusive; same forms."`
 
-	Brokers []string      `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:"," help:"Kafka bootstrap brokers, comma separated."`
-	Topic   string        `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
-	Clock   string        `name:"clock" env:"FLOODGATE_BACKTEST_CLOCK" default:"record" enum:"record,event" help:"Time the replay runs on: record (Kafka record times: the live aggregator's clock when it keeps up) or event (the events' ts: for events loaded into a topic after the fact)."`
-	WarmUp  time.Duration `name:"warm-up" env:"FLOODGATE_BACKTEST_WARM_UP" help:"How long before --from the replay starts, unreported (default: twice the rules' longest window, so that windows and deny records are whole at --from)."`
+	KafkaConnFlags
+	Topic  string        `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
+	Clock  string        `name:"clock" env:"FLOODGATE_BACKTEST_CLOCK" default:"record" enum:"record,event" help:"Time the replay runs on: record (Kafka record times: the live aggregator's clock when it keeps up) or event (the events' ts: for events loaded into a topic after the fact)."`
+	WarmUp time.Duration `name:"warm-up" env:"FLOODGATE_BACKTEST_WARM_UP" help:"How long before --from the replay starts, unreported (default: twice the rules' longest window, so that windows and deny records are whole at --from)."`
 
 	MaxFutureSkew time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"As the aggregator's: events further ahead of the clock are refused."`
 	Dedup         time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"As the aggregator's: skip an event whose id was counted within this horizon; 0 counts every event."`
@@ -97,7 +97,15 @@ func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), erro
 	if err != nil {
 		return backtest.Config{}, noop, fmt.Errorf("--to: %w", err)
 	}
+	sec, err := c.KafkaSecurity()
+	if err != nil {
+		return backtest.Config{}, noop, err
+	}
+	if err := sec.Check(context.Background(), c.Brokers, 10*time.Second); err != nil {
+		return backtest.Config{}, noop, err
+	}
 	cfg := backtest.Config{
+		Security:  sec,
 		RulesName: c.Rules, From: from, To: to, WarmUp: c.WarmUp,
 		Brokers: c.Brokers, Topic: c.Topic, Clock: backtest.Clock(c.Clock),
 		MaxFutureSkew: c.MaxFutureSkew, Dedup: c.Dedup, Parallel: c.Parallel, MaxSubjects: c.MaxSubjects,
@@ -129,7 +137,7 @@ func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), erro
 		cfg.Scratch = rdb
 	}
 	if c.FromHistory {
-		pool, err := historyPool(c.PostgresURL)
+		pool, err := c.PostgresFlags.historyPool(context.Background(), logger)
 		if err != nil {
 			closeAll()
 			return cfg, noop, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +17,8 @@ import (
 // DashboardCmd serves the web dashboard.
 type DashboardCmd struct {
 	PostgresFlags
-	Brokers        []string      `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:"," help:"Kafka bootstrap brokers, comma separated."`
+	KafkaConnFlags
+	ListenTLSFlags
 	DecisionsTopic string        `name:"decisions-topic" env:"FLOODGATE_DECISIONS_TOPIC" default:"floodgate.decisions" help:"Topic of deny decisions shown."`
 	Addr           string        `name:"addr" env:"FLOODGATE_DASHBOARD_ADDR" default:"127.0.0.1:8090" help:"Listen address (loopback by default: the dashboard has no authentication)."`
 	Action         string        `name:"action" env:"FLOODGATE_DASHBOARD_ACTION" default:"visit" help:"Action shown by default."`
@@ -27,7 +29,7 @@ type DashboardCmd struct {
 
 // Run serves until ctx ends.
 func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	pool, err := historyPool(c.PostgresURL)
+	pool, err := c.PostgresFlags.historyPool(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -41,18 +43,30 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	kc, err := c.KafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := c.serverTLS(logger)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return fmt.Errorf("dashboard listener %s: %w", c.Addr, err)
+	}
+	scheme := "http"
+	if serverTLS != nil {
+		ln, scheme = tls.NewListener(ln, serverTLS), "https"
 	}
 	fctx, stopFollow := context.WithCancel(ctx)
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		dashboard.Follow(fctx, c.Brokers, c.DecisionsTopic, recent, logger)
+		dashboard.FollowOn(fctx, kc, c.DecisionsTopic, recent, logger)
 	}()
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-	logger.Info("dashboard started", "url", "http://"+ln.Addr().String()+"/", "decisions", c.DecisionsTopic)
+	logger.Info("dashboard started", "url", scheme+"://"+ln.Addr().String()+"/", "decisions", c.DecisionsTopic)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"floodgate/tlsfiles"
 )
 
 // HealthCmd probes a health endpoint; container health checks use it because
@@ -13,6 +15,9 @@ import (
 type HealthCmd struct {
 	URL     string        `arg:"" help:"URL to GET; any 2xx answer is healthy."`
 	Timeout time.Duration `name:"timeout" default:"3s" help:"Give up after this long."`
+	TLSCA   string        `name:"tls-ca" env:"FLOODGATE_HEALTH_TLS_CA" help:"PEM CA trusted for an https URL (default: the system's)."`
+	TLSCert string        `name:"tls-cert" env:"FLOODGATE_HEALTH_TLS_CERT" help:"PEM client certificate, for a listener that requires one (with --tls-key)."`
+	TLSKey  string        `name:"tls-key" env:"FLOODGATE_HEALTH_TLS_KEY" help:"PEM key of --tls-cert."`
 }
 
 // Run exits non-zero unless URL answers 2xx within the timeout.
@@ -23,7 +28,15 @@ func (c *HealthCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("health request %s: %w", c.URL, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if c.TLSCA != "" || c.TLSCert != "" {
+		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey})
+		if err != nil {
+			return fmt.Errorf("health: %w", err)
+		}
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("health %s: %w", c.URL, err)
 	}

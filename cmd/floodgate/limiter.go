@@ -36,13 +36,15 @@ type LimiterServeCmd struct {
 	LimiterFlags
 	KafkaFlags
 	AdminFlags
+	ListenTLSFlags
 
-	Rules     string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
-	HTTPAddr  string `name:"http-addr" env:"FLOODGATE_HTTP_ADDR" default:"127.0.0.1:8080" help:"Connect/gRPC (h2c), /v1/check, /v1/take, /healthz, /readyz, /metrics."`
-	RLSAddr   string `name:"rls-addr" env:"FLOODGATE_RLS_ADDR" default:"127.0.0.1:8081" help:"Envoy RateLimitService (gRPC); \"off\" disables."`
-	RLSMode   string `name:"rls-mode" env:"FLOODGATE_RLS_MODE" default:"check" enum:"check,take" help:"Envoy calls only check (the app publishes events) or take (check and count)."`
-	AuthToken string `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth)."`
-	MaxBytes  int64  `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
+	Rules         string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
+	HTTPAddr      string `name:"http-addr" env:"FLOODGATE_HTTP_ADDR" default:"127.0.0.1:8080" help:"Connect/gRPC (h2c), /v1/check, /v1/take, /healthz, /readyz, /metrics."`
+	RLSAddr       string `name:"rls-addr" env:"FLOODGATE_RLS_ADDR" default:"127.0.0.1:8081" help:"Envoy RateLimitService (gRPC); \"off\" disables."`
+	RLSMode       string `name:"rls-mode" env:"FLOODGATE_RLS_MODE" default:"check" enum:"check,take" help:"Envoy calls only check (the app publishes events) or take (check and count)."`
+	AuthToken     string `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth). Prefer --auth-token-file."`
+	AuthTokenFile string `name:"auth-token-file" env:"FLOODGATE_AUTH_TOKEN_FILE" help:"File holding the bearer token (wins over --auth-token)."`
+	MaxBytes      int64  `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
 	// Each held subject costs about 0.3 KiB (docs/limiter.md, "Memory"):
 	// the default keeps the state near 60 MiB however many subjects an
 	// attacker brings.
@@ -62,17 +64,36 @@ type LimiterServeCmd struct {
 // Run serves until ctx ends, then drains requests in flight.
 func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	reg := newRegistry()
+	authToken, err := secret("auth-token", c.AuthToken, c.AuthTokenFile)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := c.serverTLS(logger)
+	if err != nil {
+		return err
+	}
+	if authToken == "" && (beyondLoopback(c.HTTPAddr) || c.RLSAddr != "off" && beyondLoopback(c.RLSAddr)) {
+		logger.Warn("the limiter listens beyond loopback without a token: anyone who reaches it may check and take; set --auth-token-file",
+			"http", c.HTTPAddr, "rls", c.RLSAddr)
+	}
 	watcher, err := watchRules(c.Rules, logger, reg)
 	if err != nil {
 		return err
 	}
 
-	rdb := c.redisClient()
+	rdb, err := c.redisClient()
+	if err != nil {
+		return err
+	}
 	defer closeLogged(logger, "redis", rdb)
 	if err := c.ping(ctx, rdb); err != nil {
 		return err
 	}
-	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	kc, err := c.KafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
+	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
 	if err != nil {
 		return err
 	}
@@ -98,7 +119,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	var pub *producer.Publisher
 	if !c.NoPublish {
 		pub, err = producer.New(producer.Config{
-			Brokers: c.Brokers, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.PublishLinger,
+			Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.PublishLinger,
 			Logger: logger.With("component", "producer"),
 		})
 		if err != nil {
@@ -127,12 +148,12 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	srv, err := limiter.NewServer(limiter.ServerConfig{
 		Limiter: lim, HTTPAddr: c.HTTPAddr, RLSAddr: c.RLSAddr, RLSMode: rlsMode,
-		AuthToken: c.AuthToken, MetricsAuth: c.MetricsAuth, MaxRequestBytes: c.MaxBytes, Gatherer: reg, Logger: logger,
+		AuthToken: authToken, MetricsAuth: c.MetricsAuth, MaxRequestBytes: c.MaxBytes, TLS: serverTLS, Gatherer: reg, Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
-	admin, err := c.admin(c.AuthToken, c.Topic, store, watcher.Current, lim, state, reg, logger)
+	admin, err := c.admin(authToken, serverTLS, c.Topic, store, watcher.Current, lim, state, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -143,7 +164,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return errors.Join(err, srv.Shutdown(ctx))
 	}
 	logger.Info("limiter started", "http", srv.HTTPAddr(), "rls", srv.RLSAddr(),
-		"key_prefix", c.KeyPrefix, "timeout", c.Timeout, "failure_mode", c.FailureMode, "auth", c.AuthToken != "")
+		"key_prefix", c.KeyPrefix, "timeout", c.Timeout, "failure_mode", c.FailureMode, "auth", authToken != "", "tls", serverTLS != nil)
 
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return watcher.Run(gctx) })

@@ -18,8 +18,9 @@ import (
 // environment fallback named FLOODGATE_<FLAG>, and a default that points at
 // the local stack started by scripts/stack.
 type CLI struct {
-	LogLevel  slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
-	LogFormat string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	LogLevel  slog.Level       `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+	LogFormat string           `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	Version   kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
 	Produce    ProduceCmd    `cmd:"" help:"Publish access events: NDJSON from stdin, or synthetic load."`
 	Topics     TopicsCmd     `cmd:"" help:"Create floodgate's Kafka topics (idempotent)."`
@@ -37,6 +38,7 @@ type CLI struct {
 	Reset      ResetCmd      `cmd:"" help:"Unban subjects and delete their counters: they start afresh (audited)."`
 	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
 	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
+	VersionCmd VersionCmd    `cmd:"" name:"version" help:"Print the version: module version, commit, build date."`
 }
 
 func main() {
@@ -45,6 +47,7 @@ func main() {
 		kong.Name("floodgate"),
 		kong.Description("Live rate limiting and access analytics from one Kafka stream."),
 		kong.UsageOnError(),
+		kong.Vars{"version": readBuildInfo().String()},
 	)
 	logger := newLogger(cli.LogLevel, cli.LogFormat)
 	slog.SetDefault(logger)

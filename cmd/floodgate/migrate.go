@@ -30,7 +30,11 @@ func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	db, err := migrations.Open(ctx, c.PostgresURL)
+	u, err := c.postgresURL()
+	if err != nil {
+		return err
+	}
+	db, err := migrations.Open(ctx, u)
 	if err != nil {
 		return err
 	}

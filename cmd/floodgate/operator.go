@@ -154,7 +154,10 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 		return nil, req, nil, err
 	}
 	rulesFn := func() *rules.Set { return set }
-	rdb := c.redisClient()
+	rdb, err := c.redisClient()
+	if err != nil {
+		return nil, req, nil, err
+	}
 	done := func() { closeLogged(logger, "redis", rdb) }
 	fail := func(err error) (*operator.Operator, operator.Request, func(), error) {
 		done()
@@ -163,7 +166,11 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 	if err := c.ping(ctx, rdb); err != nil {
 		return fail(err)
 	}
-	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	kc, err := c.KafkaCluster(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
 	if err != nil {
 		return fail(err)
 	}

@@ -78,8 +78,12 @@ func (c *ProduceCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 		}
 	}
 
+	kc, err := c.KafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
 	pub, err := producer.New(producer.Config{
-		Brokers: c.Brokers, Topic: c.Topic,
+		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic,
 		BatchTimeout: c.Linger, BatchSize: c.BatchSize, RequiredAcks: c.Acks, Compression: c.Compression,
 		MaxBuffered: c.MaxBuffered, Async: true, Logger: log,
 	})

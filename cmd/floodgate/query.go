@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -25,7 +26,7 @@ type queryFlags struct {
 }
 
 func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), error) {
-	pool, err := historyPool(f.PostgresURL)
+	pool, err := f.PostgresFlags.historyPool(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -35,12 +35,19 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rdb := c.redisClient()
+	rdb, err := c.redisClient()
+	if err != nil {
+		return err
+	}
 	defer closeLogged(logger, "redis", rdb)
 	if err := c.ping(ctx, rdb); err != nil {
 		return err
 	}
-	parts, err := topics.NewPartitionCount(ctx, c.Brokers, c.Topic, logger)
+	kc, err := c.KafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
+	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
 	if err != nil {
 		return err
 	}
@@ -49,7 +56,7 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
-		Brokers: c.Brokers, Topic: c.Topic, Group: c.Group, Store: store, Rules: set, Since: c.Since,
+		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Group: c.Group, Store: store, Rules: set, Since: c.Since,
 		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: aggregator.LostOffsetsPolicy(c.OnLostOffsets),
 	})
 	if err != nil {

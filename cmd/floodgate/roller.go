@@ -42,7 +42,7 @@ func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error)
 		}
 		now = func() time.Time { return t }
 	}
-	pool, err := historyPool(f.PostgresURL)
+	pool, err := f.PostgresFlags.historyPool(context.Background(), logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,6 +111,8 @@ func (c *RollerRunCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
+		// The roller's metrics are in the default registry.
+		registerBuildInfo(prometheus.DefaultRegisterer)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.Handler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"floodgate/migrations"
+
+	"floodgate/kafkaconn"
 )
 
 // SetupCmd is the one-shot deploy step: it creates the topics and applies
@@ -31,7 +33,11 @@ func (c *SetupCmd) Run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	return retry(ctx, log, "migrate", func() error {
-		db, err := migrations.Open(ctx, c.PostgresURL)
+		u, err := c.postgresURL()
+		if err != nil {
+			return permanent{err}
+		}
+		db, err := migrations.Open(ctx, u)
 		if err != nil {
 			return err
 		}
@@ -43,12 +49,23 @@ func (c *SetupCmd) Run(ctx context.Context, log *slog.Logger) error {
 	})
 }
 
+// permanent marks an error retrying cannot cure.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
 // retry runs op until it succeeds or ctx ends, pausing between attempts.
 func retry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
 	for {
 		err := op()
 		if err == nil {
 			return nil
+		}
+		var perm permanent
+		if errors.As(err, &perm) || errors.Is(err, kafkaconn.ErrRefused) || refused(err) {
+			// A wrong password or an untrusted certificate does not get
+			// better by waiting: fail now, with the cause.
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		log.Warn(what+" failed; retrying", "err", err)
 		select {

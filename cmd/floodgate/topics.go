@@ -41,7 +41,11 @@ func (p TopicPartitions) specs(k KafkaFlags) []topics.Spec {
 func ensureTopics(ctx context.Context, log *slog.Logger, k KafkaFlags, p TopicPartitions, timeout time.Duration) ([]topics.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := topics.Ensure(ctx, k.Brokers, p.specs(k)...)
+	kc, err := k.KafkaCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := topics.EnsureOn(ctx, kc, p.specs(k)...)
 	for _, r := range res {
 		if r.Partitions != 0 && r.Partitions != r.Wanted {
 			log.Warn("topic exists with another partition count; left as it is", "topic", r.Name, "partitions", r.Partitions, "flag", r.Wanted)

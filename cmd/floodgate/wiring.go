@@ -10,10 +10,12 @@ import (
 )
 
 // newRegistry is a long-running process's metrics registry, with the Go
-// runtime and process collectors every one of them exports.
+// runtime and process collectors and floodgate_build_info every one of
+// them exports.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg)
 	return reg
 }
 

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,25 +31,31 @@ import (
 
 	"floodgate/examples/shortener/links"
 	"floodgate/examples/shortener/service"
+	"floodgate/kafkaconn"
 	"floodgate/limiterclient"
 	"floodgate/producer"
+	"floodgate/secretfile"
+	"floodgate/tlsfiles"
 )
 
 // CLI is the shortener's configuration: flags with FLOODGATE_* environment
 // fallbacks (those of the stack are shared with floodgate's binary, so
 // `eval "$(scripts/stack env)"` points both at the same services).
 type CLI struct {
-	Addr           string     `name:"addr" env:"FLOODGATE_SHORTENER_ADDR" default:"127.0.0.1:8088" help:"Listen address (port 0 picks one)."`
-	BaseURL        string     `name:"base-url" env:"FLOODGATE_SHORTENER_BASE_URL" help:"Public prefix of short links. Default: http://<listen address>."`
-	Schema         string     `name:"schema" env:"FLOODGATE_SHORTENER_SCHEMA" default:"shortener" help:"PostgreSQL schema of the links and their migrations."`
-	TrustedProxies []string   `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For / X-Real-IP name the client, e.g. 127.0.0.1/32 behind a local nginx."`
-	PostgresURL    string     `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable" help:"PostgreSQL connection URL."`
-	Brokers        []string   `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:"," help:"Kafka bootstrap brokers."`
-	Topic          string     `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
-	LimiterURL     string     `name:"limiter-url" env:"FLOODGATE_LIMITER_URL" default:"http://127.0.0.1:8080" help:"floodgate limiter's HTTP address."`
-	LimiterToken   string     `name:"limiter-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token of the limiter, if it requires one."`
-	LogLevel       slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level."`
-	LogFormat      string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	Addr            string   `name:"addr" env:"FLOODGATE_SHORTENER_ADDR" default:"127.0.0.1:8088" help:"Listen address (port 0 picks one)."`
+	BaseURL         string   `name:"base-url" env:"FLOODGATE_SHORTENER_BASE_URL" help:"Public prefix of short links. Default: http://<listen address>."`
+	Schema          string   `name:"schema" env:"FLOODGATE_SHORTENER_SCHEMA" default:"shortener" help:"PostgreSQL schema of the links and their migrations."`
+	TrustedProxies  []string `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For / X-Real-IP name the client, e.g. 127.0.0.1/32 behind a local nginx."`
+	PostgresURL     string   `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable" help:"PostgreSQL connection URL (TLS: sslmode=verify-full&sslrootcert=...). Prefer --postgres-url-file when it holds a password."`
+	PostgresURLFile string   `name:"postgres-url-file" env:"FLOODGATE_POSTGRES_URL_FILE" help:"File holding the PostgreSQL URL (wins over --postgres-url)."`
+	kafkaconn.Flags
+	Topic            string     `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
+	LimiterURL       string     `name:"limiter-url" env:"FLOODGATE_LIMITER_URL" default:"http://127.0.0.1:8080" help:"floodgate limiter's HTTP address."`
+	LimiterToken     string     `name:"limiter-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token of the limiter, if it requires one (prefer --limiter-token-file)."`
+	LimiterTokenFile string     `name:"limiter-token-file" env:"FLOODGATE_AUTH_TOKEN_FILE" help:"File holding the limiter's token."`
+	LimiterTLSCA     string     `name:"limiter-tls-ca" env:"FLOODGATE_LIMITER_TLS_CA" help:"PEM CA trusted for an https --limiter-url (default: the system's)."`
+	LogLevel         slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level."`
+	LogFormat        string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
 }
 
 func main() {
@@ -76,7 +84,11 @@ func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
 		}
 		proxies = append(proxies, pp)
 	}
-	pool, err := pgxpool.New(ctx, cli.PostgresURL)
+	pgURL, err := secretfile.Read("postgres-url", cli.PostgresURL, cli.PostgresURLFile)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
@@ -84,11 +96,25 @@ func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
 	if err := links.Migrate(ctx, pool, cli.Schema); err != nil {
 		return err
 	}
-	lc, err := limiterclient.New(limiterclient.Config{BaseURL: cli.LimiterURL, Token: cli.LimiterToken})
+	token, err := secretfile.Read("limiter-token", cli.LimiterToken, cli.LimiterTokenFile)
 	if err != nil {
 		return err
 	}
-	pub, err := producer.New(producer.Config{Brokers: cli.Brokers, Topic: cli.Topic, Async: true,
+	var limiterTLS *tls.Config
+	if strings.HasPrefix(cli.LimiterURL, "https:") {
+		if limiterTLS, err = tlsfiles.Client(tlsfiles.ClientFiles{CA: cli.LimiterTLSCA}); err != nil {
+			return fmt.Errorf("limiter: %w", err)
+		}
+	}
+	lc, err := limiterclient.New(limiterclient.Config{BaseURL: cli.LimiterURL, Token: token, TLS: limiterTLS})
+	if err != nil {
+		return err
+	}
+	kc, err := cli.KafkaCluster(ctx)
+	if err != nil {
+		return err
+	}
+	pub, err := producer.New(producer.Config{Brokers: kc.Brokers, Security: kc.Security, Topic: cli.Topic, Async: true,
 		Logger: logger.With("component", "producer")})
 	if err != nil {
 		return err

@@ -39,6 +39,14 @@ type ClusterStack struct {
 	ClusterRedisAddrs []string `name:"cluster-redis-addrs" env:"FLOODGATE_CLUSTER_REDIS_ADDRS" default:"127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005,127.0.0.1:17006" sep:"," help:"Redis Cluster seeds of the --cluster profile."`
 }
 
+// SecureStack locates the stack's --secure profile (see `scripts/stack env
+// --secure`).
+type SecureStack struct {
+	SecureDir       string `name:"secure-dir" env:"FLOODGATE_SECURE_DIR" help:"Directory of the --secure profile (CA, secret files); empty: the secure step is skipped with a note."`
+	SecureBrokers   string `name:"secure-brokers" env:"FLOODGATE_SECURE_BROKERS" default:"127.0.0.1:19094" help:"SASL_SSL broker of the --secure profile."`
+	SecureRedisAddr string `name:"secure-redis-addr" env:"FLOODGATE_SECURE_REDIS_ADDR" default:"127.0.0.1:16380" help:"TLS Redis of the --secure profile."`
+}
+
 // ChaosCmd runs the fault suite.
 type ChaosCmd struct {
 	Stack
@@ -110,6 +118,7 @@ type BenchCmd struct {
 	Stack
 	benchmark.Options
 	ClusterStack
+	SecureStack
 	Out string `name:"out" default:"docs/benchmarks.md" help:"Markdown file whose summary block is rewritten (empty: none)."`
 }
 
@@ -118,6 +127,7 @@ func (c *BenchCmd) Run(ctx context.Context, log *slog.Logger) error {
 	return benchmark.Run(ctx, benchmark.Config{
 		Bin: c.Bin, Repo: c.Repo, Brokers: c.Brokers, RedisAddr: c.RedisAddr, PostgresURL: c.PostgresURL,
 		ClusterBrokers: c.ClusterBrokers, ClusterRedisAddrs: c.ClusterRedisAddrs,
+		SecureDir: c.SecureDir, SecureBrokers: c.SecureBrokers, SecureRedisAddr: c.SecureRedisAddr,
 		WorkDir: c.WorkDir, Options: c.Options, Out: c.Out, Logger: log,
 	})
 }
