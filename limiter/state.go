@@ -61,16 +61,7 @@ type stateEntry struct {
 // blocks reports whether the state says one more event does not fit a
 // limit or bucket: the entries a cap must keep first, since a check then
 // denies from memory without a Redis read.
-func (e *stateEntry) blocks() bool {
-	for _, l := range e.st.Limits {
-		if !l.Until.IsZero() {
-			return true
-		}
-	}
-	// A bucket is held only from half its burst on; without the rule at
-	// hand, every held bucket counts as blocking.
-	return len(e.st.Buckets) > 0
-}
+func (e *stateEntry) blocks() bool { return e.st.Blocks() }
 
 // NewState returns an empty State without a bound on the subjects held.
 func NewState() *State { return NewBoundedState(0) }
@@ -158,6 +149,11 @@ func (s *State) Reset(partition int, snap window.Snapshot) {
 		}
 		sh.mu.Unlock()
 	}
+	if snap.Omitted > 0 {
+		// The snapshot was bounded to the cap: what it left out is in
+		// Redis, and absent subjects prove nothing until it expires.
+		s.leftOut(snap.Omitted, snap.OmittedUntil.UnixNano())
+	}
 	s.bans.reset(partition, snap.Bans)
 	s.mu.Lock()
 	s.loaded[partition] = true
@@ -224,7 +220,7 @@ func (s *State) put(partition int, gen uint32, sub window.Subject, st window.Sub
 		if ve.expires <= at || (blocks && !ve.blocks()) {
 			delete(sh.m, victim)
 			if ve.expires > at {
-				s.leftOut(ve.expires)
+				s.leftOut(1, ve.expires)
 			}
 			sh.m[sub] = e
 			return
@@ -233,13 +229,13 @@ func (s *State) put(partition int, gen uint32, sub window.Subject, st window.Sub
 			break
 		}
 	}
-	s.leftOut(e.expires)
+	s.leftOut(1, e.expires)
 }
 
-// leftOut records a state the cap does not hold, saying something until
-// expires (Unix ns).
-func (s *State) leftOut(expires int64) {
-	s.overflow.Add(1)
+// leftOut records n states the cap does not hold, the last saying
+// something until expires (Unix ns).
+func (s *State) leftOut(n int, expires int64) {
+	s.overflow.Add(uint64(n))
 	for {
 		cur := s.gapUntil.Load()
 		if expires <= cur || s.gapUntil.CompareAndSwap(cur, expires) {

@@ -49,7 +49,7 @@ func Sync(ctx context.Context, cfg SyncConfig) error {
 	// One snapshot at a time: a snapshot is held whole until its partition
 	// is reset from it, so loading every partition at once would hold the
 	// whole of Redis's state at the start, past any cap on the State.
-	src := gatedSource{Source: cfg.Source, gate: make(chan struct{}, 1)}
+	src := gatedSource{Source: cfg.Source, gate: make(chan struct{}, 1), max: cfg.State.Cap()}
 	following := 0
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
@@ -76,11 +76,22 @@ func Sync(ctx context.Context, cfg SyncConfig) error {
 	}
 }
 
-// gatedSource lets one snapshot be read at a time.
+// gatedSource lets one snapshot be read at a time, and bounds it to the
+// State's cap when the source can: a partition's snapshot is held whole
+// until the State takes it, and an attacker decides how large it is.
 type gatedSource struct {
 	feed.Source
 	gate chan struct{}
+	max  int // 0: no bound
 }
+
+// boundedSource is a feed.Source that can bound a snapshot
+// (window.Store.SnapshotAtMost).
+type boundedSource interface {
+	SnapshotAtMost(ctx context.Context, partition int, now time.Time, max int) (window.Snapshot, error)
+}
+
+var _ boundedSource = (*window.Store)(nil)
 
 func (g gatedSource) Snapshot(ctx context.Context, partition int, now time.Time) (window.Snapshot, error) {
 	select {
@@ -89,5 +100,8 @@ func (g gatedSource) Snapshot(ctx context.Context, partition int, now time.Time)
 		return window.Snapshot{}, ctx.Err()
 	}
 	defer func() { <-g.gate }()
+	if b, ok := g.Source.(boundedSource); ok && g.max > 0 {
+		return b.SnapshotAtMost(ctx, partition, now, g.max)
+	}
 	return g.Source.Snapshot(ctx, partition, now)
 }

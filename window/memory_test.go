@@ -249,3 +249,40 @@ func TestPruneRemovesExpiredStatesByTime(t *testing.T) {
 		t.Fatalf("after the prune: hash %d, expiries %d; want the later subject alone", h, z)
 	}
 }
+
+// A bounded snapshot holds at most its bound, every blocking state first,
+// and counts what it left out with the time the last of it expires: a
+// reader with a cap never holds a partition's whole state hash.
+func TestSnapshotAtMostKeepsBlockingStatesFirst(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	ctx := context.Background()
+	set := mustRules(t, probeRules)
+	b := &batcher{topic: "t"}
+	hr := window.NewHeadroom(100000)
+	// 3000 subjects at half the limit (one event of 2/1h), 100 over it.
+	evs := append(probeEvents(0, 3000, 1, base), probeEvents(3000, 100, 3, base)...)
+	if _, err := st.Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
+		t.Fatal(err)
+	}
+	full, err := st.Snapshot(ctx, 0, base)
+	if err != nil || len(full.States) != 3100 || full.Omitted != 0 {
+		t.Fatalf("unbounded snapshot: %d states, %d omitted, %v; want 3100, 0", len(full.States), full.Omitted, err)
+	}
+	snap, err := st.SnapshotAtMost(ctx, 0, base, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocking := 0
+	for _, s := range snap.States {
+		if s.Blocks() {
+			blocking++
+		}
+	}
+	if len(snap.States) != 500 || blocking != 100 || snap.Omitted != 2600 {
+		t.Fatalf("bounded snapshot: %d states (%d blocking), %d omitted; want 500 (100), 2600", len(snap.States), blocking, snap.Omitted)
+	}
+	if want := base.Add(time.Hour); snap.OmittedUntil.Before(want) {
+		t.Errorf("omitted until %s, want at least %s (the window of the states left out)", snap.OmittedUntil, want)
+	}
+}

@@ -59,6 +59,19 @@ func (l LimitState) Valid(at, now time.Time) bool {
 }
 
 // Expires is the second from which the state says nothing any more.
+// Blocks reports whether the state says one more event does not fit a
+// limit or bucket: what a bound on held states keeps first, since a check
+// then denies without a Redis read. A bucket is held only from half its
+// burst on; without the rule at hand, every held bucket counts.
+func (s SubjectState) Blocks() bool {
+	for _, l := range s.Limits {
+		if !l.Until.IsZero() {
+			return true
+		}
+	}
+	return len(s.Buckets) > 0
+}
+
 func (s SubjectState) Expires() time.Time {
 	var x time.Time
 	for _, l := range s.Limits {
@@ -226,6 +239,10 @@ type Snapshot struct {
 	Seq    int64  // its sequence number, 0 when none
 	States map[Subject]SubjectState
 	Bans   map[Subject]Ban // bans in force (admin.go)
+	// Omitted states are in Redis but not in States (SnapshotAtMost's
+	// bound); the last of them says something until OmittedUntil.
+	Omitted      int
+	OmittedUntil time.Time
 }
 
 // snapshotBody reads a partition's change stream position and bans,
@@ -275,6 +292,14 @@ const SnapshotPage = 512
 // are removed from the hash without an entry, and a reader drops those
 // itself.
 func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Snapshot, error) {
+	return s.SnapshotAtMost(ctx, partition, now, 0)
+}
+
+// SnapshotAtMost is Snapshot holding at most max states (0: no bound),
+// blocking ones first (SubjectState.Blocks); the rest are counted in
+// Omitted. A reader bounded in the subjects it holds has no use for more,
+// and a partition's state hash is as large as an attacker makes it.
+func (s *Store) SnapshotAtMost(ctx context.Context, partition int, now time.Time, max int) (Snapshot, error) {
 	k := s.keys
 	start := time.Now()
 	defer s.observe("snapshot", start)
@@ -294,6 +319,7 @@ func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Sna
 	if snap.Bans, err = parseBans(bans, now); err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot partition=%d: %w", partition, err)
 	}
+	keep := snapshotKeeper{snap: &snap, max: max}
 	cursor := "0"
 	for pages := 0; ; pages++ {
 		if err := ctx.Err(); err != nil {
@@ -318,13 +344,51 @@ func (s *Store) Snapshot(ctx context.Context, partition int, now time.Time) (Sna
 				return Snapshot{}, fmt.Errorf("snapshot partition=%d %s: %w", partition, str(flat[i]), err)
 			}
 			if st.Expires().After(now) {
-				snap.States[sub] = st
+				keep.add(sub, st)
 			}
 		}
 		if cursor == "0" || cursor == "" {
 			return snap, nil
 		}
 	}
+}
+
+// snapshotKeeper fills a snapshot's States up to max (0: no bound): past
+// it a blocking state takes the place of one that does not block, and
+// whatever is left out is counted with the time it stops saying anything.
+type snapshotKeeper struct {
+	snap        *Snapshot
+	max         int
+	nonBlocking []Subject // candidates to give their place, oldest first
+}
+
+func (k *snapshotKeeper) add(sub Subject, st SubjectState) {
+	states := k.snap.States
+	if _, held := states[sub]; held || k.max == 0 || len(states) < k.max {
+		states[sub] = st
+		if !st.Blocks() {
+			k.nonBlocking = append(k.nonBlocking, sub)
+		}
+		return
+	}
+	if st.Blocks() {
+		for len(k.nonBlocking) > 0 {
+			victim := k.nonBlocking[0]
+			k.nonBlocking = k.nonBlocking[1:]
+			if vs, ok := states[victim]; ok && !vs.Blocks() {
+				delete(states, victim)
+				k.omit(vs)
+				states[sub] = st
+				return
+			}
+		}
+	}
+	k.omit(st)
+}
+
+func (k *snapshotKeeper) omit(st SubjectState) {
+	k.snap.Omitted++
+	k.snap.OmittedUntil = maxTime(k.snap.OmittedUntil, st.Expires())
 }
 
 // pruneBody removes up to max states that say nothing any more at now from
