@@ -162,8 +162,8 @@ func TestStateResetNeverDropsAHeldSubject(t *testing.T) {
 }
 
 // TestStateBytesPerSubject prints the heap one held subject costs (an IPv6
-// address, one near limit), the figure docs/limiter.md and
-// docs/attack-notes-memory.md quote; it asserts only that the cap holds.
+// address, one near limit), the figure docs/limiter.md ("Memory") quotes;
+// it asserts only that the cap holds.
 func TestStateBytesPerSubject(t *testing.T) {
 	const n = 20000
 	now := time.Now().Truncate(time.Second)

@@ -11,7 +11,7 @@
 //
 //	go run ./bench/cmd/statemem -n 1000000 -denied 1000 -cap 200000
 //
-// docs/attack-notes-memory.md has the figures and how to read them.
+// docs/limiter.md ("Memory") has the figures and how to read them.
 package main
 
 import (
