@@ -335,6 +335,9 @@ func validateSubjects(req *Request) error {
 	}
 	var subs []limitapi.Subject
 	for _, s := range req.Subjects {
+		// A subject that is not valid as it stands is decided and counted
+		// as its digest everywhere: an operator names it the same way.
+		s.Subject = event.CanonicalSubject(s.Subject)
 		e := event.Event{ID: "x", Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: time.Unix(1_800_000_000, 0)}
 		if err := e.Validate(); err != nil {
 			var ee *event.Error
