@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"floodgate/gen/floodgate/v1/floodgatev1connect"
 )
@@ -39,6 +41,13 @@ type ServerConfig struct {
 	RLSAddr string
 	// RLSMode: RLSCheck (default) or RLSTake.
 	RLSMode RLSMode
+	// RLSMaxConnectionAge closes RLS connections this old (GOAWAY; the
+	// client reconnects), so that Envoy's long-lived connections spread
+	// over new replicas. Default 5m; negative: never.
+	RLSMaxConnectionAge time.Duration
+	// RLSMaxConnectionAgeGrace is how long calls in flight on an aged
+	// connection may finish. Default 30s.
+	RLSMaxConnectionAgeGrace time.Duration
 	// AuthToken, when set, is required as "Authorization: Bearer <token>"
 	// on Connect, /v1/* and RLS calls (not on health and metrics).
 	AuthToken string
@@ -59,6 +68,8 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("limiter server: max request bytes %d is negative", c.MaxRequestBytes)
 	case c.RLSMode != RLSCheck && c.RLSMode != RLSTake:
 		return fmt.Errorf("limiter server: unknown rls mode %d", c.RLSMode)
+	case c.RLSMaxConnectionAgeGrace < 0:
+		return fmt.Errorf("limiter server: rls max connection age grace %s is negative", c.RLSMaxConnectionAgeGrace)
 	}
 	for _, a := range []string{c.HTTPAddr, c.RLSAddr} {
 		if a == "" || a == "off" {
@@ -78,6 +89,8 @@ type Server struct {
 	handler http.Handler
 	httpSrv *http.Server
 	grpcSrv *grpc.Server
+	health  *health.Server
+	stopHC  chan struct{}
 	httpLn  net.Listener
 	rlsLn   net.Listener
 	wg      sync.WaitGroup
@@ -97,6 +110,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.RLSMaxConnectionAge == 0 {
+		cfg.RLSMaxConnectionAge = DefaultRLSMaxConnectionAge
+	}
+	if cfg.RLSMaxConnectionAgeGrace == 0 {
+		cfg.RLSMaxConnectionAgeGrace = DefaultRLSMaxConnectionAgeGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -136,11 +155,18 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 	if cfg.RLSAddr != "off" {
 		gopts := RLSServerOptions(cfg.MaxRequestBytes)
+		gopts = append(gopts, rlsKeepalive(cfg.RLSMaxConnectionAge, cfg.RLSMaxConnectionAgeGrace)...)
 		if cfg.AuthToken != "" {
-			gopts = append(gopts, grpc.UnaryInterceptor(grpcAuth(cfg.AuthToken, l.m)))
+			gopts = append(gopts, grpc.UnaryInterceptor(healthExempt(grpcAuth(cfg.AuthToken, l.m))))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
 		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode})
+		// The gRPC health service on the RLS port: what Envoy's
+		// grpc_health_check and Kubernetes' grpc probe ask.
+		s.health = health.NewServer()
+		s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		s.health.SetServingStatus(rlsServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	}
 	return s, nil
 }
@@ -193,6 +219,12 @@ func (s *Server) Start() error {
 		}
 	}()
 	if s.grpcSrv != nil {
+		s.stopHC = make(chan struct{})
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			followReady(s.cfg.Limiter, s.health, s.stopHC)
+		}()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -228,6 +260,13 @@ func (s *Server) RLSAddr() string {
 // then closes whatever is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var errs []error
+	if s.stopHC != nil {
+		close(s.stopHC)
+		s.stopHC = nil
+	}
+	if s.health != nil {
+		s.health.Shutdown() // NOT_SERVING: health checkers stop sending calls
+	}
 	if s.grpcSrv != nil {
 		done := make(chan struct{})
 		go func() { s.grpcSrv.GracefulStop(); close(done) }()

@@ -1,0 +1,88 @@
+package limiter
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Defaults of the RLS connection lifetime (ServerConfig).
+const (
+	// DefaultRLSMaxConnectionAge: Envoy keeps one HTTP/2 connection per
+	// upstream host for as long as it lives, so without an age limit the
+	// limiters started last (a scale-out, a rolling update) get no calls
+	// until Envoy restarts. Five minutes rebalances a fleet within minutes
+	// and costs one reconnection per Envoy worker and replica per period.
+	DefaultRLSMaxConnectionAge = 5 * time.Minute
+	// DefaultRLSMaxConnectionAgeGrace is how long calls in flight on a
+	// connection past its age may finish after the GOAWAY: far longer than
+	// any call (a call's Redis budget is --timeout).
+	DefaultRLSMaxConnectionAgeGrace = 30 * time.Second
+	// rlsHealthEvery is how often the RLS health status follows Ready.
+	rlsHealthEvery = time.Second
+)
+
+// rlsServiceName is the RLS service's name in the gRPC health service.
+var rlsServiceName = rlsv3.RateLimitService_ServiceDesc.ServiceName
+
+// rlsKeepalive is the server option that ages RLS connections out; nil
+// when age is negative (connections live forever).
+func rlsKeepalive(age, grace time.Duration) []grpc.ServerOption {
+	if age < 0 {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: age, MaxConnectionAgeGrace: grace,
+	})}
+}
+
+// healthExempt lets the gRPC health service through an auth interceptor,
+// as /healthz and /readyz are on the HTTP port: a load balancer's or
+// Envoy's health checker holds no token.
+func healthExempt(next grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	prefix := "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, prefix) {
+			return h(ctx, req)
+		}
+		return next(ctx, req, info, h)
+	}
+}
+
+// followReady keeps the health status of the RLS port ("" and the RLS
+// service) at SERVING while the limiter is ready (as /readyz answers) and
+// NOT_SERVING otherwise, until stop is closed. Envoy's gRPC health check of
+// the RLS cluster then sends no calls to a limiter that has not loaded its
+// state yet, and stops sending them to one that is shutting down
+// (Shutdown sets NOT_SERVING before it drains).
+func followReady(l *Limiter, hs *health.Server, stop <-chan struct{}) {
+	t := time.NewTicker(rlsHealthEvery)
+	defer t.Stop()
+	last := healthpb.HealthCheckResponse_UNKNOWN
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), rlsHealthEvery)
+		st := healthpb.HealthCheckResponse_SERVING
+		if err := l.Ready(ctx); err != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		cancel()
+		if st != last {
+			// After Shutdown the health server ignores updates, so a
+			// late tick cannot turn a draining server back on.
+			hs.SetServingStatus("", st)
+			hs.SetServingStatus(rlsServiceName, st)
+			last = st
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package limiter_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"floodgate/limiter"
+	"floodgate/rules"
+)
+
+// healthServer starts a limiter without a State (ready once it has rules
+// and Redis answers) whose rules tests set, served on loopback with
+// server options opt.
+func healthServer(t *testing.T, opt func(*limiter.ServerConfig)) (*limiter.Server, *atomic.Pointer[rules.Set]) {
+	t.Helper()
+	var set atomic.Pointer[rules.Set]
+	lim, err := limiter.New(limiter.Config{Store: testStore(t, liveRedis(t)), Rules: set.Load, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := limiter.ServerConfig{Limiter: lim, HTTPAddr: "127.0.0.1:0", RLSAddr: "127.0.0.1:0"}
+	if opt != nil {
+		opt(&scfg)
+	}
+	srv, err := limiter.NewServer(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv, &set
+}
+
+func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// TestRLSHealth: the gRPC health service on the RLS port follows
+// readiness (NOT_SERVING until rules are loaded, then SERVING), for the
+// whole server and for the RLS service, and needs no bearer token.
+func TestRLSHealth(t *testing.T) {
+	srv, set := healthServer(t, func(c *limiter.ServerConfig) { c.AuthToken = "s3cret" })
+	conn := grpcConn(t, srv.RLSAddr())
+	hc := healthpb.NewHealthClient(conn)
+	ctx := context.Background()
+	services := []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName}
+	statusOf := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("health check %q: %v", service, err)
+		}
+		return resp.GetStatus()
+	}
+	for _, svc := range services {
+		if st := statusOf(svc); st != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("service %q without rules: %v, want NOT_SERVING", svc, st)
+		}
+	}
+	set.Store(mustRules(t, testRules))
+	for _, svc := range services {
+		waitFor(t, "service "+svc+" SERVING", func() bool { return statusOf(svc) == healthpb.HealthCheckResponse_SERVING })
+	}
+	// The RLS itself still wants the token.
+	_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "visit",
+		Descriptors: nil})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("rls without token: %v, want Unauthenticated", err)
+	}
+}
+
+// TestRLSMaxConnectionAge: the server ends a connection past its age
+// (GOAWAY), so a client's connection leaves READY without the client
+// doing anything; it reconnects on its next call.
+func TestRLSMaxConnectionAge(t *testing.T) {
+	srv, set := healthServer(t, func(c *limiter.ServerConfig) {
+		c.RLSMaxConnectionAge = 100 * time.Millisecond
+		c.RLSMaxConnectionAgeGrace = 100 * time.Millisecond
+	})
+	set.Store(mustRules(t, testRules))
+	conn := grpcConn(t, srv.RLSAddr())
+	hc := healthpb.NewHealthClient(conn)
+	ctx := context.Background()
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the aged connection to be closed", func() bool {
+		st := conn.GetState()
+		if st == connectivity.Ready {
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			conn.WaitForStateChange(wctx, st)
+			st = conn.GetState()
+		}
+		return st != connectivity.Ready
+	})
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("check after the connection aged out: %v", err)
+	}
+}
+
+func TestServerConfigValidateGrace(t *testing.T) {
+	cfg := limiter.ServerConfig{Limiter: &limiter.Limiter{}, RLSMaxConnectionAgeGrace: -time.Second}
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("negative grace accepted")
+	}
+}
