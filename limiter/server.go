@@ -41,13 +41,6 @@ type ServerConfig struct {
 	RLSAddr string
 	// RLSMode: RLSCheck (default) or RLSTake.
 	RLSMode RLSMode
-	// RLSMaxConnectionAge closes RLS connections this old (GOAWAY; the
-	// client reconnects), so that Envoy's long-lived connections spread
-	// over new replicas. Default 5m; negative: never.
-	RLSMaxConnectionAge time.Duration
-	// RLSMaxConnectionAgeGrace is how long calls in flight on an aged
-	// connection may finish. Default 30s.
-	RLSMaxConnectionAgeGrace time.Duration
 	// AuthToken, when set, is required as "Authorization: Bearer <token>"
 	// on Connect, /v1/* and RLS calls (not on health and metrics).
 	AuthToken string
@@ -57,6 +50,13 @@ type ServerConfig struct {
 	Gatherer prometheus.Gatherer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// RLSMaxConnectionAge closes RLS connections this old (GOAWAY; the
+	// client reconnects), so that Envoy's long-lived connections spread
+	// over new replicas. Default 5m; negative: never.
+	RLSMaxConnectionAge time.Duration
+	// RLSMaxConnectionAgeGrace is how long calls in flight on an aged
+	// connection may finish. Default 30s.
+	RLSMaxConnectionAgeGrace time.Duration
 }
 
 // Validate reports the first problem with c.
@@ -68,8 +68,6 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("limiter server: max request bytes %d is negative", c.MaxRequestBytes)
 	case c.RLSMode != RLSCheck && c.RLSMode != RLSTake:
 		return fmt.Errorf("limiter server: unknown rls mode %d", c.RLSMode)
-	case c.RLSMaxConnectionAgeGrace < 0:
-		return fmt.Errorf("limiter server: rls max connection age grace %s is negative", c.RLSMaxConnectionAgeGrace)
 	}
 	for _, a := range []string{c.HTTPAddr, c.RLSAddr} {
 		if a == "" || a == "off" {
@@ -78,6 +76,9 @@ func (c *ServerConfig) Validate() error {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("limiter server: address %q: %w", a, err)
 		}
+	}
+	if c.RLSMaxConnectionAgeGrace < 0 {
+		return fmt.Errorf("limiter server: rls max connection age grace %s is negative", c.RLSMaxConnectionAgeGrace)
 	}
 	return nil
 }

@@ -32,21 +32,18 @@ type LimiterFlags struct {
 
 // LimiterServeCmd serves the three surfaces.
 type LimiterServeCmd struct {
+	RLSConnFlags
 	LimiterFlags
 	KafkaFlags
 	AdminFlags
 
-	Rules    string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
-	HTTPAddr string `name:"http-addr" env:"FLOODGATE_HTTP_ADDR" default:"127.0.0.1:8080" help:"Connect/gRPC (h2c), /v1/check, /v1/take, /healthz, /readyz, /metrics."`
-	RLSAddr  string `name:"rls-addr" env:"FLOODGATE_RLS_ADDR" default:"127.0.0.1:8081" help:"Envoy RateLimitService (gRPC); \"off\" disables."`
-	RLSMode  string `name:"rls-mode" env:"FLOODGATE_RLS_MODE" default:"check" enum:"check,take" help:"Envoy calls only check (the app publishes events) or take (check and count)."`
-	// Envoy holds one connection per limiter for as long as it lives: an
-	// age limit is what spreads its calls over replicas added later.
-	RLSMaxConnAge      time.Duration `name:"rls-max-connection-age" env:"FLOODGATE_RLS_MAX_CONNECTION_AGE" default:"5m" help:"Close RLS connections this old (clients reconnect, so calls spread over new replicas); 0: never."`
-	RLSMaxConnAgeGrace time.Duration `name:"rls-max-connection-age-grace" env:"FLOODGATE_RLS_MAX_CONNECTION_AGE_GRACE" default:"30s" help:"How long calls in flight on an aged RLS connection may finish."`
-	AuthToken          string        `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth)."`
-	MaxBytes           int64         `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
-	NoPublish          bool          `name:"no-publish" env:"FLOODGATE_NO_PUBLISH" help:"Take does not publish events to Kafka (no history; only strict subjects are counted)."`
+	Rules     string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
+	HTTPAddr  string `name:"http-addr" env:"FLOODGATE_HTTP_ADDR" default:"127.0.0.1:8080" help:"Connect/gRPC (h2c), /v1/check, /v1/take, /healthz, /readyz, /metrics."`
+	RLSAddr   string `name:"rls-addr" env:"FLOODGATE_RLS_ADDR" default:"127.0.0.1:8081" help:"Envoy RateLimitService (gRPC); \"off\" disables."`
+	RLSMode   string `name:"rls-mode" env:"FLOODGATE_RLS_MODE" default:"check" enum:"check,take" help:"Envoy calls only check (the app publishes events) or take (check and count)."`
+	AuthToken string `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth)."`
+	MaxBytes  int64  `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
+	NoPublish bool   `name:"no-publish" env:"FLOODGATE_NO_PUBLISH" help:"Take does not publish events to Kafka (no history; only strict subjects are counted)."`
 	// A take's answer never waits for Kafka (the publisher is
 	// asynchronous), so a longer linger costs only delivery delay, and it
 	// is what keeps the broker cheap: a partition's batch is one produce
@@ -120,8 +117,8 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	srv, err := limiter.NewServer(limiter.ServerConfig{
+		RLSMaxConnectionAge: c.rlsMaxConnAge(), RLSMaxConnectionAgeGrace: c.RLSMaxConnAgeGrace,
 		Limiter: lim, HTTPAddr: c.HTTPAddr, RLSAddr: c.RLSAddr, RLSMode: rlsMode,
-		RLSMaxConnectionAge: rlsMaxConnAge(c.RLSMaxConnAge), RLSMaxConnectionAgeGrace: c.RLSMaxConnAgeGrace,
 		AuthToken: c.AuthToken, MaxRequestBytes: c.MaxBytes, Gatherer: reg, Logger: logger,
 	})
 	if err != nil {
@@ -163,12 +160,4 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	err = errors.Join(err, srv.Shutdown(sctx), admin.Shutdown(sctx))
 	logger.Info("limiter stopped", "err", err)
 	return err
-}
-
-// rlsMaxConnAge maps the flag's 0 (never) to the server config's negative.
-func rlsMaxConnAge(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
-	}
-	return d
 }
