@@ -47,6 +47,8 @@ type rlsService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	l    *Limiter
 	mode RLSMode
+	// noOKHeaders leaves the RateLimit fields out of OK answers.
+	noOKHeaders bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*rlsService)(nil)
@@ -90,6 +92,9 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f.k, Value: f.v})
 			}
 		}
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OK && !s.noOKHeaders {
+		resp.ResponseHeadersToAdd = rlsOKHeaders(d)
 	}
 	s.l.m.requests.WithLabelValues("rls", outcome).Inc()
 	return resp, nil

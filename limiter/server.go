@@ -57,6 +57,10 @@ type ServerConfig struct {
 	// RLSMaxConnectionAgeGrace is how long calls in flight on an aged
 	// connection may finish. Default 30s.
 	RLSMaxConnectionAgeGrace time.Duration
+	// RLSNoOKHeaders leaves the RateLimit header fields out of OK RLS
+	// answers (they are on OVER_LIMIT answers always). Default false:
+	// Envoy adds them to every allowed response, as /v1/check does.
+	RLSNoOKHeaders bool
 }
 
 // Validate reports the first problem with c.
@@ -161,7 +165,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			gopts = append(gopts, grpc.UnaryInterceptor(healthExempt(grpcAuth(cfg.AuthToken, l.m))))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
-		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode})
+		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode, noOKHeaders: cfg.RLSNoOKHeaders})
 		// The gRPC health service on the RLS port: what Envoy's
 		// grpc_health_check and Kubernetes' grpc probe ask.
 		s.health = health.NewServer()
@@ -220,11 +224,12 @@ func (s *Server) Start() error {
 		}
 	}()
 	if s.grpcSrv != nil {
-		s.stopHC = make(chan struct{})
+		stop := make(chan struct{})
+		s.stopHC = stop
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			followReady(s.cfg.Limiter, s.health, s.stopHC)
+			followReady(s.cfg.Limiter, s.health, stop)
 		}()
 		s.wg.Add(1)
 		go func() {

@@ -32,7 +32,7 @@ type LimiterFlags struct {
 
 // LimiterServeCmd serves the three surfaces.
 type LimiterServeCmd struct {
-	RLSConnFlags
+	RLSFlags
 	LimiterFlags
 	KafkaFlags
 	AdminFlags
@@ -117,7 +117,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	srv, err := limiter.NewServer(limiter.ServerConfig{
-		RLSMaxConnectionAge: c.rlsMaxConnAge(), RLSMaxConnectionAgeGrace: c.RLSMaxConnAgeGrace,
+		RLSMaxConnectionAge: c.rlsMaxConnAge(), RLSMaxConnectionAgeGrace: c.RLSMaxConnAgeGrace, RLSNoOKHeaders: !c.RLSOKHeaders,
 		Limiter: lim, HTTPAddr: c.HTTPAddr, RLSAddr: c.RLSAddr, RLSMode: rlsMode,
 		AuthToken: c.AuthToken, MaxRequestBytes: c.MaxBytes, Gatherer: reg, Logger: logger,
 	})

@@ -5,11 +5,14 @@ import (
 	"strings"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"floodgate/limitapi"
 )
 
 // Defaults of the RLS connection lifetime (ServerConfig).
@@ -84,5 +87,20 @@ func followReady(l *Limiter, hs *health.Server, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// rlsOKHeaders are the RateLimit fields of an allowed decision (the
+// enforced limits, their remaining quota and reset), which Envoy adds to
+// the upstream's response as /v1/check and limitermw do on every allowed
+// answer; nil when no limit applies.
+func rlsOKHeaders(d Decision) []*corev3.HeaderValue {
+	pol, cur, _ := limitapi.Fields(d)
+	if pol == "" {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: limitapi.HeaderRateLimitPolicy, Value: pol},
+		{Key: limitapi.HeaderRateLimit, Value: cur},
 	}
 }

@@ -2,10 +2,12 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -126,5 +128,44 @@ func TestServerConfigValidateGrace(t *testing.T) {
 	cfg := limiter.ServerConfig{Limiter: &limiter.Limiter{}, RLSMaxConnectionAgeGrace: -time.Second}
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("negative grace accepted")
+	}
+}
+
+// TestRLSOKHeaders: an OK answer carries the RateLimit fields of the
+// enforced limits (Envoy adds them to the allowed response; r is a lower
+// bound from memory, docs/limiter.md "Remaining quota"), no
+// Retry-After; RLSNoOKHeaders leaves them out; a domain without rules gets
+// none.
+func TestRLSOKHeaders(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "off"}[off], func(t *testing.T) {
+			e := newEnv(t, func(_ *limiter.Config, s *limiter.ServerConfig) { s.RLSNoOKHeaders = off })
+			rls := rlsClient(t, e.srv.RLSAddr())
+			ctx := context.Background()
+			rr, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "login_failed",
+				Descriptors: []*commonv3.RateLimitDescriptor{descriptor("ip", "203.0.113.77")}})
+			if err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("RLS: %v %v", rr, err)
+			}
+			rh := map[string]string{}
+			for _, h := range rr.ResponseHeadersToAdd {
+				rh[h.Key] = h.Value
+			}
+			if off {
+				if len(rh) != 0 {
+					t.Errorf("headers %v with OK headers off", rh)
+				}
+				return
+			}
+			if len(rh) != 2 || !strings.HasPrefix(rh["RateLimit-Policy"], `"login-failed/ip/1m";q=5;w=60`) ||
+				!strings.HasPrefix(rh["RateLimit"], `"login-failed/ip/1m";r=`) || strings.HasPrefix(rh["RateLimit"], `"login-failed/ip/1m";r=0;`) {
+				t.Errorf("OK answer headers %v", rh)
+			}
+			rr, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "nothing_here",
+				Descriptors: []*commonv3.RateLimitDescriptor{descriptor("ip", "203.0.113.77")}})
+			if err != nil || len(rr.ResponseHeadersToAdd) != 0 {
+				t.Errorf("no rules: %v %v, want no headers", rr, err)
+			}
+		})
 	}
 }
