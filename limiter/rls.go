@@ -54,7 +54,12 @@ type rlsService struct {
 var _ rlsv3.RateLimitServiceServer = (*rlsService)(nil)
 
 func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	req := Request{Action: in.GetDomain(), N: int64(in.GetHitsAddend())}
+	n, checkOnly, err := rlsHitsAddend(in)
+	if err != nil {
+		s.l.m.requests.WithLabelValues("rls", "invalid").Inc()
+		return nil, errorToGRPC(err)
+	}
+	req := Request{Action: in.GetDomain(), N: n}
 	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor
 	for i, desc := range in.GetDescriptors() {
 		for _, e := range desc.GetEntries() {
@@ -63,8 +68,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 		}
 	}
 	var d Decision
-	var err error
-	if s.mode == RLSTake {
+	if s.mode == RLSTake && !checkOnly {
 		d, err = s.l.Take(ctx, req)
 	} else {
 		d, err = s.l.Check(ctx, req)

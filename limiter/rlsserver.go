@@ -12,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"floodgate/event"
 	"floodgate/limitapi"
 )
 
@@ -103,4 +104,32 @@ func rlsOKHeaders(d Decision) []*corev3.HeaderValue {
 		{Key: limitapi.HeaderRateLimitPolicy, Value: pol},
 		{Key: limitapi.HeaderRateLimit, Value: cur},
 	}
+}
+
+// rlsHitsAddend is a call's count. A descriptor's hits_addend overrides the
+// request's (Envoy's rule; the request's 0 means 1), and floodgate decides
+// all subjects of a call together, with one count: descriptors whose
+// counts differ are refused (InvalidArgument) rather than counted with a
+// count they did not ask for. A count of 0, which only a descriptor can
+// give, asks for a check: nothing is counted, even in take mode.
+func rlsHitsAddend(in *rlsv3.RateLimitRequest) (n int64, checkOnly bool, err error) {
+	count := max(uint64(in.GetHitsAddend()), 1)
+	for i, d := range in.GetDescriptors() {
+		c := max(uint64(in.GetHitsAddend()), 1)
+		if h := d.GetHitsAddend(); h != nil {
+			c = h.GetValue()
+		}
+		if i == 0 {
+			count = c
+		} else if c != count {
+			return 0, false, invalidf("descriptor %d: hits_addend %d, descriptor 0's is %d: a call's descriptors are decided together, with one count", i, c, count)
+		}
+	}
+	switch {
+	case count == 0:
+		return 1, true, nil
+	case count > uint64(event.MaxN):
+		return 0, false, invalidf("hits_addend %d, at most %d", count, event.MaxN)
+	}
+	return int64(count), false, nil
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"floodgate/limiter"
 	"floodgate/rules"
@@ -167,5 +168,35 @@ func TestRLSOKHeaders(t *testing.T) {
 				t.Errorf("no rules: %v %v, want no headers", rr, err)
 			}
 		})
+	}
+}
+
+// TestRLSDescriptorHitsAddend: in take mode a descriptor's hits_addend is
+// the count (over the limit: InvalidArgument, as the request's), and 0
+// checks without counting.
+func TestRLSDescriptorHitsAddend(t *testing.T) {
+	e := newEnv(t, func(_ *limiter.Config, s *limiter.ServerConfig) { s.RLSMode = limiter.RLSTake })
+	rls := rlsClient(t, e.srv.RLSAddr())
+	ctx := context.Background()
+	call := func(h uint64) (*rlsv3.RateLimitResponse, error) {
+		d := descriptor("email", "hits@example.com")
+		d.HitsAddend = wrapperspb.UInt64(h)
+		return rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset", HitsAddend: 1,
+			Descriptors: []*commonv3.RateLimitDescriptor{d}})
+	}
+	if _, err := call(11); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("descriptor hits_addend 11 of 10/1m: %v, want InvalidArgument", err)
+	}
+	for i := range 12 {
+		if rr, err := call(0); err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("check-only call %d: %v %v", i, rr, err)
+		}
+	}
+	// Nothing was counted: the whole limit is still there, and then spent.
+	if rr, err := call(10); err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("take 10 after check-only calls: %v %v", rr, err)
+	}
+	if rr, err := call(1); err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("take 1 more: %v %v, want OVER_LIMIT", rr, err)
 	}
 }
