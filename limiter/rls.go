@@ -41,8 +41,9 @@ func ParseRLSMode(s string) (RLSMode, error) {
 }
 
 // rlsService is envoy.service.ratelimit.v3.RateLimitService: the domain is
-// the action, every descriptor entry a kind (key) and subject (value). All
-// entries of all descriptors are decided together, in one Redis round trip.
+// the action, every descriptor a subject (rlsSubject: one entry's key and
+// value are its kind and subject; several entries make one composite
+// subject). All descriptors are decided together, in one Redis round trip.
 type rlsService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	l    *Limiter
@@ -62,10 +63,11 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	req := Request{Action: in.GetDomain(), N: n}
 	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor
 	for i, desc := range in.GetDescriptors() {
-		for _, e := range desc.GetEntries() {
-			req.Subjects = append(req.Subjects, Subject{Kind: e.GetKey(), Subject: e.GetValue()})
-			owner = append(owner, i)
+		if len(desc.GetEntries()) == 0 {
+			continue
 		}
+		req.Subjects = append(req.Subjects, rlsSubject(desc))
+		owner = append(owner, i)
 	}
 	var d Decision
 	if s.mode == RLSTake && !checkOnly {

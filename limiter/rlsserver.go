@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -132,4 +133,21 @@ func rlsHitsAddend(in *rlsv3.RateLimitRequest) (n int64, checkOnly bool, err err
 		return 0, false, invalidf("hits_addend %d, at most %d", count, event.MaxN)
 	}
 	return int64(count), false, nil
+}
+
+// rlsSubject is a descriptor's subject: with one entry, its key is the kind
+// and its value the subject; with several (an Envoy rate_limit whose
+// actions give ip and path), they are one subject together,
+// limitapi.Composite: kind "ip.path", subject "<ip>|<path>".
+func rlsSubject(d *commonv3.RateLimitDescriptor) Subject {
+	es := d.GetEntries()
+	if len(es) == 1 {
+		return Subject{Kind: es[0].GetKey(), Subject: es[0].GetValue()}
+	}
+	kinds, values := make([]string, len(es)), make([]string, len(es))
+	for i, e := range es {
+		kinds[i], values[i] = e.GetKey(), e.GetValue()
+	}
+	kind, subject := limitapi.Composite(kinds, values)
+	return Subject{Kind: kind, Subject: subject}
 }

@@ -200,3 +200,48 @@ func TestRLSDescriptorHitsAddend(t *testing.T) {
 		t.Fatalf("take 1 more: %v %v, want OVER_LIMIT", rr, err)
 	}
 }
+
+// TestRLSCompositeDescriptor: a descriptor with several entries is one
+// subject (kind "ip.path", subject "<ip>|<path>"), limited by a rule of
+// that kind; another path is another subject.
+func TestRLSCompositeDescriptor(t *testing.T) {
+	set := mustRules(t, `
+rules:
+  - name: ip-path
+    action: visit
+    kinds: [ip.path]
+    limits: [3/1m]
+    strict: true
+`)
+	e := newEnv(t, func(c *limiter.Config, s *limiter.ServerConfig) {
+		c.Rules = func() *rules.Set { return set }
+		s.RLSMode = limiter.RLSTake
+	})
+	rls := rlsClient(t, e.srv.RLSAddr())
+	ctx := context.Background()
+	call := func(path string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		rr, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "visit",
+			Descriptors: []*commonv3.RateLimitDescriptor{descriptor("ip", "198.51.100.4", "path", path)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rr
+	}
+	for i := range 3 {
+		if rr := call("/login"); rr.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v", i+1, rr)
+		}
+	}
+	rr := call("/login")
+	if rr.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || rr.Statuses[0].GetCurrentLimit().GetName() != "ip-path/ip.path/1m" {
+		t.Fatalf("4th call: %v, want OVER_LIMIT by ip-path/ip.path/1m", rr)
+	}
+	if rr := call("/other"); rr.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("another path: %v, want OK", rr)
+	}
+	d, err := e.lim.Check(ctx, limiter.Request{Action: "visit", Subjects: []limiter.Subject{{Kind: "ip.path", Subject: "198.51.100.4|/login"}}, Exact: true})
+	if err != nil || d.Allowed {
+		t.Errorf("check of the composite subject by its documented name: %+v %v, want denied", d, err)
+	}
+}

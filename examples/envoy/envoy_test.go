@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -116,9 +117,10 @@ func kindsOf(t *testing.T) map[string][]string {
 	return kinds
 }
 
-// checkDescriptors: every descriptor key of rls names a kind that a rule
-// of every domain the actions are sent with counts (floodgate maps domain
-// to action and key to kind), and the filter is the fail-closed kind.
+// checkDescriptors: the kind of every descriptor a rate_limits entry
+// makes (its keys joined by ".": one key is a kind, several a composite,
+// docs/limiter.md) is counted by a rule of the action of every domain it
+// is sent with (floodgate maps domain to action).
 func checkDescriptors(t *testing.T, limits []*routev3.RateLimit, domains []string) {
 	t.Helper()
 	kinds := kindsOf(t)
@@ -126,16 +128,19 @@ func checkDescriptors(t *testing.T, limits []*routev3.RateLimit, domains []strin
 		t.Fatal("no rate_limits")
 	}
 	for _, rl := range limits {
+		var keys []string
 		for _, a := range rl.GetActions() {
 			h := a.GetRequestHeaders()
 			if h == nil {
 				t.Errorf("action %v: the examples send request_headers descriptors only", a)
 				continue
 			}
-			for _, d := range domains {
-				if !slices.Contains(kinds[d], h.GetDescriptorKey()) {
-					t.Errorf("descriptor key %q: no rule of action %q counts that kind (kinds %v)", h.GetDescriptorKey(), d, kinds[d])
-				}
+			keys = append(keys, h.GetDescriptorKey())
+		}
+		kind := strings.Join(keys, ".")
+		for _, d := range domains {
+			if !slices.Contains(kinds[d], kind) {
+				t.Errorf("descriptor kind %q: no rule of action %q counts it (kinds %v)", kind, d, kinds[d])
 			}
 		}
 	}
