@@ -3,15 +3,17 @@ package limiter
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"floodgate/event"
 	"floodgate/limitapi"
@@ -29,8 +31,9 @@ const (
 	// connection past its age may finish after the GOAWAY: far longer than
 	// any call (a call's Redis budget is --timeout).
 	DefaultRLSMaxConnectionAgeGrace = 30 * time.Second
-	// rlsHealthEvery is how often the RLS health status follows Ready.
-	rlsHealthEvery = time.Second
+	// rlsHealthTimeout bounds the readiness check behind one health
+	// Check (a Redis round trip when the limiter has no State).
+	rlsHealthTimeout = time.Second
 )
 
 // rlsServiceName is the RLS service's name in the gRPC health service.
@@ -60,36 +63,45 @@ func healthExempt(next grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor 
 	}
 }
 
-// followReady keeps the health status of the RLS port ("" and the RLS
-// service) at SERVING while the limiter is ready (as /readyz answers) and
-// NOT_SERVING otherwise, until stop is closed. Envoy's gRPC health check of
-// the RLS cluster then sends no calls to a limiter that has not loaded its
-// state yet, and stops sending them to one that is shutting down
-// (Shutdown sets NOT_SERVING before it drains).
-func followReady(l *Limiter, hs *health.Server, stop <-chan struct{}) {
-	t := time.NewTicker(rlsHealthEvery)
-	defer t.Stop()
-	last := healthpb.HealthCheckResponse_UNKNOWN
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), rlsHealthEvery)
-		st := healthpb.HealthCheckResponse_SERVING
-		if err := l.Ready(ctx); err != nil {
+// rlsHealth is the gRPC health service of the RLS port, for the whole
+// server ("") and the RLS service: SERVING while the limiter is ready (as
+// /readyz answers, asked at each Check, so never stale), NOT_SERVING
+// otherwise and from the moment shutdown begins. Envoy's gRPC health check
+// of the RLS cluster then sends no calls to a limiter that has not loaded
+// its state yet, nor to one that is draining. Watch is not served
+// (Unimplemented): a gRPC client's own health checking then counts the
+// server as up, and Envoy and Kubernetes use Check.
+type rlsHealth struct {
+	healthpb.UnimplementedHealthServer
+	l        *Limiter
+	stopping atomic.Bool
+}
+
+var _ healthpb.HealthServer = (*rlsHealth)(nil)
+
+func (h *rlsHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if svc := in.GetService(); svc != "" && svc != rlsServiceName {
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", truncateName(svc))
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if h.stopping.Load() {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, rlsHealthTimeout)
+		defer cancel()
+		if err := h.l.Ready(ctx); err != nil {
 			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
-		cancel()
-		if st != last {
-			// After Shutdown the health server ignores updates, so a
-			// late tick cannot turn a draining server back on.
-			hs.SetServingStatus("", st)
-			hs.SetServingStatus(rlsServiceName, st)
-			last = st
-		}
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
 	}
+	return &healthpb.HealthCheckResponse{Status: st}, nil
+}
+
+// truncateName bounds a caller's service name in an error.
+func truncateName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // rlsOKHeaders are the RateLimit fields of an allowed decision (the

@@ -62,9 +62,10 @@ func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// TestRLSHealth: the gRPC health service on the RLS port follows
+// TestRLSHealth: the gRPC health service on the RLS port answers
 // readiness (NOT_SERVING until rules are loaded, then SERVING), for the
-// whole server and for the RLS service, and needs no bearer token.
+// whole server and for the RLS service, NotFound for other services, and
+// needs no bearer token.
 func TestRLSHealth(t *testing.T) {
 	srv, set := healthServer(t, func(c *limiter.ServerConfig) { c.AuthToken = "s3cret" })
 	conn := grpcConn(t, srv.RLSAddr())
@@ -86,6 +87,9 @@ func TestRLSHealth(t *testing.T) {
 	set.Store(mustRules(t, testRules))
 	for _, svc := range services {
 		waitFor(t, "service "+svc+" SERVING", func() bool { return statusOf(svc) == healthpb.HealthCheckResponse_SERVING })
+	}
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"}); status.Code(err) != codes.NotFound {
+		t.Errorf("unknown service: %v, want NotFound", err)
 	}
 	// The RLS itself still wants the token.
 	_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "visit",

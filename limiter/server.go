@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"floodgate/gen/floodgate/v1/floodgatev1connect"
@@ -94,8 +93,7 @@ type Server struct {
 	handler http.Handler
 	httpSrv *http.Server
 	grpcSrv *grpc.Server
-	health  *health.Server
-	stopHC  chan struct{}
+	health  *rlsHealth
 	httpLn  net.Listener
 	rlsLn   net.Listener
 	wg      sync.WaitGroup
@@ -168,9 +166,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode, noOKHeaders: cfg.RLSNoOKHeaders})
 		// The gRPC health service on the RLS port: what Envoy's
 		// grpc_health_check and Kubernetes' grpc probe ask.
-		s.health = health.NewServer()
-		s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-		s.health.SetServingStatus(rlsServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+		s.health = &rlsHealth{l: l}
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	}
 	return s, nil
@@ -224,13 +220,6 @@ func (s *Server) Start() error {
 		}
 	}()
 	if s.grpcSrv != nil {
-		stop := make(chan struct{})
-		s.stopHC = stop
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			followReady(s.cfg.Limiter, s.health, stop)
-		}()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -266,12 +255,8 @@ func (s *Server) RLSAddr() string {
 // then closes whatever is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var errs []error
-	if s.stopHC != nil {
-		close(s.stopHC)
-		s.stopHC = nil
-	}
 	if s.health != nil {
-		s.health.Shutdown() // NOT_SERVING: health checkers stop sending calls
+		s.health.stopping.Store(true) // NOT_SERVING: health checkers stop sending calls
 	}
 	if s.grpcSrv != nil {
 		done := make(chan struct{})
