@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"floodgate/event"
 	"floodgate/limitapi"
 	"floodgate/rules"
 
@@ -42,34 +41,37 @@ func ParseRLSMode(s string) (RLSMode, error) {
 }
 
 // rlsService is envoy.service.ratelimit.v3.RateLimitService: the domain is
-// the action, every descriptor entry a kind (key) and subject (value). All
-// entries of all descriptors are decided together, in one Redis round trip.
+// the action, every descriptor a subject (rlsSubject: one entry's key and
+// value are its kind and subject; several entries make one composite
+// subject). All descriptors are decided together, in one Redis round trip.
 // A request with an invalid part is still answered OVER_LIMIT when a valid
-// entry is over a limit (Limiter.Check); InvalidArgument only when nothing
+// subject is over a limit (Limiter.Check); InvalidArgument only when nothing
 // denies, which Envoy with failure_mode_deny: true turns into a denial
 // (docs/limiter.md recommends it).
 type rlsService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	l    *Limiter
 	mode RLSMode
+	// noOKHeaders leaves the RateLimit fields out of OK answers.
+	noOKHeaders bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*rlsService)(nil)
 
 func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	req := Request{Action: in.GetDomain(), N: int64(in.GetHitsAddend())}
+	n, checkOnly := rlsHitsAddend(in)
+	req := Request{Action: in.GetDomain(), N: n}
 	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor
 	for i, desc := range in.GetDescriptors() {
-		for _, e := range desc.GetEntries() {
-			// As the limiter decides it, so that a denial of an overlong
-			// value's digest finds its descriptor.
-			req.Subjects = append(req.Subjects, Subject{Kind: e.GetKey(), Subject: event.CanonicalSubject(e.GetValue())})
-			owner = append(owner, i)
+		if len(desc.GetEntries()) == 0 {
+			continue
 		}
+		req.Subjects = append(req.Subjects, rlsSubject(desc))
+		owner = append(owner, i)
 	}
 	var d Decision
 	var err error
-	if s.mode == RLSTake {
+	if s.mode == RLSTake && !checkOnly {
 		d, err = s.l.Take(ctx, req)
 	} else {
 		d, err = s.l.Check(ctx, req)
@@ -101,6 +103,9 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f.k, Value: f.v})
 			}
 		}
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OK && !s.noOKHeaders {
+		resp.ResponseHeadersToAdd = rlsOKHeaders(d)
 	}
 	s.l.m.requests.WithLabelValues("rls", outcome).Inc()
 	return resp, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"floodgate/gen/floodgate/v1/floodgatev1connect"
 )
@@ -59,6 +60,17 @@ type ServerConfig struct {
 	Gatherer prometheus.Gatherer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// RLSMaxConnectionAge closes RLS connections this old (GOAWAY; the
+	// client reconnects), so that Envoy's long-lived connections spread
+	// over new replicas. Default 5m; negative: never.
+	RLSMaxConnectionAge time.Duration
+	// RLSMaxConnectionAgeGrace is how long calls in flight on an aged
+	// connection may finish. Default 30s.
+	RLSMaxConnectionAgeGrace time.Duration
+	// RLSNoOKHeaders leaves the RateLimit header fields out of OK RLS
+	// answers (they are on OVER_LIMIT answers always). Default false:
+	// Envoy adds them to every allowed response, as /v1/check does.
+	RLSNoOKHeaders bool
 }
 
 // Validate reports the first problem with c.
@@ -81,6 +93,9 @@ func (c *ServerConfig) Validate() error {
 			return fmt.Errorf("limiter server: address %q: %w", a, err)
 		}
 	}
+	if c.RLSMaxConnectionAgeGrace < 0 {
+		return fmt.Errorf("limiter server: rls max connection age grace %s is negative", c.RLSMaxConnectionAgeGrace)
+	}
 	return nil
 }
 
@@ -91,6 +106,7 @@ type Server struct {
 	handler http.Handler
 	httpSrv *http.Server
 	grpcSrv *grpc.Server
+	health  *rlsHealth
 	httpLn  net.Listener
 	rlsLn   net.Listener
 	wg      sync.WaitGroup
@@ -110,6 +126,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.RLSMaxConnectionAge == 0 {
+		cfg.RLSMaxConnectionAge = DefaultRLSMaxConnectionAge
+	}
+	if cfg.RLSMaxConnectionAgeGrace == 0 {
+		cfg.RLSMaxConnectionAgeGrace = DefaultRLSMaxConnectionAgeGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -158,11 +180,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if cfg.TLS != nil {
 			gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 		}
+		gopts = append(gopts, rlsKeepalive(cfg.RLSMaxConnectionAge, cfg.RLSMaxConnectionAgeGrace)...)
 		if cfg.AuthToken != "" {
-			gopts = append(gopts, grpc.UnaryInterceptor(grpcAuth(cfg.AuthToken, l.m)))
+			gopts = append(gopts, grpc.UnaryInterceptor(healthExempt(grpcAuth(cfg.AuthToken, l.m))))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
-		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode})
+		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, &rlsService{l: l, mode: cfg.RLSMode, noOKHeaders: cfg.RLSNoOKHeaders})
+		// The gRPC health service on the RLS port: what Envoy's
+		// grpc_health_check and Kubernetes' grpc probe ask.
+		s.health = &rlsHealth{l: l}
+		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	}
 	return s, nil
 }
@@ -255,6 +282,9 @@ func (s *Server) RLSAddr() string {
 // then closes whatever is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var errs []error
+	if s.health != nil {
+		s.health.stopping.Store(true) // NOT_SERVING: health checkers stop sending calls
+	}
 	if s.grpcSrv != nil {
 		done := make(chan struct{})
 		go func() { s.grpcSrv.GracefulStop(); close(done) }()

@@ -33,6 +33,7 @@ type LimiterFlags struct {
 
 // LimiterServeCmd serves the three surfaces.
 type LimiterServeCmd struct {
+	RLSFlags
 	LimiterFlags
 	KafkaFlags
 	AdminFlags
@@ -147,6 +148,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	srv, err := limiter.NewServer(limiter.ServerConfig{
+		RLSMaxConnectionAge: c.rlsMaxConnAge(), RLSMaxConnectionAgeGrace: c.RLSMaxConnAgeGrace, RLSNoOKHeaders: !c.RLSOKHeaders,
 		Limiter: lim, HTTPAddr: c.HTTPAddr, RLSAddr: c.RLSAddr, RLSMode: rlsMode,
 		AuthToken: authToken, MetricsAuth: c.MetricsAuth, MaxRequestBytes: c.MaxBytes, TLS: serverTLS, Gatherer: reg, Logger: logger,
 	})
