@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -17,6 +18,7 @@ type connectService struct{ l *Limiter }
 var _ floodgatev1connect.LimiterHandler = (*connectService)(nil)
 
 func (s *connectService) Check(ctx context.Context, req *connect.Request[floodgatev1.CheckRequest]) (*connect.Response[floodgatev1.CheckResponse], error) {
+	defer s.l.m.observe("connect", time.Now())
 	d, err := s.l.Check(ctx, Request{Action: req.Msg.GetAction(), Subjects: limitapi.SubjectsFromProto(req.Msg.GetSubjects()), Exact: req.Msg.GetExact()})
 	if err != nil {
 		return nil, s.fail(err)
@@ -29,6 +31,7 @@ func (s *connectService) Check(ctx context.Context, req *connect.Request[floodga
 }
 
 func (s *connectService) Take(ctx context.Context, req *connect.Request[floodgatev1.TakeRequest]) (*connect.Response[floodgatev1.TakeResponse], error) {
+	defer s.l.m.observe("connect", time.Now())
 	d, err := s.l.Take(ctx, Request{Action: req.Msg.GetAction(), Subjects: limitapi.SubjectsFromProto(req.Msg.GetSubjects()), N: req.Msg.GetN(), ID: req.Msg.GetId()})
 	if err != nil {
 		return nil, s.fail(err)

@@ -58,6 +58,7 @@ func ParseQuery(q url.Values) (Request, error) {
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	surface := "http"
+	defer h.l.m.observe(surface, time.Now())
 	if h.take {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)

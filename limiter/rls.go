@@ -59,6 +59,7 @@ type rlsService struct {
 var _ rlsv3.RateLimitServiceServer = (*rlsService)(nil)
 
 func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	defer s.l.m.observe("rls", time.Now())
 	n, checkOnly := rlsHitsAddend(in)
 	req := Request{Action: in.GetDomain(), N: n}
 	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor

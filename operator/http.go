@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -95,10 +96,47 @@ func NewHandler(o *Operator, tokens []Token, maxBytes int64) (http.Handler, erro
 	for _, op := range []window.AdminOp{window.OpBan, window.OpUnban, window.OpReset} {
 		mux.HandleFunc("/v1/admin/"+string(op), h.serve(string(op), http.MethodPost))
 	}
+	// Go's profiler, behind the admin tokens: profiles name internals and
+	// cost CPU. A CPU profile or trace runs at most 25 s (?seconds=), under
+	// the admin server's write timeout.
+	mux.Handle("/debug/pprof/", h.authed(http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/cmdline", h.authed(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("/debug/pprof/profile", h.authed(boundSeconds(http.HandlerFunc(pprof.Profile))))
+	mux.Handle("/debug/pprof/symbol", h.authed(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", h.authed(boundSeconds(http.HandlerFunc(pprof.Trace))))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such admin endpoint: " + r.URL.Path})
 	})
 	return mux, nil
+}
+
+// authed lets through requests with an admin token.
+func (h *handler) authed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := h.operator(r.Header.Get("Authorization")); !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "missing or wrong admin token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// maxProfileSeconds keeps a profile inside the admin server's write
+// timeout (30 s), which would otherwise cut it off unreported.
+const maxProfileSeconds = 25
+
+// boundSeconds caps a profile's ?seconds= at maxProfileSeconds.
+func boundSeconds(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if n, err := strconv.Atoi(q.Get("seconds")); err == nil && n > maxProfileSeconds {
+			q.Set("seconds", strconv.Itoa(maxProfileSeconds))
+			r = r.Clone(r.Context())
+			r.URL.RawQuery = q.Encode()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type handler struct {

@@ -349,6 +349,13 @@ func TestOperatorControlsOnRunningServices(t *testing.T) {
 		if _, err := http.Get("http://" + s.idleAdmin + "/v1/admin/inspect"); err == nil {
 			t.Error("limiter B serves admin endpoints without an admin token")
 		}
+		// The profiler is on the admin listener, behind the same tokens.
+		if code, _, _ := call(t, http.MethodGet, s.adminURL+"/debug/pprof/", "", nil); code != http.StatusUnauthorized {
+			t.Errorf("/debug/pprof/ without a token: %d, want 401", code)
+		}
+		if code, body, _ := call(t, http.MethodGet, s.adminURL+"/debug/pprof/heap?debug=1", bobSecret, nil); code != http.StatusOK || !strings.Contains(string(body), "heap profile") {
+			t.Errorf("/debug/pprof/heap as bob: %d %.80s", code, body)
+		}
 		_, metrics, _ := call(t, http.MethodGet, s.limA.URL+"/metrics", "", nil)
 		for _, m := range []string{`floodgate_admin_actions_total{action="unban",result="unauthenticated"} 3`, `floodgate_admin_actions_total{action="unban",result="ok"} 1`} {
 			if !strings.Contains(string(metrics), m) {
