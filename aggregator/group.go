@@ -99,7 +99,8 @@ type Config struct {
 	// RetryBackoff is the least pause after a failed Apply or dead-letter
 	// write; the pauses double, jittered (so that partitions failing
 	// together do not retry together), up to MaxRetryBackoff. Defaults
-	// 200ms and 5s. A partition retries the same batch until it succeeds: nothing is skipped.
+	// 200ms and 5s. A partition retries the same batch until it succeeds:
+	// nothing is skipped.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 	// SessionTimeout of the group membership. Default 10s, so that a killed
