@@ -16,6 +16,7 @@ import (
 
 	"floodgate/event"
 
+	"floodgate/jitter"
 	"floodgate/kafkaconn"
 )
 
@@ -95,9 +96,11 @@ type Config struct {
 	// letter the DLQ refuses for good (too large, invalid) is dropped at
 	// once. Default 1m.
 	DeadLetterMaxWait time.Duration
-	// RetryBackoff is the first pause after a failed Apply or dead-letter
-	// write; it doubles up to MaxRetryBackoff. Defaults 200ms and 5s. A
-	// partition retries the same batch until it succeeds: nothing is skipped.
+	// RetryBackoff is the least pause after a failed Apply or dead-letter
+	// write; the pauses double, jittered (so that partitions failing
+	// together do not retry together), up to MaxRetryBackoff. Defaults
+	// 200ms and 5s. A partition retries the same batch until it succeeds:
+	// nothing is skipped.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 	// SessionTimeout of the group membership. Default 10s, so that a killed
@@ -571,7 +574,7 @@ func (w *worker) cut(out fetched) fetched {
 // are retried; offsets the log lost are handled by the policy.
 func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) {
 	g := w.g
-	backoff := g.cfg.RetryBackoff
+	wait := jitter.New(g.cfg.RetryBackoff, g.cfg.MaxRetryBackoff)
 	beyond := 0
 	last := f.Next() // what was handed over last: only transaction markers may follow
 	for stop.Err() == nil {
@@ -608,15 +611,15 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 			continue
 		case err != nil:
 			g.metrics.errors.WithLabelValues("fetch").Inc()
+			backoff := wait.Next()
 			w.log.Warn("fetch failed; retrying", "err", err, "backoff", backoff)
 			if !sleep(stop, backoff) {
 				return
 			}
-			backoff = min(backoff*2, g.cfg.MaxRetryBackoff)
 			continue
 		}
 		beyond = 0
-		backoff = g.cfg.RetryBackoff
+		wait.Reset()
 		if len(msgs) == 0 && f.Next() <= last {
 			continue
 		}
@@ -698,7 +701,7 @@ func (w *worker) resetOffset(stop, work context.Context, lost *LostOffsetsError)
 // resume finds where the partition starts: the sink's own offset when it has
 // one, else the group's committed offset, else the start of the log.
 func (w *worker) resume(stop context.Context) (int64, bool) {
-	backoff := w.g.cfg.RetryBackoff
+	wait := jitter.New(w.g.cfg.RetryBackoff, w.g.cfg.MaxRetryBackoff)
 	for {
 		next, ok, err := w.g.sink.Resume(stop, w.g.cfg.Topic, w.partition)
 		if err == nil {
@@ -719,10 +722,9 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 			}
 		}
 		w.log.Warn("resume offset", "err", err)
-		if !sleep(stop, backoff) {
+		if !sleep(stop, wait.Next()) {
 			return 0, false
 		}
-		backoff = min(backoff*2, w.g.cfg.MaxRetryBackoff)
 	}
 }
 
@@ -905,7 +907,7 @@ func (w *worker) deadLetter(stop, work context.Context, dead []kafka.Message) bo
 	w.log.Warn("dead-lettering malformed events", "count", len(dead))
 	pending := dead
 	deadline := time.Now().Add(w.g.cfg.DeadLetterMaxWait)
-	backoff := w.g.cfg.RetryBackoff
+	wait := jitter.New(w.g.cfg.RetryBackoff, w.g.cfg.MaxRetryBackoff)
 	for {
 		ctx, cancel := context.WithTimeout(work, 10*time.Second)
 		err := w.g.cfg.DeadLetter.WriteMessages(ctx, pending...)
@@ -924,11 +926,11 @@ func (w *worker) deadLetter(stop, work context.Context, dead []kafka.Message) bo
 			w.log.Warn("dead-letter failed while stopping; the next owner redoes it", "err", err)
 			return false
 		}
+		backoff := wait.Next()
 		w.log.Warn("dead-letter failed; retrying", "err", err, "backoff", backoff, "messages", len(failed))
 		if !sleep(stop, backoff) {
 			return false
 		}
-		backoff = min(backoff*2, w.g.cfg.MaxRetryBackoff)
 		pending = failed
 	}
 }
@@ -1027,7 +1029,7 @@ func (w *worker) apply(stop, work context.Context, b Batch) (*RewindError, bool)
 // and gives up, leaving the batch to the next owner (its offsets were not
 // applied, so nothing is lost).
 func (w *worker) retry(stop context.Context, what string, op func() error, done func()) bool {
-	backoff := w.g.cfg.RetryBackoff
+	wait := jitter.New(w.g.cfg.RetryBackoff, w.g.cfg.MaxRetryBackoff)
 	for {
 		err := op()
 		if err == nil {
@@ -1039,6 +1041,7 @@ func (w *worker) retry(stop context.Context, what string, op func() error, done 
 			w.log.Warn(what+" failed while stopping; the next owner redoes it", "err", err)
 			return false
 		}
+		backoff := wait.Next()
 		w.log.Warn(what+" failed; retrying", "err", err, "backoff", backoff)
 		if !sleep(stop, backoff) {
 			// One last attempt so a graceful shutdown still lands the batch.
@@ -1048,7 +1051,6 @@ func (w *worker) retry(stop context.Context, what string, op func() error, done 
 			}
 			return false
 		}
-		backoff = min(backoff*2, w.g.cfg.MaxRetryBackoff)
 	}
 }
 

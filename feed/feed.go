@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"floodgate/jitter"
 	"floodgate/window"
 )
 
@@ -72,8 +73,9 @@ type Config struct {
 	Block time.Duration
 	// Count caps the entries of one XREAD. Default 512.
 	Count int64
-	// RetryBackoff is the first pause after a failed read; it doubles up to
-	// 5s. Default 100ms.
+	// RetryBackoff is the least pause after a failed read; the pauses
+	// double, jittered (followers that fail together, as in a Redis
+	// failover, do not retry together), up to 5s. Default 100ms.
 	RetryBackoff time.Duration
 	// Metrics, when set, receives lag and resync figures.
 	Metrics *Metrics
@@ -130,7 +132,7 @@ type follower struct {
 }
 
 func (f *follower) run(ctx context.Context) error {
-	backoff := f.cfg.RetryBackoff
+	wait := jitter.New(f.cfg.RetryBackoff, 5*time.Second)
 	synced := false
 	if f.cfg.From != "" {
 		f.last, f.seq, synced = f.cfg.From, f.cfg.FromSeq, true
@@ -144,10 +146,10 @@ func (f *follower) run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
+				backoff := wait.Next()
 				f.log.Warn("change stream snapshot failed; retrying", "err", err, "backoff", backoff)
 				f.m.errors.Inc()
 				sleep(ctx, backoff)
-				backoff = min(2*backoff, 5*time.Second)
 				continue
 			}
 			synced = true
@@ -157,13 +159,13 @@ func (f *follower) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			backoff := wait.Next()
 			f.log.Warn("change stream read failed; retrying", "err", err, "backoff", backoff)
 			f.m.errors.Inc()
 			sleep(ctx, backoff)
-			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = f.cfg.RetryBackoff
+		wait.Reset()
 		if f.cfg.Flush != nil {
 			if err := f.cfg.Flush(ctx); err != nil {
 				if ctx.Err() != nil {

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"floodgate/migrations"
 )
 
 // DB is what history needs of a PostgreSQL connection pool; *pgxpool.Pool
@@ -22,13 +24,11 @@ type DB interface {
 
 var _ DB = (*pgxpool.Pool)(nil)
 
-// schema holds history's tables and functions and the consumer offsets,
-// as floodgate's migrations create them (migrations.Schema): a history of
-// one's own is a database of one's own (tests create one each).
-const schema = "floodgate"
-
-// qualify returns schema.name, each quoted.
-func qualify(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+// qualify returns schema.name, each quoted. migrations.Schema holds
+// history's tables and functions and the consumer offsets, as floodgate's
+// migrations create them: a history of one's own is a database of one's
+// own (tests create one each).
+func qualify(name string) string { return pgx.Identifier{migrations.Schema, name}.Sanitize() }
 
 // The routing lock orders sinks and the roller: every sink write holds it
 // shared, every roller chunk (which moves rows and raises a watermark) holds
@@ -43,7 +43,7 @@ const (
 // rest of tx: no sink writes until tx ends. Whoever moves rows between
 // tiers or changes a watermark holds it.
 func LockRoute(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, lockRouteExclusive, schema); err != nil {
+	if _, err := tx.Exec(ctx, lockRouteExclusive, migrations.Schema); err != nil {
 		return fmt.Errorf("routing lock: %w", err)
 	}
 	return nil
@@ -69,7 +69,7 @@ func EnsureLadder(ctx context.Context, db DB, l Ladder, onlyIfEmpty bool) (err e
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	if _, err := tx.Exec(ctx, lockRouteExclusive, schema); err != nil {
+	if _, err := tx.Exec(ctx, lockRouteExclusive, migrations.Schema); err != nil {
 		return fmt.Errorf("ensure ladder: lock: %w", err)
 	}
 	tiers := qualify("history_tiers")

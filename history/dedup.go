@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"floodgate/aggregator"
+	"floodgate/migrations"
 )
 
 // Dedup by event id (SinkConfig.Dedup, migration 00006, docs/history.md
@@ -96,7 +97,7 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 	}()
 
 	pb := &pgx.Batch{}
-	pb.Queue(lockRouteShared, schema)
+	pb.Queue(lockRouteShared, migrations.Schema)
 	pb.Queue(s.idsSQL, s.cfg.Group, b.Topic, b.Partition, b.First, now, keys, now.Add(-s.cfg.Dedup))
 	var (
 		stored *int64
@@ -264,10 +265,10 @@ func (s *Sink) checkDedupTable(ctx context.Context) error {
 	}
 	var ok bool
 	if err := s.cfg.DB.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, qualify("history_ids")).Scan(&ok); err != nil {
-		return fmt.Errorf("history dedup: look up %s.history_ids: %w", schema, err)
+		return fmt.Errorf("history dedup: look up %s.history_ids: %w", migrations.Schema, err)
 	}
 	if !ok {
-		return errors.New("history dedup: table " + schema + ".history_ids missing: apply the migrations (floodgate migrate up)")
+		return errors.New("history dedup: table " + migrations.Schema + ".history_ids missing: apply the migrations (floodgate migrate up)")
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"floodgate/aggregator"
+	"floodgate/migrations"
 )
 
 // SinkConfig configures a Sink. Zero values take the defaults named per field.
@@ -309,7 +310,7 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	// One round trip, one implicit transaction: the routing lock, then the
 	// statement.
 	batch := &pgx.Batch{}
-	batch.Queue(lockRouteShared, schema)
+	batch.Queue(lockRouteShared, migrations.Schema)
 	batch.Queue(s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
 		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes)
 	var res applyResult

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/feed"
+	"floodgate/jitter"
 	"floodgate/window"
 )
 
@@ -45,8 +46,9 @@ type RelayConfig struct {
 	// published, for limiters that reconnect (one that falls further
 	// behind loads a snapshot instead). Default 1m.
 	Keep time.Duration
-	// RetryBackoff is the first pause after a failed publish; it doubles up
-	// to 5s. Default 200ms.
+	// RetryBackoff is the least pause after a failed publish; the pauses
+	// double, jittered (relays that fail together, as in a Redis failover,
+	// do not retry together), up to 5s. Default 200ms.
 	RetryBackoff time.Duration
 	Now          func() time.Time
 	Logger       *slog.Logger
@@ -129,7 +131,7 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 	log := r.log.With("partition", partition)
 	running := r.running.WithLabelValues(strconv.Itoa(partition))
 	defer r.running.DeleteLabelValues(strconv.Itoa(partition))
-	backoff := r.cfg.RetryBackoff
+	wait := jitter.New(r.cfg.RetryBackoff, 5*time.Second)
 	for {
 		running.Set(1)
 		err := r.follow(ctx, partition, log)
@@ -138,9 +140,9 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 			return
 		}
 		r.restarts.WithLabelValues(strconv.Itoa(partition)).Inc()
+		backoff := wait.Next()
 		log.Error("relay failed; decisions of the partition wait until it restarts from its cursor", "err", err, "backoff", backoff)
 		sleep(ctx, backoff)
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -150,6 +152,9 @@ func (r *Relay) follow(ctx context.Context, partition int, log *slog.Logger) err
 	keys := r.cfg.Store.Keys()
 	var id string
 	var seq int64
+	// A flat pause as before, jittered: after a failover every relay
+	// reads its cursor at once.
+	wait := jitter.New(r.cfg.RetryBackoff, 2*r.cfg.RetryBackoff)
 	for {
 		var err error
 		id, seq, err = r.cursor(ctx, keys.Relay(partition))
@@ -157,7 +162,7 @@ func (r *Relay) follow(ctx context.Context, partition int, log *slog.Logger) err
 			break
 		}
 		log.Warn("read relay cursor; retrying", "err", err)
-		sleep(ctx, r.cfg.RetryBackoff)
+		sleep(ctx, wait.Next())
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -234,7 +239,7 @@ func (h *relayHandler) flush(ctx context.Context) error {
 	if !h.dirty {
 		return nil
 	}
-	backoff := h.r.cfg.RetryBackoff
+	wait := jitter.New(h.r.cfg.RetryBackoff, 5*time.Second)
 	for len(h.msgs) > 0 {
 		err := h.r.cfg.Writer.WriteMessages(ctx, h.msgs...)
 		if err == nil {
@@ -245,9 +250,9 @@ func (h *relayHandler) flush(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
+		backoff := wait.Next()
 		h.log.Warn("publish decisions; retrying", "count", len(h.msgs), "err", err, "backoff", backoff)
 		sleep(ctx, backoff)
-		backoff = min(2*backoff, 5*time.Second)
 	}
 	key := h.keys.Relay(h.partition)
 	if err := h.r.cfg.Redis.Set(ctx, key, h.id+" "+strconv.FormatInt(h.seq, 10), 0).Err(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"floodgate/history"
+	"floodgate/migrations"
 )
 
 // ErrBusy is returned by RunOnce when another roller holds the lock.
@@ -197,7 +198,7 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 	defer conn.Release()
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`,
-		schema).Scan(&locked); err != nil {
+		migrations.Schema).Scan(&locked); err != nil {
 		return rep, fmt.Errorf("roller: take lock: %w", err)
 	}
 	if !locked {
@@ -206,7 +207,7 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, uerr := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, schema); uerr != nil {
+		if _, uerr := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('floodgate.history'), hashtext($1 || '.roller'))`, migrations.Schema); uerr != nil {
 			// Closing the session releases the lock for sure.
 			_ = conn.Conn().Close(uctx)
 		}
@@ -242,11 +243,9 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 	return rep, nil
 }
 
-// schema holds history's tables (migrations.Schema); the roller's lock is
-// named after it, as it always was.
-const schema = "floodgate"
-
-func (r *Roller) q(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+// q names a table of history's schema (migrations.Schema), after which the
+// roller's lock is named too, as it always was.
+func (r *Roller) q(name string) string { return pgx.Identifier{migrations.Schema, name}.Sanitize() }
 
 // begin starts a transaction whose lock waits are bounded by LockTimeout.
 func (r *Roller) begin(ctx context.Context, conn *pgxpool.Conn, f func(pgx.Tx) error) error {

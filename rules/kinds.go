@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // DefaultIPv6Prefix is the prefix length an IPv6 subject of kind "ip" is

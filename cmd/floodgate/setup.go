@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"floodgate/migrations"
-
+	"floodgate/jitter"
 	"floodgate/kafkaconn"
+	"floodgate/migrations"
 )
 
 // SetupCmd is the one-shot deploy step: it creates the topics and applies
@@ -54,8 +54,11 @@ type permanent struct{ error }
 
 func (p permanent) Unwrap() error { return p.error }
 
-// retry runs op until it succeeds or ctx ends, pausing between attempts.
+// retry runs op until it succeeds or ctx ends, pausing 2-3s between
+// attempts: jittered, so that setups started together (replicas of an init
+// container) do not knock on a starting service in step.
 func retry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
+	wait := jitter.New(2*time.Second, 3*time.Second)
 	for {
 		err := op()
 		if err == nil {
@@ -71,7 +74,7 @@ func retry(ctx context.Context, log *slog.Logger, what string, op func() error) 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: gave up: %w", what, err)
-		case <-time.After(2 * time.Second):
+		case <-time.After(wait.Next()):
 		}
 	}
 }
