@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the binary on args as main does, returning the exit code and
+// what it printed.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	type exited struct{ code int }
+	var out, errOut strings.Builder
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				e, ok := r.(exited)
+				if !ok {
+					panic(r)
+				}
+				code = e.code
+			}
+		}()
+		code = run(args, &out, &errOut, func(c int) { panic(exited{c}) })
+	}()
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRulesCheck(t *testing.T) {
+	t.Run("example file", func(t *testing.T) {
+		code, out, errOut := runCLI(t, "rules", "check", "../../examples/rules.yaml")
+		if code != 0 || errOut != "" {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+		for _, want := range []string{
+			"ACTION", "login_failed    email  login-failed         limits: 2/1s 5/1m 10/1h 100/1d",
+			"credential-stuffing  distinct email: 20/1h", "bucket: {rate: 10/1s, burst: 50}",
+			"link-visit           limits: 50/1s 600/1m 20000/1h                       shadow   0",
+			"password_reset  ip     password-reset       limits: 1/1m 3/1h 10/1d                             strict   0",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+		if n := strings.Count(out, "\n"); n != 9 {
+			t.Errorf("%d lines, want a header and 8 (rule, action, kind):\n%s", n, out)
+		}
+	})
+	t.Run("warnings", func(t *testing.T) {
+		path := writeFile(t, "rules.yaml", `rules:
+  - {name: a, action: x, kinds: [ip], limits: [5/m]}
+  - {name: b, action: x, kinds: [ip], limits: [10/m]}
+`)
+		code, _, errOut := runCLI(t, "rules", "check", path)
+		if code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+		for _, want := range []string{path + `:3: warning: overlap: rules "a" and "b"`, path + `:3: warning: unreachable: rule "b"`} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, errOut)
+			}
+		}
+	})
+	t.Run("broken file", func(t *testing.T) {
+		path := writeFile(t, "rules.yaml", "rules:\n  - {name: a, action: x, kinds: [ip], limits: [5/x]}\n")
+		code, out, errOut := runCLI(t, "rules", "check", path)
+		if code != 1 || out != "" {
+			t.Fatalf("exit %d, stdout %q", code, out)
+		}
+		if want := path + `:2: rule "a": limit "5/x"`; !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q lacks %q", errOut, want)
+		}
+	})
+	t.Run("missing file", func(t *testing.T) {
+		if code, _, errOut := runCLI(t, "rules", "check", filepath.Join(t.TempDir(), "nope.yaml")); code != 1 || !strings.Contains(errOut, "no such file") {
+			t.Errorf("exit %d, stderr %q", code, errOut)
+		}
+	})
+}
