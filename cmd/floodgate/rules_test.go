@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kong"
 )
 
 // runCLI runs the binary on args as main does, returning the exit code and
@@ -87,4 +89,49 @@ func TestRulesCheck(t *testing.T) {
 			t.Errorf("exit %d, stderr %q", code, errOut)
 		}
 	})
+}
+
+// Run outside the repository (as tests are, in cmd/floodgate), a command
+// left with the default --rules says why the file is missing, before it
+// connects to anything.
+func TestDefaultRulesMissing(t *testing.T) {
+	t.Setenv("FLOODGATE_RULES", "")
+	os.Unsetenv("FLOODGATE_RULES")
+	for _, args := range [][]string{
+		{"limiter", "serve", "--http-addr", "127.0.0.1:0", "--rls-addr", "off"},
+		{"aggregator", "--metrics-addr", "127.0.0.1:0"},
+		{"rebuild"},
+		{"inspect", "-a", "login_failed", "ip=203.0.113.7"},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		want := "rules file examples/rules.yaml not found (the default is relative to the repository; pass --rules or FLOODGATE_RULES)"
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	// Every --rules default is that one.
+	var cli CLI
+	p, err := kong.New(&cli, kong.Name("floodgate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var walk func(*kong.Node)
+	walk = func(node *kong.Node) {
+		for _, f := range node.Flags {
+			if f.Name == "rules" && f.Default != "" {
+				n++
+				if f.Default != defaultRules {
+					t.Errorf("%s --rules defaults to %q, not %q", node.Path(), f.Default, defaultRules)
+				}
+			}
+		}
+		for _, c := range node.Children {
+			walk(c)
+		}
+	}
+	walk(p.Model.Node)
+	if n < 4 {
+		t.Errorf("%d --rules flags with a default, want the limiter's, aggregator's, rebuild's and the operator commands'", n)
+	}
 }
