@@ -45,6 +45,20 @@ type CLI struct {
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Exit)) }
 
+// Exit codes: 0 done, 1 the command failed, 2 the command line is wrong
+// (kong's own default for those, 80, is no convention anyone checks).
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// usageError is a command line kong refused (unknown flag or command, a
+// missing argument, a value that does not parse or is not in its enum).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+func (usageError) ExitCode() int   { return exitUsage }
+
 // stdio are the streams a command prints to (os.Stdout and os.Stderr but
 // in tests); commands take it as a Run argument.
 type stdio struct{ out, err io.Writer }
@@ -55,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 	var cli CLI
 	parser, err := kong.New(&cli,
 		kong.Name("floodgate"),
-		kong.Description("Live rate limiting and access analytics from one Kafka stream."),
+		kong.Description("Live rate limiting and access analytics from one Kafka stream.\n\nExit status: 0 done, 1 the command failed, 2 the command line is wrong (unknown flag, missing argument, bad value)."),
 		kong.UsageOnError(),
 		kong.Vars{"version": readBuildInfo().String()},
 		kong.Writers(stdout, stderr),
@@ -63,12 +77,15 @@ func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
-		return 1
+		return exitFailed
 	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		parser.FatalIfErrorf(err)
-		return 1
+		// The usage goes with the error to stderr: stdout stays what the
+		// command prints (a script reading it gets nothing, not help).
+		parser.Stdout = stderr
+		parser.FatalIfErrorf(usageError{err})
+		return exitUsage
 	}
 	logger := newLogger(stderr, cli.LogLevel, cli.LogFormat)
 	slog.SetDefault(logger)
@@ -80,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 	kctx.Bind(stdio{out: stdout, err: stderr})
 	if err := kctx.Run(); err != nil {
 		fmt.Fprintf(stderr, "floodgate %s: %v\n", kctx.Command(), err)
-		return 1
+		return exitFailed
 	}
 	return 0
 }

@@ -135,3 +135,35 @@ func TestDefaultRulesMissing(t *testing.T) {
 		t.Errorf("%d --rules flags with a default, want the limiter's, aggregator's, rebuild's and the operator commands'", n)
 	}
 }
+
+// Exit codes: 0 done, 1 failed, 2 a command line kong refused; the usage
+// goes to stderr with the error.
+func TestExitCodes(t *testing.T) {
+	broken := writeFile(t, "rules.yaml", "rules: [1]\n")
+	for _, tt := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--help"}, 0},
+		{[]string{"rules", "check", "--help"}, 0},
+		{[]string{"version"}, 0},
+		{[]string{"rules", "check", "../../examples/rules.yaml"}, 0},
+		{[]string{"rules", "check", broken}, 1},
+		{[]string{"--bogus"}, 2},
+		{[]string{"no-such-command"}, 2},
+		{[]string{"rules", "check"}, 2},
+		{[]string{"rules", "check", "a.yaml", "b.yaml"}, 2},
+		{[]string{"limiter", "--rls-mode", "sometimes"}, 2},
+		{[]string{"migrate", "sideways"}, 2},
+	} {
+		code, out, errOut := runCLI(t, tt.args...)
+		if code != tt.code {
+			t.Errorf("%v: exit %d, want %d; stderr %q", tt.args, code, tt.code, errOut)
+		}
+		if tt.code == 2 {
+			if out != "" || !strings.Contains(errOut, "floodgate: error: ") || !strings.Contains(errOut, "Usage: floodgate") {
+				t.Errorf("%v: stdout %q, stderr %q: want the error and the usage on stderr only", tt.args, out, errOut)
+			}
+		}
+	}
+}
