@@ -40,12 +40,12 @@ with the file and line), 2 usage error.`
 }
 
 // Run loads the file and prints the report.
-func (c *RulesCheckCmd) Run(io stdio) error {
+func (c *RulesCheckCmd) Run(std stdio) error {
 	set, err := rules.Load(c.File)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(io.out, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(std.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ACTION\tKIND\tRULE\tLIMITS\tMODE\tALLOW")
 	for _, e := range set.Effective() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Action, e.Kind, e.Rule.Name, e.Rule.Describe(), ruleMode(e.Rule), strconv.Itoa(e.Rule.AllowSize()))
@@ -54,7 +54,7 @@ func (c *RulesCheckCmd) Run(io stdio) error {
 		return err
 	}
 	for _, f := range set.Check() {
-		fmt.Fprintf(io.err, "%s:%d: warning: %s\n", c.File, f.Line, f)
+		fmt.Fprintf(std.err, "%s:%d: warning: %s\n", c.File, f.Line, f)
 	}
 	return nil
 }
