@@ -105,14 +105,14 @@ func (s *Set) Check() []Finding {
 
 func checkGroup(action, kind string, group []Effective) []Finding {
 	var out []Finding
-	comparable := func(a, b *Rule) bool {
+	alike := func(a, b *Rule) bool {
 		return a != b && !a.Shadow && !b.Shadow && a.Distinct == b.Distinct && a.Strict == b.Strict
 	}
 	for i, e := range group {
 		r := e.Rule
 		for _, p := range group[:i] {
 			o := p.Rule
-			if !comparable(r, o) {
+			if !alike(r, o) {
 				continue
 			}
 			for _, l := range r.Limits {
@@ -123,7 +123,7 @@ func checkGroup(action, kind string, group []Effective) []Finding {
 		}
 		for k, p := range group {
 			o := p.Rule
-			if !comparable(r, o) || r.Bucket != nil || o.AllowSize() > 0 || !covers(o, r) {
+			if !alike(r, o) || r.Bucket != nil || o.AllowSize() > 0 || !covers(o, r) {
 				continue
 			}
 			if k > i && o.Bucket == nil && r.AllowSize() == 0 && covers(r, o) {
