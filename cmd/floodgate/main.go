@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -31,6 +32,7 @@ type CLI struct {
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
+	Rules      RulesCmd      `cmd:"" help:"Check a rules file: validate it, print what it enforces, warn on overlaps."`
 	Backtest   BacktestCmd   `cmd:"" help:"Replay the events topic through a rules file: whom it would have denied, and what changes against the rules in force."`
 	Inspect    InspectCmd    `cmd:"" help:"Show a subject's counts, deny, shadow and ban records, and what a check answers now and why."`
 	Ban        BanCmd        `cmd:"" help:"Deny subjects for a while whatever their counts (audited, seen by every limiter)."`
@@ -41,31 +43,69 @@ type CLI struct {
 	VersionCmd VersionCmd    `cmd:"" name:"version" help:"Print the version: module version, commit, build date."`
 }
 
-func main() {
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Exit)) }
+
+// Exit codes: 0 done, 1 the command failed, 2 the command line is wrong
+// (kong's own default for those, 80, is no convention anyone checks).
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// usageError is a command line kong refused (unknown flag or command, a
+// missing argument, a value that does not parse or is not in its enum).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+func (usageError) ExitCode() int   { return exitUsage }
+
+// stdio are the streams a command prints to (os.Stdout and os.Stderr but
+// in tests); commands take it as a Run argument.
+type stdio struct{ out, err io.Writer }
+
+// run parses args and runs the command, returning the exit code. exit is
+// called instead for --help, --version and usage errors (kong's way out).
+func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 	var cli CLI
-	kctx := kong.Parse(&cli,
+	parser, err := kong.New(&cli,
 		kong.Name("floodgate"),
-		kong.Description("Live rate limiting and access analytics from one Kafka stream."),
+		kong.Description("Live rate limiting and access analytics from one Kafka stream.\n\nExit status: 0 done, 1 the command failed, 2 the command line is wrong (unknown flag, missing argument, bad value)."),
 		kong.UsageOnError(),
 		kong.Vars{"version": readBuildInfo().String()},
+		kong.Writers(stdout, stderr),
+		kong.Exit(exit),
 	)
-	logger := newLogger(cli.LogLevel, cli.LogFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate: %v\n", err)
+		return exitFailed
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		// The usage goes with the error to stderr: stdout stays what the
+		// command prints (a script reading it gets nothing, not help).
+		parser.Stdout = stderr
+		parser.FatalIfErrorf(usageError{err})
+		return exitUsage
+	}
+	logger := newLogger(stderr, cli.LogLevel, cli.LogFormat)
 	slog.SetDefault(logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(logger)
+	kctx.Bind(stdio{out: stdout, err: stderr})
 	if err := kctx.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "floodgate %s: %v\n", kctx.Command(), err)
-		os.Exit(1)
+		fmt.Fprintf(stderr, "floodgate %s: %v\n", kctx.Command(), err)
+		return exitFailed
 	}
+	return 0
 }
 
-func newLogger(level slog.Level, format string) *slog.Logger {
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(slog.NewTextHandler(w, opts))
 }

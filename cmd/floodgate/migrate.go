@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -18,16 +16,12 @@ type MigrateCmd struct {
 	PostgresFlags
 	Action  string        `arg:"" enum:"up,status" default:"status" help:"up: apply pending migrations; status: list them (default)."`
 	Timeout time.Duration `name:"timeout" default:"5m" help:"Give up after this long (includes waiting for another migrator's lock)."`
-
-	out io.Writer `kong:"-"`
+	JSON    bool          `name:"json" help:"Print the status as one JSON document instead of a table."`
 }
 
 // Run opens the database and runs the action.
-func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
-	out := c.out
-	if out == nil {
-		out = os.Stdout
-	}
+func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger, std stdio) (err error) {
+	out := std.out
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	u, err := c.postgresURL()
@@ -59,6 +53,26 @@ func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 	st, err := migrations.Status(ctx, db)
 	if err != nil {
 		return err
+	}
+	if c.JSON {
+		type migration struct {
+			Version   int64      `json:"version"`
+			File      string     `json:"file"`
+			Applied   bool       `json:"applied"`
+			AppliedAt *time.Time `json:"applied_at"` // null while pending
+		}
+		doc := struct {
+			Migrations []migration `json:"migrations"`
+		}{make([]migration, 0, len(st))}
+		for _, m := range st {
+			mj := migration{Version: m.Version, File: m.Name, Applied: m.Applied}
+			if m.Applied {
+				at := m.AppliedAt.UTC()
+				mj.AppliedAt = &at
+			}
+			doc.Migrations = append(doc.Migrations, mj)
+		}
+		return writeJSON(out, doc)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tFILE\tSTATE\tAPPLIED AT")

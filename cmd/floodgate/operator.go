@@ -149,7 +149,7 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 		}
 		req.Subjects = append(req.Subjects, limitapi.Subject{Kind: kind, Subject: value})
 	}
-	set, err := rules.Load(c.Rules)
+	set, err := loadRules(c.Rules)
 	if err != nil {
 		return nil, req, nil, err
 	}

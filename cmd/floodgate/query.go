@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"floodgate/history"
@@ -33,6 +34,23 @@ func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), err
 	return history.NewQuerier(pool), pool.Close, nil
 }
 
+// jsonFlag makes a query print one JSON document instead of text; its
+// shape per command is in docs/dashboards.md, "Terminal".
+type jsonFlag struct {
+	JSON bool `name:"json" help:"Print one JSON document instead of text."`
+}
+
+// writeJSON writes v as one line of JSON.
+func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
+// keyJSON is the selected key of a query's JSON document; an empty kind or
+// subject means every one.
+type keyJSON struct {
+	Action  string `json:"action"`
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+}
+
 // keyFlags select events.
 type keyFlags struct {
 	Action  string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
@@ -43,6 +61,8 @@ type keyFlags struct {
 func (k keyFlags) key() history.Key {
 	return history.Key{Action: k.Action, Kind: k.Kind, Subject: k.Subject}
 }
+
+func (k keyFlags) json() keyJSON { return keyJSON{Action: k.Action, Kind: k.Kind, Subject: k.Subject} }
 
 // rangeFlags select a time range: --last, or --from/--to.
 type rangeFlags struct {
@@ -96,10 +116,11 @@ type QueryCountCmd struct {
 	queryFlags
 	keyFlags
 	rangeFlags
+	jsonFlag
 }
 
 // Run prints the count.
-func (c *QueryCountCmd) Run(ctx context.Context) error {
+func (c *QueryCountCmd) Run(ctx context.Context, std stdio) error {
 	from, to, err := c.bounds()
 	if err != nil {
 		return err
@@ -113,8 +134,16 @@ func (c *QueryCountCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d\t%s [%s, %s)\n", n, c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
-	return nil
+	if c.JSON {
+		return writeJSON(std.out, struct {
+			keyJSON
+			From  time.Time `json:"from"`
+			To    time.Time `json:"to"`
+			Count int64     `json:"count"`
+		}{c.keyFlags.json(), from, to, n})
+	}
+	_, err = fmt.Fprintf(std.out, "%d\t%s [%s, %s)\n", n, c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+	return err
 }
 
 // QueryCurveCmd is `floodgate query curve`.
@@ -122,11 +151,12 @@ type QueryCurveCmd struct {
 	queryFlags
 	keyFlags
 	rangeFlags
+	jsonFlag
 	Step string `name:"step" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
 }
 
 // Run prints the curve as a sparkline and one bar per step.
-func (c *QueryCurveCmd) Run(ctx context.Context) error {
+func (c *QueryCurveCmd) Run(ctx context.Context, std stdio) error {
 	from, to, err := c.bounds()
 	if err != nil {
 		return err
@@ -146,8 +176,25 @@ func (c *QueryCurveCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
-	return history.WriteCurve(os.Stdout, points, step)
+	if c.JSON {
+		type point struct {
+			Time  time.Time `json:"time"`
+			Value int64     `json:"value"`
+		}
+		doc := struct {
+			keyJSON
+			From        time.Time `json:"from"`
+			To          time.Time `json:"to"`
+			StepSeconds int64     `json:"step_seconds"`
+			Points      []point   `json:"points"`
+		}{c.keyFlags.json(), from, to, int64(step / time.Second), make([]point, 0, len(points))}
+		for _, p := range points {
+			doc.Points = append(doc.Points, point{p.Time.UTC(), p.Value})
+		}
+		return writeJSON(std.out, doc)
+	}
+	fmt.Fprintf(std.out, "%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+	return history.WriteCurve(std.out, points, step)
 }
 
 // QueryTopCmd is `floodgate query top`.
@@ -159,10 +206,29 @@ type QueryTopCmd struct {
 	N        int    `name:"n" short:"n" default:"10" help:"How many subjects."`
 	Ever     bool   `name:"ever" help:"Rank by all-time totals instead of a range."`
 	Visitors bool   `name:"visitors" help:"Rank by unique visitors instead of events."`
+	jsonFlag
+}
+
+// topJSON is `query top --json`: from and to are null with --ever;
+// visitors is in each subject only with --visitors.
+type topJSON struct {
+	Action   string       `json:"action"`
+	Kind     string       `json:"kind"`
+	From     *time.Time   `json:"from"`
+	To       *time.Time   `json:"to"`
+	By       string       `json:"by"` // events or visitors
+	Subjects []rankedJSON `json:"subjects"`
+}
+
+type rankedJSON struct {
+	Kind     string `json:"kind"`
+	Subject  string `json:"subject"`
+	Events   int64  `json:"events"`
+	Visitors *int64 `json:"visitors,omitempty"`
 }
 
 // Run prints the ranking.
-func (c *QueryTopCmd) Run(ctx context.Context) error {
+func (c *QueryTopCmd) Run(ctx context.Context, std stdio) error {
 	var from, to time.Time
 	if !c.Ever {
 		var err error
@@ -175,37 +241,67 @@ func (c *QueryTopCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer done()
+	if c.JSON {
+		return c.writeJSON(ctx, std.out, q, from, to)
+	}
 	what := c.Action
 	if c.Visitors {
 		what += " by unique visitors"
 	}
 	if c.Ever {
-		fmt.Printf("top %d %s, all time\n", c.N, what)
+		fmt.Fprintf(std.out, "top %d %s, all time\n", c.N, what)
 	} else {
-		fmt.Printf("top %d %s [%s, %s)\n", c.N, what, from.Format(time.RFC3339), to.Format(time.RFC3339))
+		fmt.Fprintf(std.out, "top %d %s [%s, %s)\n", c.N, what, from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	if c.Visitors {
 		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.N)
 		if err != nil {
 			return err
 		}
-		return history.WriteTopVisitors(os.Stdout, rows)
+		return history.WriteTopVisitors(std.out, rows)
 	}
 	rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.N)
 	if err != nil {
 		return err
 	}
-	return history.WriteTop(os.Stdout, rows)
+	return history.WriteTop(std.out, rows)
+}
+
+func (c *QueryTopCmd) writeJSON(ctx context.Context, w io.Writer, q *history.Querier, from, to time.Time) error {
+	doc := topJSON{Action: c.Action, Kind: c.Kind, By: "events", Subjects: []rankedJSON{}}
+	if !c.Ever {
+		doc.From, doc.To = &from, &to
+	}
+	if c.Visitors {
+		doc.By = "visitors"
+		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.N)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			doc.Subjects = append(doc.Subjects, rankedJSON{Kind: r.Kind, Subject: r.Subject, Events: r.Events, Visitors: &r.Visitors})
+		}
+	} else {
+		rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.N)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			doc.Subjects = append(doc.Subjects, rankedJSON{Kind: r.Kind, Subject: r.Subject, Events: r.Value})
+		}
+	}
+	return writeJSON(w, doc)
 }
 
 // QueryTotalCmd is `floodgate query total`.
 type QueryTotalCmd struct {
 	queryFlags
 	keyFlags
+	jsonFlag
 }
 
 // Run prints the total.
-func (c *QueryTotalCmd) Run(ctx context.Context) error {
+func (c *QueryTotalCmd) Run(ctx context.Context, std stdio) error {
 	q, done, err := c.querier(ctx)
 	if err != nil {
 		return err
@@ -215,8 +311,14 @@ func (c *QueryTotalCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d\t%s, all time\n", n, c.key())
-	return nil
+	if c.JSON {
+		return writeJSON(std.out, struct {
+			keyJSON
+			Total int64 `json:"total"`
+		}{c.keyFlags.json(), n})
+	}
+	_, err = fmt.Fprintf(std.out, "%d\t%s, all time\n", n, c.key())
+	return err
 }
 
 // QueryVisitorsCmd is `floodgate query visitors`.
@@ -224,12 +326,13 @@ type QueryVisitorsCmd struct {
 	queryFlags
 	keyFlags
 	rangeFlags
+	jsonFlag
 	Step string `name:"step" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
 }
 
 // Run prints events and unique visitors per step, then the range's and
 // all-time unique visitors (a visitor of several steps counts once there).
-func (c *QueryVisitorsCmd) Run(ctx context.Context) error {
+func (c *QueryVisitorsCmd) Run(ctx context.Context, std stdio) error {
 	from, to, err := c.bounds()
 	if err != nil {
 		return err
@@ -257,12 +360,32 @@ func (c *QueryVisitorsCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
-	if err := history.WriteVisitorsCurve(os.Stdout, points, step); err != nil {
+	if c.JSON {
+		type point struct {
+			Time     time.Time `json:"time"`
+			Events   int64     `json:"events"`
+			Visitors int64     `json:"visitors"`
+		}
+		doc := struct {
+			keyJSON
+			From            time.Time `json:"from"`
+			To              time.Time `json:"to"`
+			StepSeconds     int64     `json:"step_seconds"`
+			Points          []point   `json:"points"`
+			VisitorsInRange int64     `json:"visitors_in_range"`
+			VisitorsEver    int64     `json:"visitors_ever"`
+		}{c.keyFlags.json(), from, to, int64(step / time.Second), make([]point, 0, len(points)), inRange, ever}
+		for _, p := range points {
+			doc.Points = append(doc.Points, point{p.Time.UTC(), p.Events, p.Visitors})
+		}
+		return writeJSON(std.out, doc)
+	}
+	fmt.Fprintf(std.out, "%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
+	if err := history.WriteVisitorsCurve(std.out, points, step); err != nil {
 		return err
 	}
-	fmt.Printf("%d\tunique visitors in range\n%d\tunique visitors ever\n", inRange, ever)
-	return nil
+	_, err = fmt.Fprintf(std.out, "%d\tunique visitors in range\n%d\tunique visitors ever\n", inRange, ever)
+	return err
 }
 
 // QueryDashboardCmd is `floodgate query dashboard`.
@@ -274,7 +397,7 @@ type QueryDashboardCmd struct {
 }
 
 // Run prints the dashboard.
-func (c *QueryDashboardCmd) Run(ctx context.Context) error {
+func (c *QueryDashboardCmd) Run(ctx context.Context, std stdio) error {
 	now := time.Now().UTC()
 	if c.Now != "" {
 		t, err := parseTime(c.Now)
@@ -292,5 +415,5 @@ func (c *QueryDashboardCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return d.Write(os.Stdout)
+	return d.Write(std.out)
 }

@@ -8,7 +8,6 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/recovery"
-	"floodgate/rules"
 	"floodgate/topics"
 	"floodgate/window"
 )
@@ -31,7 +30,7 @@ type RebuildCmd struct {
 
 // Run replays the topic into Redis and reports what it did.
 func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	set, err := rules.Load(c.Rules)
+	set, err := loadRules(c.Rules)
 	if err != nil {
 		return err
 	}

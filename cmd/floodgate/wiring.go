@@ -1,13 +1,44 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"floodgate/rules"
 	"floodgate/rules/reload"
 )
+
+// defaultRules is the default of every --rules flag (each repeats it in its
+// tag): relative to the repository, so that make demo, scripts/ and bench/
+// find it in a checkout; images and manifests set FLOODGATE_RULES.
+const defaultRules = "examples/rules.yaml"
+
+// rulesFound says why a missing rules file is missing when it is the
+// default: run outside the repository, "open examples/rules.yaml" alone
+// does not tell what to do.
+func rulesFound(path string) error {
+	if path != defaultRules {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("rules file %s not found (the default is relative to the repository; pass --rules or FLOODGATE_RULES)", path)
+	}
+	return nil
+}
+
+// loadRules loads the rules file once (commands that do not reload it).
+func loadRules(path string) (*rules.Set, error) {
+	if err := rulesFound(path); err != nil {
+		return nil, err
+	}
+	return rules.Load(path)
+}
 
 // newRegistry is a long-running process's metrics registry, with the Go
 // runtime and process collectors and floodgate_build_info every one of
@@ -23,6 +54,9 @@ func newRegistry() *prometheus.Registry {
 // SIGHUP; a bad file at start is an error, a bad file later keeps the last
 // good rules.
 func watchRules(path string, logger *slog.Logger, reg prometheus.Registerer) (*reload.Watcher, error) {
+	if err := rulesFound(path); err != nil {
+		return nil, err
+	}
 	w, err := reload.NewWatcher(reload.WatcherConfig{Path: path, SIGHUP: true, Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err

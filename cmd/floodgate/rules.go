@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+
+	"floodgate/rules"
+)
+
+// RulesCmd groups the rules file tools.
+type RulesCmd struct {
+	Check RulesCheckCmd `cmd:"" help:"Validate a rules file and print what it enforces per action and kind (the CI gate of a rules change)."`
+}
+
+// RulesCheckCmd validates a rules file with the parser the limiter and the
+// aggregator use, prints the effective rules and warns on likely mistakes.
+type RulesCheckCmd struct {
+	File string `arg:"" help:"Rules file (YAML)." type:"path"`
+}
+
+// Help is shown under the command's usage.
+func (c *RulesCheckCmd) Help() string {
+	return `Prints one line per action and kind a rule applies to: action, kind, rule,
+its limits (bucket, distinct kind), its mode (enforce, strict, shadow) and the
+size of its allowlist.
+
+Warnings (on stderr; the file is still valid) compare the enforced (not
+shadow) rules of one action and kind that count the same thing (events, or
+the same distinct kind) with the same strict setting:
+
+  overlap      two such rules both have a limit of the same window.
+  unreachable  rule R (without a bucket) never denies first: another such
+               rule O, without an allowlist, has for each limit of R a limit
+               of the same window with a count at most R's. Of two rules
+               with the same limits, the later in the file is reported.
+
+Exit status: 0 valid (warnings or not), 1 invalid (the parser's error,
+with the file and line), 2 usage error.`
+}
+
+// Run loads the file and prints the report.
+func (c *RulesCheckCmd) Run(std stdio) error {
+	set, err := rules.Load(c.File)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(std.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTION\tKIND\tRULE\tLIMITS\tMODE\tALLOW")
+	for _, e := range set.Effective() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Action, e.Kind, e.Rule.Name, e.Rule.Describe(), ruleMode(e.Rule), strconv.Itoa(e.Rule.AllowSize()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range set.Check() {
+		fmt.Fprintf(std.err, "%s:%d: warning: %s\n", c.File, f.Line, f)
+	}
+	return nil
+}
+
+func ruleMode(r *rules.Rule) string {
+	switch {
+	case r.Strict && r.Shadow:
+		return "strict,shadow"
+	case r.Strict:
+		return "strict"
+	case r.Shadow:
+		return "shadow"
+	}
+	return "enforce"
+}
