@@ -68,16 +68,7 @@ func (c *ChaosCmd) Run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	failed := 0
-	for _, r := range rows {
-		if !r.Pass {
-			failed++
-		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d fault scenarios failed", failed, len(rows))
-	}
-	return nil
+	return failures("fault", rows, func(r faults.Row) bool { return r.Pass })
 }
 
 // AttackCmd runs the hostile-client suite.
@@ -101,14 +92,19 @@ func (c *AttackCmd) Run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	return failures("attack", rows, func(r attack.Row) bool { return r.Pass })
+}
+
+// failures is the error of a suite whose rows did not all pass.
+func failures[R any](suite string, rows []R, pass func(R) bool) error {
 	failed := 0
 	for _, r := range rows {
-		if !r.Pass {
+		if !pass(r) {
 			failed++
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d attack scenarios failed", failed, len(rows))
+		return fmt.Errorf("%d of %d %s scenarios failed", failed, len(rows), suite)
 	}
 	return nil
 }
