@@ -5,16 +5,13 @@ package nginx_test
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"text/template"
 	"time"
@@ -90,7 +87,6 @@ func (s *site) count(key string) int {
 // test ends.
 func startNginx(t *testing.T, limiter, site string) string {
 	t.Helper()
-	bin := stacktest.Nginx(t)
 	dir := t.TempDir()
 	for _, name := range []string{"floodgate-take.conf", "floodgate-take-params.conf"} {
 		b, err := os.ReadFile(name)
@@ -109,46 +105,7 @@ func startNginx(t *testing.T, limiter, site string) string {
 	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := os.Create(filepath.Join(dir, "stderr.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nginx: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); out.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGQUIT) // graceful shutdown
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			for _, name := range []string{"stderr.log", "error.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, name))
-				t.Logf("nginx %s:\n%s", name, b)
-			}
-		}
-	})
-	stacktest.WaitFor(t, "nginx listening on "+listen, 20*time.Second, func() bool {
-		select {
-		case err := <-exited:
-			b, _ := os.ReadFile(filepath.Join(dir, "stderr.log"))
-			t.Fatalf("nginx exited: %v\n%s", err, b)
-		default:
-		}
-		c, err := net.DialTimeout("tcp", listen, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	stacktest.RunNginx(t, dir, listen)
 	return "http://" + listen
 }
 

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"text/template"
 	"time"
@@ -76,7 +73,6 @@ http {
 // directory, config, logs and port) until the test ends.
 func startNginx(t *testing.T, shortener, limiter string) string {
 	t.Helper()
-	bin := stacktest.Nginx(t)
 	dir := t.TempDir()
 	listen := servicetest.FreeAddr(t)
 	f, err := os.Create(filepath.Join(dir, "nginx.conf"))
@@ -90,50 +86,8 @@ func startNginx(t *testing.T, shortener, limiter string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := os.Create(filepath.Join(dir, "stderr.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nginx: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); out.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGQUIT) // graceful shutdown
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			for _, name := range []string{"stderr.log", "error.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, name))
-				t.Logf("nginx %s:\n%s", name, b)
-			}
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", listen, time.Second)
-		if err == nil {
-			c.Close()
-			return "http://" + listen
-		}
-		select {
-		case err := <-exited:
-			b, _ := os.ReadFile(filepath.Join(dir, "stderr.log"))
-			t.Fatalf("nginx exited: %v\n%s", err, b)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s: %v", listen, err)
-		}
-	}
+	stacktest.RunNginx(t, dir, listen)
+	return "http://" + listen
 }
 
 // Debian's nginx in front of the shortener, asking floodgate with
