@@ -258,16 +258,14 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		l.m.invalid.WithLabelValues(op).Inc()
 		return Decision{}, err
 	}
-	// A subject named twice (ip=a&ip=a, query and body, repeated Envoy
-	// descriptor entries) is one subject: decided, counted and published
-	// once.
-	req.Subjects = dedupSubjects(subs)
 	now := l.now()
 	set := l.cfg.Rules()
 	// Subjects as the aggregator counts them (an IPv6 address of kind ip:
 	// its /64), so lookups, strict counts and published events name them
-	// alike; two addresses of one prefix are then one subject.
-	req.Subjects = dedupSubjects(canonicalSubjects(set, req.Subjects))
+	// alike. A subject named twice (ip=a&ip=a, query and body, repeated
+	// Envoy descriptor entries, two addresses of one prefix) is one
+	// subject: decided, counted and published once.
+	req.Subjects = dedupSubjects(canonicalSubjects(set, subs))
 	plans, others := planSubjects(set, req)
 	n := max(req.N, 1)
 	if bad == nil && take {

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -42,7 +43,9 @@ func (s *Set) Kind(kind string) KindOptions {
 // a subject alike; it is idempotent.
 func (s *Set) Subject(kind, subject string) string {
 	bits := s.Kind(kind).IPv6Prefix
-	if bits <= 0 || bits >= 128 || len(subject) < 2 {
+	// No colon, no IPv6: IPv4 addresses (most subjects of kind ip) skip
+	// the parse, which runs for every event the aggregator counts.
+	if bits <= 0 || bits >= 128 || strings.IndexByte(subject, ':') < 0 {
 		return subject
 	}
 	return IPv6Prefix(subject, bits)
