@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -37,7 +38,7 @@ func millionSubjects(ctx context.Context, e *env) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	defer slow.restore(ctx)
+	defer slow.restore(ctx, e.log)
 	agg, err := e.startAggregator(ctx, rules)
 	if err != nil {
 		return row, err
@@ -58,8 +59,7 @@ func millionSubjects(ctx context.Context, e *env) (Row, error) {
 		batch = append(batch, event.Event{ID: e.id + "-" + strconv.Itoa(i), Action: "visit", Kind: "ip", Subject: inventedIPv6(i), TS: now})
 		if len(batch) == cap(batch) || i == n-1 {
 			if err := pub.Publish(ctx, batch...); err != nil {
-				_ = pub.Close()
-				return row, fmt.Errorf("publish: %w", err)
+				return row, fmt.Errorf("publish: %w", errors.Join(err, pub.Close()))
 			}
 			batch = batch[:0]
 		}
