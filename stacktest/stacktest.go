@@ -372,6 +372,13 @@ func Nginx(tb testing.TB) string {
 	return program(tb, "nginx", "/usr/sbin/nginx")
 }
 
+// Promtool returns the path of Prometheus's promtool (Debian's prometheus,
+// which scripts/stack up installs), for tests of the alert rules.
+func Promtool(tb testing.TB) string {
+	tb.Helper()
+	return program(tb, "promtool", "promtool")
+}
+
 // Chromium returns the path of Debian's chromium (scripts/stack up installs
 // it), for tests that load pages in a headless browser.
 func Chromium(tb testing.TB) string {
