@@ -699,6 +699,7 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, d Decision
 	}
 	l.m.checks.WithLabelValues(op, "allowed").Inc()
 	if take {
+		afterTake(&d, int64(max(req.N, 1)))
 		var counted []Subject
 		for i := range plans {
 			if plans[i].strict {
@@ -712,6 +713,24 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, d Decision
 		l.publish(ctx, req, d.Time, counted, others)
 	}
 	return d
+}
+
+// afterTake makes an allowed take's limits say what is left after it: the
+// views were read before the n events counted, and a client pacing itself
+// on RateLimit headers (Envoy passes them on) would otherwise see one more
+// request left than it has.
+func afterTake(d *Decision, n int64) {
+	for i := range d.Limits {
+		lim := &d.Limits[i]
+		if lim.Estimated || lim.Allowlisted {
+			continue
+		}
+		lim.Count += n
+		lim.Remaining = max(lim.Limit-lim.Count, 0)
+		if lim.ResetAfter <= 0 {
+			lim.ResetAfter = lim.Window
+		}
+	}
 }
 
 // pick returns the denial with the longer retry.

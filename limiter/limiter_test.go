@@ -367,6 +367,36 @@ func TestStrictTakeAdmitsExactlyTheLimit(t *testing.T) {
 	}
 }
 
+// An allowed take's limits count the take itself: the remaining it reports
+// (and RateLimit headers carry) is what is left after it, down to 0 at the
+// last one admitted.
+func TestTakeReportsWhatIsLeftAfterIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	req := limiter.Request{Action: "password_reset", Subjects: []limiter.Subject{{Kind: "email", Subject: "left@example.com"}}}
+	for i := int64(1); ; i++ {
+		d, err := e.lim.Take(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			if i != 11 {
+				t.Fatalf("take %d denied, want the 11th", i)
+			}
+			return
+		}
+		var minute *limiter.Limit
+		for j := range d.Limits {
+			if d.Limits[j].Window == time.Minute {
+				minute = &d.Limits[j]
+			}
+		}
+		if minute == nil || minute.Count != i || minute.Remaining != minute.Limit-i || minute.ResetAfter <= 0 {
+			t.Fatalf("take %d: per-minute limit %+v, want count %d and remaining limit-%d", i, minute, i, i)
+		}
+	}
+}
+
 // hangingListener accepts connections and never answers: a Redis that is
 // up but stuck.
 func hangingListener(t *testing.T) string {
