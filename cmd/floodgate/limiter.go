@@ -58,7 +58,7 @@ type LimiterServeCmd struct {
 	// is what keeps the broker cheap: a partition's batch is one produce
 	// request, and at 5 ms each of 12 partitions sends ~200 of them a second
 	// under load (the broker then used more CPU than Redis and the limiter
-	// together; docs/limiter.md, "Where a strict take's cost goes").
+	// together; docs/profiles.md, "A strict take").
 	PublishLinger time.Duration `name:"publish-linger" env:"FLOODGATE_PUBLISH_LINGER" default:"50ms" help:"How long a take's events may wait to share a Kafka produce request with others (delivery delay, not answer latency)."`
 }
 
