@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"floodgate/event"
 	"floodgate/migrations"
@@ -196,15 +197,24 @@ func storedForms(h *Hasher, subject string) []string {
 	return []string{subject, h.Subject(subject)}
 }
 
+// SubjectTable is a table holding rows by subject.
+type SubjectTable struct {
+	Name string // unqualified, in migrations.Schema
+	// Width is a bucket table's bucket width; 0 for the totals and the
+	// late events (rows with first_at and last_at).
+	Width time.Duration
+}
+
 // SubjectTables are the tables that hold rows by subject, finest bucket
 // tier first: every step's bucket table (whether or not the ladder uses
-// it), the totals and the late events.
-func SubjectTables() []string {
-	out := make([]string, 0, len(steps)+2)
+// it), the late events and the totals (last: deletions from the others
+// are taken off the totals).
+func SubjectTables() []SubjectTable {
+	out := make([]SubjectTable, 0, len(steps)+2)
 	for _, s := range steps {
-		out = append(out, s.Table())
+		out = append(out, SubjectTable{Name: s.Table(), Width: s.Width})
 	}
-	return append(out, "history_totals", "history_late")
+	return append(out, SubjectTable{Name: "history_late"}, SubjectTable{Name: "history_totals"})
 }
 
 // Erased is what Erase removed from one table.
@@ -239,7 +249,8 @@ func Erase(ctx context.Context, db DB, h *Hasher, kind, subject, action string) 
 	if err := LockRoute(ctx, tx); err != nil {
 		return nil, fmt.Errorf("history erase %s: %w", kind, err)
 	}
-	for _, t := range SubjectTables() {
+	for _, st := range SubjectTables() {
+		t := st.Name
 		e := Erased{Table: t}
 		err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM `+qualify(t)+` WHERE kind = $1 AND subject = ANY($2) AND ($3 = '' OR action = $3) RETURNING n)
 SELECT count(*), coalesce(sum(n), 0)::bigint FROM d`, kind, forms, action).Scan(&e.Rows, &e.Events)
