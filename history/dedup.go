@@ -70,6 +70,10 @@ func batchIDs(recs []aggregator.Record) (keys [][16]byte, at []int, dup []bool) 
 // rolled back with nothing recorded, and reported as without dedup.
 func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Time) (trimTo int64, err error) {
 	now := s.cfg.Now()
+	subs, err := s.policy()
+	if err != nil {
+		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
+	}
 	keys, at, dup := batchIDs(b.Records)
 	days := make([]time.Time, len(b.Records))
 	for i, r := range b.Records {
@@ -131,7 +135,7 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 		}
 		kept = append(kept, r)
 	}
-	rs := summarize(kept, s.cfg.Visitors)
+	rs := summarize(kept, s.cfg.Visitors, subs)
 	var res applyResult
 	err = tx.QueryRow(ctx, s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
 		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes).

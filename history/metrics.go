@@ -35,7 +35,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_history_events_total", ConstLabels: labels,
-			Help: "Events (sum of n) of applied batches by result: applied (counted), duplicate (an id counted already within the dedup horizon, not counted).",
+			Help: "Events (sum of n) of applied batches by result: applied (counted), duplicate (an id counted already within the dedup horizon, not counted), not_stored (a kind history stores no rows of: history: drop).",
 		}, []string{"result"}),
 		visits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_history_visits_total", ConstLabels: labels,
@@ -71,7 +71,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Help: "Event ids deleted from history_ids past the dedup horizon.",
 		}),
 	}
-	for _, r := range []string{"applied", "duplicate"} {
+	for _, r := range []string{"applied", "duplicate", "not_stored"} {
 		m.events.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "error"} {

@@ -9,12 +9,49 @@ import (
 // Querier answers dashboard questions through the SQL functions of
 // migration 00003, so the terminal and Grafana agree.
 type Querier struct {
-	db DB
+	db     DB
+	hasher *Hasher
 }
 
 // NewQuerier returns a Querier over the history in db.
 func NewQuerier(db DB) *Querier {
 	return &Querier{db: db}
+}
+
+// WithHasher returns a Querier that looks a subject up under both the forms
+// it may be stored in: as given and hashed with h (a kind stored hashed,
+// or whose policy changed). Counts and curves add the two up; visitors
+// too, so a visitor seen both before and after a kind's policy changed
+// counts twice.
+func (q *Querier) WithHasher(h *Hasher) *Querier {
+	return &Querier{db: q.db, hasher: h}
+}
+
+// forms returns k under each form its subject may be stored in.
+func (q *Querier) forms(k Key) []Key {
+	if k.Subject == "" {
+		return []Key{k}
+	}
+	subs := storedForms(q.hasher, k.Subject)
+	out := make([]Key, len(subs))
+	for i, s := range subs {
+		out[i] = k
+		out[i].Subject = s
+	}
+	return out
+}
+
+// sumForms adds f over the forms of k.
+func sumForms(q *Querier, k Key, f func(Key) (int64, error)) (int64, error) {
+	var total int64
+	for _, fk := range q.forms(k) {
+		n, err := f(fk)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // Key selects events: Action is required; an empty Subject means every
@@ -46,6 +83,10 @@ func nullable(s string) any {
 
 // Count returns the events of k whose bucket starts in [from, to).
 func (q *Querier) Count(ctx context.Context, k Key, from, to time.Time) (int64, error) {
+	return sumForms(q, k, func(k Key) (int64, error) { return q.count(ctx, k, from, to) })
+}
+
+func (q *Querier) count(ctx context.Context, k Key, from, to time.Time) (int64, error) {
 	var n int64
 	err := q.db.QueryRow(ctx, `SELECT `+qualify("count")+`($1, $2, $3, $4, $5)`,
 		k.Action, nullable(k.Subject), from, to, nullable(k.Kind)).Scan(&n)
@@ -63,6 +104,24 @@ type Point struct {
 
 // Curve returns one point per step over [from, to), zeros included.
 func (q *Querier) Curve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]Point, error) {
+	var out []Point
+	for i, fk := range q.forms(k) {
+		ps, err := q.curve(ctx, fk, from, to, step)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			out = ps
+			continue
+		}
+		for j := range min(len(out), len(ps)) {
+			out[j].Value += ps[j].Value
+		}
+	}
+	return out, nil
+}
+
+func (q *Querier) curve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]Point, error) {
 	rows, err := q.db.Query(ctx, `SELECT "time", value FROM `+qualify("curve")+`($1, $2, $3, $4, $5, $6)`,
 		k.Action, nullable(k.Subject), from, to, step, nullable(k.Kind))
 	if err != nil {
@@ -122,6 +181,10 @@ func (q *Querier) Top(ctx context.Context, action, kind string, from, to time.Ti
 
 // Total returns every event of k ever counted (late ones included).
 func (q *Querier) Total(ctx context.Context, k Key) (int64, error) {
+	return sumForms(q, k, func(k Key) (int64, error) { return q.total(ctx, k) })
+}
+
+func (q *Querier) total(ctx context.Context, k Key) (int64, error) {
 	var n int64
 	err := q.db.QueryRow(ctx, `SELECT `+qualify("total")+`($1, $2, $3)`,
 		k.Action, nullable(k.Subject), nullable(k.Kind)).Scan(&n)
@@ -204,6 +267,10 @@ func (q *Querier) Tiers(ctx context.Context) ([]StoredTier, error) {
 // [from, to): exact up to 256, a HyperLogLog estimate beyond (0.81% standard
 // error).
 func (q *Querier) Visitors(ctx context.Context, k Key, from, to time.Time) (int64, error) {
+	return sumForms(q, k, func(k Key) (int64, error) { return q.visitors(ctx, k, from, to) })
+}
+
+func (q *Querier) visitors(ctx context.Context, k Key, from, to time.Time) (int64, error) {
 	var n int64
 	err := q.db.QueryRow(ctx, `SELECT `+qualify("visitors")+`($1, $2, $3, $4, $5)`,
 		k.Action, nullable(k.Subject), from, to, nullable(k.Kind)).Scan(&n)
@@ -216,6 +283,10 @@ func (q *Querier) Visitors(ctx context.Context, k Key, from, to time.Time) (int6
 // TotalVisitors returns the distinct visitors of k ever (late events
 // included).
 func (q *Querier) TotalVisitors(ctx context.Context, k Key) (int64, error) {
+	return sumForms(q, k, func(k Key) (int64, error) { return q.totalVisitors(ctx, k) })
+}
+
+func (q *Querier) totalVisitors(ctx context.Context, k Key) (int64, error) {
 	var n int64
 	err := q.db.QueryRow(ctx, `SELECT `+qualify("total_visitors")+`($1, $2, $3)`,
 		k.Action, nullable(k.Subject), nullable(k.Kind)).Scan(&n)
@@ -237,6 +308,25 @@ type VisitorPoint struct {
 // Each step counts its own distinct visitors: a visitor of two steps counts
 // in both.
 func (q *Querier) VisitorsCurve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]VisitorPoint, error) {
+	var out []VisitorPoint
+	for i, fk := range q.forms(k) {
+		ps, err := q.visitorsCurve(ctx, fk, from, to, step)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			out = ps
+			continue
+		}
+		for j := range min(len(out), len(ps)) {
+			out[j].Events += ps[j].Events
+			out[j].Visitors += ps[j].Visitors
+		}
+	}
+	return out, nil
+}
+
+func (q *Querier) visitorsCurve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]VisitorPoint, error) {
 	rows, err := q.db.Query(ctx, `SELECT "time", events, visitors FROM `+qualify("visitors_curve")+`($1, $2, $3, $4, $5, $6)`,
 		k.Action, nullable(k.Subject), from, to, step, nullable(k.Kind))
 	if err != nil {

@@ -38,6 +38,12 @@ type SinkConfig struct {
 	// pruned past the horizon by RunPartition. At least 1s; zero (the
 	// default) counts every event.
 	Dedup time.Duration
+	// Privacy, when set, returns the storage policy for the next batch
+	// (how each kind's subjects are stored: raw, hashed or not at all).
+	// It is asked per batch, so a reloaded rules file applies from the next
+	// batch on; its error fails the batch (retried, nothing written). Nil:
+	// every subject raw.
+	Privacy func() (*Privacy, error)
 	// Now is the clock the dedup horizon is measured with. Default
 	// time.Now.
 	Now func() time.Time
@@ -225,11 +231,13 @@ type rows struct {
 	visitorHashes []int64
 	events        int64 // sum of n
 	visits        int64 // events that carried a counted attr
+	dropped       int64 // events of kinds stored in no table (StoreDrop)
 }
 
 // summarize sums records into minute rows (a batch of 10 000 events about a
-// few hot keys becomes a few rows) and collects each row's visitors.
-func summarize(recs []aggregator.Record, vis Visitors) rows {
+// few hot keys becomes a few rows) and collects each row's visitors. subs
+// (nil: all raw) gives each subject its stored form, or drops its kind.
+func summarize(recs []aggregator.Record, vis Visitors, subs *subjects) rows {
 	var out rows
 	sums := make(map[key]int64, len(recs))
 	seen := map[key][]int64{}
@@ -239,7 +247,12 @@ func summarize(recs []aggregator.Record, vis Visitors) rows {
 		if n == 0 {
 			n = 1
 		}
-		k := key{e.Action, e.Subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}
+		subject, ok := subs.stored(e.Kind, e.Subject)
+		if !ok {
+			out.dropped += n
+			continue
+		}
+		k := key{e.Action, subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}
 		sums[k] += n
 		out.events += n
 		if h, ok := vis.visitorOf(e); ok {
@@ -302,7 +315,11 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 	if s.cfg.Dedup > 0 && len(b.Records) > 0 {
 		return s.applyDedup(ctx, b, start)
 	}
-	rs := summarize(b.Records, s.cfg.Visitors)
+	subs, err := s.policy()
+	if err != nil {
+		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
+	}
+	rs := summarize(b.Records, s.cfg.Visitors, subs)
 	if err := s.ensurePartitions(ctx, rs.minutes); err != nil {
 		return -1, fmt.Errorf("history apply %s/%d [%d, %d]: %w", b.Topic, b.Partition, b.First, b.Last, err)
 	}
@@ -315,7 +332,7 @@ func (s *Sink) applyOnce(ctx context.Context, b aggregator.Batch) (int64, error)
 		rs.actions, rs.subjects, rs.kinds, rs.minutes, rs.ns, rs.visitorRows, rs.visitorHashes)
 	var res applyResult
 	br := s.cfg.DB.SendBatch(ctx, batch)
-	_, err := br.Exec()
+	_, err = br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&res.applied, &res.stored, &res.written, &res.late)
 	}
@@ -363,6 +380,7 @@ func (s *Sink) settle(b aggregator.Batch, res applyResult, rs rows, dupEvents in
 	s.metrics.rows.Add(float64(res.written))
 	s.metrics.events.WithLabelValues("applied").Add(float64(rs.events))
 	s.metrics.events.WithLabelValues("duplicate").Add(float64(dupEvents))
+	s.metrics.events.WithLabelValues("not_stored").Add(float64(rs.dropped))
 	s.metrics.visits.Add(float64(rs.visits))
 	s.metrics.offset.WithLabelValues(b.Topic, fmt.Sprint(b.Partition)).Set(float64(b.Next()))
 	if res.late > 0 {
@@ -371,6 +389,19 @@ func (s *Sink) settle(b aggregator.Batch, res applyResult, rs rows, dupEvents in
 			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "events", res.late)
 	}
 	return -1, nil
+}
+
+// policy returns the batch's subject mapping (nil: all raw).
+func (s *Sink) policy() (*subjects, error) {
+	if s.cfg.Privacy == nil {
+		return nil, nil
+	}
+	p, err := s.cfg.Privacy()
+	if err != nil {
+		s.metrics.errors.Inc()
+		return nil, err
+	}
+	return p.batch(), nil
 }
 
 // ensurePartitions creates the 1m partitions (UTC days) the minutes need.

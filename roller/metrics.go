@@ -13,6 +13,7 @@ type metrics struct {
 	written     *prometheus.CounterVec
 	dropped     *prometheus.CounterVec
 	expired     *prometheus.CounterVec
+	forgotten   *prometheus.CounterVec
 	lastSuccess prometheus.Gauge
 	duration    prometheus.Histogram
 }
@@ -34,6 +35,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_roller_expired_events_total", Help: "Events removed by the last tier's finite horizon (still in totals).",
 		}, []string{"step"}),
+		forgotten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_roller_forgotten_rows_total", Help: "Rows of a personal kind deleted past its history horizon, per kind and table.",
+		}, []string{"kind", "table"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_roller_last_success_timestamp_seconds", Help: "Unix time of the last successful roller run.",
 		}),
@@ -45,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.runs, m.moved, m.written, m.dropped, m.expired, m.lastSuccess, m.duration} {
+	for _, c := range []prometheus.Collector{m.runs, m.moved, m.written, m.dropped, m.expired, m.forgotten, m.lastSuccess, m.duration} {
 		err := reg.Register(c)
 		var are prometheus.AlreadyRegisteredError
 		if err != nil && !errors.As(err, &are) {

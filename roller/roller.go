@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -42,6 +43,13 @@ type Config struct {
 	// roll chunk fails the run, retried at the next tick) instead of queueing
 	// every sink write behind it. Default 2s.
 	LockTimeout time.Duration
+	// Horizons says, per kind, how long history keeps the kind's rows
+	// (rules.Set.HistoryHorizons: the personal kinds): after each run, rows
+	// of such a kind older than its horizon are deleted at every tier, in
+	// the late events, and from the totals (a subject's total then counts
+	// the events within the horizon). Kinds not in it keep the ladder's
+	// retention. Nil: none.
+	Horizons map[string]time.Duration
 	// Now is the clock horizons are measured from. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -65,6 +73,11 @@ func (c *Config) Validate() error {
 	if c.Ladder != nil {
 		if err := c.Ladder.Validate(); err != nil {
 			return fmt.Errorf("roller config: %w", err)
+		}
+	}
+	for k, h := range c.Horizons {
+		if k == "" || h < time.Hour {
+			return fmt.Errorf("roller config: horizon of kind %q is %s: want a kind and at least an hour", k, h)
 		}
 	}
 	return nil
@@ -124,11 +137,24 @@ type TierReport struct {
 	Dropped     int       // partitions dropped
 }
 
+// ForgetReport is what one run deleted of a kind past its horizon
+// (Config.Horizons) from one table.
+type ForgetReport struct {
+	Kind   string
+	Before time.Time // rows wholly older than this went
+	Table  string
+	Rows   int64
+	Events int64 // sum of n of the rows deleted
+}
+
 // Report is what one run did.
 type Report struct {
-	Now      time.Time
-	Tiers    []TierReport
-	Duration time.Duration
+	Now   time.Time
+	Tiers []TierReport
+	// Forgotten lists the tables a kind's rows past its horizon were
+	// deleted from (none: nothing was past).
+	Forgotten []ForgetReport
+	Duration  time.Duration
 }
 
 // RowsMoved sums the rows moved over tiers.
@@ -240,7 +266,8 @@ func (r *Roller) RunOnce(ctx context.Context) (rep Report, err error) {
 			return rep, err
 		}
 	}
-	return rep, nil
+	rep.Forgotten, err = r.forget(ctx, conn, now)
+	return rep, err
 }
 
 // q names a table of history's schema (migrations.Schema), after which the
@@ -434,4 +461,79 @@ func (r *Roller) expire(ctx context.Context, conn *pgxpool.Conn, t history.Tier,
 		r.log.Info("expired", "step", t.Name, "before", rep.RolledTo.Format(time.RFC3339), "events", rep.Events, "partitions", rep.Dropped)
 	}
 	return rep, nil
+}
+
+// forgetChunk bounds one forget transaction, which holds the routing lock
+// (sinks wait): the first run over a long history deletes in many short
+// steps.
+const forgetChunk = 10000
+
+// forget deletes, per kind with a horizon, the rows wholly older than it:
+// bucket rows whose bucket ends at or before now - horizon, late events
+// and totals last seen before it. Deleted bucket and late rows are taken off
+// their subjects' totals in the same transaction, so a total counts the
+// events still kept (and late ones). A kind's horizon applies at every
+// tier, whatever the ladder keeps.
+func (r *Roller) forget(ctx context.Context, conn *pgxpool.Conn, now time.Time) ([]ForgetReport, error) {
+	var out []ForgetReport
+	kinds := make([]string, 0, len(r.cfg.Horizons))
+	for k := range r.cfg.Horizons {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	totals := r.q("history_totals")
+	for _, kind := range kinds {
+		cutoff := now.Add(-r.cfg.Horizons[kind])
+		for _, t := range history.SubjectTables() {
+			var del string
+			before := cutoff
+			switch {
+			case t.Width > 0: // bucket rows end at bucket + width
+				before = cutoff.Add(-t.Width)
+				del = `SELECT action, subject, kind, bucket FROM ` + r.q(t.Name) + ` WHERE kind = $1 AND bucket <= $2 LIMIT $3`
+				del = `DELETE FROM ` + r.q(t.Name) + ` WHERE (action, subject, kind, bucket) IN (` + del + `) RETURNING action, subject, n`
+			case t.Name == "history_totals":
+				del = `DELETE FROM ` + totals + ` WHERE (action, subject, kind) IN (SELECT action, subject, kind FROM ` + totals +
+					` WHERE kind = $1 AND (last_at < $2 OR n <= 0) LIMIT $3) RETURNING action, subject, n`
+			default:
+				del = `DELETE FROM ` + r.q(t.Name) + ` WHERE (action, subject, kind) IN (SELECT action, subject, kind FROM ` + r.q(t.Name) +
+					` WHERE kind = $1 AND last_at < $2 LIMIT $3) RETURNING action, subject, n`
+			}
+			sub, args := "", []any{kind, before, forgetChunk}
+			if t.Name != "history_totals" {
+				args = append(args, cutoff)
+				sub = `, s AS (SELECT action, subject, sum(n) AS n FROM d GROUP BY 1, 2
+), u AS (
+	UPDATE ` + totals + ` t SET n = t.n - s.n, first_at = greatest(t.first_at, $4), updated_at = now()
+	FROM s WHERE t.action = s.action AND t.subject = s.subject AND t.kind = $1
+)`
+			}
+			fr := ForgetReport{Kind: kind, Before: before, Table: t.Name}
+			for {
+				var rows, events int64
+				err := r.begin(ctx, conn, func(tx pgx.Tx) error {
+					if err := history.LockRoute(ctx, tx); err != nil {
+						return err
+					}
+					return tx.QueryRow(ctx, `WITH d AS (`+del+`)`+sub+`
+SELECT count(*), coalesce(sum(n), 0)::bigint FROM d`, args...).Scan(&rows, &events)
+				})
+				if err != nil {
+					return out, fmt.Errorf("roller: forget kind %s before %s in %s: %w", kind, before.Format(time.RFC3339), t.Name, err)
+				}
+				fr.Rows += rows
+				fr.Events += events
+				if rows < forgetChunk {
+					break
+				}
+			}
+			if fr.Rows > 0 {
+				r.metrics.forgotten.WithLabelValues(kind, t.Name).Add(float64(fr.Rows))
+				r.log.Info("forgot rows past their kind's horizon", "kind", kind, "horizon", r.cfg.Horizons[kind],
+					"table", t.Name, "before", before.Format(time.RFC3339), "rows", fr.Rows, "events", fr.Events)
+				out = append(out, fr)
+			}
+		}
+	}
+	return out, nil
 }

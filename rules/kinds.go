@@ -2,8 +2,12 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -14,25 +18,108 @@ import (
 // each host 2^64 fresh subjects. Cloudflare and nginx users expect /64.
 const DefaultIPv6Prefix = 64
 
+// DefaultHorizon is how long history keeps the rows of a personal kind
+// (PersonalKinds, or personal: true) unless the kind says otherwise: about
+// a year and a month, so that a year ago today can still be compared.
+const DefaultHorizon = 400 * 24 * time.Hour
+
+// PersonalKinds are the kinds whose subjects name people (or their
+// devices) unless the rules file says personal: false: history forgets
+// them after a horizon (DefaultHorizon).
+var PersonalKinds = []string{"email", "ip", "user"}
+
+// HistoryStorage is how history stores the subjects of a kind.
+type HistoryStorage string
+
+const (
+	// HistoryRaw stores subjects as given (the default).
+	HistoryRaw HistoryStorage = "raw"
+	// HistoryHash stores a keyed hash of each subject (--history-key-file):
+	// counts and rankings stay, the subject can be looked up by whoever
+	// holds the key, and read by nobody.
+	HistoryHash HistoryStorage = "hash"
+	// HistoryDrop keeps the kind out of history entirely; live limiting is
+	// unaffected.
+	HistoryDrop HistoryStorage = "drop"
+)
+
 // KindOptions are the per-kind settings of a rules file's "kinds:" block.
 type KindOptions struct {
 	// IPv6Prefix counts an IPv6 subject by its prefix of this many bits
 	// (1 to 128; 128 counts addresses). 0: subjects are taken as given.
 	IPv6Prefix int
+	// History is how history stores the kind's subjects. Default raw.
+	History HistoryStorage
+	// Personal marks a kind whose subjects name people: history deletes its
+	// rows past Horizon. Default: true for PersonalKinds.
+	Personal bool
+	// Horizon is how long history keeps a personal kind's rows; 0 means
+	// forever. Default DefaultHorizon. Ignored unless Personal.
+	Horizon time.Duration
 }
 
-// Kind returns the options of a kind: those of the rules file, else for
-// kind "ip" an IPv6 prefix of DefaultIPv6Prefix.
+// defaultKind is the options of a kind the rules file does not name.
+func defaultKind(kind string) KindOptions {
+	o := KindOptions{History: HistoryRaw}
+	if kind == "ip" {
+		o.IPv6Prefix = DefaultIPv6Prefix
+	}
+	if slices.Contains(PersonalKinds, kind) {
+		o.Personal, o.Horizon = true, DefaultHorizon
+	}
+	return o
+}
+
+// Kind returns the options of a kind: those of the rules file, the
+// defaults (defaultKind) for what it leaves out.
 func (s *Set) Kind(kind string) KindOptions {
 	if s != nil {
 		if o, ok := s.kinds[kind]; ok {
 			return o
 		}
 	}
-	if kind == "ip" {
-		return KindOptions{IPv6Prefix: DefaultIPv6Prefix}
+	return defaultKind(kind)
+}
+
+// Kinds returns the kinds the rules file's "kinds:" block names and the
+// PersonalKinds, sorted: every kind whose options are not the plain
+// defaults.
+func (s *Set) Kinds() []string {
+	var out []string
+	if s != nil {
+		out = slices.Collect(maps.Keys(s.kinds))
 	}
-	return KindOptions{}
+	for _, k := range PersonalKinds {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// HistoryHorizons returns, per kind, how long history keeps its rows: the
+// personal kinds with a finite horizon. Kinds not in it keep the ladder's
+// retention.
+func (s *Set) HistoryHorizons() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, k := range s.Kinds() {
+		if o := s.Kind(k); o.Personal && o.Horizon > 0 {
+			out[k] = o.Horizon
+		}
+	}
+	return out
+}
+
+// HistoryStorages returns the kinds whose history storage is not raw.
+func (s *Set) HistoryStorages() map[string]HistoryStorage {
+	out := map[string]HistoryStorage{}
+	for _, k := range s.Kinds() {
+		if o := s.Kind(k); o.History != HistoryRaw && o.History != "" {
+			out[k] = o.History
+		}
+	}
+	return out
 }
 
 // Subject returns the subject a value of a kind is counted and checked as:
@@ -74,7 +161,9 @@ func IPv6Prefix(subject string, bits int) string {
 	return subject
 }
 
-// parseKinds reads the "kinds:" block: {<kind>: {ipv6_prefix: <bits>}}.
+// parseKinds reads the "kinds:" block: {<kind>: {ipv6_prefix: <bits>,
+// history: raw|hash|drop, personal: <bool>, horizon: <n>d|forever}}. What a
+// kind leaves out keeps its default (defaultKind).
 func parseKinds(v *yaml.Node) (map[string]KindOptions, error) {
 	out := map[string]KindOptions{}
 	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
@@ -94,19 +183,75 @@ func parseKinds(v *yaml.Node) (map[string]KindOptions, error) {
 		if o.Kind != yaml.MappingNode {
 			return nil, &Error{Line: o.Line, Reason: fmt.Sprintf("kinds: %s: want a mapping, e.g. {ipv6_prefix: 64}", k.Value)}
 		}
-		var opts KindOptions
+		opts := defaultKind(k.Value)
+		horizonSet := false
 		for j := 0; j+1 < len(o.Content); j += 2 {
 			ok, ov := o.Content[j], o.Content[j+1]
 			switch ok.Value {
+			case "history":
+				switch st := HistoryStorage(ov.Value); st {
+				case HistoryRaw, HistoryHash, HistoryDrop:
+					if ov.Kind == yaml.ScalarNode {
+						opts.History = st
+						continue
+					}
+				}
+				return nil, &Error{Line: ov.Line, Reason: fmt.Sprintf("kinds: %s: history: want raw, hash or drop", k.Value)}
+			case "personal":
+				if ov.Kind != yaml.ScalarNode || ov.Decode(&opts.Personal) != nil {
+					return nil, &Error{Line: ov.Line, Reason: fmt.Sprintf("kinds: %s: personal: want true or false", k.Value)}
+				}
+			case "horizon":
+				d, err := parseHorizon(ov.Value)
+				if err != nil || ov.Kind != yaml.ScalarNode {
+					return nil, &Error{Line: ov.Line, Reason: fmt.Sprintf("kinds: %s: horizon: want a whole number of days or weeks (90d, 52w) or forever", k.Value)}
+				}
+				opts.Horizon, horizonSet = d, true
 			case "ipv6_prefix":
 				if err := ov.Decode(&opts.IPv6Prefix); err != nil || ov.Kind != yaml.ScalarNode || opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
 					return nil, &Error{Line: ov.Line, Reason: fmt.Sprintf("kinds: %s: ipv6_prefix: want a prefix length from 1 to 128 (128 counts each address)", k.Value)}
 				}
 			default:
-				return nil, &Error{Line: ok.Line, Reason: fmt.Sprintf("kinds: %s: unknown key %q (want ipv6_prefix)", k.Value, ok.Value)}
+				return nil, &Error{Line: ok.Line, Reason: fmt.Sprintf("kinds: %s: unknown key %q (want ipv6_prefix, history, personal, horizon)", k.Value, ok.Value)}
 			}
+		}
+		switch {
+		case horizonSet && opts.Horizon > 0:
+			// A horizon makes the kind personal: it is why one is given.
+			opts.Personal = true
+		case horizonSet:
+		case opts.Personal && opts.Horizon == 0:
+			opts.Horizon = DefaultHorizon
+		}
+		if !opts.Personal {
+			opts.Horizon = 0
 		}
 		out[k.Value] = opts
 	}
 	return out, nil
+}
+
+// maxHorizon bounds a horizon: longer is forever in all but name.
+const maxHorizon = 100 * 365 * 24 * time.Hour
+
+// parseHorizon reads a history horizon: "forever" (0), or a whole number of
+// days or weeks ("400d", "13w"), at least a day.
+func parseHorizon(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "forever" {
+		return 0, nil
+	}
+	unit := 24 * time.Hour
+	num, ok := strings.CutSuffix(s, "d")
+	if !ok {
+		if num, ok = strings.CutSuffix(s, "w"); !ok {
+			return 0, fmt.Errorf("horizon %q: want <n>d, <n>w or forever", s)
+		}
+		unit *= 7
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 1 || n > int64(maxHorizon/unit) {
+		return 0, fmt.Errorf("horizon %q: want a whole number from 1 before the unit", s)
+	}
+	return time.Duration(n) * unit, nil
 }

@@ -2,8 +2,10 @@ package rules
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestIPv6Prefix(t *testing.T) {
@@ -85,6 +87,62 @@ func TestAllowedPrefix(t *testing.T) {
 	} {
 		if got := r.Allowed(sub); got != want {
 			t.Errorf("Allowed(%q) = %v, want %v", sub, got, want)
+		}
+	}
+}
+
+// The history options of the kinds: block, with the defaults of personal
+// kinds, and their errors.
+func TestKindsHistoryOptions(t *testing.T) {
+	rule := "rules:\n  - name: a\n    action: x\n    kinds: [ip]\n    limits: [1/s]\n"
+	def, err := Parse([]byte(rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := def.HistoryHorizons(); len(got) != 3 || got["ip"] != DefaultHorizon || got["email"] != DefaultHorizon || got["user"] != DefaultHorizon {
+		t.Errorf("default horizons %v, want ip, email, user at 400d", got)
+	}
+	if got := def.HistoryStorages(); len(got) != 0 {
+		t.Errorf("default storages %v, want every kind raw", got)
+	}
+	if got := def.Kind("link"); got.Personal || got.Horizon != 0 || got.History != HistoryRaw {
+		t.Errorf("link: %+v, want raw, not personal", got)
+	}
+	set, err := Parse([]byte(rule + `kinds:
+  ip: {history: hash}
+  email: {history: hash, horizon: 90d}
+  user: {horizon: forever}
+  link: {history: drop}
+  device: {personal: true}
+  session: {horizon: 2w}
+  account: {personal: false}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Kind("ip"); got.IPv6Prefix != DefaultIPv6Prefix || got.History != HistoryHash || got.Horizon != DefaultHorizon {
+		t.Errorf("ip: %+v, want its /64 default kept beside history: hash", got)
+	}
+	wantH := map[string]time.Duration{"ip": DefaultHorizon, "email": 90 * 24 * time.Hour, "device": DefaultHorizon, "session": 14 * 24 * time.Hour}
+	if got := set.HistoryHorizons(); !maps.Equal(got, wantH) {
+		t.Errorf("horizons %v, want %v", got, wantH)
+	}
+	wantS := map[string]HistoryStorage{"ip": HistoryHash, "email": HistoryHash, "link": HistoryDrop}
+	if got := set.HistoryStorages(); !maps.Equal(got, wantS) {
+		t.Errorf("storages %v, want %v", got, wantS)
+	}
+	for _, bad := range []struct{ yaml, err string }{
+		{"kinds:\n  ip: {history: encrypt}\n", "raw, hash or drop"},
+		{"kinds:\n  ip: {history: [hash]}\n", "raw, hash or drop"},
+		{"kinds:\n  ip: {horizon: 12h}\n", "days or weeks"},
+		{"kinds:\n  ip: {horizon: 0d}\n", "days or weeks"},
+		{"kinds:\n  ip: {horizon: 99999999d}\n", "days or weeks"},
+		{"kinds:\n  ip: {personal: maybe}\n", "true or false"},
+	} {
+		_, err := Parse([]byte(rule + bad.yaml))
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(e.Reason, bad.err) || e.Line == 0 {
+			t.Errorf("%q: err %v, want a line and %q", bad.yaml, err, bad.err)
 		}
 	}
 }

@@ -36,8 +36,9 @@ var nameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 //	    allow: [10.0.0.0/8, ops@example.com]
 //	    shadow: false
 //	    strict: false
-//	kinds:            # optional: how subjects of a kind are counted
+//	kinds:            # optional: how subjects of a kind are counted and kept
 //	  ip: {ipv6_prefix: 64}   # the default for kind ip
+//	  email: {history: hash, horizon: 90d}  # history: raw|hash|drop; horizon of a personal kind
 //
 // Errors are *Error with the line of the offending node.
 func Parse(data []byte) (*Set, error) {

@@ -114,6 +114,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if c.History {
 		c.HistoryFlags.Registerer = reg
 		c.HistoryFlags.Dedup = c.Dedup
+		c.HistoryFlags.Rules = watcher.Current
 		hsink, closer, err := c.historySink(ctx, logger.With("sink", "history"))
 		if err != nil {
 			return fmt.Errorf("history sink: %w", err)

@@ -13,6 +13,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/history"
+	"floodgate/rules"
 )
 
 // HistoryFlags configure the history consumer group (Postgres minute buckets).
@@ -27,7 +28,11 @@ type HistoryFlags struct {
 	Visitors string `name:"visitors" env:"FLOODGATE_VISITORS" default:"" help:"Unique visitors in history: action=attr,... (e.g. visit=ip): per bucket and total, a sketch of the distinct values of that attr of the action's events. Empty: none."`
 	LadderFlags
 	PostgresFlags
+	HistoryKeyFlags
 
+	// Rules are the rules in force (their kinds: block says how history
+	// stores each kind); set by the aggregator command. Nil: all raw.
+	Rules func() *rules.Set `kong:"-"`
 	// Registerer receives the sink's metrics; the aggregator command sets
 	// it to the registry it serves. Nil: prometheus.DefaultRegisterer.
 	Registerer prometheus.Registerer `kong:"-"`
@@ -99,6 +104,18 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 	if err != nil {
 		return nil, nil, fmt.Errorf("--visitors: %w", err)
 	}
+	hasher, err := h.hasher()
+	if err != nil {
+		return nil, nil, err
+	}
+	var privacy func() (*history.Privacy, error)
+	if h.Rules != nil {
+		src := &privacySource{rules: h.Rules, hasher: hasher}
+		if _, err := src.get(); err != nil { // a clear start-up error
+			return nil, nil, err
+		}
+		privacy = src.get
+	}
 	pool, err := h.PostgresFlags.historyPool(ctx, logger)
 	if err != nil {
 		return nil, nil, err
@@ -117,6 +134,7 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 		Ladder:     ladder,
 		Visitors:   visitors,
 		Dedup:      h.Dedup,
+		Privacy:    privacy,
 		Logger:     logger,
 		Registerer: reg,
 	})

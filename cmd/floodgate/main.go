@@ -38,6 +38,7 @@ type CLI struct {
 	Ban        BanCmd        `cmd:"" help:"Deny subjects for a while whatever their counts (audited, seen by every limiter)."`
 	Unban      UnbanCmd      `cmd:"" help:"Clear subjects' deny records, bans and decision state; their counts stay (audited)."`
 	Reset      ResetCmd      `cmd:"" help:"Unban subjects and delete their counters: they start afresh (audited)."`
+	Erase      EraseCmd      `cmd:"" help:"Remove a subject from history and live state, and report what was removed (audited)."`
 	Setup      SetupCmd      `cmd:"" help:"Create topics and apply migrations, waiting for the services (one-shot deploy step)."`
 	Health     HealthCmd     `cmd:"" help:"Probe a health URL (for container health checks)."`
 	VersionCmd VersionCmd    `cmd:"" name:"version" help:"Print the version: module version, commit, build date."`

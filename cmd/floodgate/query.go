@@ -24,14 +24,19 @@ type QueryCmd struct {
 // queryFlags are shared by the query subcommands.
 type queryFlags struct {
 	PostgresFlags
+	HistoryKeyFlags
 }
 
 func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), error) {
+	h, err := f.hasher()
+	if err != nil {
+		return nil, nil, err
+	}
 	pool, err := f.PostgresFlags.historyPool(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, nil, err
 	}
-	return history.NewQuerier(pool), pool.Close, nil
+	return history.NewQuerier(pool).WithHasher(h), pool.Close, nil
 }
 
 // jsonFlag makes a query print one JSON document instead of text; its

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"floodgate/roller"
+	"floodgate/rules"
 )
 
 // RollerCmd applies the retention ladder to history.
@@ -26,7 +27,8 @@ type RollerCmd struct {
 type rollerFlags struct {
 	LadderFlags
 	PostgresFlags
-	Now string `name:"now" help:"Pretend the time is this (RFC 3339 or 2006-01-02 15:04), for tests and backfills. Default: the clock."`
+	Rules string `name:"rules" env:"FLOODGATE_RULES" help:"Rules file (YAML), as the aggregator's: its kinds: block gives the personal kinds' history horizons (read at start). Empty: the built-in kind defaults (ip, email and user kept 400d)."`
+	Now   string `name:"now" help:"Pretend the time is this (RFC 3339 or 2006-01-02 15:04), for tests and backfills. Default: the clock."`
 }
 
 func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error) {
@@ -42,12 +44,18 @@ func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error)
 		}
 		now = func() time.Time { return t }
 	}
+	var set *rules.Set // nil: the built-in kind defaults
+	if f.Rules != "" {
+		if set, err = rules.Load(f.Rules); err != nil {
+			return nil, nil, err
+		}
+	}
 	pool, err := f.PostgresFlags.historyPool(context.Background(), logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	r, err := roller.New(roller.Config{
-		Pool: pool, Ladder: ladder, Now: now,
+		Pool: pool, Ladder: ladder, Horizons: set.HistoryHorizons(), Now: now,
 		Logger: logger.With("component", "roller"), Registerer: prometheus.DefaultRegisterer,
 	})
 	if err != nil {
@@ -88,6 +96,9 @@ func (c *RollerOnceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		}
 		fmt.Printf("  %-3s → %-3s rolled up to %s: %d rows → %d rows (%d events) in %d chunks, %d partitions dropped\n",
 			t.From, t.To, rolled, t.RowsMoved, t.RowsWritten, t.Events, t.Chunks, t.Dropped)
+	}
+	for _, f := range rep.Forgotten {
+		fmt.Printf("  kind %s past its horizon: %d rows (%d events) of %s before %s deleted\n", f.Kind, f.Rows, f.Events, f.Table, f.Before.Format(time.RFC3339))
 	}
 	return nil
 }

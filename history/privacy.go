@@ -1,0 +1,266 @@
+package history
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"floodgate/event"
+	"floodgate/migrations"
+)
+
+// Storage is how history stores the subjects of a kind (the rules file's
+// kinds: {K: {history: raw|hash|drop}}, docs/history.md "What is stored
+// where, and for how long").
+type Storage uint8
+
+const (
+	// StoreRaw stores subjects as given.
+	StoreRaw Storage = iota
+	// StoreHash stores the keyed hash of each subject (Hasher).
+	StoreHash
+	// StoreDrop writes none of the kind's events to history.
+	StoreDrop
+)
+
+// ParseStorage reads raw, hash or drop.
+func ParseStorage(s string) (Storage, error) {
+	switch s {
+	case "", "raw":
+		return StoreRaw, nil
+	case "hash":
+		return StoreHash, nil
+	case "drop":
+		return StoreDrop, nil
+	}
+	return 0, fmt.Errorf("history storage %q: want raw, hash or drop", s)
+}
+
+// HashPrefix starts a subject stored hashed: "~h:" and the unpadded
+// base64url of the first 16 bytes of HMAC-SHA256(key, subject), 25 bytes
+// in all. Distinct from event.DigestPrefix ("~sha256:"), the unkeyed digest
+// of a subject too long or unprintable to be one.
+const HashPrefix = "~h:"
+
+const hashLen = len(HashPrefix) + 22
+
+// MinKeyLen is the shortest key a Hasher takes: 128 bits.
+const MinKeyLen = 16
+
+// Hasher computes the keyed hashes history stores for subjects of a kind
+// stored hashed. Whoever holds the key can find a subject's rows (queries,
+// erase); nobody can read a subject from its hash, nor test a guess
+// without the key.
+type Hasher struct {
+	key []byte
+}
+
+// NewHasher returns a Hasher with key (at least MinKeyLen bytes; the
+// content of --history-key-file, e.g. `openssl rand -base64 32`).
+func NewHasher(key []byte) (*Hasher, error) {
+	if len(key) < MinKeyLen {
+		return nil, fmt.Errorf("history key of %d bytes: want at least %d (e.g. openssl rand -base64 32)", len(key), MinKeyLen)
+	}
+	return &Hasher{key: slices.Clone(key)}, nil
+}
+
+// Subject returns the stored form of subject: its hash, or subject itself
+// when it already has a hash's form (an operator may name a subject by the
+// hash a query showed). The subject is made canonical first
+// (event.CanonicalSubject), as the sink receives it.
+func (h *Hasher) Subject(subject string) string {
+	return h.sum(hmac.New(sha256.New, h.key), event.CanonicalSubject(subject), nil)
+}
+
+// sum hashes s with mac (reset first), appending to buf when it is big
+// enough.
+func (h *Hasher) sum(mac hash.Hash, s string, buf []byte) string {
+	if IsHashed(s) {
+		return s
+	}
+	mac.Reset()
+	_, _ = mac.Write([]byte(s))
+	var sum [sha256.Size]byte
+	out := append(buf[:0], HashPrefix...)
+	out = base64.RawURLEncoding.AppendEncode(out, mac.Sum(sum[:0])[:16])
+	return string(out)
+}
+
+// IsHashed reports whether s has the form of a hashed subject.
+func IsHashed(s string) bool {
+	if len(s) != hashLen || !strings.HasPrefix(s, HashPrefix) {
+		return false
+	}
+	for i := len(HashPrefix); i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Privacy is the storage policy of the history sink: how each kind's
+// subjects are stored. A nil *Privacy stores every subject raw.
+type Privacy struct {
+	kinds  map[string]Storage
+	hasher *Hasher
+}
+
+// NewPrivacy returns the policy storing each kind of kinds as said (the
+// others raw). A kind stored hashed needs hasher: without one it is an
+// error naming the kinds, never a silent raw write.
+func NewPrivacy(kinds map[string]Storage, hasher *Hasher) (*Privacy, error) {
+	var hashed []string
+	for k, s := range kinds {
+		if s > StoreDrop {
+			return nil, fmt.Errorf("history policy: kind %s: unknown storage %d", k, s)
+		}
+		if s == StoreHash {
+			hashed = append(hashed, k)
+		}
+	}
+	if len(hashed) > 0 && hasher == nil {
+		slices.Sort(hashed)
+		return nil, fmt.Errorf("history policy: kinds %s are stored hashed (history: hash) but no key is given (--history-key-file)", strings.Join(hashed, ", "))
+	}
+	return &Privacy{kinds: maps.Clone(kinds), hasher: hasher}, nil
+}
+
+// Storage returns how kind's subjects are stored.
+func (p *Privacy) Storage(kind string) Storage {
+	if p == nil {
+		return StoreRaw
+	}
+	return p.kinds[kind]
+}
+
+// subjects maps a batch's subjects to their stored form. Each distinct
+// subject of a hashed kind is hashed once per batch, with one MAC.
+type subjects struct {
+	p     *Privacy
+	mac   hash.Hash
+	buf   []byte
+	cache map[string]string // subject -> hash (the hash ignores the kind)
+}
+
+func (p *Privacy) batch() *subjects {
+	if p == nil || len(p.kinds) == 0 {
+		return nil
+	}
+	s := &subjects{p: p}
+	if p.hasher != nil {
+		s.mac = hmac.New(sha256.New, p.hasher.key)
+		s.buf = make([]byte, 0, hashLen)
+		s.cache = map[string]string{}
+	}
+	return s
+}
+
+// stored returns the subject as stored for kind, or false when the kind is
+// not stored.
+func (s *subjects) stored(kind, subject string) (string, bool) {
+	if s == nil {
+		return subject, true
+	}
+	switch s.p.kinds[kind] {
+	case StoreDrop:
+		return "", false
+	case StoreHash:
+		h, ok := s.cache[subject]
+		if !ok {
+			h = s.p.hasher.sum(s.mac, subject, s.buf)
+			s.cache[subject] = h
+		}
+		return h, true
+	}
+	return subject, true
+}
+
+// storedForms returns the forms a subject may be stored under: as given,
+// and hashed when a hasher is known. Both are looked up, so that a query
+// or an erase finds the rows written before and after a kind's policy
+// changed, and needs no rules file.
+func storedForms(h *Hasher, subject string) []string {
+	subject = event.CanonicalSubject(subject)
+	if h == nil || subject == "" || IsHashed(subject) {
+		return []string{subject}
+	}
+	return []string{subject, h.Subject(subject)}
+}
+
+// SubjectTable is a table holding rows by subject.
+type SubjectTable struct {
+	Name string // unqualified, in migrations.Schema
+	// Width is a bucket table's bucket width; 0 for the totals and the
+	// late events (rows with first_at and last_at).
+	Width time.Duration
+}
+
+// SubjectTables are the tables that hold rows by subject, finest bucket
+// tier first: every step's bucket table (whether or not the ladder uses
+// it), the late events and the totals (last: deletions from the others
+// are taken off the totals).
+func SubjectTables() []SubjectTable {
+	out := make([]SubjectTable, 0, len(steps)+2)
+	for _, s := range steps {
+		out = append(out, SubjectTable{Name: s.Table(), Width: s.Width})
+	}
+	return append(out, SubjectTable{Name: "history_late"}, SubjectTable{Name: "history_totals"})
+}
+
+// Erased is what Erase removed from one table.
+type Erased struct {
+	Table string `json:"table"`
+	Rows  int64  `json:"rows"`
+	// Events is the sum of n of the rows removed.
+	Events int64 `json:"events"`
+}
+
+// Erase deletes every row of subject (of kind; of action, unless empty)
+// from every table holding subjects (SubjectTables), under each form it
+// may be stored in (raw, and hashed when h is given), in one transaction
+// holding the routing lock: no roll moves rows past it and no sink writes
+// meanwhile. It returns the rows removed per table; run again, it removes
+// nothing. Events still in Kafka that history has not read yet are written
+// after it.
+func Erase(ctx context.Context, db DB, h *Hasher, kind, subject, action string) (out []Erased, err error) {
+	if kind == "" || subject == "" {
+		return nil, errors.New("history erase: a kind and a subject are required")
+	}
+	forms := storedForms(h, subject)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("history erase %s: begin: %w", kind, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := LockRoute(ctx, tx); err != nil {
+		return nil, fmt.Errorf("history erase %s: %w", kind, err)
+	}
+	for _, st := range SubjectTables() {
+		t := st.Name
+		e := Erased{Table: t}
+		err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM `+qualify(t)+` WHERE kind = $1 AND subject = ANY($2) AND ($3 = '' OR action = $3) RETURNING n)
+SELECT count(*), coalesce(sum(n), 0)::bigint FROM d`, kind, forms, action).Scan(&e.Rows, &e.Events)
+		if err != nil {
+			return nil, fmt.Errorf("history erase %s from %s.%s: %w", kind, migrations.Schema, t, err)
+		}
+		out = append(out, e)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("history erase %s: commit: %w", kind, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,45 @@
+package history
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+)
+
+// Hashing costs per distinct subject of a batch, not per event: a batch of
+// 2 000 events about 20 e-mail addresses allocates a few objects per
+// address more than the same batch stored raw.
+func TestSummarizeHashesPerDistinctSubject(t *testing.T) {
+	h, err := NewHasher([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPrivacy(map[string]Storage{"email": StoreHash}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const distinct = 20
+	t0 := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	recs := make([]aggregator.Record, 2000)
+	for i := range recs {
+		recs[i] = aggregator.Record{Offset: int64(i), Event: event.Event{Action: "login_failed", Kind: "email",
+			Subject: fmt.Sprintf("user%d@example.com", i%distinct), TS: t0.Add(time.Duration(i%3) * time.Second), N: 1}}
+	}
+	raw := testing.AllocsPerRun(20, func() { summarize(recs, nil, nil) })
+	hashed := testing.AllocsPerRun(20, func() { summarize(recs, nil, p.batch()) })
+	t.Logf("allocations per batch: raw %.0f, hashed %.0f", raw, hashed)
+	if extra := hashed - raw; extra > 6*distinct+10 {
+		t.Errorf("hashing a batch of %d events about %d subjects allocated %.0f more objects, want at most %d", len(recs), distinct, extra, 6*distinct+10)
+	}
+	rs := summarize(recs, nil, p.batch())
+	if len(rs.subjects) != distinct || !IsHashed(rs.subjects[0]) || rs.events != int64(len(recs)) {
+		t.Errorf("rows %d (subjects %v...), events %d; want %d hashed rows of %d events", len(rs.subjects), rs.subjects[:1], rs.events, distinct, len(recs))
+	}
+	drop, _ := NewPrivacy(map[string]Storage{"email": StoreDrop}, nil)
+	if rs := summarize(recs, nil, drop.batch()); len(rs.subjects) != 0 || rs.dropped != int64(len(recs)) {
+		t.Errorf("drop: %d rows, %d dropped; want none written, all dropped", len(rs.subjects), rs.dropped)
+	}
+}
