@@ -37,22 +37,24 @@ var units = map[string]uint64{
 	"w":  uint64(week),
 }
 
-// SyntaxError is a text the grammar does not read.
+// SyntaxError is a text the grammar does not read. A caller with its own
+// rule (a rules window) may say Reason with its own examples.
 type SyntaxError struct {
 	What   string // "duration" or "time"
 	Input  string // the text, cut to MaxLen bytes
-	Reason string
+	Reason string // what is wrong: `unknown unit "x"`
+	Want   string // what was expected, with examples
 }
 
 func (e *SyntaxError) Error() string {
-	return fmt.Sprintf("%s %q: %s", e.What, e.Input, e.Reason)
+	return fmt.Sprintf("%s %q: %s; want %s", e.What, e.Input, e.Reason, e.Want)
 }
 
 func durationError(s, reason string) error {
 	if len(s) > MaxLen {
 		s = s[:MaxLen] + "…"
 	}
-	return &SyntaxError{What: "duration", Input: s, Reason: reason + "; want a number and a unit ms, s, m, h, d or w, " + durationExamples}
+	return &SyntaxError{What: "duration", Input: s, Reason: reason, Want: "a number and a unit ms, s, m, h, d or w, " + durationExamples}
 }
 
 // ParseDuration reads a duration: an optional sign, then terms of a number
@@ -218,7 +220,7 @@ func timeError(s, reason string) error {
 	if len(s) > MaxLen {
 		s = s[:MaxLen] + "…"
 	}
-	return &SyntaxError{What: "time", Input: s, Reason: reason + "; want " + timeExamples}
+	return &SyntaxError{What: "time", Input: s, Reason: reason, Want: timeExamples}
 }
 
 // ParseTime reads a time: "now"; a span ago ("36h" or "now-36h"), counted
