@@ -7,6 +7,7 @@ test:
 	scripts/stack up && scripts/stack up --cluster && scripts/stack up --secure && eval "$$(scripts/stack env)" && go test -race -count=1 -timeout 60m ./...
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=15s
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' -fuzztime=15s
+	go test ./timespan -run='^$$' -fuzz='^FuzzParseDuration$$' -fuzztime=15s
 
 demo:
 	scripts/stack up && scripts/demo
@@ -33,3 +34,4 @@ down:
 fuzz:
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=30s
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' -fuzztime=30s
+	go test ./timespan -run='^$$' -fuzz='^FuzzParseDuration$$' -fuzztime=30s

@@ -3,9 +3,10 @@ package history
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"floodgate/timespan"
 )
 
 // DefaultLadder is the retention ladder used when none is configured: a day
@@ -69,7 +70,7 @@ func (l Ladder) String() string {
 	for i, t := range l {
 		h := "forever"
 		if !t.Forever() {
-			h = formatDuration(t.Horizon)
+			h = timespan.Format(t.Horizon)
 		}
 		parts[i] = t.Name + ":" + h
 	}
@@ -78,8 +79,8 @@ func (l Ladder) String() string {
 
 // ParseLadder reads "1m:2d,5m:14d,1h:400d,1d:forever": comma-separated
 // step:horizon pairs, finest first. Steps are 1m, 5m, 1h, 1d and 1w, each
-// used at most once, in increasing order. Horizons are a number and a unit
-// (m, h, d or w), strictly increasing, and only the last may be "forever".
+// used at most once, in increasing order. Horizons are durations (timespan)
+// of whole minutes, strictly increasing, and only the last may be "forever".
 // The first tier must be 1m (the sink writes minute buckets).
 func ParseLadder(s string) (Ladder, error) {
 	s = strings.TrimSpace(s)
@@ -100,7 +101,10 @@ func ParseLadder(s string) (Ladder, error) {
 		t := Tier{Step: st}
 		hor = strings.TrimSpace(hor)
 		if hor != "forever" {
-			d, err := parseDuration(hor)
+			d, err := timespan.ParseDuration(hor)
+			if err == nil {
+				err = CheckSpan(d)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("ladder: rung %d %q: horizon: %w", i+1, part, err)
 			}
@@ -143,11 +147,11 @@ func (l Ladder) Validate() error {
 			return fmt.Errorf("ladder: step %s is not a multiple of %s", t.Name, prev.Name)
 		}
 		if prev.Horizon < t.Width {
-			return fmt.Errorf("ladder: tier %s horizon %s is shorter than the next step %s", prev.Name, formatDuration(prev.Horizon), t.Name)
+			return fmt.Errorf("ladder: tier %s horizon %s is shorter than the next step %s", prev.Name, timespan.Format(prev.Horizon), t.Name)
 		}
 		if !t.Forever() && t.Horizon < prev.Horizon+t.Width {
 			return fmt.Errorf("ladder: tier %s horizon %s must exceed the previous horizon %s by at least one %s bucket",
-				t.Name, formatDuration(t.Horizon), formatDuration(prev.Horizon), t.Name)
+				t.Name, timespan.Format(t.Horizon), timespan.Format(prev.Horizon), t.Name)
 		}
 	}
 	return nil
@@ -162,31 +166,12 @@ func stepByName(name string) (Step, bool) {
 	return Step{}, false
 }
 
-var units = []struct {
-	suffix string
-	d      time.Duration
-}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}, {"h", time.Hour}, {"m", time.Minute}}
-
-func parseDuration(s string) (time.Duration, error) {
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			n, err := strconv.Atoi(num)
-			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("%q: want a positive whole number before %q", s, u.suffix)
-			}
-			return time.Duration(n) * u.d, nil
-		}
+// CheckSpan reports whether d can be a span of history — a ladder horizon,
+// a query's range or step: history keeps minutes, so a positive whole
+// number of them.
+func CheckSpan(d time.Duration) error {
+	if d <= 0 || d%time.Minute != 0 {
+		return fmt.Errorf("%s: want a positive whole number of minutes, e.g. 90m, 24h, 14d, 2w", timespan.Format(d))
 	}
-	return 0, fmt.Errorf("%q: want a number and a unit m, h, d or w (e.g. 14d), or forever", s)
-}
-
-// formatDuration writes horizons and curve steps in days (or hours,
-// minutes), as people configure them: 14d rather than 2w.
-func formatDuration(d time.Duration) string {
-	for _, u := range units[1:] {
-		if d%u.d == 0 {
-			return strconv.FormatInt(int64(d/u.d), 10) + u.suffix
-		}
-	}
-	return d.String()
+	return nil
 }

@@ -24,6 +24,9 @@ func TestParseLadder(t *testing.T) {
 		{in: "1m:2d,5m", err: "want step:horizon"},
 		{in: "1m:2x", err: "want a number and a unit"},
 		{in: "1m:0d", err: "positive whole number"},
+		{in: "1m:-2d", err: "positive whole number"},
+		{in: "1m:90s", err: "positive whole number of minutes"},
+		{in: "1m:1d12h,5m:2w", want: "1m:36h,5m:14d"},
 		{in: "1m:3m,1h:forever", err: "shorter than the next step"},
 	} {
 		t.Run(c.in, func(t *testing.T) {

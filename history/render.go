@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"floodgate/timespan"
 )
 
 var sparks = []rune("▁▂▃▄▅▆▇█")
@@ -56,7 +58,7 @@ func WriteCurve(w io.Writer, points []Point, step time.Duration) error {
 	if step%(24*time.Hour) == 0 {
 		layout = time.DateOnly
 	}
-	if _, err := fmt.Fprintf(w, "%s  total %d, peak %d, step %s\n", Sparkline(points), sum, hi, formatDuration(step)); err != nil {
+	if _, err := fmt.Fprintf(w, "%s  total %d, peak %d, step %s\n", Sparkline(points), sum, hi, timespan.Format(step)); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -80,7 +82,7 @@ func WriteVisitorsCurve(w io.Writer, points []VisitorPoint, step time.Duration) 
 	if step%(24*time.Hour) == 0 {
 		layout = time.DateOnly
 	}
-	if _, err := fmt.Fprintf(w, "%s  events %d, peak %d unique visitors per %s\n", Sparkline(spark), events, hi, formatDuration(step)); err != nil {
+	if _, err := fmt.Fprintf(w, "%s  events %d, peak %d unique visitors per %s\n", Sparkline(spark), events, hi, timespan.Format(step)); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -116,10 +118,6 @@ func WriteTop(w io.Writer, rows []Ranked) error {
 	}
 	return tw.Flush()
 }
-
-// ParseDuration reads a positive span written like the ladder's horizons:
-// 90m, 24h, 7d, 2w.
-func ParseDuration(s string) (time.Duration, error) { return parseDuration(strings.TrimSpace(s)) }
 
 // AutoStep picks a round step giving at most about max points over span.
 func AutoStep(span time.Duration, maxPoints int) time.Duration {

@@ -18,9 +18,9 @@ func ExampleParseTokens() {
 	// admin token "alice": secret shorter than 16 bytes
 }
 
-// A ban lasts a Go duration or whole days.
+// A ban lasts a duration of the one grammar (docs/operations.md), 1s to 366d.
 func ExampleParseFor() {
-	for _, v := range []string{"90s", "1h30m", "2d", "1x"} {
+	for _, v := range []string{"90s", "1h30m", "2d", "1w", "367d", "1x"} {
 		d, err := operator.ParseFor(v)
 		fmt.Println(d, err)
 	}
@@ -28,5 +28,7 @@ func ExampleParseFor() {
 	// 1m30s <nil>
 	// 1h30m0s <nil>
 	// 48h0m0s <nil>
-	// 0s duration "1x": want e.g. 90s, 30m, 1h, 1h30m or 2d
+	// 168h0m0s <nil>
+	// 0s duration "367d": want 1s to 366d, e.g. 90s, 30m, 1h30m, 2d
+	// 0s duration "1x": unknown unit "x"; want a number and a unit ms, s, m, h, d or w, e.g. 50ms, 90s, 1h30m, 2d, 1w
 }

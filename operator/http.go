@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"floodgate/limiter"
+	"floodgate/timespan"
 	"floodgate/window"
 )
 
@@ -252,17 +253,17 @@ func (h *handler) request(w http.ResponseWriter, r *http.Request, operator strin
 	return req, 0, nil
 }
 
-// ParseFor reads a ban's duration: Go's syntax ("90s", "30m", "1h30m") or
-// whole days ("2d").
+// ParseFor reads a ban's duration (timespan: "90s", "30m", "1h30m", "2d",
+// "1w") from 1s to MaxBan.
 func ParseFor(v string) (time.Duration, error) {
-	if n, ok := strings.CutSuffix(v, "d"); ok {
-		if days, err := strconv.ParseInt(n, 10, 64); err == nil && days >= 1 && days <= int64(MaxBan/(24*time.Hour)) {
-			return time.Duration(days) * 24 * time.Hour, nil
-		}
-	} else if d, err := time.ParseDuration(v); err == nil {
-		return d, nil
+	d, err := timespan.ParseDuration(v)
+	if err != nil {
+		return 0, &Error{Msg: err.Error()}
 	}
-	return 0, invalidf("duration %q: want e.g. 90s, 30m, 1h, 1h30m or 2d", v)
+	if d < time.Second || d > MaxBan {
+		return 0, invalidf("duration %q: want 1s to %s, e.g. 90s, 30m, 1h30m, 2d", v, timespan.Format(MaxBan))
+	}
+	return d, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -17,6 +17,7 @@ import (
 	"floodgate/limitapi"
 	"floodgate/limiter"
 	"floodgate/rules"
+	"floodgate/timespan"
 	"floodgate/window"
 )
 
@@ -294,7 +295,7 @@ func (o *Operator) validate(op window.AdminOp, req *Request, set *rules.Set) err
 	switch op {
 	case window.OpBan:
 		if req.For < time.Second || req.For > MaxBan {
-			return invalidf("ban for %s: want 1s to %s", req.For, MaxBan)
+			return invalidf("ban for %s: want 1s to %s", timespan.Format(req.For), timespan.Format(MaxBan))
 		}
 		if err := validMessage(req.Message); err != nil {
 			return err

@@ -22,9 +22,9 @@ rules:
 	for _, r := range set.Match("login_failed", "ip") {
 		fmt.Println(r.Name, r.Limits, r.Allowed("10.1.2.3"), r.Allowed("203.0.113.7"))
 	}
-	_, err = rules.Parse([]byte("rules:\n  - name: x\n    action: a\n    kinds: [ip]\n    limits: [5/w]\n"))
+	_, err = rules.Parse([]byte("rules:\n  - name: x\n    action: a\n    kinds: [ip]\n    limits: [5/1mo]\n"))
 	fmt.Println(err)
 	// Output:
 	// login-failed [2/1s 5/1m 10/1h 100/1d] true false
-	// rules:5: rule "x": limit "5/w": window "w": unit must be s, m, h or d
+	// rules:5: rule "x": limit "5/1mo": window "1mo": unknown unit "mo"; want whole seconds from 1s to 7d, e.g. 30s, 5m, 1h30m, 1d
 }

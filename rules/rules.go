@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"floodgate/timespan"
 )
 
 // MaxWindow is the longest window a limit may have. Hour buckets make a
@@ -57,9 +60,9 @@ const MaxDistinct = 10_000
 // largest whole unit: "5/1m", "2/1s", "100/1d", "10/30s", "90/90s".
 func (l Limit) String() string { return strconv.FormatInt(l.Count, 10) + "/" + FormatWindow(l.Window) }
 
-// ParseLimit parses "<count>/<window>" where window is a whole number of
-// seconds, minutes, hours or days, the number being optional: "2/s", "5/m",
-// "5/1m", "10/30s", "50/5m", "100/d".
+// ParseLimit parses "<count>/<window>", the window a duration of whole
+// seconds (docs/operations.md "Times and durations") or a bare unit meaning
+// one of it: "2/s", "5/m", "5/1m", "10/30s", "50/5m", "100/d", "9/1h30m".
 func ParseLimit(s string) (Limit, error) {
 	count, win, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -76,54 +79,49 @@ func ParseLimit(s string) (Limit, error) {
 	return Limit{Count: n, Window: w}, nil
 }
 
-// ParseWindow parses a window: an optional whole number and a unit s, m, h
-// or d ("s", "30s", "5m", "1d"). The result lies in [1s, MaxWindow].
+// windowWant is what a window may be, for error messages.
+const windowWant = "want whole seconds from 1s to 7d, e.g. 30s, 5m, 1h30m, 1d"
+
+// ParseWindow parses a window: a duration (timespan) of whole seconds in
+// [1s, MaxWindow], or a bare unit s, m, h, d or w meaning one of it ("m" is
+// 1m). Deny records store windows as FormatWindow writes them and are read
+// back here.
 func ParseWindow(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return 0, fmt.Errorf("window is empty: want e.g. 30s, 1m, 1h, 1d")
+		return 0, fmt.Errorf("window is empty: %s", windowWant)
 	}
-	var unit time.Duration
-	switch s[len(s)-1] {
-	case 's':
-		unit = time.Second
-	case 'm':
-		unit = time.Minute
-	case 'h':
-		unit = time.Hour
-	case 'd':
-		unit = 24 * time.Hour
-	default:
-		return 0, fmt.Errorf("window %q: unit must be s, m, h or d", s)
+	in := s
+	switch s {
+	case "s", "m", "h", "d", "w":
+		in = "1" + s
 	}
-	n := int64(1)
-	if num := s[:len(s)-1]; num != "" {
-		v, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || v < 1 {
-			return 0, fmt.Errorf("window %q: want a whole number >= 1 before the unit", s)
+	w, err := timespan.ParseDuration(in)
+	if err != nil {
+		var se *timespan.SyntaxError
+		if errors.As(err, &se) {
+			return 0, fmt.Errorf("window %q: %s; %s", s, se.Reason, windowWant)
 		}
-		n = v
+		return 0, fmt.Errorf("window %q: %w", s, err)
 	}
-	if n > int64(MaxWindow/unit) {
+	switch {
+	case w < time.Second:
+		return 0, fmt.Errorf("window %q: shorter than 1s; %s", s, windowWant)
+	case w%time.Second != 0:
+		return 0, fmt.Errorf("window %q: not a whole number of seconds; %s", s, windowWant)
+	case w > MaxWindow:
 		return 0, fmt.Errorf("window %q: longer than the maximum %s", s, FormatWindow(MaxWindow))
 	}
-	return time.Duration(n) * unit, nil
+	return w, nil
 }
 
-// FormatWindow writes w in its largest whole unit: 1d, 6h, 5m, 90s.
+// FormatWindow writes w in its largest whole unit: 1d, 6h, 5m, 90s — the
+// spelling of deny records, which window/lua.go's fg_fmt_window writes too.
 func FormatWindow(w time.Duration) string {
-	switch {
-	case w <= 0:
+	if w <= 0 {
 		return "0s"
-	case w%(24*time.Hour) == 0:
-		return strconv.FormatInt(int64(w/(24*time.Hour)), 10) + "d"
-	case w%time.Hour == 0:
-		return strconv.FormatInt(int64(w/time.Hour), 10) + "h"
-	case w%time.Minute == 0:
-		return strconv.FormatInt(int64(w/time.Minute), 10) + "m"
-	default:
-		return strconv.FormatInt(int64(w/time.Second), 10) + "s"
 	}
+	return timespan.Format(w.Truncate(time.Second))
 }
 
 // Rule limits one action for subjects of some feature kinds. Every subject

@@ -11,6 +11,7 @@ import (
 
 	"floodgate/backtest"
 	"floodgate/rules"
+	"floodgate/timespan"
 )
 
 // BacktestCmd replays the events topic through a rules file and reports
@@ -89,11 +90,11 @@ func (c *BacktestCmd) Run(ctx context.Context, logger *slog.Logger) error {
 func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), error) {
 	noop := func() {}
 	now := time.Now()
-	from, err := backtest.ParseTime(c.From, now)
+	from, err := timespan.ParseTime(c.From, now)
 	if err != nil {
 		return backtest.Config{}, noop, fmt.Errorf("--from: %w", err)
 	}
-	to, err := backtest.ParseTime(c.To, now)
+	to, err := timespan.ParseTime(c.To, now)
 	if err != nil {
 		return backtest.Config{}, noop, fmt.Errorf("--to: %w", err)
 	}

@@ -130,7 +130,7 @@ func TestKubernetesCommandLines(t *testing.T) {
 					}
 				}
 				var cli CLI
-				parser, err := kong.New(&cli, kong.Name("floodgate"), kong.Exit(func(int) { t.Fatalf("parser exited on %v", c.Args) }))
+				parser, err := kong.New(&cli, kong.Name("floodgate"), kong.Exit(func(int) { t.Fatalf("parser exited on %v", c.Args) }), durationFlags)
 				if err != nil {
 					t.Fatal(err)
 				}

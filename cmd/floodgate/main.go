@@ -75,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 		kong.Vars{"version": readBuildInfo().String()},
 		kong.Writers(stdout, stderr),
 		kong.Exit(exit),
+		durationFlags, // every time.Duration flag reads the timespan grammar (2d, 1w)
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)

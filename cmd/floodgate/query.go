@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"floodgate/history"
+	"floodgate/timespan"
 )
 
 // QueryCmd prints the answers of the dashboard SQL functions.
@@ -81,7 +82,7 @@ func (r rangeFlags) now() (time.Time, error) {
 	if r.Now == "" {
 		return time.Now().UTC(), nil
 	}
-	t, err := parseTime(r.Now)
+	t, err := timespan.ParseTime(r.Now, time.Now())
 	if err != nil {
 		return time.Time{}, fmt.Errorf("--now: %w", err)
 	}
@@ -95,16 +96,16 @@ func (r rangeFlags) bounds() (from, to time.Time, err error) {
 	}
 	to = now
 	if r.To != "" {
-		if to, err = parseTime(r.To); err != nil {
+		if to, err = timespan.ParseTime(r.To, now); err != nil {
 			return from, to, fmt.Errorf("--to: %w", err)
 		}
 	}
 	if r.From != "" {
-		if from, err = parseTime(r.From); err != nil {
+		if from, err = timespan.ParseTime(r.From, now); err != nil {
 			return from, to, fmt.Errorf("--from: %w", err)
 		}
 	} else {
-		d, err := history.ParseDuration(r.Last)
+		d, err := historySpan(r.Last)
 		if err != nil {
 			return from, to, fmt.Errorf("--last: %w", err)
 		}
@@ -168,7 +169,7 @@ func (c *QueryCurveCmd) Run(ctx context.Context, std stdio) error {
 	}
 	step := history.AutoStep(to.Sub(from), 48)
 	if c.Step != "" {
-		if step, err = history.ParseDuration(c.Step); err != nil {
+		if step, err = historySpan(c.Step); err != nil {
 			return fmt.Errorf("--step: %w", err)
 		}
 	}
@@ -344,7 +345,7 @@ func (c *QueryVisitorsCmd) Run(ctx context.Context, std stdio) error {
 	}
 	step := history.AutoStep(to.Sub(from), 48)
 	if c.Step != "" {
-		if step, err = history.ParseDuration(c.Step); err != nil {
+		if step, err = historySpan(c.Step); err != nil {
 			return fmt.Errorf("--step: %w", err)
 		}
 	}
@@ -405,7 +406,7 @@ type QueryDashboardCmd struct {
 func (c *QueryDashboardCmd) Run(ctx context.Context, std stdio) error {
 	now := time.Now().UTC()
 	if c.Now != "" {
-		t, err := parseTime(c.Now)
+		t, err := timespan.ParseTime(c.Now, now)
 		if err != nil {
 			return fmt.Errorf("--now: %w", err)
 		}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +14,7 @@ import (
 
 	"floodgate/roller"
 	"floodgate/rules"
+	"floodgate/timespan"
 )
 
 // RollerCmd applies the retention ladder to history.
@@ -38,7 +38,7 @@ func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error)
 	}
 	now := time.Now
 	if f.Now != "" {
-		t, err := parseTime(f.Now)
+		t, err := timespan.ParseTime(f.Now, time.Now())
 		if err != nil {
 			return nil, nil, fmt.Errorf("--now: %w", err)
 		}
@@ -133,15 +133,4 @@ func (c *RollerRunCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		logger.Info("roller metrics", "addr", ln.Addr().String())
 	}
 	return r.Run(ctx, c.Every)
-}
-
-// parseTime reads RFC 3339, "2006-01-02 15:04[:05]" or a date, in UTC.
-func parseTime(s string) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04", time.DateOnly} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2026-01-02T15:04:05Z), 2026-01-02 15:04 or 2026-01-02", s)
 }
