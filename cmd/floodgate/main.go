@@ -3,8 +3,11 @@
 // holds no logic of its own.
 package main
 
+//go:generate go test -run ^TestCLIReference$ -update
+
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,11 +49,31 @@ type CLI struct {
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Exit)) }
 
 // Exit codes: 0 done, 1 the command failed, 2 the command line is wrong
-// (kong's own default for those, 80, is no convention anyone checks).
+// (kong's own default for those, 80, is no convention anyone checks), 3
+// the command found what a script gates on (asked for with --exit-code,
+// as git diff --exit-code does: without it a finding is an answer like
+// any other, and scripts written before the flag keep their 0).
 const (
 	exitFailed = 1
 	exitUsage  = 2
+	exitFound  = 3
 )
+
+// exitDoc is the exit status paragraph of --help and docs/cli.md.
+const exitDoc = "Exit status: 0 done, 1 the command failed, 2 the command line is wrong (unknown flag, missing argument, bad value), " +
+	"3 found, with --exit-code: backtest found subjects newly denied against --baseline, inspect found a deny or a ban, migrate status found pending migrations."
+
+// foundError ends a command that found what --exit-code asked about; its
+// report is printed already, the error says what was found (on stderr).
+type foundError struct{ what string }
+
+func (e foundError) Error() string { return "found " + e.what }
+func (foundError) ExitCode() int   { return exitFound }
+
+// exitCodeFlag is --exit-code of the commands that can find something.
+type exitCodeFlag struct {
+	ExitCode bool `name:"exit-code" help:"Exit with status 3 when something is found (see Exit status in floodgate --help), 0 when not."`
+}
 
 // usageError is a command line kong refused (unknown flag or command, a
 // missing argument, a value that does not parse or is not in its enum).
@@ -67,14 +90,7 @@ type stdio struct{ out, err io.Writer }
 // called instead for --help, --version and usage errors (kong's way out).
 func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 	var cli CLI
-	parser, err := kong.New(&cli,
-		kong.Name("floodgate"),
-		kong.Description("Live rate limiting and access analytics from one Kafka stream.\n\nExit status: 0 done, 1 the command failed, 2 the command line is wrong (unknown flag, missing argument, bad value)."),
-		kong.UsageOnError(),
-		kong.Vars{"version": readBuildInfo().String()},
-		kong.Writers(stdout, stderr),
-		kong.Exit(exit),
-	)
+	parser, err := newParser(&cli, kong.Writers(stdout, stderr), kong.Exit(exit))
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate: %v\n", err)
 		return exitFailed
@@ -97,9 +113,37 @@ func run(args []string, stdout, stderr io.Writer, exit func(int)) int {
 	kctx.Bind(stdio{out: stdout, err: stderr})
 	if err := kctx.Run(); err != nil {
 		fmt.Fprintf(stderr, "floodgate %s: %v\n", kctx.Command(), err)
+		var found foundError
+		if errors.As(err, &found) {
+			return exitFound
+		}
 		return exitFailed
 	}
 	return 0
+}
+
+// newParser builds the parser of cli as run uses it; the CLI tests and
+// the reference generator (docs/cli.md) walk the same model.
+func newParser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(cli, append([]kong.Option{
+		kong.Name("floodgate"),
+		kong.Description("Live rate limiting and access analytics from one Kafka stream.\n\n" + exitDoc),
+		kong.UsageOnError(),
+		kong.Vars{"version": readBuildInfo().String()},
+		kong.ValueFormatter(helpValue),
+	}, opts...)...)
+}
+
+// helpValue is kong's help text of a flag with only its first environment
+// variable: the others are older names still read, listed in docs/cli.md.
+func helpValue(v *kong.Value) string {
+	if len(v.Tag.Envs) < 2 {
+		return kong.DefaultHelpValueFormatter(v)
+	}
+	envs := v.Tag.Envs
+	defer func() { v.Tag.Envs = envs }()
+	v.Tag.Envs = envs[:1]
+	return kong.DefaultHelpValueFormatter(v)
 }
 
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
