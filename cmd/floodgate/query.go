@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"floodgate/dashboard"
 	"floodgate/history"
 )
 
@@ -391,12 +392,15 @@ func (c *QueryVisitorsCmd) Run(ctx context.Context, std stdio) error {
 	return err
 }
 
-// QuerySummaryCmd is `floodgate query summary` (formerly query dashboard).
+// QuerySummaryCmd is `floodgate query summary` (formerly query dashboard):
+// the web dashboard's page, loaded by the same code, in the terminal.
 type QuerySummaryCmd struct {
 	queryFlags
 	Action string `name:"action" short:"a" env:"FLOODGATE_QUERY_ACTION" help:"Action to detail; default: the one with the most events."`
+	Kind   string `name:"kind" short:"k" env:"FLOODGATE_QUERY_KIND" help:"Only subjects of this kind; empty: every kind."`
 	Top    int    `name:"top" short:"n" env:"FLOODGATE_QUERY_TOP" default:"10" help:"Subjects in the top lists."`
 	Now    string `name:"now" hidden:"" help:"Pretend the time is this (tests, demos)."`
+	jsonFlag
 }
 
 // Run prints the summary.
@@ -414,9 +418,16 @@ func (c *QuerySummaryCmd) Run(ctx context.Context, std stdio) error {
 		return err
 	}
 	defer done()
-	d, err := history.LoadDashboard(ctx, q, c.Action, now, c.Top)
+	spans := dashboard.TerminalSpans
+	if c.JSON {
+		spans = nil // the web page's, as /api/summary answers
+	}
+	s, err := dashboard.Load(ctx, q, nil, dashboard.Query{Action: c.Action, Kind: c.Kind, Top: c.Top, Spans: spans}, now)
 	if err != nil {
 		return err
 	}
-	return d.Write(std.out)
+	if c.JSON {
+		return writeJSON(std.out, s)
+	}
+	return s.WriteText(std.out)
 }
