@@ -19,8 +19,14 @@ import (
 )
 
 // CLI is the whole configuration surface of the binary. Every flag has an
-// environment fallback named FLOODGATE_<FLAG>, and a default that points at
-// the local stack started by scripts/stack.
+// environment fallback (the exceptions and why: noEnv in cli_test.go) and
+// a default that points at the local stack started by scripts/stack. A
+// setting the processes share is FLOODGATE_<FLAG> wherever it appears, so
+// one environment file serves every command; one that must differ per
+// process, or whose default differs per command, is
+// FLOODGATE_<COMMAND>_<FLAG>. A renamed flag keeps its old name as a
+// hidden alias and its old variable after the new one. docs/cli.md is
+// generated from this model (go generate).
 type CLI struct {
 	LogLevel  slog.Level       `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
 	LogFormat string           `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
@@ -32,7 +38,7 @@ type CLI struct {
 	Limiter    LimiterCmd    `cmd:"" help:"Serve limiter lookups over gRPC/Connect, HTTP and Envoy RLS."`
 	Roller     RollerCmd     `cmd:"" help:"Apply the retention ladder to history."`
 	Migrate    MigrateCmd    `cmd:"" help:"Apply or show database migrations."`
-	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top."`
+	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top, total, visitors, and the dashboard page as text (summary)."`
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
 	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
 	Rules      RulesCmd      `cmd:"" help:"Check a rules file: validate it, print what it enforces, warn on overlaps."`
