@@ -156,7 +156,7 @@ func (s *server) load(r *http.Request) (*Summary, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	sum, err := load(ctx, s.cfg.History, s.cfg.Recent, q, s.cfg.Now())
+	sum, err := Load(ctx, s.cfg.History, s.cfg.Recent, q, s.cfg.Now())
 	s.seconds.Observe(time.Since(start).Seconds())
 	return sum, err
 }

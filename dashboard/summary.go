@@ -12,12 +12,14 @@ import (
 	"floodgate/rules"
 )
 
-// Query is what a page or the JSON endpoint shows: an action, optionally
-// narrowed to one kind, and how many top subjects.
+// Query is what a page, the JSON endpoint or `floodgate query summary`
+// shows: an action, optionally narrowed to one kind, how many top subjects
+// and which curves.
 type Query struct {
-	Action string
+	Action string // empty: the action with the most events
 	Kind   string // empty: every kind
 	Top    int
+	Spans  []Span // nil: Spans, the page's
 }
 
 // BadRequestError is a parameter the dashboard cannot answer (HTTP 400).
@@ -63,14 +65,15 @@ func parseQuery(v url.Values, def Query) (Query, error) {
 	return q, nil
 }
 
-// Span is one curve of the page: the last Span of time.
+// Span is one curve of the page: the last Span of time, per Step.
 type Span struct {
 	Name string
 	Span time.Duration
+	Step time.Duration // 0: the data's resolution (CurveStep)
 }
 
 // Spans are the design notes' curves: the last hour, day, month and year.
-var Spans = []Span{{"hour", time.Hour}, {"day", 24 * time.Hour}, {"month", 30 * 24 * time.Hour}, {"year", 365 * 24 * time.Hour}}
+var Spans = []Span{{Name: "hour", Span: time.Hour}, {Name: "day", Span: 24 * time.Hour}, {Name: "month", Span: 30 * 24 * time.Hour}, {Name: "year", Span: 365 * 24 * time.Hour}}
 
 // maxPoints bounds a curve's points: the step grows along the ladder's
 // steps until the span fits.
@@ -98,16 +101,19 @@ type Curve struct {
 
 // Summary is everything the page shows.
 type Summary struct {
-	Now      time.Time     `json:"now"`
-	Action   string        `json:"action"`
-	Kind     string        `json:"kind,omitempty"`
-	Totals   []ActionTotal `json:"actions"`
-	Total    int64         `json:"total"`
-	LastHour int64         `json:"last_hour"`
-	LastDay  int64         `json:"last_day"`
-	TopDay   []Ranked      `json:"top_day"`
-	TopEver  []Ranked      `json:"top_ever"`
-	Curves   []Curve       `json:"curves"`
+	Now    time.Time     `json:"now"`
+	Action string        `json:"action"`
+	Kind   string        `json:"kind,omitempty"`
+	Totals []ActionTotal `json:"actions"`
+	Total  int64         `json:"total"`
+	// Late counts the action's events in its total only: older than every
+	// horizon of the ladder when they came (docs/history.md).
+	Late     int64    `json:"late"`
+	LastHour int64    `json:"last_hour"`
+	LastDay  int64    `json:"last_day"`
+	TopDay   []Ranked `json:"top_day"`
+	TopEver  []Ranked `json:"top_ever"`
+	Curves   []Curve  `json:"curves"`
 	// Visitors is the unique visitors beside the events, for an action
 	// history counts visitors of (floodgate aggregator --visitors); nil for
 	// the others.
@@ -163,18 +169,31 @@ type Decision struct {
 	Message string    `json:"message,omitempty"`
 }
 
-// load reads a Summary from history and the recent decisions.
-func load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now time.Time) (*Summary, error) {
+// Load reads a Summary from history and the recent decisions (nil: none):
+// the one loader of the web page, its JSON and `floodgate query summary`,
+// which renders it with WriteText.
+func Load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now time.Time) (*Summary, error) {
 	s := &Summary{Now: now.UTC(), Action: q.Action, Kind: q.Kind}
-	k := history.Key{Action: q.Action, Kind: q.Kind}
 	actions, err := hq.Actions(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var most int64
 	for _, a := range actions {
 		s.Totals = append(s.Totals, ActionTotal{Action: a.Subject, Total: a.Value})
+		if q.Action == "" && (s.Action == "" || a.Value > most) {
+			s.Action, most = a.Subject, a.Value
+		}
 	}
+	if s.Action == "" {
+		return s, nil // nothing recorded yet
+	}
+	q.Action = s.Action
+	k := history.Key{Action: q.Action, Kind: q.Kind}
 	if s.Total, err = hq.Total(ctx, k); err != nil {
+		return nil, err
+	}
+	if s.Late, err = hq.Late(ctx, q.Action); err != nil {
 		return nil, err
 	}
 	// Counts and tops end at the end of the current minute, so that this
@@ -202,7 +221,11 @@ func load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now
 	if err != nil {
 		return nil, err
 	}
-	for _, sp := range Spans {
+	spans := q.Spans
+	if spans == nil {
+		spans = Spans
+	}
+	for _, sp := range spans {
 		c, err := loadCurve(ctx, hq, k, sp, tiers, now, s.Visitors != nil)
 		if err != nil {
 			return nil, err
@@ -228,8 +251,7 @@ func load(ctx context.Context, hq *history.Querier, recent *Recent, q Query, now
 
 // loadVisitors reads the unique visitors of k, or nil when history holds
 // none (an action it counts no visitors of): whether an action counts them
-// is the aggregator's setting, which the dashboard reads from the data, as
-// `floodgate query dashboard` does.
+// is the aggregator's setting, which the dashboard reads from the data.
 func loadVisitors(ctx context.Context, hq *history.Querier, k history.Key, end time.Time, top int) (*Visitors, error) {
 	total, err := hq.TotalVisitors(ctx, k)
 	if err != nil || total == 0 {
@@ -263,7 +285,10 @@ func ranked(rs []history.Ranked) []Ranked {
 // loadCurve reads one chart; with visitors, the events and the visitors of
 // each step in one query (visitors_curve).
 func loadCurve(ctx context.Context, hq *history.Querier, k history.Key, sp Span, tiers []history.StoredTier, now time.Time, visitors bool) (Curve, error) {
-	step := CurveStep(tiers, now.Add(-sp.Span), sp.Span)
+	step := sp.Step
+	if step <= 0 {
+		step = CurveStep(tiers, now.Add(-sp.Span), sp.Span)
+	}
 	to := history.Bin(now, step).Add(step)
 	from := to.Add(-sp.Span)
 	var pts []history.Point

@@ -197,7 +197,7 @@ func TestEndToEndLadder(t *testing.T) {
 	if out := floodgate("query", "top", "-a", "visit", "--visitors", "--ever"); !strings.Contains(out, "top 10 visit by unique visitors, all time") || !strings.Contains(out, "visitors") {
 		t.Errorf("query top --visitors:\n%s", out)
 	}
-	dash := floodgate("query", "dashboard", "--action", "visit", "--now", now.Format(time.RFC3339))
+	dash := floodgate("query", "summary", "--action", "visit", "--now", now.Format(time.RFC3339))
 	for _, want := range []string{"TOTALS", "LAST 24 HOURS", "TOP SUBJECTS", "ip:10.0.0.", "UNIQUE VISITORS", "TOP SUBJECTS BY UNIQUE VISITORS"} {
 		if !strings.Contains(dash, want) {
 			t.Errorf("dashboard lacks %q:\n%s", want, dash)

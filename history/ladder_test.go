@@ -70,7 +70,7 @@ func TestSparkline(t *testing.T) {
 	if got := Sparkline(pts); got != " ▂▅█" {
 		t.Errorf("Sparkline = %q", got)
 	}
-	if got := bar(5, 10, 4); got != "██" {
-		t.Errorf("bar(5, 10, 4) = %q", got)
+	if got := Bar(5, 10, 4); got != "██" {
+		t.Errorf("Bar(5, 10, 4) = %q", got)
 	}
 }

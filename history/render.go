@@ -1,7 +1,6 @@
 package history
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -32,9 +31,9 @@ func Sparkline(points []Point) string {
 	return b.String()
 }
 
-// bar is a horizontal bar of at most width cells for v out of hi, in
+// Bar is a horizontal bar of at most width cells for v out of hi, in
 // eighths of a cell.
-func bar(v, hi int64, width int) string {
+func Bar(v, hi int64, width int) string {
 	if v <= 0 || hi <= 0 {
 		return ""
 	}
@@ -63,7 +62,7 @@ func WriteCurve(w io.Writer, points []Point, step time.Duration) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for _, p := range points {
-		fmt.Fprintf(tw, "%s\t%d\t \t%s\n", p.Time.Format(layout), p.Value, bar(p.Value, hi, 40))
+		fmt.Fprintf(tw, "%s\t%d\t \t%s\n", p.Time.Format(layout), p.Value, Bar(p.Value, hi, 40))
 	}
 	return tw.Flush()
 }
@@ -88,7 +87,7 @@ func WriteVisitorsCurve(w io.Writer, points []VisitorPoint, step time.Duration) 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "\tevents\tvisitors\t \t\n")
 	for _, p := range points {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t \t%s\n", p.Time.Format(layout), p.Events, p.Visitors, bar(p.Visitors, hi, 40))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t \t%s\n", p.Time.Format(layout), p.Events, p.Visitors, Bar(p.Visitors, hi, 40))
 	}
 	return tw.Flush()
 }
@@ -101,7 +100,7 @@ func WriteTopVisitors(w io.Writer, rows []RankedVisitors) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i, r := range rows {
-		fmt.Fprintf(tw, "%2d.\t%s:%s\t%d visitors\t%d events\t%s\n", i+1, r.Kind, r.Subject, r.Visitors, r.Events, bar(r.Visitors, hi, 30))
+		fmt.Fprintf(tw, "%2d.\t%s:%s\t%d visitors\t%d events\t%s\n", i+1, r.Kind, r.Subject, r.Visitors, r.Events, Bar(r.Visitors, hi, 30))
 	}
 	return tw.Flush()
 }
@@ -114,7 +113,7 @@ func WriteTop(w io.Writer, rows []Ranked) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i, r := range rows {
-		fmt.Fprintf(tw, "%2d.\t%s:%s\t%d\t%s\n", i+1, r.Kind, r.Subject, r.Value, bar(r.Value, hi, 30))
+		fmt.Fprintf(tw, "%2d.\t%s:%s\t%d\t%s\n", i+1, r.Kind, r.Subject, r.Value, Bar(r.Value, hi, 30))
 	}
 	return tw.Flush()
 }
@@ -128,146 +127,4 @@ func AutoStep(span time.Duration, maxPoints int) time.Duration {
 		}
 	}
 	return 28 * 24 * time.Hour
-}
-
-// Dashboard is the terminal dashboard of one action (every action when
-// Action is empty).
-type Dashboard struct {
-	Now     time.Time
-	Actions []Ranked // action totals (Subject holds the action)
-	Action  string
-	Total   int64    // all time, late events included
-	Last24h int64    // bucket counts over the last 24 hours
-	Late    int64    // events in totals only (older than every horizon)
-	TopDay  []Ranked // top subjects over the last 24 hours
-	TopEver []Ranked // top subjects by all-time totals
-	Hourly  []Point  // last 24 hours, per hour
-	Daily   []Point  // last 30 days, per day
-	// Unique visitors, for an action history counts them of (else zero).
-	VisitorsEver    int64
-	VisitorsLast24h int64
-	TopVisitorsDay  []RankedVisitors // top subjects by visitors over the last 24 hours
-}
-
-// LoadDashboard reads a Dashboard for action as of now.
-func LoadDashboard(ctx context.Context, q *Querier, action string, now time.Time, top int) (*Dashboard, error) {
-	d := &Dashboard{Now: now.UTC(), Action: action}
-	var err error
-	if d.Actions, err = q.Actions(ctx); err != nil {
-		return nil, err
-	}
-	if action == "" {
-		if len(d.Actions) == 0 {
-			return d, nil
-		}
-		best := d.Actions[0]
-		for _, a := range d.Actions {
-			if a.Value > best.Value {
-				best = a
-			}
-		}
-		d.Action = best.Subject
-	}
-	k := Key{Action: d.Action}
-	end := Bin(now, time.Hour).Add(time.Hour)
-	if d.Total, err = q.Total(ctx, k); err != nil {
-		return nil, err
-	}
-	if d.Last24h, err = q.Count(ctx, k, end.Add(-24*time.Hour), end); err != nil {
-		return nil, err
-	}
-	if d.Late, err = q.Late(ctx, d.Action); err != nil {
-		return nil, err
-	}
-	if d.TopDay, err = q.Top(ctx, d.Action, "", end.Add(-24*time.Hour), end, top); err != nil {
-		return nil, err
-	}
-	if d.TopEver, err = q.Top(ctx, d.Action, "", time.Time{}, time.Time{}, top); err != nil {
-		return nil, err
-	}
-	if d.Hourly, err = q.Curve(ctx, k, end.Add(-24*time.Hour), end, time.Hour); err != nil {
-		return nil, err
-	}
-	dayEnd := Bin(now, 24*time.Hour).Add(24 * time.Hour)
-	if d.Daily, err = q.Curve(ctx, k, dayEnd.Add(-30*24*time.Hour), dayEnd, 24*time.Hour); err != nil {
-		return nil, err
-	}
-	return d, d.loadVisitors(ctx, q, end, top)
-}
-
-// loadVisitors reads the unique visitors of the dashboard's action, if
-// history counts them for it.
-func (d *Dashboard) loadVisitors(ctx context.Context, q *Querier, end time.Time, top int) error {
-	k := Key{Action: d.Action}
-	var err error
-	if d.VisitorsEver, err = q.TotalVisitors(ctx, k); err != nil || d.VisitorsEver == 0 {
-		return err
-	}
-	if d.VisitorsLast24h, err = q.Visitors(ctx, k, end.Add(-24*time.Hour), end); err != nil {
-		return err
-	}
-	d.TopVisitorsDay, err = q.TopVisitors(ctx, d.Action, "", end.Add(-24*time.Hour), end, top)
-	return err
-}
-
-// Write prints the dashboard.
-func (d *Dashboard) Write(w io.Writer) error {
-	ew := &errWriter{w: w}
-	fmt.Fprintf(ew, "floodgate history — %s UTC\n\n", d.Now.Format("2006-01-02 15:04"))
-	if len(d.Actions) == 0 {
-		fmt.Fprintln(ew, "no events recorded yet")
-		return ew.err
-	}
-	fmt.Fprintln(ew, "TOTALS (all time)")
-	var hi int64
-	for _, a := range d.Actions {
-		hi = max(hi, a.Value)
-	}
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	for _, a := range d.Actions {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\n", a.Subject, a.Value, bar(a.Value, hi, 30))
-	}
-	tw.Flush()
-	fmt.Fprintf(ew, "\nACTION %s: %d ever, %d in the last 24h", d.Action, d.Total, d.Last24h)
-	if d.Late > 0 {
-		fmt.Fprintf(ew, ", %d late (in totals only)", d.Late)
-	}
-	fmt.Fprintln(ew)
-	if d.VisitorsEver > 0 {
-		fmt.Fprintf(ew, "UNIQUE VISITORS: %d ever, %d in the last 24h\n", d.VisitorsEver, d.VisitorsLast24h)
-	}
-	fmt.Fprintf(ew, "\nLAST 30 DAYS  %s\n", Sparkline(d.Daily))
-	fmt.Fprintln(ew, "\nLAST 24 HOURS")
-	if err := WriteCurve(ew, d.Hourly, time.Hour); err != nil {
-		return err
-	}
-	fmt.Fprintln(ew, "\nTOP SUBJECTS, LAST 24 HOURS")
-	if err := WriteTop(ew, d.TopDay); err != nil {
-		return err
-	}
-	fmt.Fprintln(ew, "\nTOP SUBJECTS, ALL TIME")
-	if err := WriteTop(ew, d.TopEver); err != nil {
-		return err
-	}
-	if d.VisitorsEver > 0 {
-		fmt.Fprintln(ew, "\nTOP SUBJECTS BY UNIQUE VISITORS, LAST 24 HOURS")
-		if err := WriteTopVisitors(ew, d.TopVisitorsDay); err != nil {
-			return err
-		}
-	}
-	return ew.err
-}
-
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, err
 }

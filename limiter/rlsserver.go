@@ -29,7 +29,7 @@ const (
 	DefaultRLSMaxConnectionAge = 5 * time.Minute
 	// DefaultRLSMaxConnectionAgeGrace is how long calls in flight on a
 	// connection past its age may finish after the GOAWAY: far longer than
-	// any call (a call's Redis budget is --timeout).
+	// any call (a call's Redis budget is --redis-timeout).
 	DefaultRLSMaxConnectionAgeGrace = 30 * time.Second
 	// rlsHealthTimeout bounds the readiness check behind one health
 	// Check (a Redis round trip when the limiter has no State).

@@ -247,7 +247,7 @@ func (e *env) startAggregator(ctx context.Context, rulesPath string, extra ...st
 	args := append([]string{"aggregator",
 		"--brokers", strings.Join(e.cfg.Brokers, ","),
 		"--topic", e.topic, "--dlq-topic", e.dlq, "--decisions-topic", e.dec,
-		"--group", "atk-" + e.id + "-live", "--history-group", "atk-" + e.id + "-history", "--key-prefix", e.prefix,
+		"--live-group", "atk-" + e.id + "-live", "--history-group", "atk-" + e.id + "-history", "--key-prefix", e.prefix,
 		"--redis-addr", e.cfg.RedisAddr, "--postgres-url", e.cfg.PostgresURL,
 		"--rules", rulesPath, "--metrics-addr", addr,
 	}, extra...)

@@ -197,7 +197,7 @@ func degradedRedis(ctx context.Context, e *env) (Row, error) {
 		return row, err
 	}
 	defer func() { _ = px.Close() }()
-	l, err := e.startLimiter(ctx, rules, px.Addr(), "--timeout", "50ms")
+	l, err := e.startLimiter(ctx, rules, px.Addr(), "--redis-timeout", "50ms")
 	if err != nil {
 		return row, err
 	}

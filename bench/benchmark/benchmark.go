@@ -509,7 +509,7 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 func (b *bench) aggregatorArgs(t target, topic, group, prefix, metricsAddr string) []string {
 	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(t.brokers, ","),
 		"--topic", topic, "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
-		"--group", group, "--key-prefix", prefix}
+		"--live-group", group, "--key-prefix", prefix}
 	args = append(args, t.redisArgs()...)
 	return append(args, "--rules", b.rules, "--metrics-addr", metricsAddr)
 }

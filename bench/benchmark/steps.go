@@ -162,7 +162,7 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 	common := []string{"--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", topic,
 		"--key-prefix", prefix, "--redis-addr", b.cfg.RedisAddr, "--rules", b.rules}
 	aggArgs := append([]string{"aggregator", "--no-history", "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
-		"--group", "bench-" + b.id + "-" + name, "--metrics-addr", aggAddr}, common...)
+		"--live-group", "bench-" + b.id + "-" + name, "--metrics-addr", aggAddr}, common...)
 	limArgs := append([]string{"limiter", "--http-addr", limAddr, "--rls-addr", "off", "--no-publish"}, common...)
 	if err := b.outputTopics(ctx, topic); err != nil {
 		return nil, err

@@ -66,7 +66,7 @@ func (sd *side) start(ctx context.Context, args ...string) error {
 	a := []string{"aggregator",
 		"--brokers", strings.Join(s.brokers, ","),
 		"--topic", sd.topic, "--dlq-topic", s.dlq, "--decisions-topic", s.dec,
-		"--group", sd.live, "--history-group", sd.hist, "--key-prefix", sd.pref,
+		"--live-group", sd.live, "--history-group", sd.hist, "--key-prefix", sd.pref,
 		"--redis-addr", s.redisAddr, "--postgres-url", s.cfg.PostgresURL,
 		"--rules", s.rules, "--metrics-addr", addr, "--session-timeout", "6s",
 	}
@@ -426,7 +426,7 @@ func (s *Suite) rebuildBeside(ctx context.Context) (Row, error) {
 	sleep(ctx, 2*time.Second)
 	cmd := exec.CommandContext(ctx, s.cfg.Bin, "rebuild", "--reset",
 		"--brokers", strings.Join(s.brokers, ","), "--redis-addr", s.redisAddr,
-		"--topic", s.topic, "--group", s.live, "--key-prefix", s.pref, "--rules", s.rules)
+		"--topic", s.topic, "--live-group", s.live, "--key-prefix", s.pref, "--rules", s.rules)
 	start := time.Now()
 	out, runErr := cmd.CombinedOutput()
 	took := time.Since(start)

@@ -419,7 +419,7 @@ func (s *Suite) aggregatorArgs(metrics string) []string {
 	return []string{"aggregator",
 		"--brokers", strings.Join(s.brokers, ","),
 		"--topic", s.topic, "--dlq-topic", s.dlq, "--decisions-topic", s.dec,
-		"--group", s.live, "--history-group", s.hist, "--key-prefix", s.pref,
+		"--live-group", s.live, "--history-group", s.hist, "--key-prefix", s.pref,
 		"--redis-addr", s.redisAddr, "--postgres-url", s.cfg.PostgresURL,
 		"--rules", s.rules, "--metrics-addr", metrics,
 		// A killed member's partitions move after the session timeout.

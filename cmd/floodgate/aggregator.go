@@ -33,11 +33,11 @@ type AggregatorCmd struct {
 	HistoryFlags
 
 	Rules          string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
-	Group          string        `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
+	LiveGroup      string        `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
 	HistoryGroup   string        `name:"history-group" env:"FLOODGATE_HISTORY_GROUP" default:"floodgate-history" help:"Consumer group of the history path (Postgres)."`
 	KeyPrefix      string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
 	MaxSubjects    int           `name:"max-subjects" env:"FLOODGATE_MAX_SUBJECTS" default:"1000" help:"Most distinct subjects per Redis script run; larger batches are split (bounds how long a script blocks Redis)."`
-	MetricsAddr    string        `name:"metrics-addr" env:"FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
+	MetricsAddr    string        `name:"metrics-addr" env:"FLOODGATE_AGGREGATOR_METRICS_ADDR,FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
 	BatchMax       int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
 	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"0s" help:"Keep filling a batch this long after its first message (0: apply what is fetched at once; batches grow only with a backlog)."`
 	EvaluateAll    bool          `name:"evaluate-all" env:"FLOODGATE_EVALUATE_ALL" help:"Evaluate every touched subject on every batch, in the apply script (no headroom, no bucket copies; for comparisons)."`
@@ -98,14 +98,14 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	liveSink, err := live.NewSink(live.SinkConfig{
-		Store: store, Group: c.Group, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
+		Store: store, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {
 		return err
 	}
 	groups := []*aggregator.Group{}
-	g, err := aggregator.NewGroup(c.groupConfig(c.Group, dlq, logger, reg), liveSink)
+	g, err := aggregator.NewGroup(c.groupConfig(c.LiveGroup, dlq, logger, reg), liveSink)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	var stopping atomic.Bool
 	srv := &http.Server{Handler: c.mux(reg, rdb, &stopping), ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("aggregator started", "metrics", "http://"+ln.Addr().String()+"/metrics",
-		"topic", c.Topic, "live_group", c.Group, "history", c.History, "key_prefix", c.KeyPrefix)
+		"topic", c.Topic, "live_group", c.LiveGroup, "history", c.History, "key_prefix", c.KeyPrefix)
 
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.Go(func() error {

@@ -182,7 +182,7 @@ func (e *liveEnv) run(name string, args ...string) *proc {
 	e.t.Helper()
 	args = append([]string{"aggregator",
 		"--topic", e.topic, "--dlq-topic", e.dlq, "--decisions-topic", e.decisions,
-		"--group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath,
+		"--live-group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath,
 		"--session-timeout", "6s", "--batch-wait", "20ms",
 		"--log-level", "debug",
 	}, args...)

@@ -44,6 +44,7 @@ type BacktestCmd struct {
 	Top       int           `name:"top" env:"FLOODGATE_BACKTEST_TOP" default:"20" help:"Subjects (and changes of each kind) listed in the table; 0 lists all."`
 	Decisions string        `name:"decisions" env:"FLOODGATE_BACKTEST_DECISIONS" help:"Write every new decision of the range to this file: NDJSON as on floodgate.decisions, with \"rules\" (candidate or baseline)."`
 	Progress  time.Duration `name:"progress" env:"FLOODGATE_BACKTEST_PROGRESS" default:"2s" help:"Progress line on stderr this often; 0: none."`
+	exitCodeFlag
 }
 
 // Run runs the backtest and prints its report on stdout.
@@ -72,6 +73,16 @@ func (c *BacktestCmd) Run(ctx context.Context, logger *slog.Logger) error {
 			return fmt.Errorf("--decisions: %w", err)
 		}
 	}
+	if err := c.write(rep); err != nil {
+		return err
+	}
+	if n := newDenies(rep); c.ExitCode && n > 0 {
+		return foundError{fmt.Sprintf("%d subjects and rules newly denied", n)}
+	}
+	return nil
+}
+
+func (c *BacktestCmd) write(rep *backtest.Report) error {
 	switch {
 	case c.JSON:
 		return backtest.WriteJSON(os.Stdout, rep)
@@ -83,6 +94,27 @@ func (c *BacktestCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		top = -1
 	}
 	return backtest.WriteText(os.Stdout, rep, top)
+}
+
+// newDenies counts what --exit-code gates on: the subjects and rules the
+// candidate denies and the baseline did not (every one it denies without
+// a baseline); a shadow rule denies nobody, so its records do not count.
+func newDenies(rep *backtest.Report) int {
+	n := 0
+	if rep.Baseline == nil {
+		for _, d := range rep.Candidate.Denies {
+			if !d.Shadow {
+				n++
+			}
+		}
+		return n
+	}
+	for _, ch := range rep.Changes {
+		if ch.Change == backtest.ChangeNew && !ch.Shadow {
+			n++
+		}
+	}
+	return n
 }
 
 // config turns the flags into a backtest.Config; closeAll releases the

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +102,26 @@ func TestBacktestCommand(t *testing.T) {
 	}
 	if len(lines) != 1 || lines[0]["rules"] != backtest.Candidate || lines[0]["subject"] != "192.0.2.77" || lines[0]["window"] != "1m" {
 		t.Fatalf("decisions file: %v", lines)
+	}
+
+	// --exit-code: 3 when the candidate denies a subject the baseline did
+	// not, 0 when nobody is newly denied.
+	exitStatus := func(err error) int {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			return -1
+		}
+		return 0
+	}
+	if _, stderr, err := run("--rules", cand, "--baseline", base, "--from", "2h", "--exit-code"); exitStatus(err) != exitFound ||
+		!strings.Contains(stderr, "1 subjects and rules newly denied") {
+		t.Fatalf("backtest --exit-code with a new deny: %v, stderr %q; want exit %d", err, stderr, exitFound)
+	}
+	if _, stderr, err := run("--rules", base, "--from", "2h", "--exit-code"); err != nil {
+		t.Fatalf("backtest --exit-code denying nobody: %v, stderr %q; want exit 0", err, stderr)
 	}
 
 	for _, c := range []struct {

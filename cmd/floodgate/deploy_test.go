@@ -130,7 +130,7 @@ func TestKubernetesCommandLines(t *testing.T) {
 					}
 				}
 				var cli CLI
-				parser, err := kong.New(&cli, kong.Name("floodgate"), kong.Exit(func(int) { t.Fatalf("parser exited on %v", c.Args) }), durationFlags)
+				parser, err := newParser(&cli, kong.Exit(func(int) { t.Fatalf("parser exited on %v", c.Args) }))
 				if err != nil {
 					t.Fatal(err)
 				}

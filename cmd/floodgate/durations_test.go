@@ -15,7 +15,7 @@ func TestDurationFlags(t *testing.T) {
 	parse := func(t *testing.T, args ...string) (CLI, error) {
 		t.Helper()
 		var cli CLI
-		p, err := kong.New(&cli, kong.Name("floodgate"), kong.Writers(io.Discard, io.Discard), kong.Exit(func(int) {}), durationFlags)
+		p, err := newParser(&cli, kong.Writers(io.Discard, io.Discard), kong.Exit(func(int) {}))
 		if err != nil {
 			t.Fatal(err)
 		}

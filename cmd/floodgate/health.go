@@ -14,18 +14,18 @@ import (
 // HealthCmd probes a health endpoint; container health checks use it because
 // the runtime image has no shell or curl.
 type HealthCmd struct {
-	URL     string        `arg:"" help:"URL to GET; any 2xx answer is healthy."`
-	Timeout time.Duration `name:"timeout" default:"3s" help:"Keep asking until a 2xx answer, for at most this long."`
-	TLSCA   string        `name:"tls-ca" env:"FLOODGATE_HEALTH_TLS_CA" help:"PEM CA trusted for an https URL (default: the system's)."`
-	TLSCert string        `name:"tls-cert" env:"FLOODGATE_HEALTH_TLS_CERT" help:"PEM client certificate, for a listener that requires one (with --tls-key)."`
-	TLSKey  string        `name:"tls-key" env:"FLOODGATE_HEALTH_TLS_KEY" help:"PEM key of --tls-cert."`
+	URL      string        `arg:"" help:"URL to GET; any 2xx answer is healthy."`
+	Deadline time.Duration `name:"deadline" aliases:"timeout" env:"FLOODGATE_HEALTH_DEADLINE" default:"3s" help:"Keep asking until a 2xx answer, for at most this long."`
+	TLSCA    string        `name:"tls-ca" env:"FLOODGATE_HEALTH_TLS_CA" help:"PEM CA trusted for an https URL (default: the system's)."`
+	TLSCert  string        `name:"tls-cert" env:"FLOODGATE_HEALTH_TLS_CERT" help:"PEM client certificate, for a listener that requires one (with --tls-key)."`
+	TLSKey   string        `name:"tls-key" env:"FLOODGATE_HEALTH_TLS_KEY" help:"PEM key of --tls-cert."`
 }
 
 // Run exits non-zero unless URL answers 2xx within the timeout. It asks
 // again until then: a script starting a process can wait on it without a
 // sleep, and a container runtime's probe gets the same answer either way.
 func (c *HealthCmd) Run(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Deadline)
 	defer cancel()
 	client := http.DefaultClient
 	if c.TLSCA != "" || c.TLSCert != "" {

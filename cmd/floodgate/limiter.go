@@ -25,10 +25,10 @@ type LimiterCmd struct {
 // LimiterFlags are the decision settings of the limiter.
 type LimiterFlags struct {
 	RedisFlags
-	KeyPrefix   string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
-	Timeout     time.Duration `name:"timeout" env:"FLOODGATE_TIMEOUT" default:"50ms" help:"Redis budget of one exact check or take; past it the failure mode answers."`
-	FailureMode string        `name:"failure-mode" env:"FLOODGATE_FAILURE_MODE" default:"open" enum:"open,closed" help:"Answer when Redis fails or is slow: open (allow) or closed (deny)."`
-	TakeBatch   int           `name:"take-batch" env:"FLOODGATE_TAKE_BATCH" default:"64" help:"Most concurrent strict takes of one Redis slot run in one script."`
+	KeyPrefix    string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
+	RedisTimeout time.Duration `name:"redis-timeout" aliases:"timeout" env:"FLOODGATE_REDIS_TIMEOUT,FLOODGATE_TIMEOUT" default:"50ms" help:"Redis budget of one exact check or take; past it the failure mode answers."`
+	FailureMode  string        `name:"failure-mode" env:"FLOODGATE_FAILURE_MODE" default:"open" enum:"open,closed" help:"Answer when Redis fails or is slow: open (allow) or closed (deny)."`
+	TakeBatch    int           `name:"take-batch" env:"FLOODGATE_TAKE_BATCH" default:"64" help:"Most concurrent strict takes of one Redis slot run in one script."`
 }
 
 // LimiterServeCmd serves the three surfaces.
@@ -105,7 +105,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err := store.LoadScripts(ctx); err != nil {
 		return err
 	}
-	taker, err := strict.New(strict.Config{Store: store, MaxBatch: c.TakeBatch, Timeout: max(c.Timeout, 250*time.Millisecond), Logger: logger})
+	taker, err := strict.New(strict.Config{Store: store, MaxBatch: c.TakeBatch, Timeout: max(c.RedisTimeout, 250*time.Millisecond), Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	lim, err := limiter.New(limiter.Config{
 		Store: store, Taker: taker, State: state, Partitions: parts.Get, Rules: watcher.Current, Publisher: lpub,
-		Timeout: c.Timeout, FailureMode: mode, Logger: logger, Registerer: reg,
+		Timeout: c.RedisTimeout, FailureMode: mode, Logger: logger, Registerer: reg,
 	})
 	if err != nil {
 		return err
@@ -166,7 +166,7 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return errors.Join(err, srv.Shutdown(ctx))
 	}
 	logger.Info("limiter started", "http", srv.HTTPAddr(), "rls", srv.RLSAddr(),
-		"key_prefix", c.KeyPrefix, "timeout", c.Timeout, "failure_mode", c.FailureMode, "auth", authToken != "", "tls", serverTLS != nil)
+		"key_prefix", c.KeyPrefix, "redis_timeout", c.RedisTimeout, "failure_mode", c.FailureMode, "auth", authToken != "", "tls", serverTLS != nil)
 
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return watcher.Run(gctx) })

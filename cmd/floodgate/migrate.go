@@ -14,15 +14,16 @@ import (
 // MigrateCmd applies or lists the embedded database migrations.
 type MigrateCmd struct {
 	PostgresFlags
-	Action  string        `arg:"" enum:"up,status" default:"status" help:"up: apply pending migrations; status: list them (default)."`
-	Timeout time.Duration `name:"timeout" default:"5m" help:"Give up after this long (includes waiting for another migrator's lock)."`
-	JSON    bool          `name:"json" help:"Print the status as one JSON document instead of a table."`
+	Action   string        `arg:"" enum:"up,status" default:"status" help:"up: apply pending migrations; status: list them (default)."`
+	Deadline time.Duration `name:"deadline" aliases:"timeout" env:"FLOODGATE_MIGRATE_DEADLINE" default:"5m" help:"Give up on the whole command after this long (includes waiting for another migrator's lock)."`
+	exitCodeFlag
+	JSON bool `name:"json" env:"FLOODGATE_MIGRATE_JSON" help:"Print the status as one JSON document instead of a table."`
 }
 
 // Run opens the database and runs the action.
 func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger, std stdio) (err error) {
 	out := std.out
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Deadline)
 	defer cancel()
 	u, err := c.postgresURL()
 	if err != nil {
@@ -72,7 +73,10 @@ func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger, std stdio) (err 
 			}
 			doc.Migrations = append(doc.Migrations, mj)
 		}
-		return writeJSON(out, doc)
+		if err := writeJSON(out, doc); err != nil {
+			return err
+		}
+		return c.found(st)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tFILE\tSTATE\tAPPLIED AT")
@@ -83,5 +87,22 @@ func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger, std stdio) (err 
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", m.Version, m.Name, state, at)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return c.found(st)
+}
+
+// found is --exit-code's answer: pending migrations are found.
+func (c *MigrateCmd) found(st []migrations.Migration) error {
+	pending := 0
+	for _, m := range st {
+		if !m.Applied {
+			pending++
+		}
+	}
+	if c.ExitCode && pending > 0 {
+		return foundError{fmt.Sprintf("%d pending migrations", pending)}
+	}
+	return nil
 }

@@ -28,35 +28,36 @@ type operatorFlags struct {
 	RedisFlags
 	KeyPrefix string   `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
 	Rules     string   `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's and the limiter's."`
-	Action    string   `name:"action" short:"a" required:"" help:"Action of the subjects, e.g. login_failed."`
+	Action    string   `name:"action" short:"a" env:"FLOODGATE_OPERATOR_ACTION" required:"" help:"Action of the subjects, e.g. login_failed."`
 	Subjects  []string `arg:"" name:"kind=subject" help:"Subjects as kind=value, e.g. ip=203.0.113.7 email=a@example.com (a value may hold '=')."`
-	JSON      bool     `name:"json" help:"Print the result as JSON."`
+	JSON      bool     `name:"json" env:"FLOODGATE_OPERATOR_JSON" help:"Print the result as JSON."`
 }
 
 // writeFlags are the settings of the commands that change something.
 type writeFlags struct {
-	Operator string `name:"operator" env:"FLOODGATE_OPERATOR" help:"Who acts, recorded in the audit on the decisions topic (default: $USER)."`
-	Group    string `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group (a reset records its offset as its boundary)."`
+	Operator  string `name:"operator" env:"FLOODGATE_OPERATOR" help:"Who acts, recorded in the audit on the decisions topic (default: $USER)."`
+	LiveGroup string `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group (a reset records its offset as its boundary)."`
 }
 
 // InspectCmd shows what is known of subjects and what a check answers.
 type InspectCmd struct {
 	operatorFlags
+	exitCodeFlag
 }
 
 // BanCmd denies subjects for a while whatever their counts.
 type BanCmd struct {
 	operatorFlags
 	writeFlags
-	For     string `name:"for" required:"" help:"How long: 90s, 30m, 1h, 1h30m, 2d (at most 366d)."`
-	Message string `name:"message" short:"m" help:"What denied requests are told (default: the limiter's)."`
+	For     string `name:"for" env:"FLOODGATE_BAN_FOR" required:"" help:"How long: 90s, 30m, 1h, 1h30m, 2d (at most 366d)."`
+	Message string `name:"message" short:"m" env:"FLOODGATE_BAN_MESSAGE" help:"What denied requests are told (default: the limiter's)."`
 }
 
 // UnbanCmd clears subjects' deny records, bans and decision state.
 type UnbanCmd struct {
 	operatorFlags
 	writeFlags
-	Rule string `name:"rule" help:"Only this rule's deny and shadow records and state (a ban stays)."`
+	Rule string `name:"rule" env:"FLOODGATE_UNBAN_RULE" help:"Only this rule's deny and shadow records and state (a ban stays)."`
 }
 
 // ResetCmd unbans subjects and deletes their counters.
@@ -78,7 +79,25 @@ func (c *InspectCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return c.print(in, in.Text())
+	if err := c.print(in, in.Text()); err != nil {
+		return err
+	}
+	if n := deniedSubjects(in); c.ExitCode && n > 0 {
+		return foundError{fmt.Sprintf("%d subjects denied or banned", n)}
+	}
+	return nil
+}
+
+// deniedSubjects counts what inspect --exit-code gates on: subjects with a
+// deny record or a ban (a shadow record denies nobody).
+func deniedSubjects(in operator.Inspection) int {
+	n := 0
+	for _, s := range in.Subjects {
+		if s.Deny != nil || s.Ban != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Run bans.
@@ -120,7 +139,7 @@ func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeF
 	}
 	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
-	o, req, done, err := c.open(ctx, logger, w.Group)
+	o, req, done, err := c.open(ctx, logger, w.LiveGroup)
 	if err != nil {
 		return err
 	}

@@ -18,28 +18,28 @@ import (
 type ProduceCmd struct {
 	KafkaFlags
 	TopicPartitions
-	NoCreateTopics bool `name:"no-create-topics" help:"Do not create the topics first."`
+	NoCreateTopics bool `name:"no-create-topics" env:"FLOODGATE_PRODUCE_NO_CREATE_TOPICS" help:"Do not create the topics first."`
 
-	Stdin    bool          `name:"stdin" help:"Read NDJSON events from stdin, one per line, as docs/events.md describes them, attrs included (e.g. \"attrs\":{\"email\":\"a@example.com\"} for distinct rules); v, id and ts are filled in when missing (give the id to have --dedup skip a re-sent line); bad lines are reported and skipped."`
-	Count    int64         `name:"count" help:"Stop after N events."`
-	Duration time.Duration `name:"duration" help:"Stop after this long."`
-	Rate     float64       `name:"rate" default:"0" help:"Events per second; 0 = as fast as possible."`
+	Stdin    bool          `name:"stdin" env:"FLOODGATE_PRODUCE_STDIN" help:"Read NDJSON events from stdin, one per line, as docs/events.md describes them, attrs included (e.g. \"attrs\":{\"email\":\"a@example.com\"} for distinct rules); v, id and ts are filled in when missing (give the id to have --dedup skip a re-sent line); bad lines are reported and skipped."`
+	Count    int64         `name:"count" env:"FLOODGATE_PRODUCE_COUNT" help:"Stop after N events."`
+	Duration time.Duration `name:"duration" env:"FLOODGATE_PRODUCE_DURATION" help:"Stop after this long."`
+	Rate     float64       `name:"rate" env:"FLOODGATE_PRODUCE_RATE" default:"0" help:"Events per second; 0 = as fast as possible."`
 
-	Subjects int           `name:"subjects" default:"10000" help:"Synthetic: distinct subjects (Zipf-skewed: a few are hot)."`
-	Actions  []string      `name:"actions" default:"login_failed" sep:"," help:"Synthetic: actions, chosen uniformly."`
-	Kind     string        `name:"kind" default:"ip" help:"Synthetic: kind of the subjects (ip, email, or any name)."`
-	Zipf     float64       `name:"zipf" default:"1.1" help:"Synthetic: Zipf exponent s (> 1); higher is more skewed."`
-	Backfill time.Duration `name:"backfill" help:"Synthetic: spread event times uniformly over the past D (e.g. 72h)."`
-	TSFrom   time.Time     `name:"ts-from" help:"Synthetic: spread event times over [ts-from, ts-to) (RFC 3339)."`
-	TSTo     time.Time     `name:"ts-to" help:"Synthetic: end of --ts-from's range (default now)."`
-	Seed     uint64        `name:"seed" help:"Synthetic: seed of subjects, actions and times (0 = random). Event ids are always random."`
+	Subjects int           `name:"subjects" env:"FLOODGATE_PRODUCE_SUBJECTS" default:"10000" help:"Synthetic: distinct subjects (Zipf-skewed: a few are hot)."`
+	Actions  []string      `name:"actions" env:"FLOODGATE_PRODUCE_ACTIONS" default:"login_failed" sep:"," help:"Synthetic: actions, chosen uniformly."`
+	Kind     string        `name:"kind" env:"FLOODGATE_PRODUCE_KIND" default:"ip" help:"Synthetic: kind of the subjects (ip, email, or any name)."`
+	Zipf     float64       `name:"zipf" env:"FLOODGATE_PRODUCE_ZIPF" default:"1.1" help:"Synthetic: Zipf exponent s (> 1); higher is more skewed."`
+	Backfill time.Duration `name:"backfill" env:"FLOODGATE_PRODUCE_BACKFILL" help:"Synthetic: spread event times uniformly over the past D (e.g. 72h)."`
+	TSFrom   time.Time     `name:"ts-from" env:"FLOODGATE_PRODUCE_TS_FROM" help:"Synthetic: spread event times over [ts-from, ts-to) (RFC 3339)."`
+	TSTo     time.Time     `name:"ts-to" env:"FLOODGATE_PRODUCE_TS_TO" help:"Synthetic: end of --ts-from's range (default now)."`
+	Seed     uint64        `name:"seed" env:"FLOODGATE_PRODUCE_SEED" help:"Synthetic: seed of subjects, actions and times (0 = random). Event ids are always random."`
 
-	Acks        string        `name:"acks" default:"all" enum:"all,one,none" help:"Required acknowledgements."`
-	Compression string        `name:"compression" default:"lz4" enum:"lz4,snappy,zstd,gzip,none" help:"Batch compression."`
-	Linger      time.Duration `name:"linger" default:"5ms" help:"How long a batch waits to fill."`
-	BatchSize   int           `name:"batch-size" default:"5000" help:"Most events per partition batch."`
-	MaxBuffered int           `name:"max-buffered" default:"250000" help:"Most events in flight (bounds memory: about 0.5 KB each)."`
-	Progress    time.Duration `name:"progress" default:"1s" help:"Progress line interval on stderr; 0 = none."`
+	Acks        string        `name:"acks" env:"FLOODGATE_PRODUCE_ACKS" default:"all" enum:"all,one,none" help:"Required acknowledgements."`
+	Compression string        `name:"compression" env:"FLOODGATE_PRODUCE_COMPRESSION" default:"lz4" enum:"lz4,snappy,zstd,gzip,none" help:"Batch compression."`
+	Linger      time.Duration `name:"linger" env:"FLOODGATE_PRODUCE_LINGER" default:"5ms" help:"How long a batch waits to fill."`
+	BatchSize   int           `name:"batch-size" env:"FLOODGATE_PRODUCE_BATCH_SIZE" default:"5000" help:"Most events per partition batch."`
+	MaxBuffered int           `name:"max-buffered" env:"FLOODGATE_PRODUCE_MAX_BUFFERED" default:"250000" help:"Most events in flight (bounds memory: about 0.5 KB each)."`
+	Progress    time.Duration `name:"progress" env:"FLOODGATE_PRODUCE_PROGRESS" default:"1s" help:"Progress line interval on stderr; 0 = none."`
 
 	stdin  io.Reader `kong:"-"`
 	stderr io.Writer `kong:"-"`

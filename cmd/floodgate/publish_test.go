@@ -191,7 +191,7 @@ func TestRebuildRefusesBesideRunningAggregator(t *testing.T) {
 
 	cmd := exec.CommandContext(ctx, e.bin, "rebuild", "--reset",
 		"--brokers", strings.Join(e.brokers, ","), "--redis-addr", strings.Join(e.redisAddrs, ","),
-		"--topic", e.topic, "--group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath)
+		"--topic", e.topic, "--live-group", e.group, "--key-prefix", e.prefix, "--rules", e.rulesPath)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) {

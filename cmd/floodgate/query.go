@@ -8,18 +8,22 @@ import (
 	"log/slog"
 	"time"
 
+	"floodgate/dashboard"
 	"floodgate/history"
 	"floodgate/timespan"
 )
 
 // QueryCmd prints the answers of the dashboard SQL functions.
 type QueryCmd struct {
-	Count     QueryCountCmd     `cmd:"" help:"Events of an action (and subject) in a time range."`
-	Curve     QueryCurveCmd     `cmd:"" help:"Events per step over a time range, with a chart."`
-	Top       QueryTopCmd       `cmd:"" help:"Subjects with the most events of an action."`
-	Total     QueryTotalCmd     `cmd:"" help:"Events of an action (and subject) ever."`
-	Visitors  QueryVisitorsCmd  `cmd:"" help:"Unique visitors of an action (and subject): per step, in a time range and ever."`
-	Dashboard QueryDashboardCmd `cmd:"" help:"Totals, top subjects and curves in the terminal."`
+	Count    QueryCountCmd    `cmd:"" help:"Events of an action (and subject) in a time range."`
+	Curve    QueryCurveCmd    `cmd:"" help:"Events per step over a time range, with a chart."`
+	Top      QueryTopCmd      `cmd:"" help:"Subjects with the most events of an action."`
+	Total    QueryTotalCmd    `cmd:"" help:"Events of an action (and subject) ever."`
+	Visitors QueryVisitorsCmd `cmd:"" help:"Unique visitors of an action (and subject): per step, in a time range and ever."`
+	Summary  QuerySummaryCmd  `cmd:"" help:"The web dashboard's page in the terminal: totals, top subjects, unique visitors and curves."`
+	// DashboardAlias is the summary's old name, beside the web dashboard
+	// command; hidden, kept for the scripts that call it.
+	DashboardAlias QuerySummaryCmd `cmd:"" name:"dashboard" hidden:"" help:"Old name of query summary."`
 }
 
 // queryFlags are shared by the query subcommands.
@@ -43,7 +47,7 @@ func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), err
 // jsonFlag makes a query print one JSON document instead of text; its
 // shape per command is in docs/dashboards.md, "Terminal".
 type jsonFlag struct {
-	JSON bool `name:"json" help:"Print one JSON document instead of text."`
+	JSON bool `name:"json" env:"FLOODGATE_QUERY_JSON" help:"Print one JSON document instead of text."`
 }
 
 // writeJSON writes v as one line of JSON.
@@ -59,9 +63,9 @@ type keyJSON struct {
 
 // keyFlags select events.
 type keyFlags struct {
-	Action  string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
-	Subject string `name:"subject" short:"s" help:"Subject; empty: every subject of the action."`
-	Kind    string `name:"kind" short:"k" help:"Kind of the subject (ip, email, ...); empty: every kind."`
+	Action  string `name:"action" short:"a" env:"FLOODGATE_QUERY_ACTION" required:"" help:"Action, e.g. visit."`
+	Subject string `name:"subject" short:"s" env:"FLOODGATE_QUERY_SUBJECT" help:"Subject; empty: every subject of the action."`
+	Kind    string `name:"kind" short:"k" env:"FLOODGATE_QUERY_KIND" help:"Kind of the subject (ip, email, ...); empty: every kind."`
 }
 
 func (k keyFlags) key() history.Key {
@@ -72,9 +76,9 @@ func (k keyFlags) json() keyJSON { return keyJSON{Action: k.Action, Kind: k.Kind
 
 // rangeFlags select a time range: --last, or --from/--to.
 type rangeFlags struct {
-	Last string `name:"last" default:"24h" help:"Range ending now: 90m, 24h, 7d, 52w. Ignored with --from."`
-	From string `name:"from" help:"Range start (RFC 3339, 2006-01-02 15:04 or a date, UTC)."`
-	To   string `name:"to" help:"Range end, exclusive. Default: now."`
+	Last string `name:"last" env:"FLOODGATE_QUERY_LAST" default:"24h" help:"Range ending now: 90m, 24h, 7d, 52w. Ignored with --from."`
+	From string `name:"from" env:"FLOODGATE_QUERY_FROM" help:"Range start (RFC 3339, 2006-01-02 15:04 or a date, UTC)."`
+	To   string `name:"to" env:"FLOODGATE_QUERY_TO" help:"Range end, exclusive. Default: now."`
 	Now  string `name:"now" hidden:"" help:"Pretend the time is this (tests, demos)."`
 }
 
@@ -158,7 +162,7 @@ type QueryCurveCmd struct {
 	keyFlags
 	rangeFlags
 	jsonFlag
-	Step string `name:"step" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+	Step string `name:"step" env:"FLOODGATE_QUERY_STEP" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
 }
 
 // Run prints the curve as a sparkline and one bar per step.
@@ -207,11 +211,11 @@ func (c *QueryCurveCmd) Run(ctx context.Context, std stdio) error {
 type QueryTopCmd struct {
 	queryFlags
 	rangeFlags
-	Action   string `name:"action" short:"a" required:"" help:"Action, e.g. visit."`
-	Kind     string `name:"kind" short:"k" help:"Only subjects of this kind."`
-	N        int    `name:"n" short:"n" default:"10" help:"How many subjects."`
-	Ever     bool   `name:"ever" help:"Rank by all-time totals instead of a range."`
-	Visitors bool   `name:"visitors" help:"Rank by unique visitors instead of events."`
+	Action   string `name:"action" short:"a" env:"FLOODGATE_QUERY_ACTION" required:"" help:"Action, e.g. visit."`
+	Kind     string `name:"kind" short:"k" env:"FLOODGATE_QUERY_KIND" help:"Only subjects of this kind."`
+	Top      int    `name:"top" short:"n" env:"FLOODGATE_QUERY_TOP" default:"10" help:"How many subjects."`
+	Ever     bool   `name:"ever" env:"FLOODGATE_QUERY_EVER" help:"Rank by all-time totals instead of a range."`
+	Visitors bool   `name:"visitors" env:"FLOODGATE_QUERY_VISITORS" help:"Rank by unique visitors instead of events."`
 	jsonFlag
 }
 
@@ -255,18 +259,18 @@ func (c *QueryTopCmd) Run(ctx context.Context, std stdio) error {
 		what += " by unique visitors"
 	}
 	if c.Ever {
-		fmt.Fprintf(std.out, "top %d %s, all time\n", c.N, what)
+		fmt.Fprintf(std.out, "top %d %s, all time\n", c.Top, what)
 	} else {
-		fmt.Fprintf(std.out, "top %d %s [%s, %s)\n", c.N, what, from.Format(time.RFC3339), to.Format(time.RFC3339))
+		fmt.Fprintf(std.out, "top %d %s [%s, %s)\n", c.Top, what, from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	if c.Visitors {
-		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.N)
+		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.Top)
 		if err != nil {
 			return err
 		}
 		return history.WriteTopVisitors(std.out, rows)
 	}
-	rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.N)
+	rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.Top)
 	if err != nil {
 		return err
 	}
@@ -280,7 +284,7 @@ func (c *QueryTopCmd) writeJSON(ctx context.Context, w io.Writer, q *history.Que
 	}
 	if c.Visitors {
 		doc.By = "visitors"
-		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.N)
+		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.Top)
 		if err != nil {
 			return err
 		}
@@ -288,7 +292,7 @@ func (c *QueryTopCmd) writeJSON(ctx context.Context, w io.Writer, q *history.Que
 			doc.Subjects = append(doc.Subjects, rankedJSON{Kind: r.Kind, Subject: r.Subject, Events: r.Events, Visitors: &r.Visitors})
 		}
 	} else {
-		rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.N)
+		rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.Top)
 		if err != nil {
 			return err
 		}
@@ -333,7 +337,7 @@ type QueryVisitorsCmd struct {
 	keyFlags
 	rangeFlags
 	jsonFlag
-	Step string `name:"step" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+	Step string `name:"step" env:"FLOODGATE_QUERY_STEP" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
 }
 
 // Run prints events and unique visitors per step, then the range's and
@@ -394,16 +398,19 @@ func (c *QueryVisitorsCmd) Run(ctx context.Context, std stdio) error {
 	return err
 }
 
-// QueryDashboardCmd is `floodgate query dashboard`.
-type QueryDashboardCmd struct {
+// QuerySummaryCmd is `floodgate query summary` (formerly query dashboard):
+// the web dashboard's page, loaded by the same code, in the terminal.
+type QuerySummaryCmd struct {
 	queryFlags
-	Action string `name:"action" short:"a" help:"Action to detail; default: the one with the most events."`
-	N      int    `name:"n" short:"n" default:"10" help:"Subjects in the top lists."`
+	Action string `name:"action" short:"a" env:"FLOODGATE_QUERY_ACTION" help:"Action to detail; default: the one with the most events."`
+	Kind   string `name:"kind" short:"k" env:"FLOODGATE_QUERY_KIND" help:"Only subjects of this kind; empty: every kind."`
+	Top    int    `name:"top" short:"n" env:"FLOODGATE_QUERY_TOP" default:"10" help:"Subjects in the top lists."`
 	Now    string `name:"now" hidden:"" help:"Pretend the time is this (tests, demos)."`
+	jsonFlag
 }
 
-// Run prints the dashboard.
-func (c *QueryDashboardCmd) Run(ctx context.Context, std stdio) error {
+// Run prints the summary.
+func (c *QuerySummaryCmd) Run(ctx context.Context, std stdio) error {
 	now := time.Now().UTC()
 	if c.Now != "" {
 		t, err := timespan.ParseTime(c.Now, now)
@@ -417,9 +424,16 @@ func (c *QueryDashboardCmd) Run(ctx context.Context, std stdio) error {
 		return err
 	}
 	defer done()
-	d, err := history.LoadDashboard(ctx, q, c.Action, now, c.N)
+	spans := dashboard.TerminalSpans
+	if c.JSON {
+		spans = nil // the web page's, as /api/summary answers
+	}
+	s, err := dashboard.Load(ctx, q, nil, dashboard.Query{Action: c.Action, Kind: c.Kind, Top: c.Top, Spans: spans}, now)
 	if err != nil {
 		return err
 	}
-	return d.Write(std.out)
+	if c.JSON {
+		return writeJSON(std.out, s)
+	}
+	return s.WriteText(std.out)
 }

@@ -193,7 +193,7 @@ func TestSecurePipeline(t *testing.T) {
 
 	aggAddr, httpAddr, rlsAddr, adminAddr := servicetest.FreeAddr(t), servicetest.FreeAddr(t), servicetest.FreeAddr(t), servicetest.FreeAddr(t)
 	id := strings.TrimPrefix(e.topic, "fgtest.")
-	e.start("aggregator", "aggregator", "--metrics-addr", aggAddr, "--group", "fgtest-live-"+id, "--history-group", "fgtest-history-"+id)
+	e.start("aggregator", "aggregator", "--metrics-addr", aggAddr, "--live-group", "fgtest-live-"+id, "--history-group", "fgtest-history-"+id)
 	e.start("limiter", "limiter", "serve", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--admin-addr", adminAddr)
 
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: e.sec.ClientTLS(t)}, Timeout: 5 * time.Second}

@@ -19,12 +19,12 @@ type SetupCmd struct {
 	KafkaFlags
 	TopicPartitions
 	PostgresFlags
-	Wait time.Duration `name:"wait" env:"FLOODGATE_SETUP_WAIT" default:"2m" help:"Keep retrying for this long while the services come up."`
+	Deadline time.Duration `name:"deadline" aliases:"wait" env:"FLOODGATE_SETUP_DEADLINE,FLOODGATE_SETUP_WAIT" default:"2m" help:"Give up on the whole command after this long, retrying meanwhile while the services come up."`
 }
 
 // Run creates topics, then migrates, each retried until Wait runs out.
 func (c *SetupCmd) Run(ctx context.Context, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, c.Wait)
+	ctx, cancel := context.WithTimeout(ctx, c.Deadline)
 	defer cancel()
 	if err := retry(ctx, log, "create topics", func() error {
 		_, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, 30*time.Second)

@@ -15,17 +15,17 @@ import (
 type TopicsCmd struct {
 	KafkaFlags
 	TopicPartitions
-	Timeout time.Duration `name:"timeout" default:"60s" help:"Give up after this long."`
+	Deadline time.Duration `name:"deadline" aliases:"timeout" env:"FLOODGATE_TOPICS_DEADLINE" default:"60s" help:"Give up on the whole command after this long."`
 
 	out io.Writer `kong:"-"`
 }
 
 // TopicPartitions are the partition counts used when a topic is created.
 type TopicPartitions struct {
-	Partitions          int `name:"partitions" default:"12" help:"Partitions of the events topic, if it is created."`
-	DLQPartitions       int `name:"dlq-partitions" default:"3" help:"Partitions of the dead-letter topic, if it is created."`
-	DecisionsPartitions int `name:"decisions-partitions" default:"3" help:"Partitions of the decisions topic, if it is created."`
-	ReplicationFactor   int `name:"replication-factor" default:"0" help:"Replication factor of created topics; 0 = the broker's default."`
+	Partitions          int `name:"partitions" env:"FLOODGATE_PARTITIONS" default:"12" help:"Partitions of the events topic, if it is created."`
+	DLQPartitions       int `name:"dlq-partitions" env:"FLOODGATE_DLQ_PARTITIONS" default:"3" help:"Partitions of the dead-letter topic, if it is created."`
+	DecisionsPartitions int `name:"decisions-partitions" env:"FLOODGATE_DECISIONS_PARTITIONS" default:"3" help:"Partitions of the decisions topic, if it is created."`
+	ReplicationFactor   int `name:"replication-factor" env:"FLOODGATE_REPLICATION_FACTOR" default:"0" help:"Replication factor of created topics; 0 = the broker's default."`
 }
 
 func (p TopicPartitions) specs(k KafkaFlags) []topics.Spec {
@@ -60,7 +60,7 @@ func (c *TopicsCmd) Run(ctx context.Context, log *slog.Logger) error {
 	if out == nil {
 		out = os.Stdout
 	}
-	res, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, c.Timeout)
+	res, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, c.Deadline)
 	if err != nil {
 		return err
 	}

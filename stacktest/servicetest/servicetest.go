@@ -172,6 +172,6 @@ func Aggregator(tb testing.TB, bin string, st Stack, args ...string) *Service {
 	}
 	addr := FreeAddr(tb)
 	group := "fgtest-" + strings.ReplaceAll(st.Topic, ".", "-")
-	a := append([]string{"aggregator", "--metrics-addr", addr, "--group", group + "-live", "--history-group", group + "-history"}, args...)
+	a := append([]string{"aggregator", "--metrics-addr", addr, "--live-group", group + "-live", "--history-group", group + "-history"}, args...)
 	return Start(tb, "aggregator", bin, addr, "/healthz", st.env(), a)
 }
