@@ -388,6 +388,8 @@ func TestOperatorControlsOnRunningServices(t *testing.T) {
 		}
 	})
 
+	t.Run("through --admin-url", s.throughAdminURL)
+
 	t.Run("audit on the decisions topic", func(t *testing.T) {
 		want := map[string]func(window.Decision) bool{
 			"deny of 203.0.113.10": func(d window.Decision) bool {
