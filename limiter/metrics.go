@@ -21,10 +21,12 @@ type metrics struct {
 	counted       prometheus.Counter
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
+	rules         *ruleDecisions
 }
 
 func newMetrics() *metrics {
 	return &metrics{
+		rules: newRuleDecisions(),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_checks_total",
 			Help: "Decisions by operation (check, take) and result (allowed, denied, degraded_allowed, degraded_denied).",
@@ -87,7 +89,7 @@ func (m *metrics) observe(surface string, start time.Time) {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads,
-		m.redis, m.failures, m.publishErrors, m.counted, m.requests, m.latency}
+		m.redis, m.failures, m.publishErrors, m.counted, m.requests, m.latency, m.rules.vec}
 	cs = append(cs, m.state...)
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {
