@@ -177,6 +177,11 @@ func (c *Client) do(ctx context.Context, method, op string, req Request, out any
 	}
 	resp, err := c.hc.Do(r)
 	if err != nil {
+		// The URL is named once, without the subjects of the query.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("%s through %s: %w", op, c.base.Redacted(), err)
 	}
 	defer resp.Body.Close()
