@@ -45,7 +45,9 @@ func (s *services) throughAdminURL(t *testing.T) {
 	aliceFile := filepath.Join(dir, "alice")
 	secretOnly := filepath.Join(dir, "bob")
 	wrong := filepath.Join(dir, "wrong")
-	for f, v := range map[string]string{aliceFile: "alice=" + aliceSecret + "\n", secretOnly: bobSecret + "\n", wrong: "not-a-token-0123456789\n"} {
+	several := filepath.Join(dir, "several")
+	for f, v := range map[string]string{aliceFile: "alice=" + aliceSecret + "\n", secretOnly: bobSecret + "\n", wrong: "not-a-token-0123456789\n",
+		several: "alice=" + aliceSecret + "\nbob=" + bobSecret + "\n"} {
 		if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -124,6 +126,7 @@ func (s *services) throughAdminURL(t *testing.T) {
 		{"bad request", aliceFile, []string{"ban", "--action", "nothing", "ip=" + ip, "--for", "1h"}, []string{"400", "nothing"}},
 		{"--operator", aliceFile, []string{"unban", "--action", "login_failed", "ip=" + ip, "--operator", "mallory"}, []string{"--operator", "admin token"}},
 		{"no token file", "", []string{"inspect", "--action", "login_failed", "ip=" + ip}, []string{"--admin-token-file"}},
+		{"the limiter's file of several tokens", several, []string{"inspect", "--action", "login_failed", "ip=" + ip}, []string{"several tokens"}},
 	} {
 		out, stderr, err := s.adminCLI(t, c.tokenFile, c.args...)
 		t.Logf("%s: %s", c.name, strings.TrimSpace(stderr))

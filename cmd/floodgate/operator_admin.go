@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net/netip"
+	"net"
 	"net/url"
 	"strings"
 
@@ -38,6 +38,9 @@ func (f *adminClientFlags) adminClient(logger *slog.Logger) (*adminapi.Client, e
 	if ts, err := operator.ParseTokens([]string{tok}); err == nil && len(ts) == 1 {
 		tok = ts[0].Secret
 	}
+	if strings.ContainsAny(tok, " \t\r\n,") {
+		return nil, fmt.Errorf("--admin-token-file %s holds several tokens: give a file of one (the secret, or one name=secret line)", f.AdminTokenFile)
+	}
 	cfg := adminapi.ClientConfig{BaseURL: f.AdminURL, Token: tok}
 	u, err := url.Parse(f.AdminURL)
 	if err != nil {
@@ -51,7 +54,7 @@ func (f *adminClientFlags) adminClient(logger *slog.Logger) (*adminapi.Client, e
 		}
 	case tlsSet:
 		return nil, fmt.Errorf("--admin-tls-* given for %s: use an https:// admin URL", u.Redacted())
-	case !loopbackHost(u.Hostname()):
+	case beyondLoopback(net.JoinHostPort(u.Hostname(), "0")):
 		logger.Warn("admin token sent without TLS beyond loopback: use an https:// admin URL", "admin_url", u.Redacted())
 	}
 	c, err := adminapi.NewClient(cfg)
@@ -59,12 +62,4 @@ func (f *adminClientFlags) adminClient(logger *slog.Logger) (*adminapi.Client, e
 		return nil, fmt.Errorf("--admin-url: %w", err)
 	}
 	return c, nil
-}
-
-func loopbackHost(h string) bool {
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(h)
-	return err == nil && a.IsLoopback()
 }
