@@ -463,6 +463,7 @@ func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 // finishing the batch in hand. It returns the sink's *RewindError when the
 // sink refused a batch because it lost earlier ones, nil otherwise.
 func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) *RewindError {
+	w.g.metrics.partitionStarted(w.partition)
 	lag := w.g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
 	for {
 		item, ok := w.take(stop, ch)

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -74,6 +75,9 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 		sinkOffsetMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_sink_offset_missing_total", Help: "Partitions assigned with progress committed by the group but no offset in the sink: the sink's store lost its data, per partition.", ConstLabels: labels}, []string{"partition"}),
 	}
+	for _, op := range []string{"fetch", "apply", "dead-letter", "reset-offset"} {
+		m.errors.WithLabelValues(op)
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -87,4 +91,20 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// partitionStarted creates a partition's series at zero: an alert's
+// increase() then sees its first skipped or unreadable offset (a series
+// born at 1 shows no increase), and dashboards show 0, not "no data".
+func (m *metrics) partitionStarted(partition int) {
+	p := strconv.Itoa(partition)
+	m.skipped.WithLabelValues(p)
+	m.unreadable.WithLabelValues(p)
+	m.stopped.WithLabelValues(p)
+	m.resets.WithLabelValues(p)
+	m.rewinds.WithLabelValues(p)
+	m.sinkOffsetMissing.WithLabelValues(p)
+	for _, why := range []string{"permanent", "retries_exhausted"} {
+		m.dlqDropped.WithLabelValues(p, why)
+	}
 }

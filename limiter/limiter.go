@@ -185,6 +185,9 @@ func New(cfg Config) (*Limiter, error) {
 			}),
 		}
 	}
+	// Every rule's series from the start, at zero: a rate over them is
+	// defined before the first decision.
+	l.m.rules.index(cfg.Rules(), cfg.Rules)
 	if cfg.Registerer != nil {
 		if err := l.m.register(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("limiter: register metrics: %w", err)
@@ -310,7 +313,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	}
 	deny := assemble(&d, plans, views, now)
 	deny = pick(deny, banDenial(plans, views, now))
-	return l.finish(ctx, op, req, d, deny, plans, others, take, taken), nil
+	return l.finish(ctx, op, req, set, d, deny, plans, others, take, taken), nil
 }
 
 // plan is one subject with its matching rules.
@@ -679,7 +682,8 @@ func (pl *planLimit) rate() string {
 }
 
 // finish counts the decision and, for an admitted take, publishes.
-func (l *Limiter) finish(ctx context.Context, op string, req Request, d Decision, deny *Denial, plans []plan, others []Subject, take, taken bool) Decision {
+func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules.Set, d Decision, deny *Denial, plans []plan, others []Subject, take, taken bool) Decision {
+	l.m.rules.count(l.m.rules.index(set, l.cfg.Rules), &d)
 	for _, sd := range d.ShadowDenials {
 		l.m.shadowDenies.WithLabelValues(sd.Rule).Inc()
 	}
@@ -949,7 +953,7 @@ func (l *Limiter) refuse(ctx context.Context, op string, req Request, set *rules
 	if deny == nil {
 		return Decision{}, bad
 	}
-	return l.finish(ctx, op, req, d, deny, plans, nil, false, false), nil
+	return l.finish(ctx, op, req, set, d, deny, plans, nil, false, false), nil
 }
 
 func fieldName(f string) string {

@@ -21,10 +21,12 @@ type metrics struct {
 	counted       prometheus.Counter
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
+	rules         *ruleDecisions
 }
 
 func newMetrics() *metrics {
 	return &metrics{
+		rules: newRuleDecisions(),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_checks_total",
 			Help: "Decisions by operation (check, take) and result (allowed, denied, degraded_allowed, degraded_denied).",
@@ -85,9 +87,25 @@ func (m *metrics) observe(surface string, start time.Time) {
 	m.latency.WithLabelValues(surface).Observe(time.Since(start).Seconds())
 }
 
+// zero creates the series of fixed labels at zero: an alert's increase()
+// sees the first degraded answer (a series born at 1 shows no increase),
+// and dashboards show 0, not "no data".
+func (m *metrics) zero() {
+	for _, mode := range []string{"memory", "open", "closed"} {
+		for _, reason := range []string{"timeout", "error"} {
+			m.failures.WithLabelValues(mode, reason)
+		}
+	}
+	for _, op := range []string{"check", "take"} {
+		m.redis.WithLabelValues(op)
+		m.invalid.WithLabelValues(op)
+	}
+}
+
 func (m *metrics) register(r prometheus.Registerer) error {
+	m.zero()
 	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads,
-		m.redis, m.failures, m.publishErrors, m.counted, m.requests, m.latency}
+		m.redis, m.failures, m.publishErrors, m.counted, m.requests, m.latency, m.rules.vec}
 	cs = append(cs, m.state...)
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {

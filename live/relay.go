@@ -131,6 +131,9 @@ func (r *Relay) Run(ctx context.Context, partition int) {
 	log := r.log.With("partition", partition)
 	running := r.running.WithLabelValues(strconv.Itoa(partition))
 	defer r.running.DeleteLabelValues(strconv.Itoa(partition))
+	// At zero from the start: increase() sees a first loss or restart.
+	r.lost.WithLabelValues(strconv.Itoa(partition))
+	r.restarts.WithLabelValues(strconv.Itoa(partition))
 	wait := jitter.New(r.cfg.RetryBackoff, 5*time.Second)
 	for {
 		running.Set(1)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"floodgate/adminapi"
 	"floodgate/limiter"
 	"floodgate/timespan"
 	"floodgate/window"
@@ -20,9 +21,9 @@ import (
 // Request settings of the admin endpoints travel as header fields: every
 // query parameter but "action" names a kind, as on /v1/check.
 const (
-	HeaderRule    = "Floodgate-Rule"    // unban: only this rule's records
-	HeaderFor     = "Floodgate-For"     // ban: how long ("1h", "30m", "90s", "2d")
-	HeaderMessage = "Floodgate-Message" // ban: what the subject is told
+	HeaderRule    = adminapi.HeaderRule    // unban: only this rule's records
+	HeaderFor     = adminapi.HeaderFor     // ban: how long ("1h", "30m", "90s", "2d")
+	HeaderMessage = adminapi.HeaderMessage // ban: what the subject is told
 )
 
 // maxQueryBytes bounds the query string of an admin request.

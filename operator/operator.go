@@ -131,50 +131,6 @@ func New(cfg Config) (*Operator, error) {
 	return o, nil
 }
 
-// Request names an action's subjects and, for writes, its settings.
-type Request struct {
-	Action   string
-	Subjects []limitapi.Subject
-	// Operator is who acts, recorded in the audit. Required for writes.
-	Operator string
-	// Rule restricts an unban to that rule's records.
-	Rule string
-	// For is how long a ban lasts (1s..MaxBan); Message what the banned
-	// subject is told (default: the limiter's).
-	For     time.Duration
-	Message string
-}
-
-// Result tells what a write did.
-type Result struct {
-	Op       window.AdminOp  `json:"op"`
-	Action   string          `json:"action"`
-	Operator string          `json:"operator"`
-	At       time.Time       `json:"at"`
-	Rule     string          `json:"rule,omitempty"`
-	Until    *time.Time      `json:"until,omitempty"`
-	Message  string          `json:"message,omitempty"`
-	Subjects []SubjectResult `json:"subjects"`
-	// AppliedHere is set when Config.Applied is: whether this limiter's
-	// memory applied every change within ApplyWait.
-	AppliedHere *bool `json:"applied_here,omitempty"`
-}
-
-// SubjectResult is what a write did to one subject.
-type SubjectResult struct {
-	Kind      string   `json:"kind"`
-	Subject   string   `json:"subject"`
-	Partition int      `json:"partition"`
-	Seq       int64    `json:"seq"`   // its change entry's sequence number in the partition
-	Entry     string   `json:"entry"` // its change entry's id
-	Cleared   []string `json:"cleared,omitempty"`
-	// DeletedKeys counts the counter keys a reset deleted.
-	DeletedKeys int64 `json:"deleted_keys,omitempty"`
-	// Offset is a reset's boundary: the live group's next offset in the
-	// partition when it ran; events from it on are counted afresh.
-	Offset *int64 `json:"offset,omitempty"`
-}
-
 // Ban denies req's subjects for req.For whatever their counts.
 func (o *Operator) Ban(ctx context.Context, req Request) (Result, error) {
 	return o.write(ctx, window.OpBan, req)
@@ -203,7 +159,7 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 		return Result{}, err
 	}
 	now := o.cfg.Now()
-	res := Result{Op: op, Action: req.Action, Operator: req.Operator, At: now, Rule: req.Rule, Message: req.Message}
+	res := Result{Op: string(op), Action: req.Action, Operator: req.Operator, At: now, Rule: req.Rule, Message: req.Message}
 	if op == window.OpBan {
 		until := now.Add(req.For)
 		res.Until = &until

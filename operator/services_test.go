@@ -177,13 +177,7 @@ func (s *services) cli(t *testing.T, args ...string) []byte {
 // returns its standard output.
 func runCLI(t *testing.T, bin string, env []string, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLOODGATE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd := cliCommand(bin, env, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -191,6 +185,18 @@ func runCLI(t *testing.T, bin string, env []string, args ...string) []byte {
 		t.Fatalf("floodgate %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 	}
 	return out
+}
+
+// cliCommand is bin with args and env (and no other FLOODGATE_ variable).
+func cliCommand(bin string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLOODGATE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
 }
 
 // waitCounted waits until the aggregator has applied every message of the
@@ -387,6 +393,8 @@ func TestOperatorControlsOnRunningServices(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("through --admin-url", s.throughAdminURL)
 
 	t.Run("audit on the decisions topic", func(t *testing.T) {
 		want := map[string]func(window.Decision) bool{

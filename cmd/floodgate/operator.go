@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"floodgate/adminapi"
 	"floodgate/limitapi"
 	"floodgate/operator"
 	"floodgate/rules"
@@ -20,12 +21,28 @@ import (
 // The operator commands (docs/operations.md) talk to Redis directly through
 // the same window scripts as the limiter's admin endpoints: they need no
 // running limiter, and every running limiter sees their writes through the
-// change streams.
+// change streams. With --admin-url they go through a limiter's admin
+// endpoints instead, so an operator needs no Redis or Kafka credentials.
+
+// operatorControls are what the operator commands run: *operator.Operator
+// on the store, or *adminapi.Client through a limiter's admin endpoints.
+type operatorControls interface {
+	Inspect(ctx context.Context, req operator.Request) (operator.Inspection, error)
+	Ban(ctx context.Context, req operator.Request) (operator.Result, error)
+	Unban(ctx context.Context, req operator.Request) (operator.Result, error)
+	Reset(ctx context.Context, req operator.Request) (operator.Result, error)
+}
+
+var (
+	_ operatorControls = (*operator.Operator)(nil)
+	_ operatorControls = (*adminapi.Client)(nil)
+)
 
 // operatorFlags locate the live store and name the subjects.
 type operatorFlags struct {
 	KafkaFlags
 	RedisFlags
+	adminClientFlags
 	KeyPrefix string   `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
 	Rules     string   `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's and the limiter's."`
 	Action    string   `name:"action" short:"a" env:"FLOODGATE_OPERATOR_ACTION" required:"" help:"Action of the subjects, e.g. login_failed."`
@@ -106,7 +123,7 @@ func (c *BanCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--for: %w", err)
 	}
-	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op operatorControls, req operator.Request) (operator.Result, error) {
 		req.For, req.Message = d, c.Message
 		return op.Ban(ctx, req)
 	})
@@ -114,7 +131,7 @@ func (c *BanCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 // Run unbans.
 func (c *UnbanCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op operatorControls, req operator.Request) (operator.Result, error) {
 		req.Rule = c.Rule
 		return op.Unban(ctx, req)
 	})
@@ -122,20 +139,23 @@ func (c *UnbanCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 // Run resets.
 func (c *ResetCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op *operator.Operator, req operator.Request) (operator.Result, error) {
+	return c.write(ctx, logger, c.writeFlags, func(ctx context.Context, op operatorControls, req operator.Request) (operator.Result, error) {
 		return op.Reset(ctx, req)
 	})
 }
 
 // write runs one write command and prints what it did (what it did before
 // a failure, too).
-func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeFlags, run func(context.Context, *operator.Operator, operator.Request) (operator.Result, error)) error {
+func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeFlags, run func(context.Context, operatorControls, operator.Request) (operator.Result, error)) error {
 	name := w.Operator
-	if name == "" {
-		name = os.Getenv("USER")
+	if c.AdminURL != "" && name != "" {
+		return errors.New("--operator (FLOODGATE_OPERATOR) does not apply with --admin-url: the audit names the admin token's operator")
 	}
-	if name == "" {
-		return errors.New("--operator is required (or FLOODGATE_OPERATOR, or $USER): the audit names who acted")
+	if name == "" && c.AdminURL == "" {
+		name = os.Getenv("USER")
+		if name == "" {
+			return errors.New("--operator is required (or FLOODGATE_OPERATOR, or $USER): the audit names who acted")
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
@@ -158,8 +178,9 @@ func (c *operatorFlags) write(ctx context.Context, logger *slog.Logger, w writeF
 const cliTimeout = 30 * time.Second
 
 // open connects to Redis and Kafka (the partition count finds each
-// subject's slot) and returns an Operator with the request's subjects.
-func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group string) (*operator.Operator, operator.Request, func(), error) {
+// subject's slot) and returns an Operator with the request's subjects; with
+// --admin-url, a client of that limiter's admin endpoints.
+func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group string) (operatorControls, operator.Request, func(), error) {
 	req := operator.Request{Action: c.Action}
 	for _, s := range c.Subjects {
 		kind, value, ok := strings.Cut(s, "=")
@@ -167,6 +188,13 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 			return nil, req, nil, fmt.Errorf("subject %q: want kind=value, e.g. ip=203.0.113.7", s)
 		}
 		req.Subjects = append(req.Subjects, limitapi.Subject{Kind: kind, Subject: value})
+	}
+	if c.AdminURL != "" {
+		ac, err := c.adminClient(logger)
+		if err != nil {
+			return nil, req, nil, err
+		}
+		return ac, req, func() {}, nil
 	}
 	set, err := loadRules(c.Rules)
 	if err != nil {
@@ -178,7 +206,7 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 		return nil, req, nil, err
 	}
 	done := func() { closeLogged(logger, "redis", rdb) }
-	fail := func(err error) (*operator.Operator, operator.Request, func(), error) {
+	fail := func(err error) (operatorControls, operator.Request, func(), error) {
 		done()
 		return nil, req, nil, err
 	}
