@@ -5,11 +5,12 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"floodgate/timespan"
 )
 
 // DefaultIPv6Prefix is the prefix length an IPv6 subject of kind "ip" is
@@ -234,24 +235,21 @@ func parseKinds(v *yaml.Node) (map[string]KindOptions, error) {
 // maxHorizon bounds a horizon: longer is forever in all but name.
 const maxHorizon = 100 * 365 * 24 * time.Hour
 
-// parseHorizon reads a history horizon: "forever" (0), or a whole number of
-// days or weeks ("400d", "13w"), at least a day.
+// parseHorizon reads a history horizon: "forever" (0), or a duration of
+// the one grammar (timespan) in whole days, from 1d to maxHorizon: the
+// roller forgets by the day.
 func parseHorizon(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "forever" {
 		return 0, nil
 	}
-	unit := 24 * time.Hour
-	num, ok := strings.CutSuffix(s, "d")
-	if !ok {
-		if num, ok = strings.CutSuffix(s, "w"); !ok {
-			return 0, fmt.Errorf("horizon %q: want <n>d, <n>w or forever", s)
-		}
-		unit *= 7
+	d, err := timespan.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("horizon: %w (or forever)", err)
 	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 1 || n > int64(maxHorizon/unit) {
-		return 0, fmt.Errorf("horizon %q: want a whole number from 1 before the unit", s)
+	const day = 24 * time.Hour
+	if d < day || d%day != 0 || d > maxHorizon {
+		return 0, fmt.Errorf("horizon %q: want whole days from 1d to %s (e.g. 90d, 52w), or forever", s, timespan.Format(maxHorizon))
 	}
-	return time.Duration(n) * unit, nil
+	return d, nil
 }

@@ -33,7 +33,7 @@ type EraseCmd struct {
 	Subject   string `name:"subject" short:"s" env:"FLOODGATE_ERASE_SUBJECT" required:"" help:"The subject as events carry it (or its ~h: hash, for history only)."`
 	Action    string `name:"action" short:"a" env:"FLOODGATE_ERASE_ACTION" help:"Only this action; default: every action."`
 	Operator  string `name:"operator" env:"FLOODGATE_OPERATOR" help:"Who acts, recorded in the reset's audit on the decisions topic (default: $USER)."`
-	Group     string `name:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group (the reset records its offset as its boundary)."`
+	LiveGroup string `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group (the reset records its offset as its boundary)."`
 	JSON      bool   `name:"json" env:"FLOODGATE_ERASE_JSON" help:"Print the report as one JSON document."`
 }
 
@@ -154,7 +154,7 @@ func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rule
 	if err != nil {
 		return err
 	}
-	op, err := operator.New(operator.Config{Store: store, Rules: func() *rules.Set { return set }, Group: c.Group, Topic: c.Topic, Logger: logger})
+	op, err := operator.New(operator.Config{Store: store, Rules: func() *rules.Set { return set }, Group: c.LiveGroup, Topic: c.Topic, Logger: logger})
 	if err != nil {
 		return err
 	}

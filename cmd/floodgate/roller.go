@@ -27,7 +27,7 @@ type RollerCmd struct {
 type rollerFlags struct {
 	LadderFlags
 	PostgresFlags
-	Rules string `name:"rules" env:"FLOODGATE_RULES" help:"Rules file (YAML), as the aggregator's: its kinds: block gives the personal kinds' history horizons (read at start). Empty: the built-in kind defaults (ip, email and user kept 400d)."`
+	Rules string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's: its kinds: block gives the personal kinds' history horizons (read at start). The default file missing: the built-in kind defaults (ip, email and user kept 400d), with a warning."`
 	Now   string `name:"now" help:"Pretend the time is this (RFC 3339 or 2006-01-02 15:04), for tests and backfills. Default: the clock."`
 }
 
@@ -45,7 +45,13 @@ func (f *rollerFlags) build(logger *slog.Logger) (*roller.Roller, func(), error)
 		now = func() time.Time { return t }
 	}
 	var set *rules.Set // nil: the built-in kind defaults
-	if f.Rules != "" {
+	switch err := rulesFound(f.Rules); {
+	case err != nil:
+		// The roller reads rules only for horizons, and the built-in
+		// ones hold without a file: run outside the repository it warns
+		// rather than refuses, a file named explicitly must load.
+		logger.Warn("no rules file: the built-in kind horizons apply (ip, email, user 400d)", "err", err)
+	default:
 		if set, err = rules.Load(f.Rules); err != nil {
 			return nil, nil, err
 		}
