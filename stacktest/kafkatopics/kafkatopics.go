@@ -18,15 +18,16 @@ import (
 	"floodgate/topics"
 )
 
-// Client answers offset questions about topics over kafka-go's Client.
+// Client creates, deletes and reads topics. Creation goes through
+// topics.Ensure, so a suite's topics are made as floodgate makes its own.
 type Client struct {
 	Brokers []string
 	client  *kafka.Client
 }
 
-// New returns a Client of the brokers. Its own transport
-// refreshes metadata every second (kafka-go's shared default keeps it 6 s),
-// so a topic created or recreated a moment ago is known.
+// New returns a Client of the brokers. Its own transport refreshes
+// metadata every second (kafka-go's shared default keeps it 6 s), so a
+// topic created or recreated a moment ago is known.
 func New(brokers []string) *Client {
 	return &Client{Brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second,
 		Transport: &kafka.Transport{MetadataTTL: time.Second}}}
