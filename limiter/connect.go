@@ -63,8 +63,6 @@ func errorToConnect(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case CodeUnauthenticated:
 		return connect.NewError(connect.CodeUnauthenticated, err)
-	case CodeTooLarge:
-		return connect.NewError(connect.CodeResourceExhausted, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }

@@ -201,8 +201,6 @@ func errorToGRPC(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case CodeUnauthenticated:
 		return status.Error(codes.Unauthenticated, err.Error())
-	case CodeTooLarge:
-		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }

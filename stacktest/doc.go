@@ -32,5 +32,10 @@
 //	stacktest.WaitClusterOK(t) // a replica took over
 //
 // The package imports no floodgate package, so the tests of any package,
-// internal or external, can use it without an import cycle.
+// internal or external, can use it without an import cycle. Its
+// subpackages serve tests and the bench suites alike, so that test code
+// never imports bench/: servicetest (the real binary's services),
+// childproc (a child process, a free port, a wait for HTTP), promtext
+// (a /metrics scrape), kafkatopics (topics created, offsets, read back)
+// and pacedload (paced events with an acknowledged tally).
 package stacktest

@@ -16,9 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
 	"floodgate/producer"
 	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/kafkatopics"
 )
 
 // Config configures the suite. Defaults point at scripts/stack.
@@ -158,9 +159,9 @@ type env struct {
 	dlq    string
 	dec    string
 	prefix string
-	kafka  *harness.Kafka
+	kafka  *kafkatopics.Client
 	rdb    *redis.Client
-	procs  []*harness.Proc
+	procs  []*childproc.Proc
 }
 
 func newEnv(ctx context.Context, cfg Config, name string) (*env, error) {
@@ -168,7 +169,7 @@ func newEnv(ctx context.Context, cfg Config, name string) (*env, error) {
 	e := &env{
 		cfg: cfg, log: cfg.Logger.With("scenario", name), id: id,
 		topic: "floodgate.attack." + id + ".events", dlq: "floodgate.attack." + id + ".dlq", dec: "floodgate.attack." + id + ".decisions",
-		prefix: "atk" + id, kafka: harness.NewKafka(cfg.Brokers),
+		prefix: "atk" + id, kafka: kafkatopics.New(cfg.Brokers),
 		rdb: redis.NewClient(&redis.Options{Addr: cfg.RedisAddr}),
 	}
 	for _, t := range []string{e.topic, e.dlq, e.dec} {
@@ -235,12 +236,12 @@ func (e *env) writeRules(yaml string) (string, error) {
 
 // aggregator is a running `floodgate aggregator`.
 type aggregator struct {
-	*harness.Proc
+	*childproc.Proc
 	metrics string // URL of /metrics
 }
 
 func (e *env) startAggregator(ctx context.Context, rulesPath string, extra ...string) (*aggregator, error) {
-	addr, err := harness.FreePort()
+	addr, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +252,7 @@ func (e *env) startAggregator(ctx context.Context, rulesPath string, extra ...st
 		"--redis-addr", e.cfg.RedisAddr, "--postgres-url", e.cfg.PostgresURL,
 		"--rules", rulesPath, "--metrics-addr", addr,
 	}, extra...)
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: e.id + "-aggregator", Bin: e.cfg.Bin, Args: args, LogDir: e.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: e.id + "-aggregator", Bin: e.cfg.Bin, Args: args, LogDir: e.cfg.WorkDir})
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +266,7 @@ func (e *env) startAggregator(ctx context.Context, rulesPath string, extra ...st
 
 // limiter is a running `floodgate limiter`.
 type limiter struct {
-	*harness.Proc
+	*childproc.Proc
 	http, rls, admin string // addresses
 }
 
@@ -278,7 +279,7 @@ const adminSecret = "attack-admin-secret-0123456789"
 func (e *env) startLimiter(ctx context.Context, rulesPath, redisAddr string, extra ...string) (*limiter, error) {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := harness.FreePort()
+		a, err := childproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -289,7 +290,7 @@ func (e *env) startLimiter(ctx context.Context, rulesPath, redisAddr string, ext
 		"--brokers", strings.Join(e.cfg.Brokers, ","), "--topic", e.topic, "--decisions-topic", e.dec,
 		"--key-prefix", e.prefix, "--rules", rulesPath, "--redis-addr", redisAddr,
 	}, extra...)
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: e.id + "-limiter-" + strconv.Itoa(len(e.procs)), Bin: e.cfg.Bin, Args: args, LogDir: e.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: e.id + "-limiter-" + strconv.Itoa(len(e.procs)), Bin: e.cfg.Bin, Args: args, LogDir: e.cfg.WorkDir})
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +326,7 @@ func status(ctx context.Context, method, url string, header map[string]string) (
 
 // waitUp waits until url answers 200, failing at once when the process
 // exits first (a refused flag, say), with the end of its log.
-func waitUp(ctx context.Context, p *harness.Proc, url string, timeout time.Duration) error {
+func waitUp(ctx context.Context, p *childproc.Proc, url string, timeout time.Duration) error {
 	err := waitFor(ctx, url, timeout, func() (bool, error) {
 		if !p.Alive() {
 			return false, errExited

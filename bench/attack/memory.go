@@ -10,6 +10,7 @@ import (
 
 	"floodgate/bench/harness"
 	"floodgate/event"
+	"floodgate/stacktest/promtext"
 )
 
 const visitRules = `rules:
@@ -89,7 +90,7 @@ func millionSubjects(ctx context.Context, e *env) (Row, error) {
 		return c == http.StatusTooManyRequests, err
 	}) == nil
 	held := -1.0
-	if s, err := harness.Scrape(ctx, "http://"+l.http+"/metrics"); err == nil && s.Has(heldMetric) {
+	if s, err := promtext.Scrape(ctx, "http://"+l.http+"/metrics"); err == nil && s.Has(heldMetric) {
 		held = s.Sum(heldMetric)
 	}
 	limiterPeak := l.PeakRSS()

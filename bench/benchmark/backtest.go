@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"floodgate/bench/harness"
+	"floodgate/stacktest/childproc"
 )
 
 // backtestFigures are the backtest runs of one setting.
@@ -77,7 +78,7 @@ func (b *bench) backtestRun(ctx context.Context, name string, extra []string, in
 	args := append([]string{"backtest", "--brokers", strings.Join(b.cfg.Brokers, ","), "--topic", b.topics[0],
 		"--rules", b.rules, "--from", "6h", "--to", "now", "--progress", "0", "--top", "1"}, extra...)
 	into.Cmd, into.Topic, into.Messages = "floodgate "+strings.Join(args, " "), b.topics[0], b.cfg.Events
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Run(ctx, childproc.Config{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	b.peak("floodgate backtest", p)
 	if err != nil {
 		return err
@@ -86,7 +87,7 @@ func (b *bench) backtestRun(ctx context.Context, name string, extra []string, in
 	out := strings.Join(splitLog(p.LogPath), "\n")
 	m := last(reBacktestRate.FindAllStringSubmatch(out, -1))
 	if m == nil {
-		return fmt.Errorf("%s: no events/s in its report: %s", name, harness.TailFile(p.LogPath, 5))
+		return fmt.Errorf("%s: no events/s in its report: %s", name, childproc.TailFile(p.LogPath, 5))
 	}
 	rate, _ := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64)
 	into.Rate = append(into.Rate, rate)
@@ -111,7 +112,7 @@ func (b *bench) produceOnce(ctx context.Context) error {
 		return err
 	}
 	args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, 1)
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-backtest", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Run(ctx, childproc.Config{Name: "produce-backtest", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	b.peak("floodgate produce", p)
 	return err
 }

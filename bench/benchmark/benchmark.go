@@ -22,6 +22,10 @@ import (
 	"floodgate/bench/harness"
 	"floodgate/history"
 	"floodgate/migrations"
+	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/kafkatopics"
+	"floodgate/stacktest/promtext"
 )
 
 // Options are the benchmark's tunables (flags of floodbench bench).
@@ -146,7 +150,7 @@ type Results struct {
 type bench struct {
 	cfg    Config
 	id     string
-	kafka  *harness.Kafka
+	kafka  *kafkatopics.Client
 	java   *harness.JavaTools
 	rdb    *redis.Client
 	pool   *pgxpool.Pool
@@ -167,7 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	b := &bench{
 		cfg: cfg, id: strconv.FormatInt(time.Now().Unix()%1_000_000_000, 36),
-		kafka: harness.NewKafka(cfg.Brokers), java: java, log: cfg.Logger,
+		kafka: kafkatopics.New(cfg.Brokers), java: java, log: cfg.Logger,
 		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}, SketchOpts: cfg.Options},
 	}
 	b.res.LoadStart = harness.LoadAvg()
@@ -277,18 +281,18 @@ func (b *bench) cleanup() {
 			b.log.Warn("bench: delete topics", "err", err)
 		}
 	}
-	if err := harness.DeletePrefix(ctx, b.rdb, "bench"+b.id); err != nil {
+	if err := stacktest.DeletePrefix(ctx, b.rdb, "bench"+b.id); err != nil {
 		b.log.Warn("bench: delete redis keys", "err", err)
 	}
 	for i := 0; i < b.cfg.Runs+2; i++ {
-		_ = harness.DeletePrefix(ctx, b.rdb, fmt.Sprintf("bench%sr%d", b.id, i))
+		_ = stacktest.DeletePrefix(ctx, b.rdb, fmt.Sprintf("bench%sr%d", b.id, i))
 	}
 	if _, err := b.pool.Exec(ctx, `DELETE FROM floodgate.consumer_offsets WHERE consumer_group LIKE $1`, "bench-"+b.id+"-%"); err != nil {
 		b.log.Warn("bench: delete offsets", "err", err)
 	}
 }
 
-func (b *bench) peak(name string, p *harness.Proc) {
+func (b *bench) peak(name string, p *childproc.Proc) {
 	if p != nil && p.PeakRSS() > b.res.RSS[name] {
 		b.res.RSS[name] = p.PeakRSS()
 	}
@@ -314,7 +318,7 @@ func (b *bench) producer(ctx context.Context) error {
 		args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, i+1)
 		b.res.ProduceCmd = "floodgate " + strings.Join(args, " ")
 		start := time.Now()
-		p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+		p, err := childproc.Run(ctx, childproc.Config{Name: "produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 		wall := time.Since(start)
 		b.peak("floodgate produce", p)
 		if err != nil {
@@ -460,7 +464,7 @@ func (l *liveFigures) add(o liveFigures) {
 func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (liveFigures, error) {
 	var f liveFigures
 	prefix := "bench" + b.id + "r" + run
-	addr, err := harness.FreePort()
+	addr, err := childproc.FreePort()
 	if err != nil {
 		return f, err
 	}
@@ -474,11 +478,11 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	if err != nil {
 		return f, err
 	}
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator-live-" + run, Bin: bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: "aggregator-live-" + run, Bin: bin, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return f, err
 	}
-	rate, err := waitCounted(ctx, []*harness.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	rate, err := waitCounted(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
 	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	serr := p.Stop(15 * time.Second)
 	if bin == b.cfg.Bin {
@@ -501,7 +505,7 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 	if subs > 0 {
 		f.Bytes = []float64{float64(after.UsedMemory-before.UsedMemory) / float64(subs)}
 	}
-	return f, harness.DeletePrefix(ctx, b.rdb, prefix)
+	return f, stacktest.DeletePrefix(ctx, b.rdb, prefix)
 }
 
 // aggregatorArgs are the arguments of a live aggregator (no history) on t
@@ -518,7 +522,7 @@ func (b *bench) aggregatorArgs(t target, topic, group, prefix, metricsAddr strin
 // until their sum reaches want, and returns the rate between the first
 // sample at which every process had counted something (a group whose
 // members all joined and read) and the sample that reached want.
-func waitCounted(ctx context.Context, procs []*harness.Proc, urls []string, name string, want float64) (float64, error) {
+func waitCounted(ctx context.Context, procs []*childproc.Proc, urls []string, name string, want float64) (float64, error) {
 	deadline := time.Now().Add(10 * time.Minute)
 	var t0 time.Time
 	var v0 float64
@@ -558,7 +562,7 @@ func waitCounted(ctx context.Context, procs []*harness.Proc, urls []string, name
 func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, all bool, err error) {
 	all = true
 	for _, u := range urls {
-		s, err := harness.Scrape(ctx, u)
+		s, err := promtext.Scrape(ctx, u)
 		if err != nil {
 			return 0, false, err
 		}

@@ -13,6 +13,9 @@ import (
 
 	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
+	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/kafkatopics"
 	"floodgate/topics"
 )
 
@@ -50,7 +53,7 @@ func (b *bench) cluster(ctx context.Context) error {
 		b.log.Warn("bench: cluster step skipped", "why", cf.Skipped)
 		return nil
 	}
-	kc := harness.NewKafka(t.brokers)
+	kc := kafkatopics.New(t.brokers)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.redis})
 	defer rdb.Close()
 	var topicsMade, prefixes []string
@@ -71,7 +74,7 @@ func (b *bench) cluster(ctx context.Context) error {
 			time.Sleep(3 * time.Second)
 		}
 		for _, p := range prefixes {
-			if err := harness.DeletePrefix(cctx, rdb, p); err != nil {
+			if err := stacktest.DeletePrefix(cctx, rdb, p); err != nil {
 				b.log.Warn("bench: delete cluster keys", "prefix", p, "err", err)
 			}
 		}
@@ -108,7 +111,7 @@ func (b *bench) cluster(ctx context.Context) error {
 // clusterTopics creates the events topic of a run (replication factor 3,
 // min.insync.replicas 2) and the dead-letter and decisions topics the
 // aggregator requires, and returns those it created.
-func (b *bench) clusterTopics(ctx context.Context, kc *harness.Kafka, topic string) ([]string, error) {
+func (b *bench) clusterTopics(ctx context.Context, kc *kafkatopics.Client, topic string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var made []string
@@ -128,7 +131,7 @@ func (b *bench) clusterPrefill(ctx context.Context, t target, topic string, run 
 	args := b.produceArgs(t.brokers, topic, b.cfg.Events, run+1)
 	b.res.Cluster.ProduceCmd = "floodgate " + strings.Join(args, " ")
 	start := time.Now()
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: "produce-cluster", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Run(ctx, childproc.Config{Name: "produce-cluster", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	wall := time.Since(start)
 	b.peak("floodgate produce (cluster)", p)
 	if err != nil {
@@ -148,7 +151,7 @@ func (b *bench) clusterPrefill(ctx context.Context, t target, topic string, run 
 // benchmark in cmd/floodgate does).
 func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string, procs, run int, fill func(context.Context) error) (float64, error) {
 	group := fmt.Sprintf("bench-%s-cluster%d-%d", b.id, procs, run)
-	var ps []*harness.Proc
+	var ps []*childproc.Proc
 	var urls []string
 	stopAll := func() error {
 		var errs []error
@@ -158,7 +161,7 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 		return errors.Join(errs...)
 	}
 	for n := range procs {
-		addr, err := harness.FreePort()
+		addr, err := childproc.FreePort()
 		if err != nil {
 			return 0, errors.Join(err, stopAll())
 		}
@@ -169,7 +172,7 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 		}
 		b.res.Cluster.LiveCmd = "floodgate " + strings.Join(args, " ")
 		name := fmt.Sprintf("aggregator-cluster%d-%d-%d", procs, run, n)
-		p, err := harness.Start(ctx, harness.ProcConfig{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+		p, err := childproc.Start(ctx, childproc.Config{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 		if err != nil {
 			return 0, errors.Join(err, stopAll())
 		}
@@ -221,7 +224,7 @@ var pausedArgs = []string{"--session-timeout", "60s"}
 
 // pausedFill waits until every process joined its group, pauses them all
 // (SIGSTOP), runs fill, and continues them (SIGCONT) whatever fill did.
-func pausedFill(ctx context.Context, ps []*harness.Proc, urls []string, fill func(context.Context) error) error {
+func pausedFill(ctx context.Context, ps []*childproc.Proc, urls []string, fill func(context.Context) error) error {
 	if err := waitJoined(ctx, ps, urls); err != nil {
 		return err
 	}
@@ -243,7 +246,7 @@ func pausedFill(ctx context.Context, ps []*harness.Proc, urls []string, fill fun
 // of its group (floodgate_aggregator_generations_total): a member joins the
 // generation that every member known to the group joins, so they are then
 // all in one.
-func waitJoined(ctx context.Context, procs []*harness.Proc, urls []string) error {
+func waitJoined(ctx context.Context, procs []*childproc.Proc, urls []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
@@ -265,8 +268,8 @@ func waitJoined(ctx context.Context, procs []*harness.Proc, urls []string) error
 
 // producedRate is what `floodgate produce` reports (events acknowledged
 // per second), or events over the process's wall time.
-func producedRate(p *harness.Proc, events int, wall time.Duration) float64 {
-	if m := reProduced.FindStringSubmatch(harness.TailFile(p.LogPath, 5)); m != nil {
+func producedRate(p *childproc.Proc, events int, wall time.Duration) float64 {
+	if m := reProduced.FindStringSubmatch(childproc.TailFile(p.LogPath, 5)); m != nil {
 		if rate, err := strconv.ParseFloat(m[1], 64); err == nil {
 			return rate
 		}

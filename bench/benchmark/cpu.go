@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"floodgate/bench/harness"
+	"floodgate/stacktest/childproc"
 )
 
 // cpuMeter reads how much CPU one process has used so far.
@@ -37,7 +38,7 @@ var cpuColumns = []string{cpuServer, cpuLoad, cpuRedis, cpuBroker}
 // Redis and the Kafka broker (its pid file from scripts/stack; left out if
 // it cannot be read). Together they show where a lookup's cost goes and
 // how many a second two cores could answer at best.
-func (b *bench) lookupMeters(server *harness.Proc) []cpuMeter {
+func (b *bench) lookupMeters(server *childproc.Proc) []cpuMeter {
 	pidCPU := func(pid int) func(context.Context) (time.Duration, error) {
 		return func(context.Context) (time.Duration, error) { return harness.ProcCPU(pid) }
 	}

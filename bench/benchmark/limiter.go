@@ -14,10 +14,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"floodgate/aggregator"
-	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
 	"floodgate/event"
 	"floodgate/rules"
+	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
 	"floodgate/window"
 )
 
@@ -98,7 +99,7 @@ func (t target) redisArgs() []string {
 
 // limiterProc is a `floodgate limiter` process.
 type limiterProc struct {
-	*harness.Proc
+	*childproc.Proc
 	http, rls string // addresses
 	cmd       string
 }
@@ -106,29 +107,29 @@ type limiterProc struct {
 // startLimiter starts `floodgate limiter` on t with the RLS mode given and
 // waits until it is ready (every partition's state loaded).
 func (b *bench) startLimiter(ctx context.Context, t target, name, topic, prefix, rulesPath, mode string) (*limiterProc, error) {
-	httpAddr, err := harness.FreePort()
+	httpAddr, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	rlsAddr, err := harness.FreePort()
+	rlsAddr, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"limiter", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--rls-mode", mode,
 		"--brokers", strings.Join(t.brokers, ","), "--topic", topic, "--key-prefix", prefix, "--rules", rulesPath}, t.redisArgs()...)
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: name, Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return nil, err
 	}
 	lp := &limiterProc{Proc: p, http: httpAddr, rls: rlsAddr, cmd: "floodgate " + strings.Join(args, " ")}
-	if err := harness.WaitHTTP(ctx, "http://"+httpAddr+"/readyz", time.Minute); err != nil {
+	if err := childproc.WaitHTTP(ctx, "http://"+httpAddr+"/readyz", time.Minute); err != nil {
 		return nil, errors.Join(err, p.Stop(15*time.Second), fmt.Errorf("%s log: %s", name, p.Tail(5)))
 	}
 	return lp, nil
 }
 
 // stopProc stops a process and records its peak RSS under label.
-func (b *bench) stopProc(p *harness.Proc, label string) error {
+func (b *bench) stopProc(p *childproc.Proc, label string) error {
 	err := p.Stop(15 * time.Second)
 	b.peak(label, p)
 	return err
@@ -158,7 +159,7 @@ func (b *bench) limiter(ctx context.Context) error {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := harness.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
 			b.log.Warn("bench: delete limiter keys", "err", err)
 		}
 	}()
@@ -213,13 +214,13 @@ func (b *bench) noopRuns(ctx context.Context, conc []int, paced bool) ([]Lookup,
 	if err != nil {
 		return nil, fmt.Errorf("limiter bench: find floodbench: %w", err)
 	}
-	addr, err := harness.FreePort()
+	addr, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"rls-noop", "--addr", addr}
 	b.res.LookupCmds = append(b.res.LookupCmds, "floodbench "+strings.Join(args, " "))
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: "rls-noop", Bin: self, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: "rls-noop", Bin: self, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +235,7 @@ func (b *bench) noopRuns(ctx context.Context, conc []int, paced bool) ([]Lookup,
 
 // rlsMeasure dials an RLS server, waits until it answers and measures one
 // shape (measure).
-func (b *bench) rlsMeasure(ctx context.Context, server *harness.Proc, addr, scenario string, cluster bool, s rlsload.Shape, want rlsv3.RateLimitResponse_Code, conc []int, rate float64) ([]Lookup, error) {
+func (b *bench) rlsMeasure(ctx context.Context, server *childproc.Proc, addr, scenario string, cluster bool, s rlsload.Shape, want rlsv3.RateLimitResponse_Code, conc []int, rate float64) ([]Lookup, error) {
 	cl, err := rlsload.Dial(addr, runtime.NumCPU())
 	if err != nil {
 		return nil, err
@@ -327,7 +328,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
 // the single-node stack also reports the CPU each process spent per lookup:
 // its CPU time over the run (warm-up included) ÷ (lookups/s × the run's
 // wall time).
-func (b *bench) measure(ctx context.Context, server *harness.Proc, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
+func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
 	cfgs := make([]rlsload.Config, 0, len(conc)+1)
 	for _, c := range conc {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Concurrency: c, Duration: b.cfg.LimiterD})

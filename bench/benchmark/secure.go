@@ -17,6 +17,8 @@ import (
 	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
 	"floodgate/kafkaconn"
+	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
 	"floodgate/tlsfiles"
 	"floodgate/topics"
 )
@@ -97,25 +99,25 @@ func (b *bench) secure(ctx context.Context) error {
 		made = append(made, t, t+".dlq", t+".decisions")
 		args := b.produceArgs([]string{sp.brokers}, t, b.cfg.Events, i+1)
 		start := time.Now()
-		p, err := harness.Run(ctx, harness.ProcConfig{Name: "secure-produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, Env: sp.env(), LogDir: b.cfg.WorkDir})
+		p, err := childproc.Run(ctx, childproc.Config{Name: "secure-produce-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: args, Env: sp.env(), LogDir: b.cfg.WorkDir})
 		wall := time.Since(start)
 		if err != nil {
 			return err
 		}
 		b.res.SecureProduce = append(b.res.SecureProduce, producedRate(p, b.cfg.Events, wall))
 
-		addr, err := harness.FreePort()
+		addr, err := childproc.FreePort()
 		if err != nil {
 			return err
 		}
 		prefix := "bench" + b.id + "s" + strconv.Itoa(i)
 		aargs := b.aggregatorArgs(target{brokers: []string{sp.brokers}, redis: []string{sp.redisAddr}}, t, "bench-"+b.id+"-secure-"+strconv.Itoa(i), prefix, addr)
-		ap, err := harness.Start(ctx, harness.ProcConfig{Name: "secure-aggregator-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: aargs, Env: sp.env(), LogDir: b.cfg.WorkDir})
+		ap, err := childproc.Start(ctx, childproc.Config{Name: "secure-aggregator-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: aargs, Env: sp.env(), LogDir: b.cfg.WorkDir})
 		if err != nil {
 			return err
 		}
-		rate, err := waitCounted(ctx, []*harness.Proc{ap}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
-		err = errors.Join(err, ap.Stop(15*time.Second), harness.DeletePrefix(ctx, rdb, prefix))
+		rate, err := waitCounted(ctx, []*childproc.Proc{ap}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+		err = errors.Join(err, ap.Stop(15*time.Second), stacktest.DeletePrefix(ctx, rdb, prefix))
 		if err != nil {
 			return fmt.Errorf("secure live run %d: %w", i, err)
 		}
@@ -151,7 +153,7 @@ func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn
 		b.res.SecurePlainChecks = append(b.res.SecurePlainChecks, runs...)
 		err = errors.Join(err, cl.Close())
 	}
-	if err = errors.Join(err, lim.Stop(15*time.Second), harness.DeletePrefix(ctx, b.rdb, prefix)); err != nil {
+	if err = errors.Join(err, lim.Stop(15*time.Second), stacktest.DeletePrefix(ctx, b.rdb, prefix)); err != nil {
 		return fmt.Errorf("plain checks: %w", err)
 	}
 
@@ -165,11 +167,11 @@ func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn
 		defer cancel()
 		_ = topics.DeleteOn(cctx, kc, stopic)
 	}()
-	httpAddr, err := harness.FreePort()
+	httpAddr, err := childproc.FreePort()
 	if err != nil {
 		return err
 	}
-	rlsAddr, err := harness.FreePort()
+	rlsAddr, err := childproc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -177,7 +179,7 @@ func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn
 	args := []string{"limiter", "--http-addr", httpAddr, "--rls-addr", rlsAddr, "--rls-mode", "check",
 		"--brokers", sp.brokers, "--topic", stopic, "--key-prefix", sprefix, "--rules", rulesPath, "--redis-addr", sp.redisAddr,
 		"--tls-cert", sp.file("tls", "server.pem"), "--tls-key", sp.file("tls", "server.key")}
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: "limiter-secure", Bin: b.cfg.Bin, Args: args, Env: sp.env(), LogDir: b.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: "limiter-secure", Bin: b.cfg.Bin, Args: args, Env: sp.env(), LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return err
 	}
@@ -214,7 +216,7 @@ func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn
 	b.res.SecureChecks = append(b.res.SecureChecks, runs...)
 	srdb, rerr := sp.redis()
 	if rerr == nil {
-		rerr = errors.Join(harness.DeletePrefix(ctx, srdb, sprefix), srdb.Close())
+		rerr = errors.Join(stacktest.DeletePrefix(ctx, srdb, sprefix), srdb.Close())
 	}
 	return errors.Join(err, rerr)
 }

@@ -18,6 +18,9 @@ import (
 	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/producer"
+	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/pacedload"
 )
 
 type kafkaMessage = kafka.Message
@@ -59,7 +62,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := harness.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
 			b.log.Warn("bench: delete latency keys", "prefix", prefix, "err", err)
 		}
 	}()
@@ -81,12 +84,12 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var tally *harness.Tally
+	var tally *pacedload.Tally
 	wg.Add(1)
 	loadStart := time.Now()
 	go func() {
 		defer wg.Done()
-		tally = harness.RunLoad(lctx, pub, harness.LoadConfig{Rate: rate, Action: "bench_visit", Kind: "ip",
+		tally = pacedload.Run(lctx, pub, pacedload.Config{Rate: rate, Action: "bench_visit", Kind: "ip",
 			SubjectPrefix: "10.9.", Subjects: b.cfg.Subjects, Workers: 8, Batch: 500, TotalOnly: true})
 	}()
 	// Let the group join and the load settle.
@@ -145,17 +148,17 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 // liveServices are a live aggregator and a limiter over one topic and key
 // prefix, as processes of the real binary.
 type liveServices struct {
-	agg, lim *harness.Proc
+	agg, lim *childproc.Proc
 	limiter  string // base URL
 	stop     func()
 }
 
 func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*liveServices, error) {
-	aggAddr, err := harness.FreePort()
+	aggAddr, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	limAddr, err := harness.FreePort()
+	limAddr, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -168,11 +171,11 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 		return nil, err
 	}
 	svc := &liveServices{limiter: "http://" + limAddr}
-	svc.agg, err = harness.Start(ctx, harness.ProcConfig{Name: "aggregator-" + name, Bin: b.cfg.Bin, Args: aggArgs, LogDir: b.cfg.WorkDir})
+	svc.agg, err = childproc.Start(ctx, childproc.Config{Name: "aggregator-" + name, Bin: b.cfg.Bin, Args: aggArgs, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return nil, err
 	}
-	svc.lim, err = harness.Start(ctx, harness.ProcConfig{Name: "limiter-" + name, Bin: b.cfg.Bin, Args: limArgs, LogDir: b.cfg.WorkDir})
+	svc.lim, err = childproc.Start(ctx, childproc.Config{Name: "limiter-" + name, Bin: b.cfg.Bin, Args: limArgs, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		_ = svc.agg.Stop(15 * time.Second)
 		return nil, err
@@ -183,11 +186,11 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 		b.peak("floodgate aggregator --no-history", svc.agg)
 		b.peak("floodgate limiter", svc.lim)
 	}
-	if err := harness.WaitHTTP(ctx, "http://"+aggAddr+"/metrics", 30*time.Second); err != nil {
+	if err := childproc.WaitHTTP(ctx, "http://"+aggAddr+"/metrics", 30*time.Second); err != nil {
 		svc.stop()
 		return nil, err
 	}
-	if err := harness.WaitHTTP(ctx, svc.limiter+"/readyz", 30*time.Second); err != nil {
+	if err := childproc.WaitHTTP(ctx, svc.limiter+"/readyz", 30*time.Second); err != nil {
 		svc.stop()
 		return nil, err
 	}
@@ -215,7 +218,7 @@ var reRollTook = regexp.MustCompile(`took (\S+)`)
 func (b *bench) rollerOnce(ctx context.Context) error {
 	args := []string{"roller", "once", "--postgres-url", b.cfg.PostgresURL}
 	b.res.RollerCmd = "floodgate " + strings.Join(args, " ")
-	p, err := harness.Run(ctx, harness.ProcConfig{Name: "roller", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	p, err := childproc.Run(ctx, childproc.Config{Name: "roller", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	b.peak("floodgate roller once", p)
 	if err != nil {
 		return err
@@ -239,7 +242,7 @@ func (b *bench) curve(ctx context.Context) error {
 	b.res.CurveCmd = "floodgate " + strings.Join(args, " ")
 	for i := 0; i < 5; i++ {
 		start := time.Now()
-		p, err := harness.Run(ctx, harness.ProcConfig{Name: "query-curve", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+		p, err := childproc.Run(ctx, childproc.Config{Name: "query-curve", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 		took := time.Since(start)
 		b.peak("floodgate query curve", p)
 		if err != nil {

@@ -12,10 +12,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/producer"
 	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/promtext"
 	"floodgate/topics"
 	"floodgate/window"
 )
@@ -35,7 +36,7 @@ type side struct {
 	pref       string
 	parts      int
 	store      *window.Store
-	agg        *harness.Proc
+	agg        *childproc.Proc
 	mets       string
 	produced   map[string]int64 // per subject, acknowledged
 }
@@ -58,7 +59,7 @@ func (s *Suite) newSide(ctx context.Context, name string, parts int) (*side, err
 // start runs the side's aggregator (live and history groups) with extra args.
 func (sd *side) start(ctx context.Context, args ...string) error {
 	s := sd.s
-	addr, err := harness.FreePort()
+	addr, err := childproc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -70,12 +71,12 @@ func (sd *side) start(ctx context.Context, args ...string) error {
 		"--redis-addr", s.redisAddr, "--postgres-url", s.cfg.PostgresURL,
 		"--rules", s.rules, "--metrics-addr", addr, "--session-timeout", "6s",
 	}
-	p, err := harness.Start(ctx, harness.ProcConfig{Name: sd.name + "-aggregator-" + strconv.Itoa(s.aggN), Bin: s.cfg.Bin, Args: append(a, args...), LogDir: s.cfg.WorkDir})
+	p, err := childproc.Start(ctx, childproc.Config{Name: sd.name + "-aggregator-" + strconv.Itoa(s.aggN), Bin: s.cfg.Bin, Args: append(a, args...), LogDir: s.cfg.WorkDir})
 	if err != nil {
 		return err
 	}
 	sd.agg, sd.mets = p, "http://"+addr+"/metrics"
-	if err := harness.WaitHTTP(ctx, sd.mets, 30*time.Second); err != nil {
+	if err := childproc.WaitHTTP(ctx, sd.mets, 30*time.Second); err != nil {
 		return fmt.Errorf("%s aggregator did not serve metrics: %w (log: %s)", sd.name, err, p.Tail(5))
 	}
 	return nil
@@ -202,7 +203,7 @@ type reported struct {
 // report scrapes metric once and counts the ERROR lines holding text, for
 // the live and the history group.
 func (sd *side) report(ctx context.Context, metric, text string) (reported, error) {
-	m, err := harness.Scrape(ctx, sd.mets)
+	m, err := promtext.Scrape(ctx, sd.mets)
 	if err != nil {
 		return reported{}, err
 	}
@@ -216,7 +217,7 @@ func (sd *side) report(ctx context.Context, metric, text string) (reported, erro
 // every one of want.
 func (sd *side) errorLines(want ...string) int {
 	n := 0
-	for _, l := range strings.Split(harness.TailFile(sd.agg.LogPath, 100000), " | ") {
+	for _, l := range strings.Split(childproc.TailFile(sd.agg.LogPath, 100000), " | ") {
 		if !strings.Contains(l, "level=ERROR") {
 			continue
 		}
@@ -463,7 +464,7 @@ func (s *Suite) applyError(ctx context.Context) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	before, err := harness.Scrape(ctx, s.mets)
+	before, err := promtext.Scrape(ctx, s.mets)
 	if err != nil {
 		return row, err
 	}
@@ -496,7 +497,7 @@ func (s *Suite) applyError(ctx context.Context) (Row, error) {
 	}
 	row.Recovery = time.Since(start)
 	row.RecoveryNote = "foreign keys set → both groups past the topic's end once they were deleted (5 s later)"
-	after, err := harness.Scrape(ctx, s.mets)
+	after, err := promtext.Scrape(ctx, s.mets)
 	if err != nil {
 		return row, err
 	}

@@ -11,10 +11,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/recovery"
 	"floodgate/rules"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/promtext"
 	"floodgate/window"
 )
 
@@ -155,7 +156,7 @@ func (s *Suite) badRules(ctx context.Context) (Row, error) {
 		}
 	}()
 	sleep(ctx, 2*time.Second)
-	before, err := harness.Scrape(ctx, s.mets)
+	before, err := promtext.Scrape(ctx, s.mets)
 	if err != nil {
 		return row, err
 	}
@@ -171,11 +172,11 @@ func (s *Suite) badRules(ctx context.Context) (Row, error) {
 		return row, err
 	}
 	// The watcher reports the refusal in floodgate_rules_reloads_total.
-	var after harness.Sample
+	var after promtext.Sample
 	errKey := `result="error"`
 	for time.Since(start) < 10*time.Second {
 		sleep(ctx, 200*time.Millisecond)
-		if after, err = harness.Scrape(ctx, s.mets); err == nil &&
+		if after, err = promtext.Scrape(ctx, s.mets); err == nil &&
 			after.Sum("floodgate_rules_reloads_total", errKey) > before.Sum("floodgate_rules_reloads_total", errKey) {
 			break
 		}
@@ -203,7 +204,7 @@ func (s *Suite) badRules(ctx context.Context) (Row, error) {
 		sleep(ctx, 20*time.Millisecond)
 	}
 	alive := s.agg.Alive()
-	logMentions := strings.Contains(strings.ToLower(harness.TailFile(s.agg.LogPath, 200)), "rules")
+	logMentions := strings.Contains(strings.ToLower(childproc.TailFile(s.agg.LogPath, 200)), "rules")
 	// Restore the good file (and make the process load it again).
 	if err := os.WriteFile(s.rules, s.good, 0o644); err != nil {
 		return row, err
@@ -267,7 +268,7 @@ func (s *Suite) serviceFault(ctx context.Context, row Row, scenario string, faul
 	row.RecoveryNote = fmt.Sprintf("fault start → both groups applied all that was in Kafka 0.5 s after the service was back (back after %s)", back.Round(100*time.Millisecond))
 	sleep(ctx, 2*time.Second)
 	t := stop()
-	for _, p := range append([]*harness.Proc(nil), s.aggs...) {
+	for _, p := range append([]*childproc.Proc(nil), s.aggs...) {
 		if !p.Alive() {
 			row.Note += "aggregator exited: " + p.Tail(3) + ". "
 			s.killAggregator(p)

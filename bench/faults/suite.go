@@ -22,6 +22,10 @@ import (
 	"floodgate/producer"
 	"floodgate/rules"
 	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/kafkatopics"
+	"floodgate/stacktest/pacedload"
+	"floodgate/stacktest/promtext"
 	"floodgate/window"
 )
 
@@ -139,17 +143,17 @@ type Suite struct {
 	brokers   []string
 	redisAddr string
 
-	kafka  *harness.Kafka
+	kafka  *kafkatopics.Client
 	rdb    redis.UniversalClient
 	store  *window.Store
 	pool   *pgxpool.Pool
 	query  *history.Querier
 	pub    *producer.Publisher
-	aggs   []*harness.Proc // the running aggregators
-	agg    *harness.Proc   // the last started (the only one outside the cluster profile)
+	aggs   []*childproc.Proc // the running aggregators
+	agg    *childproc.Proc   // the last started (the only one outside the cluster profile)
 	aggN   int
 	mets   string // metrics URL of agg
-	metsOf map[*harness.Proc]string
+	metsOf map[*childproc.Proc]string
 	log    *slog.Logger
 	sides  []*side // aggregators on topics of their own (loss.go)
 }
@@ -320,8 +324,8 @@ func newSuite(ctx context.Context, cfg Config, cluster bool) (*Suite, error) {
 		pref:      "chaos" + id,
 		act:       "chaos_" + id,
 		deny:      "chaos_deny_" + id,
-		kafka:     harness.NewKafka(brokers),
-		metsOf:    map[*harness.Proc]string{},
+		kafka:     kafkatopics.New(brokers),
+		metsOf:    map[*childproc.Proc]string{},
 		log:       cfg.Logger.With("profile", map[bool]string{false: "single", true: "cluster"}[cluster]),
 	}
 	s.good = []byte(fmt.Sprintf(`# chaos suite rules (generated)
@@ -430,12 +434,12 @@ func (s *Suite) aggregatorArgs(metrics string) []string {
 // startAggregator starts one more aggregator process and waits until it
 // serves metrics.
 func (s *Suite) startAggregator(ctx context.Context) error {
-	addr, err := harness.FreePort()
+	addr, err := childproc.FreePort()
 	if err != nil {
 		return err
 	}
 	s.aggN++
-	p, err := harness.Start(ctx, harness.ProcConfig{
+	p, err := childproc.Start(ctx, childproc.Config{
 		Name: s.id + "-aggregator-" + strconv.Itoa(s.aggN), Bin: s.cfg.Bin, Args: s.aggregatorArgs(addr), LogDir: s.cfg.WorkDir,
 	})
 	if err != nil {
@@ -445,26 +449,26 @@ func (s *Suite) startAggregator(ctx context.Context) error {
 	s.aggs = append(s.aggs, p)
 	s.mets = "http://" + addr + "/metrics"
 	s.metsOf[p] = s.mets
-	if err := harness.WaitHTTP(ctx, s.mets, 30*time.Second); err != nil {
+	if err := childproc.WaitHTTP(ctx, s.mets, 30*time.Second); err != nil {
 		return fmt.Errorf("aggregator did not serve metrics: %w (log: %s)", err, p.Tail(5))
 	}
 	return nil
 }
 
 // killAggregator SIGKILLs aggregator p and forgets it.
-func (s *Suite) killAggregator(p *harness.Proc) {
+func (s *Suite) killAggregator(p *childproc.Proc) {
 	p.Kill()
 	s.forget(p)
 }
 
 // stopAggregator stops aggregator p (SIGTERM) and forgets it.
-func (s *Suite) stopAggregator(p *harness.Proc) error {
+func (s *Suite) stopAggregator(p *childproc.Proc) error {
 	err := p.Stop(20 * time.Second)
 	s.forget(p)
 	return err
 }
 
-func (s *Suite) forget(p *harness.Proc) {
+func (s *Suite) forget(p *childproc.Proc) {
 	for i, q := range s.aggs {
 		if q == p {
 			s.aggs = append(s.aggs[:i], s.aggs[i+1:]...)
@@ -487,7 +491,7 @@ func (s *Suite) redisFailed(ctx context.Context) {
 func (s *Suite) aggregatorSum(ctx context.Context, name string) float64 {
 	var sum float64
 	for _, url := range s.metsOf {
-		if m, err := harness.Scrape(ctx, url); err == nil {
+		if m, err := promtext.Scrape(ctx, url); err == nil {
 			sum += m.Sum(name)
 		}
 	}
@@ -537,7 +541,7 @@ func (s *Suite) lag(ctx context.Context) (live, hist int64, err error) {
 	if err := rows.Err(); err != nil {
 		return 0, 0, err
 	}
-	e := harness.Total(end)
+	e := kafkatopics.Total(end)
 	return e - lsum, e - hsum, nil
 }
 
@@ -633,15 +637,15 @@ func (s *Suite) waitPast(ctx context.Context, timeout time.Duration) error {
 
 // load starts background load of the scenario's subjects; stop() ends it
 // and returns the tally.
-func (s *Suite) load(ctx context.Context, scenario string) (stop func() *harness.Tally) {
+func (s *Suite) load(ctx context.Context, scenario string) (stop func() *pacedload.Tally) {
 	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan *harness.Tally, 1)
+	done := make(chan *pacedload.Tally, 1)
 	go func() {
-		done <- harness.RunLoad(lctx, s.pub, harness.LoadConfig{
+		done <- pacedload.Run(lctx, s.pub, pacedload.Config{
 			Rate: s.cfg.Rate, Action: s.act, Kind: "ip", SubjectPrefix: scenario + "-", Subjects: s.cfg.Subjects,
 		})
 	}()
-	return func() *harness.Tally { cancel(); return <-done }
+	return func() *pacedload.Tally { cancel(); return <-done }
 }
 
 // mark is the topic state at a scenario's start.
@@ -660,12 +664,12 @@ func (s *Suite) mark(ctx context.Context) (mark, error) {
 	if err != nil {
 		return mark{}, err
 	}
-	return mark{start: st, dlqStart: harness.Total(d), at: time.Now()}, nil
+	return mark{start: st, dlqStart: kafkatopics.Total(d), at: time.Now()}, nil
 }
 
 // count fills the counting columns of row for the scenario's subjects:
 // the truth is what the topic holds between m and now.
-func (s *Suite) count(ctx context.Context, scenario string, m mark, t *harness.Tally, row *Row) error {
+func (s *Suite) count(ctx context.Context, scenario string, m mark, t *pacedload.Tally, row *Row) error {
 	if _, err := s.waitCaughtUp(ctx, 0, 180*time.Second); err != nil {
 		return fmt.Errorf("drain after %s: %w", scenario, err)
 	}
@@ -692,7 +696,7 @@ func (s *Suite) count(ctx context.Context, scenario string, m mark, t *harness.T
 	if err != nil {
 		return err
 	}
-	row.DeadLettered = harness.Total(d) - m.dlqStart
+	row.DeadLettered = kafkatopics.Total(d) - m.dlqStart
 	if t != nil {
 		row.Produced, row.InDoubt = t.Snapshot()
 	}

@@ -1,13 +1,12 @@
-// Package harness holds what the benchmark and fault suites share: starting
-// floodgate processes and sampling their peak RSS, scraping Prometheus
-// metrics, reading Kafka end offsets and sink offsets, Redis INFO deltas,
-// running Kafka's own Java tools, and describing the machine.
+// Package harness holds what only the benchmark, fault and attack suites
+// share: Redis INFO readings (commands, CPU, memory) and live-subject
+// counts, the CPU time of a process, Kafka's own Java performance tools,
+// the description of the machine measured, the statistics and units of
+// their reports, and the blocks they rewrite in docs/*.md.
 //
-// It exists for scripts/bench and scripts/chaos; nothing in floodgate's
-// runtime depends on it.
-//
-//	p, err := harness.Start(ctx, harness.ProcConfig{Name: "aggregator", Bin: bin, Args: args, LogDir: dir})
-//	...
-//	peak := p.PeakRSS() // VmHWM, sampled until the process exits
-//	err = p.Stop(10 * time.Second)
+// What tests need as well (running a child process, waiting for its HTTP
+// endpoint, scraping its metrics, reading topics back, paced load with an
+// acknowledged tally) lives under stacktest/ (childproc, promtext,
+// kafkatopics, pacedload), which the suites use too: test code never
+// imports bench/, and nothing in floodgate's runtime depends on either.
 package harness

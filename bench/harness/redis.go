@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-
-	"floodgate/stacktest"
 )
 
 // RedisInfo is what the suites read from INFO: total commands processed by
@@ -141,11 +139,4 @@ func subjectOf(key string) (string, bool) {
 		return strings.Join(parts[:len(parts)-1], ":"), true
 	}
 	return strings.Join(parts[:len(parts)-2], ":"), true
-}
-
-// DeletePrefix deletes every key of prefix, on one server or on every
-// primary of a Redis Cluster: stacktest.DeletePrefix, which the tests use
-// too (both key layouts, one key per UNLINK so cluster slots never mix).
-func DeletePrefix(ctx context.Context, rdb stacktest.Keyspace, prefix string) error {
-	return stacktest.DeletePrefix(ctx, rdb, prefix)
 }

@@ -18,10 +18,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/producer"
 	"floodgate/stacktest"
+	"floodgate/stacktest/kafkatopics"
+	"floodgate/stacktest/pacedload"
+	"floodgate/stacktest/promtext"
 	"floodgate/stacktest/servicetest"
 	"floodgate/window"
 )
@@ -245,7 +247,7 @@ func TestClusterKafkaBrokerKill(t *testing.T) {
 type pacedLoad struct {
 	pub    *producer.Publisher
 	cancel context.CancelFunc
-	done   chan *harness.Tally
+	done   chan *pacedload.Tally
 }
 
 func (e *liveEnv) startLoad(t *testing.T, rate float64, subjects int) *pacedLoad {
@@ -255,16 +257,16 @@ func (e *liveEnv) startLoad(t *testing.T, rate float64, subjects int) *pacedLoad
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &pacedLoad{pub: pub, cancel: cancel, done: make(chan *harness.Tally, 1)}
+	l := &pacedLoad{pub: pub, cancel: cancel, done: make(chan *pacedload.Tally, 1)}
 	go func() {
-		l.done <- harness.RunLoad(ctx, pub, harness.LoadConfig{Rate: rate, Action: "crash", Kind: "k", SubjectPrefix: "u", Subjects: subjects})
+		l.done <- pacedload.Run(ctx, pub, pacedload.Config{Rate: rate, Action: "crash", Kind: "k", SubjectPrefix: "u", Subjects: subjects})
 	}()
 	t.Cleanup(func() { l.finish(t) })
 	return l
 }
 
 // finish stops the load and returns what Kafka acknowledged.
-func (l *pacedLoad) finish(t *testing.T) *harness.Tally {
+func (l *pacedLoad) finish(t *testing.T) *pacedload.Tally {
 	t.Helper()
 	if l.cancel == nil {
 		return nil
@@ -329,7 +331,7 @@ func (e *liveEnv) waitApplied(timeout time.Duration, fresh bool) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	k := harness.NewKafka(e.brokers)
+	k := kafkatopics.New(e.brokers)
 	var start, target map[int]int64
 	last := errors.New("nothing read yet")
 	for {
@@ -424,7 +426,7 @@ func (e *liveEnv) sinkOffsets(ctx context.Context) (live, hist map[int]int64, er
 // a publish that failed during a fault may still have landed, and every
 // acknowledged one must be there) and compares, per subject, the Redis
 // 1-day window sum and the Postgres total with it.
-func (e *liveEnv) checkExact(tally *harness.Tally, timeout time.Duration) {
+func (e *liveEnv) checkExact(tally *pacedload.Tally, timeout time.Duration) {
 	e.t.Helper()
 	e.waitPast(timeout)
 	truth := e.topicCounts("crash")
@@ -487,7 +489,7 @@ func (e *liveEnv) topicCounts(action string) map[string]int64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k := harness.NewKafka(e.brokers)
+	k := kafkatopics.New(e.brokers)
 	end, err := k.EndOffsets(ctx, e.topic)
 	if err != nil {
 		e.t.Fatal(err)
@@ -706,9 +708,9 @@ func httpStatus(tb testing.TB, url string) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(b.String())
 }
 
-func scrape(tb testing.TB, url string) harness.Sample {
+func scrape(tb testing.TB, url string) promtext.Sample {
 	tb.Helper()
-	s, err := harness.Scrape(context.Background(), url)
+	s, err := promtext.Scrape(context.Background(), url)
 	if err != nil {
 		tb.Fatal(err)
 	}

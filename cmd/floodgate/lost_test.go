@@ -11,8 +11,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
 	"floodgate/event"
+	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/promtext"
 	"floodgate/stacktest/servicetest"
 	"floodgate/topics"
 	"floodgate/window"
@@ -55,7 +56,7 @@ func (e *lostEnv) start(name string, args ...string) (*proc, string) {
 	addr := servicetest.FreeAddr(e.t)
 	p := e.run(name, append([]string{"--metrics-addr", addr, "--history-group", e.hist,
 		"--postgres-url", e.pgURL}, args...)...)
-	if err := harness.WaitHTTP(context.Background(), "http://"+addr+"/healthz", time.Minute); err != nil {
+	if err := childproc.WaitHTTP(context.Background(), "http://"+addr+"/healthz", time.Minute); err != nil {
 		e.t.Fatalf("%s not serving: %v", name, err)
 	}
 	return p, "http://" + addr + "/metrics"
@@ -247,7 +248,7 @@ func TestAggregatorRetentionGap(t *testing.T) {
 				e.waitOffsets(ctx, map[int]int64{1: ends[1], 2: ends[2]})
 				e.checkCounts(ctx, 1, 2)
 			}
-			m, err := harness.Scrape(ctx, metrics)
+			m, err := promtext.Scrape(ctx, metrics)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +274,7 @@ func TestAggregatorRetentionGap(t *testing.T) {
 						t.Fatalf("group %s: partition 0 not reported stopped", g)
 					}
 					time.Sleep(100 * time.Millisecond)
-					if m, err = harness.Scrape(ctx, metrics); err != nil && ctx.Err() == nil {
+					if m, err = promtext.Scrape(ctx, metrics); err != nil && ctx.Err() == nil {
 						t.Fatal(err)
 					}
 				}
@@ -328,10 +329,10 @@ func TestAggregatorTopicRecreated(t *testing.T) {
 				e.waitOffsets(ctx, ends)
 				e.checkCounts(ctx, 0, 1)
 			}
-			var m harness.Sample
+			var m promtext.Sample
 			for {
 				var err error
-				if m, err = harness.Scrape(ctx, metrics); err != nil && ctx.Err() == nil {
+				if m, err = promtext.Scrape(ctx, metrics); err != nil && ctx.Err() == nil {
 					t.Fatal(err)
 				}
 				metric := "floodgate_aggregator_offset_resets_total"

@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"floodgate/bench/harness"
 	"floodgate/history"
 	"floodgate/migrations"
 	"floodgate/producer"
+	"floodgate/stacktest/childproc"
 	"floodgate/topics"
 )
 
@@ -159,7 +159,7 @@ func migrate(ctx context.Context, url string) error {
 
 // services are the processes the demo runs.
 type services struct {
-	procs             []*harness.Proc
+	procs             []*childproc.Proc
 	aggregatorMetrics string
 	limiter           string // http://host:port
 	shortener         string
@@ -169,7 +169,7 @@ type services struct {
 func startServices(ctx context.Context, cfg Config, topic, prefix, logDir string) (*services, error) {
 	addrs := make([]string, 5)
 	for i := range addrs {
-		a, err := harness.FreePort()
+		a, err := childproc.FreePort()
 		if err != nil {
 			return nil, fmt.Errorf("free port: %w", err)
 		}
@@ -185,7 +185,7 @@ func startServices(ctx context.Context, cfg Config, topic, prefix, logDir string
 		"FLOODGATE_DECISIONS_TOPIC=" + cfg.Decisions,
 		"FLOODGATE_KEY_PREFIX=" + prefix,
 	}
-	specs := []harness.ProcConfig{
+	specs := []childproc.Config{
 		// Unique visitors per link (the visit's ip attr) in history, for
 		// the dashboard.
 		{Name: "aggregator", Bin: cfg.Floodgate, Args: []string{"aggregator", "--metrics-addr", addrs[0], "--visitors", "visit=ip"}},
@@ -198,7 +198,7 @@ func startServices(ctx context.Context, cfg Config, topic, prefix, logDir string
 	}
 	for _, p := range specs {
 		p.Env, p.LogDir = env, logDir
-		proc, err := harness.Start(ctx, p)
+		proc, err := childproc.Start(ctx, p)
 		if err != nil {
 			s.stop(io.Discard)
 			return nil, err
@@ -207,7 +207,7 @@ func startServices(ctx context.Context, cfg Config, topic, prefix, logDir string
 		say(cfg.Out, "started %-10s pid %-7d log %s", p.Name, proc.Pid(), proc.LogPath)
 	}
 	for _, u := range []string{"http://" + s.aggregatorMetrics + "/healthz", s.limiter + "/readyz", s.dashboard + "healthz", s.shortener + "/readyz"} {
-		if err := harness.WaitHTTP(ctx, u, time.Minute); err != nil {
+		if err := childproc.WaitHTTP(ctx, u, time.Minute); err != nil {
 			s.stop(io.Discard)
 			return nil, fmt.Errorf("%s not ready: %w", u, err)
 		}

@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/producer"
+	"floodgate/stacktest/promtext"
 )
 
 // The attack: a few IPs try many e-mail addresses. 198.51.100.0/24 and
@@ -305,7 +305,7 @@ func traffic(ctx context.Context, cfg Config, svc *services, sc *scenario, dec *
 		case <-tick.C:
 		}
 		req := sc.requests.Load()
-		m, _ := harness.Scrape(ctx, "http://"+svc.aggregatorMetrics+"/metrics")
+		m, _ := promtext.Scrape(ctx, "http://"+svc.aggregatorMetrics+"/metrics")
 		denies, shadows := dec.counts()
 		fmt.Fprintf(out, "t=%3ds  visits %4d req/s (%6d, failed %d)  lag live %5.0f history %6.0f  denies %3d/s (%d, shadow %d)%s\n",
 			int(time.Since(start).Seconds()), req-lastReq, req, sc.failed.Load(),

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/bench/harness"
 	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
 )
 
 // Floodgate is the import path of the serving binary.
@@ -106,14 +106,14 @@ func (s Stack) env() []string {
 type Service struct {
 	Addr string // its HTTP address, host:port
 	URL  string // http://Addr
-	Proc *harness.Proc
+	Proc *childproc.Proc
 }
 
 // Start runs bin with args and env as a child of the test, waits until
 // http://addr+ready answers 200, and stops it when the test ends.
 func Start(tb testing.TB, name, bin, addr, ready string, env, args []string) *Service {
 	tb.Helper()
-	p, err := harness.Start(context.Background(), harness.ProcConfig{
+	p, err := childproc.Start(context.Background(), childproc.Config{
 		Name: name, Bin: bin, Args: args, Env: env, LogDir: tb.TempDir(),
 	})
 	if err != nil {
@@ -127,7 +127,7 @@ func Start(tb testing.TB, name, bin, addr, ready string, env, args []string) *Se
 			tb.Logf("%s log (last 40 lines): %s", name, p.Tail(40))
 		}
 	})
-	if err := harness.WaitHTTP(context.Background(), "http://"+addr+ready, time.Minute); err != nil {
+	if err := childproc.WaitHTTP(context.Background(), "http://"+addr+ready, time.Minute); err != nil {
 		tb.Fatalf("%s not ready: %v; log: %s", name, err, p.Tail(20))
 	}
 	return &Service{Addr: addr, URL: "http://" + addr, Proc: p}
@@ -136,7 +136,7 @@ func Start(tb testing.TB, name, bin, addr, ready string, env, args []string) *Se
 // FreeAddr returns a loopback address whose port was free a moment ago.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	a, err := harness.FreePort()
+	a, err := childproc.FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}

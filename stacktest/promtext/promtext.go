@@ -1,10 +1,16 @@
-package harness
+// Package promtext reads the Prometheus text exposition of floodgate's
+// processes into one value per series, so that tests and the benchmark
+// suites compare counters by name and labels rather than by regular
+// expressions over the text.
+//
+//	s, err := promtext.Scrape(ctx, "http://"+addr+"/metrics")
+//	applied := s.Sum("floodgate_aggregator_messages_in_total", `group="live"`)
+package promtext
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,8 +20,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
-
-func listen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
 // Sample is one scrape of a Prometheus text endpoint: series (name plus
 // labels, as written) to value.
@@ -37,13 +41,13 @@ func Scrape(ctx context.Context, url string) (Sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
 	}
-	return ParseMetrics(resp.Body)
+	return Parse(resp.Body)
 }
 
-// ParseMetrics parses the Prometheus text format into one value per series.
+// Parse parses the Prometheus text format into one value per series.
 // Counters, gauges and untyped metrics keep their name; histograms and
 // summaries give their _sum and _count series.
-func ParseMetrics(r io.Reader) (Sample, error) {
+func Parse(r io.Reader) (Sample, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(r)
 	if err != nil {
@@ -116,25 +120,4 @@ func (s Sample) Has(name string) bool {
 		}
 	}
 	return false
-}
-
-// WaitHTTP polls url until it answers 200 or ctx ends.
-func WaitHTTP(ctx context.Context, url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w (last error %v)", url, ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

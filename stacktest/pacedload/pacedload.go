@@ -1,4 +1,15 @@
-package harness
+// Package pacedload publishes synthetic events at a steady rate and tallies,
+// per subject, what Kafka acknowledged: the count a fault test or a fault
+// suite compares with what the aggregator counted (every acknowledged event
+// must be counted once; events of failed publishes are in doubt, as Kafka
+// may hold them).
+//
+//	done := make(chan *pacedload.Tally, 1)
+//	go func() { done <- pacedload.Run(ctx, pub, pacedload.Config{Rate: 500, Action: "crash", Kind: "k", SubjectPrefix: "u"}) }()
+//	... // faults
+//	cancel()
+//	tally := <-done
+package pacedload
 
 import (
 	"context"
@@ -8,11 +19,16 @@ import (
 	"time"
 
 	"floodgate/event"
-	"floodgate/producer"
 )
 
-// LoadConfig describes paced synthetic load.
-type LoadConfig struct {
+// Publisher sends events and returns once Kafka acknowledged them all, or
+// with an error (*producer.Publisher is one).
+type Publisher interface {
+	Publish(ctx context.Context, evs ...event.Event) error
+}
+
+// Config describes paced synthetic load.
+type Config struct {
 	// Rate is events per second over all workers. Required.
 	Rate float64
 	// Action and Kind of every event. Required.
@@ -31,7 +47,7 @@ type LoadConfig struct {
 	TotalOnly bool
 }
 
-// Tally counts what a Load got acknowledged.
+// Tally counts what a Run got acknowledged.
 type Tally struct {
 	mu        sync.Mutex
 	Acked     map[string]int64 // per subject
@@ -48,8 +64,8 @@ func (t *Tally) Snapshot() (acked, failed int64) {
 	return t.AckedN, t.Failed
 }
 
-// RunLoad publishes paced events until ctx ends and returns the tally.
-func RunLoad(ctx context.Context, pub *producer.Publisher, cfg LoadConfig) *Tally {
+// Run publishes paced events until ctx ends and returns the tally.
+func Run(ctx context.Context, pub Publisher, cfg Config) *Tally {
 	if cfg.Subjects == 0 {
 		cfg.Subjects = 100
 	}

@@ -1,10 +1,27 @@
-package harness
+// Package childproc runs a program as a child process of a test or a
+// harness: its output goes to a log file whose tail can be shown when
+// something fails, it is stopped gracefully (SIGTERM, then SIGKILL after a
+// grace period), and its peak resident set size is sampled while it runs.
+// With it come what starting a service needs: a free loopback port to give
+// it and a wait until its HTTP endpoint answers.
+//
+//	addr, _ := childproc.FreePort()
+//	p, err := childproc.Start(ctx, childproc.Config{Name: "limiter", Bin: bin, Args: args, LogDir: dir})
+//	err = childproc.WaitHTTP(ctx, "http://"+addr+"/readyz", time.Minute)
+//	...
+//	err = p.Stop(10 * time.Second)
+//
+// It imports no floodgate package: the tests of any package, the benchmark
+// and fault suites and the demo share it.
+package childproc
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +32,8 @@ import (
 	"time"
 )
 
-// ProcConfig describes a process to start.
-type ProcConfig struct {
+// Config describes a process to start.
+type Config struct {
 	// Name labels the process in logs and reports, e.g. "aggregator".
 	Name string
 	// Bin is the executable. Required.
@@ -36,7 +53,7 @@ type ProcConfig struct {
 // exact, only its last reading before exit can be missed, and the sampling
 // period bounds how much growth that last reading can miss.
 type Proc struct {
-	cfg     ProcConfig
+	cfg     Config
 	cmd     *exec.Cmd
 	LogPath string
 	Started time.Time
@@ -48,7 +65,7 @@ type Proc struct {
 }
 
 // Start starts the process. The context does not kill it: call Stop or Kill.
-func Start(ctx context.Context, cfg ProcConfig) (*Proc, error) {
+func Start(ctx context.Context, cfg Config) (*Proc, error) {
 	if cfg.Bin == "" {
 		return nil, errors.New("start process: no binary")
 	}
@@ -87,7 +104,7 @@ func Start(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 }
 
 // Run starts the process and waits for it to exit, returning its peak RSS.
-func Run(ctx context.Context, cfg ProcConfig) (*Proc, error) {
+func Run(ctx context.Context, cfg Config) (*Proc, error) {
 	p, err := Start(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -237,7 +254,7 @@ func TailFile(path string, n int) string {
 
 // FreePort returns a loopback address with a port that was free a moment ago.
 func FreePort() (string, error) {
-	l, err := listen()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
@@ -246,4 +263,25 @@ func FreePort() (string, error) {
 		return "", err
 	}
 	return addr, nil
+}
+
+// WaitHTTP polls url until it answers 200, for at most timeout.
+func WaitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w (last error %v)", url, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -1,4 +1,11 @@
-package harness
+// Package kafkatopics creates and deletes the topics of a test or a suite
+// and reads them back: partition offsets and the messages between two sets
+// of offsets, the truth a count is compared with.
+//
+//	k := kafkatopics.New(brokers)
+//	end, err := k.EndOffsets(ctx, topic)
+//	err = k.ReadRange(ctx, topic, map[int]int64{}, end, func(m kafka.Message) { ... })
+package kafkatopics
 
 import (
 	"context"
@@ -11,34 +18,35 @@ import (
 	"floodgate/topics"
 )
 
-// Kafka answers offset questions about topics over kafka-go's Client.
-type Kafka struct {
+// Client creates, deletes and reads topics. Creation goes through
+// topics.Ensure, so a suite's topics are made as floodgate makes its own.
+type Client struct {
 	Brokers []string
 	client  *kafka.Client
 }
 
-// NewKafka returns a Kafka helper for the brokers. Its own transport
-// refreshes metadata every second (kafka-go's shared default keeps it 6 s),
-// so a topic created or recreated a moment ago is known.
-func NewKafka(brokers []string) *Kafka {
-	return &Kafka{Brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second,
+// New returns a Client of the brokers. Its own transport refreshes
+// metadata every second (kafka-go's shared default keeps it 6 s), so a
+// topic created or recreated a moment ago is known.
+func New(brokers []string) *Client {
+	return &Client{Brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second,
 		Transport: &kafka.Transport{MetadataTTL: time.Second}}}
 }
 
 // CreateTopic creates a topic (idempotent) with the given partitions.
-func (k *Kafka) CreateTopic(ctx context.Context, name string, partitions int) error {
+func (k *Client) CreateTopic(ctx context.Context, name string, partitions int) error {
 	return k.Create(ctx, topics.Spec{Name: name, Partitions: partitions})
 }
 
 // Create creates a topic (idempotent) as spec says: replication factor and
 // configuration entries too.
-func (k *Kafka) Create(ctx context.Context, spec topics.Spec) error {
+func (k *Client) Create(ctx context.Context, spec topics.Spec) error {
 	_, err := topics.Ensure(ctx, k.Brokers, spec)
 	return err
 }
 
 // DeleteTopics deletes topics, ignoring those that do not exist.
-func (k *Kafka) DeleteTopics(ctx context.Context, names ...string) error {
+func (k *Client) DeleteTopics(ctx context.Context, names ...string) error {
 	resp, err := k.client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: names})
 	if err != nil {
 		return fmt.Errorf("delete topics %v: %w", names, err)
@@ -53,7 +61,7 @@ func (k *Kafka) DeleteTopics(ctx context.Context, names ...string) error {
 }
 
 // Partitions returns the partition ids of a topic.
-func (k *Kafka) Partitions(ctx context.Context, topic string) ([]int, error) {
+func (k *Client) Partitions(ctx context.Context, topic string) ([]int, error) {
 	md, err := k.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata topic=%s: %w", topic, err)
@@ -75,16 +83,16 @@ func (k *Kafka) Partitions(ctx context.Context, topic string) ([]int, error) {
 }
 
 // EndOffsets returns each partition's high-water mark.
-func (k *Kafka) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+func (k *Client) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
 	return k.offsets(ctx, topic, kafka.LastOffset)
 }
 
 // StartOffsets returns each partition's first offset.
-func (k *Kafka) StartOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+func (k *Client) StartOffsets(ctx context.Context, topic string) (map[int]int64, error) {
 	return k.offsets(ctx, topic, kafka.FirstOffset)
 }
 
-func (k *Kafka) offsets(ctx context.Context, topic string, which int64) (map[int]int64, error) {
+func (k *Client) offsets(ctx context.Context, topic string, which int64) (map[int]int64, error) {
 	ps, err := k.Partitions(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -122,7 +130,7 @@ func Total(m map[int]int64) int64 {
 
 // ReadRange calls fn for every message of each partition from from[p]
 // (inclusive) to to[p] (exclusive).
-func (k *Kafka) ReadRange(ctx context.Context, topic string, from, to map[int]int64, fn func(kafka.Message)) error {
+func (k *Client) ReadRange(ctx context.Context, topic string, from, to map[int]int64, fn func(kafka.Message)) error {
 	for p, end := range to {
 		start := from[p]
 		if start >= end {
