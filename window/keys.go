@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/producer"
+	"floodgate/topics"
 )
 
 // Subject is one counted thing: a feature value (Subject) of a feature Kind
@@ -34,7 +34,7 @@ func ParseField(f string) (Subject, bool) {
 // and floodgate's producer's default), so the aggregator that counts a
 // subject and the limiter that takes for it agree on its slot.
 func Partition(sub Subject, partitions int) int {
-	return producer.Partition([]byte(sub.Kind+":"+sub.Subject), partitions)
+	return topics.Partition([]byte(sub.Kind+":"+sub.Subject), partitions)
 }
 
 // Slot returns the hash tag every live key of a partition starts with,
