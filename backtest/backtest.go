@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"floodgate/history"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -187,13 +188,16 @@ func newBackends(clients []*redis.Client, cfg *Config, sets []*rules.Set) ([]bac
 				continue
 			}
 			st, err := window.NewStore(rdb, window.StoreConfig{
-				Prefix: base + "-" + names[i], MaxSubjects: cfg.MaxSubjects, MaxLog: 1, Dedup: cfg.Dedup,
-				Slack: replayKeep, KeepRecords: replayKeep,
+				Prefix: base + "-" + names[i], MaxLog: 1, Slack: replayKeep,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("backtest: %w", err)
 			}
-			out[k].stores = append(out[k].stores, ruleSet{name: names[i], rules: s, store: st})
+			ap, err := live.NewApplier(st, live.ApplierConfig{MaxSubjects: cfg.MaxSubjects, Dedup: cfg.Dedup, KeepRecords: replayKeep})
+			if err != nil {
+				return nil, fmt.Errorf("backtest: %w", err)
+			}
+			out[k].stores = append(out[k].stores, ruleSet{name: names[i], rules: s, store: ap})
 		}
 	}
 	return out, nil

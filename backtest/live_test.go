@@ -215,7 +215,11 @@ func startLive(t *testing.T, brokers []string, rdb *redis.Client, topic, decisio
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	sink, err := live.NewSink(live.SinkConfig{Store: store, Group: l.group, Rules: func() *rules.Set { return set }, Relay: relay, Now: now, Logger: quiet})
+	ap, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := live.NewSink(live.SinkConfig{Applier: ap, Group: l.group, Rules: func() *rules.Set { return set }, Relay: relay, Now: now, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

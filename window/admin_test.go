@@ -135,7 +135,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 	for range 5 {
 		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, base))
 	}
-	if _, err := st.Apply(ctx, "g", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := st.Records(ctx, base, sub)
@@ -176,7 +176,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 
 	// The counts stayed: the next event evaluates the subject, which is over
 	// both limits again.
-	if _, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, base.Add(time.Second))), set, base.Add(time.Second), nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, base.Add(time.Second))), set, base.Add(time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ = st.Records(ctx, base.Add(time.Second), sub); rec.Deny == nil || rec.Deny.Count != 6 || !rec.Deny.Since.Equal(base.Add(time.Second)) {
@@ -208,7 +208,7 @@ rules:
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(-ago)), ev(other.Action, other.Kind, other.Subject, now.Add(-ago)))
 		}
 	}
-	if _, err := st.Apply(ctx, "live", b.batch(evs...), set, now, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(evs...), set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	windows := []time.Duration{time.Minute, 24 * time.Hour}
@@ -247,7 +247,7 @@ rules:
 	}
 
 	// Events after the boundary are counted into fresh windows.
-	if _, err := st.Apply(ctx, "live", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := sums(now); !slices.Equal(got[0], []int64{1, 1}) {
@@ -332,7 +332,7 @@ rules:
 		e.Attrs = map[string]string{"email": "u" + jsInt(int64(i)) + "@example.com"}
 		evs = append(evs, e)
 	}
-	if _, err := st.Apply(ctx, "live", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := st.Records(ctx, base, sub)

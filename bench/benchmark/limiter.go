@@ -17,6 +17,7 @@ import (
 	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -369,6 +370,10 @@ func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules
 	if err != nil {
 		return err
 	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	byPart := map[int][]aggregator.Record{}
 	for i := range shapeDenied.Subjects {
@@ -384,7 +389,7 @@ func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules
 	}
 	for p, recs := range byPart {
 		batch := aggregator.Batch{Topic: topic, Partition: p, First: 0, Last: int64(len(recs) - 1), Records: recs}
-		if _, err := store.Apply(ctx, "bench-"+b.id+"-seed", batch, set, now, nil); err != nil {
+		if _, err := applier.Apply(ctx, "bench-"+b.id+"-seed", batch, set, now, nil); err != nil {
 			return fmt.Errorf("seed denied subjects partition=%d: %w", p, err)
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/limiter"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -87,6 +88,10 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 	if err != nil {
 		return err
 	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	start := time.Now()
 	// events per partition, keyed by the subject counted, as a producer
@@ -103,7 +108,7 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 			offs[p]++
 		}
 		b.Last = offs[p] - 1
-		if _, err := store.Apply(ctx, "statemem", b, set, now, nil); err != nil {
+		if _, err := applier.Apply(ctx, "statemem", b, set, now, nil); err != nil {
 			return err
 		}
 		byPart[p] = byPart[p][:0]

@@ -1,4 +1,4 @@
-package window
+package live
 
 // applyBody applies one batch of one partition: the offset check, every
 // increment, the evaluation of the subjects the caller asks for, their
@@ -450,7 +450,3 @@ out[7] = exts
 out[8] = seq > 0 and seq or seq0
 return out
 `
-
-// resumeBody reads a partition's next offset: a script rather than a GET so
-// that the Store needs nothing of Redis but scripts.
-const resumeBody = `return redis.call('GET', KEYS[1])`
