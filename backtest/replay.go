@@ -37,7 +37,7 @@ type partition struct {
 	topic string
 	rdb   *redis.Client
 	sets  []*setState
-	onDec func(set string, d window.Decision)
+	onDec func(set string, d window.DecisionMessage)
 	from  int64 // ms: decisions before are the warm-up's
 	to    int64 // ms: the range's end: nothing from there on is reported
 

@@ -123,7 +123,7 @@ rules:
 		// decision is compared rather than the record, which may expire (by
 		// the real clock) before the test reads it: the 2/s record of a
 		// subject evaluated late in a second lives for milliseconds.
-		decided := map[string]window.Decision{}
+		decided := map[string]window.DecisionMessage{}
 		for _, d := range res.Decisions {
 			decided[d.Subject] = d
 		}

@@ -144,7 +144,7 @@ type ApplyResult struct {
 	// its partition's stream (0: none).
 	Changes int64
 	// Decisions are the new deny and shadow decisions.
-	Decisions []window.Decision
+	Decisions []window.DecisionMessage
 	// OffsetMissing is true when the slot held no offset for the partition
 	// before the batch: a partition never applied, or a Redis that lost its
 	// data (a restart without persistence, a flush). The caller, which
@@ -154,7 +154,7 @@ type ApplyResult struct {
 	// record of the same rule and window, with a later Until: no new
 	// decision (nothing is published), but the subject stays denied longer.
 	// Replays read them to measure deny time.
-	Extended []window.Decision
+	Extended []window.DecisionMessage
 }
 
 func (r *ApplyResult) add(o ApplyResult) {
@@ -740,8 +740,8 @@ func (p *profiles) observe(ps *pendingSubject, ev *event.Event, sec int64) {
 // decisions reads the script's {subject, limit, count, until_ms, shadow,
 // eval_sec}* tuples; a limit index past the subject's window limits is one
 // of its buckets.
-func (p *profiles) decisions(flat []int64, order []*pendingSubject) []window.Decision {
-	var out []window.Decision
+func (p *profiles) decisions(flat []int64, order []*pendingSubject) []window.DecisionMessage {
+	var out []window.DecisionMessage
 	for i := 0; i+5 < len(flat); i += 6 {
 		ps := order[flat[i]-1]
 		pr := p.list[ps.profile]
@@ -755,7 +755,7 @@ func (p *profiles) decisions(flat []int64, order []*pendingSubject) []window.Dec
 			bucket = l.rule.Bucket
 			l.limit = rules.Limit{Count: bucket.Burst}
 		}
-		out = append(out, window.Decision{
+		out = append(out, window.DecisionMessage{
 			Action:  ps.sub.Action,
 			Kind:    ps.sub.Kind,
 			Subject: ps.sub.Subject,

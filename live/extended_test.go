@@ -52,7 +52,7 @@ rules:
 		limit string
 		until time.Duration
 	}
-	check := func(name string, got []window.Decision, w []want) {
+	check := func(name string, got []window.DecisionMessage, w []want) {
 		t.Helper()
 		if len(got) != len(w) {
 			t.Fatalf("%s: %d records %+v, want %d", name, len(got), got, len(w))

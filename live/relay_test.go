@@ -54,7 +54,7 @@ func decisionIDs(t *testing.T, brokers []string, topic string, n int) map[string
 		if err != nil {
 			t.Fatalf("read decisions (%d so far): %v", len(ids), err)
 		}
-		var d window.Decision
+		var d window.DecisionMessage
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			t.Fatal(err)
 		}

@@ -91,7 +91,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got *window.Decision
+		var got *window.DecisionMessage
 		for k := range res.Decisions {
 			if !res.Decisions[k].Shadow {
 				got = &res.Decisions[k]

@@ -211,9 +211,9 @@ func (r *AdminRequest) validate(now time.Time) error {
 }
 
 // records builds the ban JSON (ban only) and the audit record the script
-// completes: the Decision of the action, with the subject as its field.
+// completes: the DecisionMessage of the action, with the subject as its field.
 func (r *AdminRequest) records(f string, now time.Time) (banJS, auditJS string, err error) {
-	d := Decision{Type: DecisionType(r.Op), Operator: r.Operator, Rule: r.Rule, TS: now, Offset: -1}
+	d := DecisionMessage{Type: DecisionType(r.Op), Operator: r.Operator, Rule: r.Rule, TS: now, Offset: -1}
 	if r.Op == OpBan {
 		b, err := json.Marshal(Ban{Until: r.Until, Message: r.Message, Operator: r.Operator, Since: now})
 		if err != nil {
@@ -352,7 +352,7 @@ const (
 
 // IsOperator reports whether d records an operator's action rather than a
 // deny decision of the aggregator.
-func (d Decision) IsOperator() bool { return d.Type != "" }
+func (d DecisionMessage) IsOperator() bool { return d.Type != "" }
 
 // operatorWire is an operator action's floodgate.decisions message:
 //
@@ -377,7 +377,7 @@ type operatorWire struct {
 	TS       int64        `json:"ts"`
 }
 
-func (d Decision) operatorWire() operatorWire {
+func (d DecisionMessage) operatorWire() operatorWire {
 	w := operatorWire{
 		ID: d.ID, Type: d.Type, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Operator: d.Operator,
 		Rule: d.Rule, Message: d.Message, Cleared: d.Cleared, Deleted: d.DeletedKeys, TS: d.TS.UnixMilli(),

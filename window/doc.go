@@ -3,9 +3,9 @@
 // seconds, minutes and hours per subject, deny and shadow records, bans,
 // decision state, the change stream, partition offsets), the Lua library
 // every script of the slot shares (LuaLib), the wire types written there
-// (Deny, Ban, SubjectState, Change, Decision), and the reads and strict takes
-// of the limiter. Any sliding window of whole seconds up to rules.MaxWindow
-// is summed exactly to the second in one round trip.
+// (Deny, Ban, SubjectState, Change, DecisionMessage), and the reads and
+// strict takes of the limiter. Any sliding window of whole seconds up to
+// rules.MaxWindow is summed exactly to the second in one round trip.
 //
 // The slot's writers own their code and scripts: package live counts
 // batches into it (live.Applier); the operators' bans, unbans and resets

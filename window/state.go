@@ -148,7 +148,7 @@ type Change struct {
 	Seq       int64
 	Next      int64 // the partition's next offset once the batch was applied
 	States    []StateChange
-	Decisions []Decision
+	Decisions []DecisionMessage
 	Bans      []BanChange // operators' bans and unbans (admin.go)
 }
 

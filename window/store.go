@@ -292,10 +292,11 @@ func (d Deny) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// Decision is a new deny (or, for shadow rules, would-be deny) of a
-// subject, or an operator's action on one (Type): the floodgate.decisions
-// message.
-type Decision struct {
+// DecisionMessage is a message of the floodgate.decisions topic: a new
+// deny (or, for shadow rules, would-be deny) of a subject, or an operator's
+// action on one (Type). Not a deny record (Deny): the record is what readers
+// look up while it lasts, the message tells once that it was made.
+type DecisionMessage struct {
 	// ID identifies the decision across redeliveries: publication to the
 	// decisions topic is at least once, and a consumer that sees an ID
 	// twice has seen one decision. "p<partition>-<change entry id>-<i>".
@@ -344,16 +345,16 @@ type decisionWire struct {
 	Offset   *int64       `json:"offset,omitempty"`
 }
 
-func (w decisionWire) decision() (Decision, error) {
+func (w decisionWire) decision() (DecisionMessage, error) {
 	var lim rules.Limit
 	var bk *rules.Bucket
 	if w.Type == "" { // operator actions have no limit
 		var err error
 		if lim, bk, err = limitOf(w.Limit, w.Window, w.Bucket); err != nil {
-			return Decision{}, fmt.Errorf("decision: %w", err)
+			return DecisionMessage{}, fmt.Errorf("decision: %w", err)
 		}
 	}
-	d := Decision{
+	d := DecisionMessage{
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
 		Limit: lim, Bucket: bk, Count: w.Count,
 		Shadow: w.Shadow, Message: w.Message, TS: time.UnixMilli(w.TS).UTC(),
@@ -371,7 +372,7 @@ func (w decisionWire) decision() (Decision, error) {
 // MarshalJSON writes the floodgate.decisions message value: times in Unix
 // milliseconds, as in events. Operator actions have their own fields
 // (operatorWire).
-func (d Decision) MarshalJSON() ([]byte, error) {
+func (d DecisionMessage) MarshalJSON() ([]byte, error) {
 	if d.Type != "" {
 		return json.Marshal(d.operatorWire())
 	}
@@ -387,7 +388,7 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads a floodgate.decisions message value.
-func (d *Decision) UnmarshalJSON(data []byte) error {
+func (d *DecisionMessage) UnmarshalJSON(data []byte) error {
 	var w decisionWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
