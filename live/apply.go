@@ -3,6 +3,7 @@ package live
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,16 +61,25 @@ type Applier struct {
 // memory, instead of failing half-way.
 var (
 	applyScript = redis.NewScript("#!lua\n" + window.LuaLib + maxDistinctLua + applyBody)
-	// seenScript reads the scores of many ids in chunks: Lua's unpack
-	// fails past a few thousand values, and a backlog's batch holds more.
-	seenScript = redis.NewScript("#!lua flags=no-writes\n" + `
-local out = {}
-for i = 1, #ARGV, 1000 do
-  local part = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-  for k = 1, #part do out[#out + 1] = part[k] end
-end
-return out`)
+	seenScript  = redis.NewScript("#!lua flags=no-writes\n" + seenBody)
 )
+
+// The apply script's reply codes, the first value of its reply: apply.lua
+// names them alike at its top.
+const (
+	replyApplied    = 0 // APPLIED: the batch is written
+	replyHeld       = 1 // HELD: the slot holds the whole batch already
+	replyTrim       = 2 // TRIM: only its tail is new; the caller trims and retries
+	replyDedupRaced = 3 // DEDUP_RACED: an id was counted since the caller looked
+	replyRewind     = 4 // REWIND: the batch starts after the stored offset
+	replyStale      = 5 // STALE: the caller's verdicts or copies are stale
+)
+
+// seenBody reads the scores of many ids in chunks: Lua's unpack fails
+// past a few thousand values, and a backlog's batch holds more.
+//
+//go:embed seen.lua
+var seenBody string
 
 // maxDistinctLua gives a script the cap on a distinct set's values.
 var maxDistinctLua = "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n"
@@ -386,20 +396,20 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		return ApplyResult{}, -1, fmt.Errorf("apply batch group=%s topic=%s partition=%d offsets=%d-%d: %w", group, b.Topic, b.Partition, b.First, b.Last, err)
 	}
 	status, prev := replyInt(out, 0), replyInt(out, 1)
-	if status != 0 {
+	if status != replyApplied {
 		// Nothing of the batch was written; the copies hold its increments.
 		hr.forget()
 	}
 	switch status {
-	case 1:
+	case replyHeld:
 		return ApplyResult{Duplicate: true}, -1, nil
-	case 2:
+	case replyTrim:
 		return ApplyResult{}, prev, nil
-	case 3:
+	case replyDedupRaced:
 		return ApplyResult{}, -1, errDedupRaced
-	case 4:
+	case replyRewind:
 		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
-	case 5:
+	case replyStale:
 		return ApplyResult{}, -1, errMirrorStale
 	}
 	if len(out) < 6 {

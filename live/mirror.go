@@ -21,7 +21,7 @@ import (
 //
 // A copy is exact because this process is the only writer of its
 // partition's counters while it holds the partition: the apply script
-// refuses Go's verdicts (status 5, nothing written) unless the stored offset
+// refuses Go's verdicts (STALE, nothing written) unless the stored offset
 // is the one this process last stored and the slot's change sequence is the
 // one it last saw (an operator's reset bumps it). Subjects with strict rules
 // (a take writes their buckets too), distinct limits or token buckets are

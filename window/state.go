@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -253,12 +254,9 @@ type Snapshot struct {
 //
 // Returns {last entry id or "0-0", seq, {field, ban json}*}. Bans are an
 // operator's, few.
-const snapshotBody = `
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local id = '0-0'
-if #last > 0 then id = last[1][1] end
-return {id, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3])}
-`
+//
+//go:embed snapshot.lua
+var snapshotBody string
 
 // snapshotPageBody reads one page of a partition's state hash.
 //
@@ -266,7 +264,9 @@ return {id, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', K
 //	ARGV: cursor, count
 //
 // Returns {next cursor, {field, json}*}.
-const snapshotPageBody = `return redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])`
+//
+//go:embed snapshot_page.lua
+var snapshotPageBody string
 
 var (
 	snapshotScript     = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
@@ -399,14 +399,9 @@ func (k *snapshotKeeper) omit(st SubjectState) {
 //	ARGV: now (Unix s), max
 //
 // Returns the number removed.
-const pruneBody = `
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #gone > 0 then
-  redis.call('HDEL', KEYS[1], unpack(gone))
-  redis.call('ZREM', KEYS[2], unpack(gone))
-end
-return #gone
-`
+//
+//go:embed prune.lua
+var pruneBody string
 
 var pruneScript = redis.NewScript("#!lua\n" + pruneBody)
 

@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,7 +71,9 @@ type Store struct {
 
 // resumeBody reads a partition's next offset: a script rather than a GET so
 // that the Store needs nothing of Redis but scripts.
-const resumeBody = `return redis.call('GET', KEYS[1])`
+//
+//go:embed resume.lua
+var resumeBody string
 
 // The scripts are immutable; redis.Script only caches their SHA. The
 // shebang makes Redis refuse a writing script up front when it is out of
@@ -403,12 +406,13 @@ func (d *DecisionMessage) UnmarshalJSON(data []byte) error {
 
 // resetBody moves a partition's stored offset from ARGV[1] to ARGV[2], only
 // when it stands at ARGV[1].
-const resetBody = `
-local cur = redis.call('GET', KEYS[1])
-if cur ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2])
-return 1
-`
+//
+//go:embed reset_offset.lua
+var resetBody string
+
+// resetMoved is reset_offset.lua's MOVED: the offset stood at from and
+// was moved (ELSEWHERE, 0: it stood elsewhere, nothing written).
+const resetMoved = 1
 
 var resetScript = redis.NewScript("#!lua\n" + resetBody)
 
@@ -421,7 +425,7 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 	if err != nil {
 		return fmt.Errorf("reset offset %s from %d to %d: %w", key, from, to, err)
 	}
-	if n != 1 {
+	if n != resetMoved {
 		return fmt.Errorf("reset offset %s: it no longer stands at %d", key, from)
 	}
 	return nil
