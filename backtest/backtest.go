@@ -27,7 +27,7 @@ const replayKeep = 30 * 24 * time.Hour
 
 // Run backtests cfg.Rules (and cfg.Baseline) over the events of
 // [cfg.From, cfg.To): it replays the events topic from Kafka's time index,
-// partitions in parallel, through the live path's own store (window.Store:
+// partitions in parallel, through the live path's own writer (live.Applier:
 // the same batching, profiles, headroom and Lua scripts) over a private
 // Redis, and reports what each rules set would have denied. It writes to no
 // production Redis, moves no consumer group's offsets and commits nothing.

@@ -14,6 +14,7 @@ import (
 	"floodgate/event"
 	"floodgate/limiter"
 	"floodgate/live"
+	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/strict"
@@ -261,4 +262,14 @@ func testStoreNoCleanup(tb testing.TB, rdb *redis.Client) *window.Store {
 		tb.Fatal(err)
 	}
 	return st
+}
+
+// writerOf returns the operator's Writer over st.
+func writerOf(tb testing.TB, st *window.Store) *operator.Writer {
+	tb.Helper()
+	w, err := operator.NewWriter(st)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w
 }

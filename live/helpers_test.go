@@ -10,6 +10,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/live"
+	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -85,4 +86,14 @@ func applierOf(tb testing.TB, st *window.Store) *live.Applier {
 		tb.Fatal(err)
 	}
 	return ap
+}
+
+// writerOf returns the operator's Writer over st.
+func writerOf(tb testing.TB, st *window.Store) *operator.Writer {
+	tb.Helper()
+	w, err := operator.NewWriter(st)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"floodgate/live"
+	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -61,7 +62,7 @@ func TestMirrorForgetsAfterOperatorReset(t *testing.T) {
 		t.Fatalf("second batch: %d subjects evaluated from the copies, want 1", res.Mirrored)
 	}
 	sub := window.Subject{Action: "act", Kind: "k", Subject: "a"}
-	if _, err := st.Admin(ctx, at, window.AdminRequest{Op: window.OpReset, Subject: sub, Operator: "o", MaxWindow: 24 * time.Hour}); err != nil {
+	if _, err := writerOf(t, st).Admin(ctx, at, operator.AdminRequest{Op: operator.OpReset, Subject: sub, Operator: "o", MaxWindow: 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// 4 counted before the reset: two more would be over 5/m on the copy.

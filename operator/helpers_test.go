@@ -88,7 +88,11 @@ func newEnv(tb testing.TB, rdb client, prefix string) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e.op, err = operator.New(operator.Config{Store: store, Rules: rulesFn, Checker: e.lim, Applied: e.state.Seq, Group: "live", Topic: "events"})
+	writer, err := operator.NewWriter(store)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.op, err = operator.New(operator.Config{Store: store, Writer: writer, Rules: rulesFn, Checker: e.lim, Applied: e.state.Seq, Group: "live", Topic: "events"})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -8,8 +8,9 @@
 // rules.MaxWindow is summed exactly to the second in one round trip.
 //
 // The slot's writers own their code and scripts: package live counts
-// batches into it (live.Applier); the operators' bans, unbans and resets
-// are Store.Admin (admin.go).
+// batches into it (live.Applier), package operator runs the operators'
+// bans, unbans and resets (operator.Writer). What they write is read here:
+// Records, bans, change entries.
 //
 // docs/redis.md describes the key layout and the exactness of each window.
 //

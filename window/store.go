@@ -432,12 +432,12 @@ func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition 
 }
 
 // LoadScripts loads every script of the Store into Redis (every primary of a
-// cluster), so that the first apply, check or take after a start runs by
+// cluster), so that the first check or take after a start runs by
 // its SHA instead of sending and compiling its source within its deadline:
 // a strict take's budget is a few hundred milliseconds.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{resumeScript, evalScript, takeScript, refundScript,
-		checkScript, snapshotScript, snapshotPageScript, pruneScript, adminScript, recordsScript} {
+		checkScript, snapshotScript, snapshotPageScript, pruneScript, recordsScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load scripts: %w", err)
 		}

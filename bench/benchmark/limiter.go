@@ -259,7 +259,7 @@ func noopRate(runs []Lookup, c int) float64 {
 }
 
 // checkRuns: the denied subjects are put over their limit first (real
-// events through window.Store.Apply, as the aggregator applies them), and
+// events through live.Applier.Apply, as the aggregator applies them), and
 // the runs start once the limiter denies every one of them from memory.
 func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix string, set *rules.Set, rate float64) error {
 	if err := b.seedDenied(ctx, topic, prefix, set); err != nil {
@@ -362,7 +362,7 @@ func (b *bench) measure(ctx context.Context, server *harness.Proc, scenario stri
 }
 
 // seedDenied applies deniedEvents events for every subject of shapeDenied
-// through window.Store.Apply, the aggregator's own write: counters, deny
+// through live.Applier.Apply, the aggregator's own write: counters, deny
 // records, decision state and change entries, which the limiter follows.
 func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules.Set) error {
 	parts := b.cfg.PartCount

@@ -2,7 +2,7 @@
 // costs under the attack of issue 25: one event each from N invented IPv6
 // addresses (each its own /64) against a 2/1h rule, so that every address
 // is a held subject, plus D addresses with two events (denied). It writes
-// them through the aggregator's own write path (window.Store.Apply) under a
+// them through the aggregator's own write path (live.Applier.Apply) under a
 // key prefix of its own, loads the state as a limiter does (limiter.Sync,
 // HSCAN snapshots, --cap as --state-max-subjects), and reports the held
 // subjects, heap and RSS per subject, the load time, and whether sampled
