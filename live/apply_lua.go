@@ -18,8 +18,8 @@ import _ "embed"
 //	                  verdict}*nsubjects
 //
 // The writes are the batch's bucket increments, one hash field each, added
-// up and keyed by the caller (Keys.bucketN); a hash an increment creates
-// expires ttl seconds later. They cost the script one call each and nothing
+// up and keyed by the caller (window.Keys.SubjectPrefix, BucketKey); a hash
+// an increment creates expires ttl seconds later. They cost the script one call each and nothing
 // else, which is why they travel apart from the subjects: partial is 1 when
 // the caller left out the subjects that have nothing but increments (no
 // plan, verdict, distinct value or bucket event). When the script must

@@ -504,7 +504,7 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey string, partition int
 	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
 	hashes := make([]*redis.MapStringStringCmd, len(targets))
 	for i, t := range targets {
-		hashes[i] = pipe.HGetAll(ctx, s.keys.BucketN(partition, t.ps.sub, t.id.level, t.id.n))
+		hashes[i] = pipe.HGetAll(ctx, window.BucketKey(s.keys.SubjectPrefix(partition, t.ps.sub), t.id.level, t.id.n))
 	}
 	_, err := pipe.Exec(ctx)
 	s.st.Observe("mirror", start)

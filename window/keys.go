@@ -108,7 +108,7 @@ func (k Keys) Bucket(partition int, sub Subject, level byte, t time.Time) string
 	if span == 0 {
 		return ""
 	}
-	return k.BucketN(partition, sub, level, floorDiv(t.Unix(), span))
+	return k.bucketN(partition, sub, level, floorDiv(t.Unix(), span))
 }
 
 // Levels are the bucket levels an event of a subject whose longest window
@@ -140,9 +140,9 @@ func LevelSpan(level byte) int64 {
 	return 0
 }
 
-// BucketN is the key of bucket hash n of a level: the minute, hour or day
+// bucketN is the key of bucket hash n of a level: the minute, hour or day
 // number (Unix seconds divided by 60, 3600, 86400).
-func (k Keys) BucketN(partition int, sub Subject, level byte, n int64) string {
+func (k Keys) bucketN(partition int, sub Subject, level byte, n int64) string {
 	return BucketKey(k.SubjectPrefix(partition, sub), level, n)
 }
 
