@@ -120,7 +120,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}

@@ -7,8 +7,10 @@
 // decision state and a change entry. A Headroom per partition remembers how
 // far each subject stood from its limits and keeps copies of its buckets
 // (mirror.go), so that most subjects are counted without being evaluated,
-// and those that are, are evaluated in Go. Backtest's replays and
-// recovery's rebuild count through the same Applier.
+// and those that are, are evaluated in Go. The Applier also prunes the
+// states that say nothing any more and moves a recreated topic's offsets
+// back. Backtest's replays and recovery's rebuild count through the same
+// Applier.
 //
 // Sink is the aggregator.Sink of the live consumer group; Relay publishes
 // each owned partition's decisions from its change stream to Kafka:

@@ -38,7 +38,7 @@ type SinkConfig struct {
 	// remembers. Default 200000.
 	MaxHeadroom int
 	// PruneEvery is how often the states that say nothing any more are
-	// removed from each owned partition's state hash (window.Store.Prune),
+	// removed from each owned partition's state hash (Applier.Prune),
 	// batches or not: an idle partition's hash shrinks too. Default 10s;
 	// negative: never (the apply script still removes a few per batch).
 	PruneEvery time.Duration
@@ -179,7 +179,7 @@ func (s *Sink) prune(ctx context.Context, partition int) {
 			return
 		case <-t.C:
 		}
-		n, err := s.cfg.Applier.Store().Prune(ctx, partition, s.cfg.Now())
+		n, err := s.cfg.Applier.Prune(ctx, partition, s.cfg.Now())
 		s.m.pruned.Add(float64(n))
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("prune of expired states failed; retrying at the next tick", "partition", partition, "err", err)
@@ -329,5 +329,5 @@ func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, fro
 	s.mu.Lock()
 	delete(s.room, partition)
 	s.mu.Unlock()
-	return s.cfg.Applier.Store().ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
+	return s.cfg.Applier.ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
 }

@@ -23,19 +23,19 @@ import (
 	"floodgate/kafkaconn"
 )
 
-// Store is what Rebuild reads and resets of the live store; *window.Store
-// has it.
+// Store is what Rebuild reads of the live store; *window.Store has it.
 type Store interface {
 	Resume(ctx context.Context, group, topic string, partition int) (next int64, ok bool, err error)
-	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
 	Keys() window.Keys
 	Prefix() string
 }
 
-// Applier counts batches into the live store as the live aggregator does;
+// Applier writes into the live store as the live aggregator does: batches
+// with their offsets, and a recreated topic's offsets moved back;
 // *live.Applier is it.
 type Applier interface {
 	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *live.Headroom) (live.ApplyResult, error)
+	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
 }
 
 var (
@@ -224,7 +224,7 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 			// The store's offset must come back to where the replay
 			// starts, or every replayed batch would be taken for one it
 			// already holds.
-			if err := cfg.Store.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
+			if err := cfg.Applier.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
 				return res, fmt.Errorf("rebuild: %w", err)
 			}
 			pos[p] = position{next: bounds[p].from, stored: true}

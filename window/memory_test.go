@@ -221,7 +221,7 @@ func TestPruneRemovesExpiredStatesByTime(t *testing.T) {
 	set := mustRules(t, probeRules)
 	b := &batcher{topic: "t"}
 	hr := live.NewHeadroom(100000)
-	const n = 1500 // pages of window.PrunePage
+	const n = 1500 // pages of live.PrunePage
 	for i := 0; i < n; i += 500 {
 		if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(probeEvents(i, 500, 1, base)...), set, base, hr); err != nil {
 			t.Fatal(err)
@@ -236,10 +236,10 @@ func TestPruneRemovesExpiredStatesByTime(t *testing.T) {
 	if got := rdb.HLen(ctx, keys.State(0)).Val(); got != n+1 {
 		t.Fatalf("state hash holds %d, want %d", got, n+1)
 	}
-	if removed, err := st.Prune(ctx, 0, base.Add(time.Minute)); err != nil || removed != 0 {
+	if removed, err := applierOf(t, st).Prune(ctx, 0, base.Add(time.Minute)); err != nil || removed != 0 {
 		t.Fatalf("prune before any expiry removed %d (%v)", removed, err)
 	}
-	removed, err := st.Prune(ctx, 0, base.Add(time.Hour+time.Second))
+	removed, err := applierOf(t, st).Prune(ctx, 0, base.Add(time.Hour+time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -404,40 +404,13 @@ func (d *DecisionMessage) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// resetBody moves a partition's stored offset from ARGV[1] to ARGV[2], only
-// when it stands at ARGV[1].
-//
-//go:embed reset_offset.lua
-var resetBody string
-
-// resetMoved is reset_offset.lua's MOVED: the offset stood at from and
-// was moved (ELSEWHERE, 0: it stood elsewhere, nothing written).
-const resetMoved = 1
-
-var resetScript = redis.NewScript("#!lua\n" + resetBody)
-
-// ResetOffset moves the offset stored for a partition of group back from
-// from to to (the topic was recreated; the stored offset lies beyond the new
-// log's end). It fails when the stored offset is not from.
-func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error {
-	key := s.keys.Offset(group, topic, partition)
-	n, err := resetScript.Run(ctx, s.rdb, []string{key}, strconv.FormatInt(from, 10), strconv.FormatInt(to, 10)).Int()
-	if err != nil {
-		return fmt.Errorf("reset offset %s from %d to %d: %w", key, from, to, err)
-	}
-	if n != resetMoved {
-		return fmt.Errorf("reset offset %s: it no longer stands at %d", key, from)
-	}
-	return nil
-}
-
 // LoadScripts loads every script of the Store into Redis (every primary of a
 // cluster), so that the first check or take after a start runs by
 // its SHA instead of sending and compiling its source within its deadline:
 // a strict take's budget is a few hundred milliseconds.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{resumeScript, evalScript, takeScript, refundScript,
-		checkScript, snapshotScript, snapshotPageScript, pruneScript, recordsScript} {
+		checkScript, snapshotScript, snapshotPageScript, recordsScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load scripts: %w", err)
 		}

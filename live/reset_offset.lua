@@ -1,4 +1,4 @@
--- reply codes (window/store.go, resetMoved)
+-- reply codes (live/offsets.go, resetMoved)
 local MOVED, ELSEWHERE = 1, 0
 
 local cur = redis.call('GET', KEYS[1])
