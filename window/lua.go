@@ -2,10 +2,11 @@ package window
 
 import _ "embed"
 
-// LuaLib is the Lua shared by every floodgate script that touches a
-// subject's buckets: the aggregator's apply script, the read script and the
-// strict-mode take script. Prepend it to a script body; everything is local
-// to the script.
+// LuaLib (lib.lua) is the Lua shared by every floodgate script that
+// touches a subject's buckets: the aggregator's apply script (live), the
+// operators' admin script (operator), the read script and the strict-mode
+// take script. Prepend it to a script body; everything is local to the
+// script.
 //
 // Time is in whole Unix seconds. Every key of a script lives in one slot,
 // the partition's hash tag ("{fg:p7}", passed as slot), and a subject's keys
