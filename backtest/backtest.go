@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"floodgate/history"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -26,7 +27,7 @@ const replayKeep = 30 * 24 * time.Hour
 
 // Run backtests cfg.Rules (and cfg.Baseline) over the events of
 // [cfg.From, cfg.To): it replays the events topic from Kafka's time index,
-// partitions in parallel, through the live path's own store (window.Store:
+// partitions in parallel, through the live path's own writer (live.Applier:
 // the same batching, profiles, headroom and Lua scripts) over a private
 // Redis, and reports what each rules set would have denied. It writes to no
 // production Redis, moves no consumer group's offsets and commits nothing.
@@ -187,13 +188,16 @@ func newBackends(clients []*redis.Client, cfg *Config, sets []*rules.Set) ([]bac
 				continue
 			}
 			st, err := window.NewStore(rdb, window.StoreConfig{
-				Prefix: base + "-" + names[i], MaxSubjects: cfg.MaxSubjects, MaxLog: 1, Dedup: cfg.Dedup,
-				Slack: replayKeep, KeepRecords: replayKeep,
+				Prefix: base + "-" + names[i], MaxLog: 1, Slack: replayKeep,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("backtest: %w", err)
 			}
-			out[k].stores = append(out[k].stores, ruleSet{name: names[i], rules: s, store: st})
+			ap, err := live.NewApplier(st, live.ApplierConfig{MaxSubjects: cfg.MaxSubjects, Dedup: cfg.Dedup, KeepRecords: replayKeep})
+			if err != nil {
+				return nil, fmt.Errorf("backtest: %w", err)
+			}
+			out[k].stores = append(out[k].stores, ruleSet{name: names[i], rules: s, store: ap})
 		}
 	}
 	return out, nil

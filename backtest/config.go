@@ -116,7 +116,7 @@ type Config struct {
 	// published it on floodgate.decisions (without an id). It is called
 	// from the replay's goroutines, one partition each: it must be safe for
 	// concurrent use.
-	OnDecision func(set string, d window.Decision)
+	OnDecision func(set string, d window.DecisionMessage)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }

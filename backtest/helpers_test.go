@@ -71,7 +71,7 @@ func (s *stream) publish(tb testing.TB, at time.Time, evs ...event.Event) {
 }
 
 // decisionKey is everything a decision says but its id and message.
-func decisionKey(d window.Decision) string {
+func decisionKey(d window.DecisionMessage) string {
 	lim := d.Limit.String()
 	if d.Bucket != nil {
 		lim = d.Bucket.String()
@@ -86,7 +86,7 @@ type collector struct {
 	keys map[string][]string // set -> decision keys
 }
 
-func (c *collector) add(set string, d window.Decision) {
+func (c *collector) add(set string, d window.DecisionMessage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.keys == nil {

@@ -215,7 +215,11 @@ func startLive(t *testing.T, brokers []string, rdb *redis.Client, topic, decisio
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	sink, err := live.NewSink(live.SinkConfig{Store: store, Group: l.group, Rules: func() *rules.Set { return set }, Relay: relay, Now: now, Logger: quiet})
+	ap, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := live.NewSink(live.SinkConfig{Applier: ap, Group: l.group, Rules: func() *rules.Set { return set }, Relay: relay, Now: now, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +260,7 @@ func (l *liveRun) waitApplied(t *testing.T, end []int64) {
 
 // stop waits until the relay has published every decision, stops the
 // live path and returns what it published (each decision once).
-func (l *liveRun) stop(t *testing.T) []window.Decision {
+func (l *liveRun) stop(t *testing.T) []window.DecisionMessage {
 	t.Helper()
 	ctx := context.Background()
 	keys := l.store.Keys()
@@ -278,7 +282,7 @@ func (l *liveRun) stop(t *testing.T) []window.Decision {
 }
 
 // readDecisions reads a decisions topic whole, each id once.
-func readDecisions(t *testing.T, brokers []string, topic string) []window.Decision {
+func readDecisions(t *testing.T, brokers []string, topic string) []window.DecisionMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -292,14 +296,14 @@ func readDecisions(t *testing.T, brokers []string, topic string) []window.Decisi
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
-	var out []window.Decision
+	var out []window.DecisionMessage
 	for f.Next() < end {
 		msgs, err := f.Fetch(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range msgs {
-			var d window.Decision
+			var d window.DecisionMessage
 			if err := json.Unmarshal(m.Value, &d); err != nil {
 				t.Fatalf("decision %s: %v", m.Value, err)
 			}

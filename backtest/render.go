@@ -208,7 +208,7 @@ type DecisionLog struct {
 func NewDecisionLog(w io.Writer) *DecisionLog { return &DecisionLog{w: bufio.NewWriter(w)} }
 
 // Add writes one decision; the first error is kept for Flush.
-func (l *DecisionLog) Add(set string, d window.Decision) {
+func (l *DecisionLog) Add(set string, d window.DecisionMessage) {
 	b, err := json.Marshal(d)
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -23,7 +24,7 @@ const group = "backtest"
 type ruleSet struct {
 	name  string
 	rules *rules.Set
-	store *window.Store
+	store *live.Applier
 }
 
 // partition replays one partition's stream into every rules set's store,
@@ -36,7 +37,7 @@ type partition struct {
 	topic string
 	rdb   *redis.Client
 	sets  []*setState
-	onDec func(set string, d window.Decision)
+	onDec func(set string, d window.DecisionMessage)
 	from  int64 // ms: decisions before are the warm-up's
 	to    int64 // ms: the range's end: nothing from there on is reported
 
@@ -49,7 +50,7 @@ type partition struct {
 // setState is what a partition keeps per rules set.
 type setState struct {
 	ruleSet
-	room    *window.Headroom
+	room    *live.Headroom
 	exp     *expirer
 	sweep   int64 // second of the next deletion of expired buckets
 	tallies *tallies
@@ -69,7 +70,7 @@ func newPartition(id int, topic string, be backend, cfg *Config, stats *partStat
 	for _, s := range be.stores {
 		p.sets = append(p.sets, &setState{
 			ruleSet: s,
-			room:    window.NewHeadroom(200_000),
+			room:    live.NewHeadroom(200_000),
 			exp:     newExpirer(s.store.Keys(), id, s.rules, time.Minute),
 			tallies: newTallies(cfg.From, cfg.To),
 		})

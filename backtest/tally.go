@@ -14,7 +14,7 @@ type denyKey struct {
 	Shadow                bool
 }
 
-func keyOf(d *window.Decision) denyKey {
+func keyOf(d *window.DecisionMessage) denyKey {
 	lim := d.Limit.String()
 	if d.Bucket != nil {
 		lim = "bucket " + d.Bucket.Rate.String() + " burst " + itoa(d.Bucket.Burst)
@@ -56,7 +56,7 @@ func newTallies(from, to time.Time) *tallies {
 
 // record notes a deny record written at d.TS until d.Until; isNew when it
 // was a new decision (not an extension of the record in force).
-func (ts *tallies) record(d *window.Decision, isNew bool) {
+func (ts *tallies) record(d *window.DecisionMessage, isNew bool) {
 	k := keyOf(d)
 	ts.add(getTally(ts.keys, k), d, isNew)
 	ts.add(getTally(ts.rules, k.rule()), d, isNew)
@@ -71,7 +71,7 @@ func getTally[K comparable](m map[K]*tally, k K) *tally {
 	return t
 }
 
-func (ts *tallies) add(t *tally, d *window.Decision, isNew bool) {
+func (ts *tallies) add(t *tally, d *window.DecisionMessage, isNew bool) {
 	s, e := d.TS.UnixMilli(), d.Until.UnixMilli()
 	if isNew && s >= ts.from && s < ts.to {
 		t.decisions++

@@ -22,7 +22,7 @@ import (
 type Recent struct {
 	size int
 	mu   sync.Mutex
-	buf  []window.Decision
+	buf  []window.DecisionMessage
 	read int64
 	err  error // the reader's last error, nil once reading
 }
@@ -34,7 +34,7 @@ func NewRecent(size int) *Recent {
 
 // Add records a decision. The decisions topic is at least once: a decision
 // seen again (same id) is kept once.
-func (r *Recent) Add(d window.Decision) {
+func (r *Recent) Add(d window.DecisionMessage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if d.ID != "" {
@@ -56,10 +56,10 @@ func (r *Recent) Add(d window.Decision) {
 
 // List returns the kept decisions, newest first, the number read since the
 // start, and the reader's error if it is not reading.
-func (r *Recent) List() ([]window.Decision, int64, error) {
+func (r *Recent) List() ([]window.DecisionMessage, int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := append([]window.Decision(nil), r.buf...)
+	out := append([]window.DecisionMessage(nil), r.buf...)
 	sortNewest(out)
 	if len(out) > r.size {
 		out = out[:r.size]
@@ -73,7 +73,7 @@ func (r *Recent) setErr(err error) {
 	r.mu.Unlock()
 }
 
-func sortNewest(ds []window.Decision) {
+func sortNewest(ds []window.DecisionMessage) {
 	sort.SliceStable(ds, func(i, j int) bool {
 		if !ds[i].TS.Equal(ds[j].TS) {
 			return ds[i].TS.After(ds[j].TS)
@@ -171,7 +171,7 @@ func readPartition(ctx context.Context, cluster kafkaconn.Cluster, topic string,
 		if err != nil {
 			return fmt.Errorf("decisions %s/%d: %w", topic, p, err)
 		}
-		var d window.Decision
+		var d window.DecisionMessage
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			logger.Warn("dashboard: skipping a malformed decision", "topic", topic, "partition", p, "offset", m.Offset, "err", err)
 			continue

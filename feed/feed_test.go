@@ -12,6 +12,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/feed"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -68,6 +69,7 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 type fixture struct {
 	rdb   *redis.Client
 	store *window.Store
+	ap    *live.Applier
 	set   *rules.Set
 	next  int64
 }
@@ -82,7 +84,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{rdb: rdb, store: st, set: set}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{rdb: rdb, store: st, ap: ap, set: set}
 }
 
 // deny counts two events of a new subject: one change entry.
@@ -95,7 +101,7 @@ func (f *fixture) deny(t *testing.T, ip string) {
 			V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
 	}
 	f.next += 2
-	res, err := f.store.Apply(context.Background(), "g", b, f.set, now, nil)
+	res, err := f.ap.Apply(context.Background(), "g", b, f.set, now, nil)
 	if err != nil || res.Changes == 0 {
 		t.Fatalf("apply: %+v %v", res, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"floodgate/limitapi"
 	"floodgate/limiter"
+	"floodgate/operator"
 	"floodgate/window"
 )
 
@@ -19,9 +20,9 @@ func TestBanDeniesEveryCheckWhateverTheCounts(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	now := time.Now()
-	ban := func(sub window.Subject, op window.AdminOp) {
+	ban := func(sub window.Subject, op operator.AdminOp) {
 		t.Helper()
-		res, err := e.store.Admin(ctx, now, window.AdminRequest{Op: op, Subject: sub, Operator: "alice", Until: now.Add(time.Hour), Message: "ticket 7"})
+		res, err := writerOf(t, e.store).Admin(ctx, now, operator.AdminRequest{Op: op, Subject: sub, Operator: "alice", Until: now.Add(time.Hour), Message: "ticket 7"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,8 +30,8 @@ func TestBanDeniesEveryCheckWhateverTheCounts(t *testing.T) {
 	}
 	email := window.Subject{Action: "password_reset", Kind: "email", Subject: "banned@example.com"}
 	ops := window.Subject{Action: "login_failed", Kind: "email", Subject: "ops@example.com"} // allowlisted
-	ban(email, window.OpBan)
-	ban(ops, window.OpBan)
+	ban(email, operator.OpBan)
+	ban(ops, operator.OpBan)
 
 	for _, tc := range []struct {
 		name string
@@ -70,7 +71,7 @@ func TestBanDeniesEveryCheckWhateverTheCounts(t *testing.T) {
 		t.Fatalf("http: %d %+v %v", resp.StatusCode, body, err)
 	}
 
-	ban(email, window.OpUnban)
+	ban(email, operator.OpUnban)
 	for _, exact := range []bool{false, true} {
 		d, err := e.lim.Check(ctx, limiter.Request{Action: email.Action, Exact: exact, Subjects: []limiter.Subject{{Kind: email.Kind, Subject: email.Subject}}})
 		if err != nil || !d.Allowed {
@@ -89,7 +90,7 @@ func TestBanInSnapshotAndItsEnd(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "203.0.113.77"}
-	if _, err := e.store.Admin(ctx, now, window.AdminRequest{Op: window.OpBan, Subject: sub, Operator: "alice", Until: now.Add(time.Minute)}); err != nil {
+	if _, err := writerOf(t, e.store).Admin(ctx, now, operator.AdminRequest{Op: operator.OpBan, Subject: sub, Operator: "alice", Until: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	p := window.Partition(sub, testPartitions)

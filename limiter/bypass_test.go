@@ -21,6 +21,7 @@ import (
 	"floodgate/event"
 	"floodgate/limitapi"
 	"floodgate/limiter"
+	"floodgate/operator"
 	"floodgate/producer"
 	"floodgate/stacktest"
 	"floodgate/strict"
@@ -273,7 +274,7 @@ func TestDegradedAnswersHoldBansAndDenials(t *testing.T) {
 	const over, banned, fresh = "198.51.100.61", "198.51.100.62", "198.51.100.63"
 	e.apply(t, "login_failed", "ip", over, 6, now) // over 5/1m
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: banned}
-	res, err := e.store.Admin(ctx, now, window.AdminRequest{Op: window.OpBan, Subject: sub, Operator: "alice", Until: now.Add(time.Hour), Message: "ticket 9"})
+	res, err := writerOf(t, e.store).Admin(ctx, now, operator.AdminRequest{Op: operator.OpBan, Subject: sub, Operator: "alice", Until: now.Add(time.Hour), Message: "ticket 9"})
 	if err != nil {
 		t.Fatal(err)
 	}

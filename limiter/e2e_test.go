@@ -39,7 +39,11 @@ func TestEndToEndThroughKafkaAndAggregator(t *testing.T) {
 	topic := stacktest.Topic(t, bs, 2)
 	kc := &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}
 
-	sink, err := live.NewSink(live.SinkConfig{Store: store, Group: "e2e", Rules: func() *rules.Set { return set }})
+	ap, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := live.NewSink(live.SinkConfig{Applier: ap, Group: "e2e", Rules: func() *rules.Set { return set }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/limiter"
+	"floodgate/live"
+	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/strict"
@@ -95,6 +97,7 @@ func mustRules(tb testing.TB, yaml string) *rules.Set {
 type env struct {
 	rdb   *redis.Client
 	store *window.Store
+	ap    *live.Applier
 	set   *rules.Set
 	state *limiter.State
 	lim   *limiter.Limiter
@@ -102,15 +105,20 @@ type env struct {
 	pub   *recorder
 	calls *countingStore
 	offs  map[int]int64
-	room  map[int]*window.Headroom
+	room  map[int]*live.Headroom
 }
 
 type envOpt func(*limiter.Config, *limiter.ServerConfig)
 
 func newEnv(tb testing.TB, opts ...envOpt) *env {
 	tb.Helper()
-	e := &env{rdb: liveRedis(tb), pub: &recorder{}, offs: map[int]int64{}, room: map[int]*window.Headroom{}}
+	e := &env{rdb: liveRedis(tb), pub: &recorder{}, offs: map[int]int64{}, room: map[int]*live.Headroom{}}
 	e.store = testStore(tb, e.rdb)
+	ap, err := live.NewApplier(e.store, live.ApplierConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.ap = ap
 	e.set = mustRules(tb, testRules)
 	e.calls = &countingStore{Store: e.store}
 	e.state = limiter.NewState()
@@ -182,13 +190,13 @@ func (e *env) apply(tb testing.TB, action, kind, subject string, n int, ts time.
 	e.applyTo(tb, window.Partition(window.Subject{Action: action, Kind: kind, Subject: subject}, testPartitions), evs, ts)
 }
 
-// applyTo applies evs as one batch of partition p at now (window
-// Store.Apply with a headroom per partition, as the live sink keeps), and
+// applyTo applies evs as one batch of partition p at now (live
+// Applier.Apply with a headroom per partition, as the live sink keeps), and
 // waits until the limiter's state has the batch's changes.
 func (e *env) applyTo(tb testing.TB, p int, evs []event.Event, now time.Time) {
 	tb.Helper()
 	if e.room[p] == nil {
-		e.room[p] = window.NewHeadroom(1000)
+		e.room[p] = live.NewHeadroom(1000)
 	}
 	b := aggregator.Batch{Topic: "t", Partition: p, First: e.offs[p]}
 	for _, ev := range evs {
@@ -196,7 +204,7 @@ func (e *env) applyTo(tb testing.TB, p int, evs []event.Event, now time.Time) {
 		e.offs[p]++
 	}
 	b.Last = e.offs[p] - 1
-	res, err := e.store.Apply(context.Background(), "test", b, e.set, now, e.room[p])
+	res, err := e.ap.Apply(context.Background(), "test", b, e.set, now, e.room[p])
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -254,4 +262,14 @@ func testStoreNoCleanup(tb testing.TB, rdb *redis.Client) *window.Store {
 		tb.Fatal(err)
 	}
 	return st
+}
+
+// writerOf returns the operator's Writer over st.
+func writerOf(tb testing.TB, st *window.Store) *operator.Writer {
+	tb.Helper()
+	w, err := operator.NewWriter(st)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w
 }

@@ -159,7 +159,7 @@ func TestStateCapAnswersOverflowExactly(t *testing.T) {
 }
 
 // An IPv6 address of kind ip counts by its /64, alike in the aggregator's
-// counting (window.Store.Apply, fed the addresses as sent) and in the
+// counting (live.Applier.Apply, fed the addresses as sent) and in the
 // limiter's checks, from memory and exact: addresses of one /64 add up,
 // another /64 is apart; with ipv6_prefix 128 each address counts alone.
 func TestIPv6CountedByPrefix(t *testing.T) {

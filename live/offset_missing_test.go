@@ -31,7 +31,11 @@ func TestSinkReportsAnOffsetRedisLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	sink, err := live.NewSink(live.SinkConfig{Store: st, Group: "g", Rules: func() *rules.Set { return set }, Registerer: reg})
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := live.NewSink(live.SinkConfig{Applier: ap, Group: "g", Rules: func() *rules.Set { return set }, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,11 @@ func TestSinkPrunesAnIdlePartition(t *testing.T) {
 	}
 	start := time.Now().Truncate(time.Second)
 	clock := start
-	sink, err := live.NewSink(live.SinkConfig{Store: store, Group: "g", Rules: func() *rules.Set { return set }, PruneEvery: 20 * time.Millisecond, Now: func() time.Time { return clock }})
+	ap, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := live.NewSink(live.SinkConfig{Applier: ap, Group: "g", Rules: func() *rules.Set { return set }, PruneEvery: 20 * time.Millisecond, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func decisionIDs(t *testing.T, brokers []string, topic string, n int) map[string
 		if err != nil {
 			t.Fatalf("read decisions (%d so far): %v", len(ids), err)
 		}
-		var d window.Decision
+		var d window.DecisionMessage
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -79,6 +79,10 @@ func TestRelayPublishesEveryDecisionAtLeastOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +101,7 @@ func TestRelayPublishesEveryDecisionAtLeastOnce(t *testing.T) {
 			_ = i
 		}
 		b.Last = next - 1
-		if _, err := st.Apply(context.Background(), "g", b, set, now, nil); err != nil {
+		if _, err := ap.Apply(context.Background(), "g", b, set, now, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,6 +190,10 @@ func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +208,7 @@ func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
 			next++
 		}
 		b.Last = next - 1
-		if _, err := st.Apply(context.Background(), "g", b, set, now, nil); err != nil {
+		if _, err := ap.Apply(context.Background(), "g", b, set, now, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,13 +13,12 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/rules"
-	"floodgate/window"
 )
 
 // SinkConfig configures a Sink.
 type SinkConfig struct {
-	// Store holds the counters. Required.
-	Store *window.Store
+	// Applier writes batches into the live store. Required.
+	Applier *Applier
 	// Group is the consumer group whose offsets the sink keeps (the offset
 	// key names it). Required.
 	Group string
@@ -39,7 +38,7 @@ type SinkConfig struct {
 	// remembers. Default 200000.
 	MaxHeadroom int
 	// PruneEvery is how often the states that say nothing any more are
-	// removed from each owned partition's state hash (window.Store.Prune),
+	// removed from each owned partition's state hash (Applier.Prune),
 	// batches or not: an idle partition's hash shrinks too. Default 10s;
 	// negative: never (the apply script still removes a few per batch).
 	PruneEvery time.Duration
@@ -54,8 +53,8 @@ type SinkConfig struct {
 // Validate reports the first problem with c.
 func (c *SinkConfig) Validate() error {
 	switch {
-	case c.Store == nil:
-		return errors.New("live sink: nil store")
+	case c.Applier == nil:
+		return errors.New("live sink: nil applier")
 	case c.Group == "":
 		return errors.New("live sink: no consumer group")
 	case c.Rules == nil:
@@ -77,7 +76,7 @@ type Sink struct {
 	m   *sinkMetrics
 
 	mu   sync.Mutex
-	room map[int]*window.Headroom // per partition
+	room map[int]*Headroom // per partition
 	// had is the partitions this sink saw an offset of in Redis (Resume,
 	// or a batch applied): one whose offset then goes missing lost its
 	// data.
@@ -110,12 +109,12 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, room: map[int]*window.Headroom{}, had: map[int]bool{}}, nil
+	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, room: map[int]*Headroom{}, had: map[int]bool{}}, nil
 }
 
 // Resume implements aggregator.Sink.
 func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, bool, error) {
-	next, ok, err := s.cfg.Store.Resume(ctx, s.cfg.Group, topic, partition)
+	next, ok, err := s.cfg.Applier.Store().Resume(ctx, s.cfg.Group, topic, partition)
 	if ok {
 		s.mu.Lock()
 		s.had[partition] = true
@@ -126,7 +125,7 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 
 // headroom returns the partition's Headroom, nil when every subject is to
 // be evaluated.
-func (s *Sink) headroom(partition int) *window.Headroom {
+func (s *Sink) headroom(partition int) *Headroom {
 	if s.cfg.EvaluateAll {
 		return nil
 	}
@@ -134,7 +133,7 @@ func (s *Sink) headroom(partition int) *window.Headroom {
 	defer s.mu.Unlock()
 	h := s.room[partition]
 	if h == nil {
-		h = window.NewHeadroom(s.cfg.MaxHeadroom)
+		h = NewHeadroom(s.cfg.MaxHeadroom)
 		s.room[partition] = h
 	}
 	return h
@@ -180,7 +179,7 @@ func (s *Sink) prune(ctx context.Context, partition int) {
 			return
 		case <-t.C:
 		}
-		n, err := s.cfg.Store.Prune(ctx, partition, s.cfg.Now())
+		n, err := s.cfg.Applier.Prune(ctx, partition, s.cfg.Now())
 		s.m.pruned.Add(float64(n))
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("prune of expired states failed; retrying at the next tick", "partition", partition, "err", err)
@@ -190,7 +189,7 @@ func (s *Sink) prune(ctx context.Context, partition int) {
 
 // Apply implements aggregator.Sink.
 func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
-	res, err := s.cfg.Store.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), s.headroom(b.Partition))
+	res, err := s.cfg.Applier.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), s.headroom(b.Partition))
 	done := time.Now()
 	// Runs of a split batch that succeeded before one failed are applied:
 	// count them now, their retry will find them held.
@@ -224,7 +223,7 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	return nil
 }
 
-func (s *Sink) count(b aggregator.Batch, res window.ApplyResult, done time.Time) {
+func (s *Sink) count(b aggregator.Batch, res ApplyResult, done time.Time) {
 	s.m.events.WithLabelValues("applied").Add(float64(res.Applied))
 	s.m.events.WithLabelValues("old").Add(float64(res.Old))
 	s.m.events.WithLabelValues("counted_by_limiter").Add(float64(res.CountedByLimiter))
@@ -330,5 +329,5 @@ func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, fro
 	s.mu.Lock()
 	delete(s.room, partition)
 	s.mu.Unlock()
-	return s.cfg.Store.ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
+	return s.cfg.Applier.ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
 }

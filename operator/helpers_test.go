@@ -11,6 +11,7 @@ import (
 	"floodgate/feed"
 	"floodgate/limitapi"
 	"floodgate/limiter"
+	"floodgate/live"
 	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
@@ -54,6 +55,7 @@ type client interface {
 // events through the aggregator's write path.
 type env struct {
 	store *window.Store
+	ap    *live.Applier
 	set   *rules.Set
 	state *limiter.State
 	lim   *limiter.Limiter
@@ -72,7 +74,11 @@ func newEnv(tb testing.TB, rdb client, prefix string) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e := &env{store: store, set: set, state: limiter.NewState(), offs: map[int]int64{}}
+	ap, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := &env{store: store, ap: ap, set: set, state: limiter.NewState(), offs: map[int]int64{}}
 	taker, err := strict.New(strict.Config{Store: store})
 	if err != nil {
 		tb.Fatal(err)
@@ -82,7 +88,11 @@ func newEnv(tb testing.TB, rdb client, prefix string) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e.op, err = operator.New(operator.Config{Store: store, Rules: rulesFn, Checker: e.lim, Applied: e.state.Seq, Group: "live", Topic: "events"})
+	writer, err := operator.NewWriter(store)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.op, err = operator.New(operator.Config{Store: store, Writer: writer, Rules: rulesFn, Checker: e.lim, Applied: e.state.Seq, Group: "live", Topic: "events"})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -121,7 +131,7 @@ func (e *env) apply(tb testing.TB, action, kind, subject string, n int, ts time.
 		e.offs[p]++
 	}
 	b.Last = e.offs[p] - 1
-	res, err := e.store.Apply(context.Background(), "live", b, e.set, ts, nil)
+	res, err := e.ap.Apply(context.Background(), "live", b, e.set, ts, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"floodgate/adminapi"
 	"floodgate/limiter"
 	"floodgate/timespan"
-	"floodgate/window"
 )
 
 // Request settings of the admin endpoints travel as header fields: every
@@ -95,7 +94,7 @@ func NewHandler(o *Operator, tokens []Token, maxBytes int64) (http.Handler, erro
 	h := &handler{o: o, tokens: tokens, maxBytes: maxBytes}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/admin/inspect", h.serve("inspect", http.MethodGet))
-	for _, op := range []window.AdminOp{window.OpBan, window.OpUnban, window.OpReset} {
+	for _, op := range []AdminOp{OpBan, OpUnban, OpReset} {
 		mux.HandleFunc("/v1/admin/"+string(op), h.serve(string(op), http.MethodPost))
 	}
 	// Go's profiler, behind the admin tokens: profiles name internals and
@@ -194,12 +193,12 @@ func (h *handler) serve(action, method string) http.HandlerFunc {
 func (h *handler) run(r *http.Request, action string, req Request) (any, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	switch window.AdminOp(action) {
-	case window.OpBan:
+	switch AdminOp(action) {
+	case OpBan:
 		return h.o.Ban(ctx, req)
-	case window.OpUnban:
+	case OpUnban:
 		return h.o.Unban(ctx, req)
-	case window.OpReset:
+	case OpReset:
 		return h.o.Reset(ctx, req)
 	}
 	return h.o.Inspect(ctx, req)

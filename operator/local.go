@@ -17,7 +17,7 @@ import (
 // own logic (exact checks read Redis). It is the Checker of `floodgate
 // inspect`, which runs no limiter of its own.
 type SnapshotChecker struct {
-	store   *window.Store
+	store   SnapshotStore
 	rules   func() *rules.Set
 	timeout time.Duration
 	now     func() time.Time
@@ -25,9 +25,20 @@ type SnapshotChecker struct {
 
 var _ Checker = (*SnapshotChecker)(nil)
 
+// SnapshotStore is what a SnapshotChecker reads of the live store: where a
+// subject lives, a partition's snapshot, and what exact checks read
+// (limiter.Store). *window.Store has it.
+type SnapshotStore interface {
+	limiter.Store
+	PartitionOf(sub window.Subject) (int, error)
+	Snapshot(ctx context.Context, partition int, now time.Time) (window.Snapshot, error)
+}
+
+var _ SnapshotStore = (*window.Store)(nil)
+
 // NewSnapshotChecker returns a SnapshotChecker over store (which must know
 // the partition count); timeout bounds each Redis read (0: 5s).
-func NewSnapshotChecker(store *window.Store, rules func() *rules.Set, timeout time.Duration) *SnapshotChecker {
+func NewSnapshotChecker(store SnapshotStore, rules func() *rules.Set, timeout time.Duration) *SnapshotChecker {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}

@@ -21,9 +21,8 @@ import (
 	"floodgate/window"
 )
 
-// Store is what operator actions need of the live store; *window.Store.
+// Store is what operator actions read of the live store; *window.Store.
 type Store interface {
-	Admin(ctx context.Context, now time.Time, req window.AdminRequest) (window.AdminResult, error)
 	Records(ctx context.Context, now time.Time, sub window.Subject) (window.Records, error)
 	PartitionOf(sub window.Subject) (int, error)
 }
@@ -50,8 +49,11 @@ const (
 
 // Config configures an Operator.
 type Config struct {
-	Store Store             // required
-	Rules func() *rules.Set // the rules in force; required
+	Store Store // required
+	// Writer runs ban, unban and reset on the same store (NewWriter).
+	// Required.
+	Writer *Writer
+	Rules  func() *rules.Set // the rules in force; required
 	// Checker answers Inspect's "what would a check say now". Required for
 	// Inspect.
 	Checker Checker
@@ -90,6 +92,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Store == nil:
 		return errors.New("operator: nil store")
+	case c.Writer == nil:
+		return errors.New("operator: nil writer")
 	case c.Rules == nil:
 		return errors.New("operator: no rules source")
 	case c.ApplyWait < 0:
@@ -133,26 +137,26 @@ func New(cfg Config) (*Operator, error) {
 
 // Ban denies req's subjects for req.For whatever their counts.
 func (o *Operator) Ban(ctx context.Context, req Request) (Result, error) {
-	return o.write(ctx, window.OpBan, req)
+	return o.write(ctx, OpBan, req)
 }
 
 // Unban clears req's subjects' deny and shadow records, bans and decision
 // state (with req.Rule: only that rule's records and state); their counts
 // stay.
 func (o *Operator) Unban(ctx context.Context, req Request) (Result, error) {
-	return o.write(ctx, window.OpUnban, req)
+	return o.write(ctx, OpUnban, req)
 }
 
 // Reset unbans req's subjects and deletes their counters: they start
 // afresh.
 func (o *Operator) Reset(ctx context.Context, req Request) (Result, error) {
-	return o.write(ctx, window.OpReset, req)
+	return o.write(ctx, OpReset, req)
 }
 
 // write runs op on every subject, one script run each (each atomic in its
 // slot; several subjects are not one transaction). On an error, the result
 // holds the subjects done before it.
-func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (Result, error) {
+func (o *Operator) write(ctx context.Context, op AdminOp, req Request) (Result, error) {
 	set := o.cfg.Rules()
 	if err := o.validate(op, &req, set); err != nil {
 		o.actions.WithLabelValues(string(op), "invalid").Inc()
@@ -160,7 +164,7 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 	}
 	now := o.cfg.Now()
 	res := Result{Op: string(op), Action: req.Action, Operator: req.Operator, At: now, Rule: req.Rule, Message: req.Message}
-	if op == window.OpBan {
+	if op == OpBan {
 		until := now.Add(req.For)
 		res.Until = &until
 	}
@@ -168,29 +172,29 @@ func (o *Operator) write(ctx context.Context, op window.AdminOp, req Request) (R
 		// the subject as the limiter looks it up (an IPv6 address: its
 		// prefix), or the ban would never be consulted
 		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: set.Subject(s.Kind, s.Subject)}
-		ar := window.AdminRequest{Op: op, Subject: sub, Operator: req.Operator, Rule: req.Rule, Message: req.Message,
+		ar := AdminRequest{Op: op, Subject: sub, Operator: req.Operator, Rule: req.Rule, Message: req.Message,
 			MaxWindow: set.MaxWindowFor(req.Action, s.Kind), Distinct: distinctKinds(set, req.Action, s.Kind), Group: o.cfg.Group, Topic: o.cfg.Topic}
 		if res.Until != nil {
 			ar.Until = *res.Until
 		}
-		r, err := o.cfg.Store.Admin(ctx, now, ar)
+		r, err := o.cfg.Writer.Admin(ctx, now, ar)
 		if err != nil {
 			o.actions.WithLabelValues(string(op), "error").Inc()
 			return res, fmt.Errorf("%s %s by %s: %w", op, window.Field(sub), req.Operator, err)
 		}
 		sr := SubjectResult{Kind: s.Kind, Subject: sub.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, DeletedKeys: r.DeletedKeys}
-		if op == window.OpReset && r.Offset >= 0 {
+		if op == OpReset && r.Offset >= 0 {
 			sr.Offset = &r.Offset
 		}
 		res.Subjects = append(res.Subjects, sr)
 		attrs := []any{"op", op, "operator", req.Operator, "action", req.Action, "kind", s.Kind, "subject", s.Subject,
 			"partition", r.Partition, "seq", r.Seq}
 		switch op {
-		case window.OpBan:
+		case OpBan:
 			attrs = append(attrs, "until", ar.Until)
-		case window.OpUnban:
+		case OpUnban:
 			attrs = append(attrs, "rule", req.Rule, "cleared", r.Cleared)
-		case window.OpReset:
+		case OpReset:
 			attrs = append(attrs, "cleared", r.Cleared, "deleted_keys", r.DeletedKeys, "offset", r.Offset)
 		}
 		o.log.Info("operator action", attrs...)
@@ -233,23 +237,23 @@ var operatorRE = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,64}$`)
 
 // validate checks req for op against the event contract, the request
 // limits and the rules, and removes repeated subjects.
-func (o *Operator) validate(op window.AdminOp, req *Request, set *rules.Set) error {
+func (o *Operator) validate(op AdminOp, req *Request, set *rules.Set) error {
 	if err := validateSubjects(req); err != nil {
 		return err
 	}
-	if op == window.OpBan || op == window.OpUnban || op == window.OpReset {
+	if op == OpBan || op == OpUnban || op == OpReset {
 		if !operatorRE.MatchString(req.Operator) {
 			return invalidf("operator %q: 1 to 64 of [A-Za-z0-9_.@+-] (--operator, or the admin token's name)", req.Operator)
 		}
 	}
-	if req.Rule != "" && op != window.OpUnban {
+	if req.Rule != "" && op != OpUnban {
 		return invalidf("a rule applies to unban only: a %s covers every rule of the action and kind", op)
 	}
-	if op != window.OpBan && (req.For != 0 || req.Message != "") {
+	if op != OpBan && (req.For != 0 || req.Message != "") {
 		return invalidf("a duration and a message apply to ban only")
 	}
 	switch op {
-	case window.OpBan:
+	case OpBan:
 		if req.For < time.Second || req.For > MaxBan {
 			return invalidf("ban for %s: want 1s to %s", timespan.Format(req.For), timespan.Format(MaxBan))
 		}
@@ -257,11 +261,11 @@ func (o *Operator) validate(op window.AdminOp, req *Request, set *rules.Set) err
 			return err
 		}
 		return needRules(req, set, "a ban would never be consulted")
-	case window.OpUnban:
+	case OpUnban:
 		if req.Rule != "" && !ruleRE.MatchString(req.Rule) {
 			return invalidf("rule %q: only [a-z0-9_.-], 1 to 64 bytes", req.Rule)
 		}
-	case window.OpReset:
+	case OpReset:
 		return needRules(req, set, "nothing is counted to reset (unban clears its records)")
 	}
 	return nil

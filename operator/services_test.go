@@ -397,21 +397,21 @@ func TestOperatorControlsOnRunningServices(t *testing.T) {
 	t.Run("through --admin-url", s.throughAdminURL)
 
 	t.Run("audit on the decisions topic", func(t *testing.T) {
-		want := map[string]func(window.Decision) bool{
-			"deny of 203.0.113.10": func(d window.Decision) bool {
+		want := map[string]func(window.DecisionMessage) bool{
+			"deny of 203.0.113.10": func(d window.DecisionMessage) bool {
 				return d.Type == "" && d.Subject == "203.0.113.10" && d.Rule == "login-failed"
 			},
-			"unban by alice": func(d window.Decision) bool {
+			"unban by alice": func(d window.DecisionMessage) bool {
 				return d.Type == window.DecisionUnban && d.Operator == "alice" && d.Subject == "203.0.113.10"
 			},
-			"ban by carol": func(d window.Decision) bool {
+			"ban by carol": func(d window.DecisionMessage) bool {
 				return d.Type == window.DecisionBan && d.Operator == "carol" && d.Subject == "nobody@example.com" &&
 					d.Message == "ticket 12" && d.Until.Sub(d.TS) == time.Hour
 			},
-			"unban by carol": func(d window.Decision) bool {
+			"unban by carol": func(d window.DecisionMessage) bool {
 				return d.Type == window.DecisionUnban && d.Operator == "carol" && d.Kind == "email" && len(d.Cleared) == 1
 			},
-			"reset by dave": func(d window.Decision) bool {
+			"reset by dave": func(d window.DecisionMessage) bool {
 				return d.Type == window.DecisionReset && d.Operator == "dave" && d.Subject == "203.0.113.20" && d.Offset == resetOffset && d.DeletedKeys > 0
 			},
 		}
@@ -518,7 +518,7 @@ func eventsFrom(t *testing.T, brokers []string, topic string, partition int, off
 
 // readAudit reads the decisions topic until every wanted record was seen,
 // each with an id.
-func readAudit(t *testing.T, brokers []string, topic string, want map[string]func(window.Decision) bool) {
+func readAudit(t *testing.T, brokers []string, topic string, want map[string]func(window.DecisionMessage) bool) {
 	t.Helper()
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
@@ -529,7 +529,7 @@ func readAudit(t *testing.T, brokers []string, topic string, want map[string]fun
 		if err != nil {
 			t.Fatalf("read decisions, still missing %d: %v", len(want), err)
 		}
-		var d window.Decision
+		var d window.DecisionMessage
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			t.Fatalf("decision %s: %v", m.Value, err)
 		}

@@ -3,7 +3,8 @@
 // A Publisher validates and encodes each event.Event, keys the message by
 // Event.Key ("<kind>:<subject>") and places it with the murmur2 partitioner
 // of Java's default producer, so Go, Java and librdkafka
-// (partitioner=murmur2_random) producers agree on where a subject lives.
+// (partitioner=murmur2_random) producers agree on where a subject lives
+// (topics.Partition computes it).
 //
 // Memory is bounded: at most Config.MaxBuffered events are in flight.
 // Publish waits for room (back-pressure) until its context ends, or returns

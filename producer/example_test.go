@@ -34,11 +34,3 @@ func ExamplePublisher_Publish() {
 		fmt.Println("publish:", err)
 	}
 }
-
-func ExamplePartition() {
-	fmt.Println(producer.Partition([]byte("ip:203.0.113.7"), 12))
-	fmt.Println(producer.Partition([]byte("email:a@example.com"), 12))
-	// Output:
-	// 0
-	// 7
-}

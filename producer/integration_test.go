@@ -17,6 +17,7 @@ import (
 	"floodgate/event"
 	"floodgate/producer"
 	"floodgate/stacktest"
+	"floodgate/topics"
 )
 
 // readAll reads every partition of topic from the start to its end offset,
@@ -191,7 +192,7 @@ func TestPublishAndKcatAgree(t *testing.T) {
 		if !reflect.DeepEqual(e, want) {
 			t.Errorf("event read back = %+v, sent %+v", e, want)
 		}
-		if javaP := producer.Partition(m.Key, partitions); m.Partition != javaP {
+		if javaP := topics.Partition(m.Key, partitions); m.Partition != javaP {
 			t.Errorf("%s (%s) on partition %d, Java's default partitioner says %d", m.Key, e.Action, m.Partition, javaP)
 		}
 		if p, ok := partitionOf[string(m.Key)]; ok && p != m.Partition {

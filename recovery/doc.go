@@ -7,7 +7,7 @@
 // for every partition whose offset is missing from Redis, the first offset
 // at or after now − (longest rule window + slack) with Kafka's time index
 // (ListOffsets by timestamp), replays the partition from there to its
-// current end through the same window.Store.Apply the live aggregator uses,
+// current end through the same live.Applier the live aggregator uses,
 // and so stores the partition's next offset in the same script run as the
 // counters. When the live aggregator starts again it resumes exactly where
 // the rebuild stopped: nothing is counted twice and nothing is skipped.
@@ -29,7 +29,7 @@
 //
 //	res, err := recovery.Rebuild(ctx, recovery.Config{
 //		Brokers: brokers, Topic: "floodgate.events", Group: "floodgate-live",
-//		Store: store, Rules: set,
+//		Store: store, Applier: applier, Rules: set,
 //	})
 //	fmt.Printf("replayed %d events of %d partitions in %s\n", res.Events, res.Partitions, res.Took)
 package recovery

@@ -16,6 +16,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/recovery"
 	"floodgate/rules"
 	"floodgate/stacktest"
@@ -31,6 +32,7 @@ type lostEnv struct {
 	topic    string
 	parts    int
 	store    *window.Store
+	ap       *live.Applier
 	set      *rules.Set
 	subjects map[int]string // partition -> a subject that lives there
 	log      *syncBuffer
@@ -49,6 +51,9 @@ func newLostEnv(t *testing.T, parts int) *lostEnv {
 	}
 	e.store, err = window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return parts }})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ap, err = live.NewApplier(e.store, live.ApplierConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; len(e.subjects) < parts; i++ {
@@ -96,7 +101,7 @@ func (e *lostEnv) counted(ctx context.Context, p int, recs []aggregator.Record) 
 		r.Offset = int64(i)
 		b.Records = append(b.Records, r)
 	}
-	if _, err := e.store.Apply(ctx, "live", b, e.set, time.Now(), nil); err != nil {
+	if _, err := e.ap.Apply(ctx, "live", b, e.set, time.Now(), nil); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -131,7 +136,7 @@ func (e *lostEnv) deleteBelow(ctx context.Context, p int, off int64) {
 }
 
 func (e *lostEnv) rebuild(ctx context.Context, policy aggregator.LostOffsetsPolicy, reset, force bool) (recovery.Result, error) {
-	return recovery.Rebuild(ctx, recovery.Config{Brokers: e.brokers, Topic: e.topic, Group: "live", Store: e.store, Rules: e.set,
+	return recovery.Rebuild(ctx, recovery.Config{Brokers: e.brokers, Topic: e.topic, Group: "live", Store: e.store, Applier: e.ap, Rules: e.set,
 		Reset: reset, Force: force, Redis: e.rdb, OnLostOffsets: policy, Logger: slog.New(slog.NewTextHandler(e.log, nil))})
 }
 
@@ -238,7 +243,7 @@ func TestRebuildTopicRecreated(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			// The old log's 50 offsets, counted; then the new log's 5.
-			if _, err := e.store.Apply(ctx, "live", aggregator.Batch{Topic: e.topic, First: 0, Last: 49}, e.set, time.Now(), nil); err != nil {
+			if _, err := e.ap.Apply(ctx, "live", aggregator.Batch{Topic: e.topic, First: 0, Last: 49}, e.set, time.Now(), nil); err != nil {
 				t.Fatal(err)
 			}
 			e.produce(ctx, 0, 5)

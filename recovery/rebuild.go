@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/aggregator"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/topics"
 	"floodgate/window"
@@ -22,16 +23,25 @@ import (
 	"floodgate/kafkaconn"
 )
 
-// Store is what Rebuild needs of the live store; *window.Store has it.
+// Store is what Rebuild reads of the live store; *window.Store has it.
 type Store interface {
 	Resume(ctx context.Context, group, topic string, partition int) (next int64, ok bool, err error)
-	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *window.Headroom) (window.ApplyResult, error)
-	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
 	Keys() window.Keys
 	Prefix() string
 }
 
-var _ Store = (*window.Store)(nil)
+// Applier writes into the live store as the live aggregator does: batches
+// with their offsets, and a recreated topic's offsets moved back;
+// *live.Applier is it.
+type Applier interface {
+	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *live.Headroom) (live.ApplyResult, error)
+	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
+}
+
+var (
+	_ Store   = (*window.Store)(nil)
+	_ Applier = (*live.Applier)(nil)
+)
 
 // Config configures Rebuild.
 type Config struct {
@@ -47,6 +57,9 @@ type Config struct {
 	// Store is the live window store (same key prefix as the aggregator).
 	// Required.
 	Store Store
+	// Applier counts the replayed batches into Store's slots (a
+	// live.Applier over Store). Required.
+	Applier Applier
 	// Rules decide what is counted, as in the live aggregator. Required.
 	Rules *rules.Set
 	// Since is how far back to replay. Default: the longest window of Rules
@@ -105,6 +118,8 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: no consumer group")
 	case c.Store == nil:
 		return errors.New("rebuild config: no window store")
+	case c.Applier == nil:
+		return errors.New("rebuild config: no applier")
 	case c.Rules == nil:
 		return errors.New("rebuild config: no rules")
 	case c.Reset && c.Redis == nil:
@@ -209,7 +224,7 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 			// The store's offset must come back to where the replay
 			// starts, or every replayed batch would be taken for one it
 			// already holds.
-			if err := cfg.Store.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
+			if err := cfg.Applier.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
 				return res, fmt.Errorf("rebuild: %w", err)
 			}
 			pos[p] = position{next: bounds[p].from, stored: true}
@@ -426,7 +441,7 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first
 		if b.Last < b.First {
 			return nil
 		}
-		res, err := cfg.Store.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now(), nil)
+		res, err := cfg.Applier.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now(), nil)
 		if err != nil {
 			return fmt.Errorf("rebuild: %w", err)
 		}

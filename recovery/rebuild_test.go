@@ -10,6 +10,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/recovery"
 	"floodgate/rules"
 	"floodgate/stacktest"
@@ -56,7 +57,11 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Rules: set,
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Applier: ap, Rules: set,
 		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +84,10 @@ func TestRebuildResetDeletesOnlyFloodgateKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	ours := []string{st.Keys().State(0), st.Keys().Offset("g", topic, 0),
@@ -95,7 +104,7 @@ func TestRebuildResetDeletesOnlyFloodgateKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Rules: set, Reset: true, Redis: rdb})
+	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Applier: ap, Rules: set, Reset: true, Redis: rdb})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,11 +160,15 @@ func TestRebuildSkipsABomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: login_failed\n    kinds: [ip]\n    limits: [100/1h]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Rules: set})
+	res, err := recovery.Rebuild(ctx, recovery.Config{Brokers: brokers, Topic: topic, Group: "g", Store: st, Applier: ap, Rules: set})
 	if err != nil {
 		t.Fatal(err)
 	}

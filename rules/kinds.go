@@ -127,7 +127,7 @@ func (s *Set) HistoryStorages() map[string]HistoryStorage {
 // for a kind with an IPv6 prefix, an IPv6 address (or a longer prefix) becomes its
 // prefix in canonical form, "2001:db8:1:2::/64"; everything else, IPv4
 // addresses included, is returned as given. The limiter's lookups and
-// the aggregator's counting (window.Store.Apply) both call it, so both name
+// the aggregator's counting (live.Applier.Apply) both call it, so both name
 // a subject alike; it is idempotent.
 func (s *Set) Subject(kind, subject string) string {
 	bits := s.Kind(kind).IPv6Prefix

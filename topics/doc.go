@@ -1,4 +1,5 @@
-// Package topics creates floodgate's Kafka topics, idempotently.
+// Package topics creates floodgate's Kafka topics, idempotently, and says
+// which partition a key lands on.
 //
 // Ensure creates the topics that are missing (a topic that already exists
 // is a success, whatever its partition count) and waits until every
@@ -15,4 +16,8 @@
 // one partition, so one aggregator owns its counters); correctness does not
 // depend on them. Changing the partition count of floodgate.events moves
 // subjects between partitions.
+//
+// Partition(key, n) is where a keyed record lands: the murmur2 partitioner
+// of Java's default producer, which the Publisher of package producer uses
+// and the live store's slots follow.
 package topics

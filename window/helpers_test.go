@@ -9,6 +9,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -75,3 +76,13 @@ func recordAt(off int64, e event.Event) aggregator.Record {
 // onePartition puts every subject in partition 0, where the tests'
 // batches are.
 func onePartition() int { return 1 }
+
+// applierOf returns the live path's Applier over st, with its defaults.
+func applierOf(tb testing.TB, st *window.Store) *live.Applier {
+	tb.Helper()
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ap
+}

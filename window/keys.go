@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/producer"
+	"floodgate/topics"
 )
 
 // Subject is one counted thing: a feature value (Subject) of a feature Kind
@@ -34,7 +34,7 @@ func ParseField(f string) (Subject, bool) {
 // and floodgate's producer's default), so the aggregator that counts a
 // subject and the limiter that takes for it agree on its slot.
 func Partition(sub Subject, partitions int) int {
-	return producer.Partition([]byte(sub.Kind+":"+sub.Subject), partitions)
+	return topics.Partition([]byte(sub.Kind+":"+sub.Subject), partitions)
 }
 
 // Slot returns the hash tag every live key of a partition starts with,
@@ -92,13 +92,13 @@ func (k Keys) IDs(partition int) string { return k.Slot(partition) + idsSuffix }
 
 // Deny returns the key of a subject's deny record in its partition's slot.
 func (k Keys) Deny(partition int, sub Subject) string {
-	return k.subjectPrefix(partition, sub) + "deny"
+	return k.SubjectPrefix(partition, sub) + "deny"
 }
 
 // Shadow returns the key of a subject's shadow record: like a deny record,
 // but nothing denies on it.
 func (k Keys) Shadow(partition int, sub Subject) string {
-	return k.subjectPrefix(partition, sub) + "shadow"
+	return k.SubjectPrefix(partition, sub) + "shadow"
 }
 
 // Bucket returns the key of the bucket hash of a level ('s', 'm' or 'h')
@@ -143,29 +143,29 @@ func LevelSpan(level byte) int64 {
 // bucketN is the key of bucket hash n of a level: the minute, hour or day
 // number (Unix seconds divided by 60, 3600, 86400).
 func (k Keys) bucketN(partition int, sub Subject, level byte, n int64) string {
-	return bucketKey(k.subjectPrefix(partition, sub), level, n)
+	return BucketKey(k.SubjectPrefix(partition, sub), level, n)
 }
 
-// subjectPrefix starts every key of a subject; bucketKey completes it for
+// SubjectPrefix starts every key of a subject; BucketKey completes it for
 // one bucket hash (a batch builds a subject's prefix once for all of them).
-func (k Keys) subjectPrefix(partition int, sub Subject) string {
+func (k Keys) SubjectPrefix(partition int, sub Subject) string {
 	return k.Slot(partition) + ":" + Field(sub) + ":"
 }
 
-func bucketKey(prefix string, level byte, n int64) string {
+func BucketKey(prefix string, level byte, n int64) string {
 	return prefix + string(level) + ":" + strconv.FormatInt(n, 10)
 }
 
 // Arrivals returns the key of a subject's bucket arrival times (GCRA): a
 // hash rule -> theoretical arrival time, Unix microseconds.
 func (k Keys) Arrivals(partition int, sub Subject) string {
-	return k.subjectPrefix(partition, sub) + "g"
+	return k.SubjectPrefix(partition, sub) + "g"
 }
 
 // Distinct returns the key of a subject's distinct values of an attr kind:
 // a sorted set value -> the last second it was seen.
 func (k Keys) Distinct(partition int, sub Subject, kind string) string {
-	return k.subjectPrefix(partition, sub) + "d:" + kind
+	return k.SubjectPrefix(partition, sub) + "d:" + kind
 }
 
 // Pattern matches every live key of the prefix (SCAN MATCH; braces are

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -137,9 +138,9 @@ func snapshotInPages(t *testing.T, rdb snapshotReader, st *window.Store) {
 	ctx := context.Background()
 	set := mustRules(t, probeRules)
 	b := &batcher{topic: "t"}
-	hr := window.NewHeadroom(100000)
+	hr := live.NewHeadroom(100000)
 	apply := func(evs []eventT) {
-		if _, err := st.Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
+		if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
 			t.Error(err)
 		}
 	}
@@ -219,26 +220,26 @@ func TestPruneRemovesExpiredStatesByTime(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, probeRules)
 	b := &batcher{topic: "t"}
-	hr := window.NewHeadroom(100000)
-	const n = 1500 // pages of window.PrunePage
+	hr := live.NewHeadroom(100000)
+	const n = 1500 // pages of live.PrunePage
 	for i := 0; i < n; i += 500 {
-		if _, err := st.Apply(ctx, "g", b.batch(probeEvents(i, 500, 1, base)...), set, base, hr); err != nil {
+		if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(probeEvents(i, 500, 1, base)...), set, base, hr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// one subject evaluated later lives longer
 	late := base.Add(30 * time.Minute)
-	if _, err := st.Apply(ctx, "g", b.batch(probeEvents(n, 1, 1, late)...), set, late, hr); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(probeEvents(n, 1, 1, late)...), set, late, hr); err != nil {
 		t.Fatal(err)
 	}
 	keys := st.Keys()
 	if got := rdb.HLen(ctx, keys.State(0)).Val(); got != n+1 {
 		t.Fatalf("state hash holds %d, want %d", got, n+1)
 	}
-	if removed, err := st.Prune(ctx, 0, base.Add(time.Minute)); err != nil || removed != 0 {
+	if removed, err := applierOf(t, st).Prune(ctx, 0, base.Add(time.Minute)); err != nil || removed != 0 {
 		t.Fatalf("prune before any expiry removed %d (%v)", removed, err)
 	}
-	removed, err := st.Prune(ctx, 0, base.Add(time.Hour+time.Second))
+	removed, err := applierOf(t, st).Prune(ctx, 0, base.Add(time.Hour+time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +260,10 @@ func TestSnapshotAtMostKeepsBlockingStatesFirst(t *testing.T) {
 	ctx := context.Background()
 	set := mustRules(t, probeRules)
 	b := &batcher{topic: "t"}
-	hr := window.NewHeadroom(100000)
+	hr := live.NewHeadroom(100000)
 	// 3000 subjects at half the limit (one event of 2/1h), 100 over it.
 	evs := append(probeEvents(0, 3000, 1, base), probeEvents(3000, 100, 3, base)...)
-	if _, err := st.Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
 		t.Fatal(err)
 	}
 	full, err := st.Snapshot(ctx, 0, base)

@@ -274,6 +274,10 @@ func (s *Store) runEval(ctx context.Context, op string, partition int, now time.
 	return parseTakes(op, reqs, v)
 }
 
+// takeTaken is eval.lua's TAKEN: the take counted its events (NOT_TAKEN,
+// 0: it did not).
+const takeTaken = 1
+
 // parseTakes reads the reply of evalBody: one {taken, states} per request.
 func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 	if len(v) != len(reqs) {
@@ -290,7 +294,7 @@ func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[r] = TakeResult{Taken: taken == 1, States: states}
+		out[r] = TakeResult{Taken: taken == takeTaken, States: states}
 	}
 	return out, nil
 }

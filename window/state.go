@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,7 +149,7 @@ type Change struct {
 	Seq       int64
 	Next      int64 // the partition's next offset once the batch was applied
 	States    []StateChange
-	Decisions []Decision
+	Decisions []DecisionMessage
 	Bans      []BanChange // operators' bans and unbans (admin.go)
 }
 
@@ -253,12 +254,9 @@ type Snapshot struct {
 //
 // Returns {last entry id or "0-0", seq, {field, ban json}*}. Bans are an
 // operator's, few.
-const snapshotBody = `
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local id = '0-0'
-if #last > 0 then id = last[1][1] end
-return {id, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3])}
-`
+//
+//go:embed snapshot.lua
+var snapshotBody string
 
 // snapshotPageBody reads one page of a partition's state hash.
 //
@@ -266,7 +264,9 @@ return {id, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', K
 //	ARGV: cursor, count
 //
 // Returns {next cursor, {field, json}*}.
-const snapshotPageBody = `return redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])`
+//
+//go:embed snapshot_page.lua
+var snapshotPageBody string
 
 var (
 	snapshotScript     = redis.NewScript("#!lua flags=no-writes\n" + snapshotBody)
@@ -389,46 +389,4 @@ func (k *snapshotKeeper) add(sub Subject, st SubjectState) {
 func (k *snapshotKeeper) omit(st SubjectState) {
 	k.snap.Omitted++
 	k.snap.OmittedUntil = maxTime(k.snap.OmittedUntil, st.Expires())
-}
-
-// pruneBody removes up to max states that say nothing any more at now from
-// a partition's state hash (scored by expiry in the @exp set): no change
-// entry, since a reader drops them at the same second on its own.
-//
-//	KEYS: state key, exp key
-//	ARGV: now (Unix s), max
-//
-// Returns the number removed.
-const pruneBody = `
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #gone > 0 then
-  redis.call('HDEL', KEYS[1], unpack(gone))
-  redis.call('ZREM', KEYS[2], unpack(gone))
-end
-return #gone
-`
-
-var pruneScript = redis.NewScript("#!lua\n" + pruneBody)
-
-// PrunePage bounds the states one prune script run removes.
-const PrunePage = 512
-
-// Prune removes every state of a partition that says nothing any more at
-// now, PrunePage a script run, and returns how many. The apply script
-// removes a few with every batch; Prune is what reaches the states of a
-// partition that no batch touches any more (the live sink runs it on a
-// timer for the partitions it owns).
-func (s *Store) Prune(ctx context.Context, partition int, now time.Time) (int, error) {
-	k := s.keys
-	total := 0
-	for {
-		n, err := pruneScript.Run(ctx, s.rdb, []string{k.State(partition), k.Exp(partition)}, now.Unix(), PrunePage).Int()
-		if err != nil {
-			return total, fmt.Errorf("prune partition=%d: %w", partition, err)
-		}
-		total += n
-		if n < PrunePage {
-			return total, nil
-		}
-	}
 }

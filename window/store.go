@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,35 +39,19 @@ type StoreConfig struct {
 	Prefix string
 	// Partitions returns the partition count of the events topic (topic
 	// metadata, watched): calls that name subjects (Check, Evaluate, Take)
-	// find a subject's slot with it, and Apply reports events that sit on
-	// another partition than their key's. Nil: only Apply and Resume work.
+	// find a subject's slot with it, and live's Applier reports events that
+	// sit on another partition than their key's. Nil: only applying
+	// batches and Resume work.
 	Partitions func() int
 	// Slack is added to every bucket hash's time to live, so a lookup
 	// racing an expiry, or a limiter whose clock is slightly behind, still
 	// finds whole windows. Default 1m.
 	Slack time.Duration
-	// MaxSubjects caps the distinct subjects of one apply script run. A
-	// batch with more is applied as several runs over consecutive offset
-	// ranges, each atomic with its own offset, so that no script blocks
-	// Redis for long. Default 1000.
-	MaxSubjects int
 	// MaxLog bounds each partition's change stream (approximately, entries).
 	// The decisions relay trims it as it publishes; this cap only bites when
 	// the relay is far behind (the decisions topic down for long), and the
 	// relay then reports the entries it lost. Default 100000.
 	MaxLog int64
-	// Dedup, when positive, is the horizon within which an event id already
-	// counted in a partition is skipped (a producer's retry): the ids are
-	// kept in the partition's slot and checked in the apply script. Zero
-	// counts every event (the default).
-	Dedup time.Duration
-	// KeepRecords keeps deny and shadow records this long past their until.
-	// Default 0: they expire exactly at until, so that a record's presence
-	// alone means "deny" to every reader. Replays on event time (package
-	// backtest) set it: their clock runs at another pace than Redis's, which
-	// would otherwise drop records early; the apply script, their only
-	// reader there, treats a record whose until has passed as none.
-	KeepRecords time.Duration
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
 }
@@ -80,28 +65,21 @@ type Store struct {
 	keys    Keys
 	parts   func() int
 	slack   time.Duration
-	maxSub  int
 	maxLog  int64
-	dedup   int64 // seconds; 0 off
-	keep    int64 // ms deny records outlive their until
 	latency *prometheus.HistogramVec
 }
+
+// resumeBody reads a partition's next offset: a script rather than a GET so
+// that the Store needs nothing of Redis but scripts.
+//
+//go:embed resume.lua
+var resumeBody string
 
 // The scripts are immutable; redis.Script only caches their SHA. The
 // shebang makes Redis refuse a writing script up front when it is out of
 // memory, instead of failing half-way.
 var (
-	applyScript  = redis.NewScript("#!lua\n" + LuaLib + maxDistinctLua + applyBody)
 	resumeScript = redis.NewScript("#!lua flags=no-writes\n" + resumeBody)
-	// seenScript reads the scores of many ids in chunks: Lua's unpack
-	// fails past a few thousand values, and a backlog's batch holds more.
-	seenScript = redis.NewScript("#!lua flags=no-writes\n" + `
-local out = {}
-for i = 1, #ARGV, 1000 do
-  local part = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-  for k = 1, #part do out[#out + 1] = part[k] end
-end
-return out`)
 )
 
 // NewStore returns a Store over rdb.
@@ -118,20 +96,11 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 	switch {
 	case cfg.Slack < 0:
 		return nil, fmt.Errorf("window store: slack %s is negative", cfg.Slack)
-	case cfg.MaxSubjects < 0:
-		return nil, fmt.Errorf("window store: max subjects %d is negative", cfg.MaxSubjects)
 	case cfg.MaxLog < 0:
 		return nil, fmt.Errorf("window store: max log %d is negative", cfg.MaxLog)
-	case cfg.KeepRecords < 0:
-		return nil, fmt.Errorf("window store: keep records %s is negative", cfg.KeepRecords)
-	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
-		return nil, fmt.Errorf("window store: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
 	}
 	if cfg.Slack == 0 {
 		cfg.Slack = time.Minute
-	}
-	if cfg.MaxSubjects == 0 {
-		cfg.MaxSubjects = 1000
 	}
 	if cfg.MaxLog == 0 {
 		cfg.MaxLog = 100_000
@@ -141,10 +110,7 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 		keys:   Keys{Prefix: cfg.Prefix},
 		parts:  cfg.Partitions,
 		slack:  cfg.Slack,
-		maxSub: cfg.MaxSubjects,
 		maxLog: cfg.MaxLog,
-		dedup:  int64(cfg.Dedup / time.Second),
-		keep:   cfg.KeepRecords.Milliseconds(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_redis_seconds",
 			Help:    "Redis script round trips of the window store by operation.",
@@ -180,9 +146,30 @@ func (s *Store) PartitionOf(sub Subject) (int, error) {
 	return Partition(sub, n), nil
 }
 
-func (s *Store) observe(op string, start time.Time) {
+// Redis returns the client the store runs its scripts on; the writers of
+// the slot (package live's Applier) run theirs on it too.
+func (s *Store) Redis() Redis { return s.rdb }
+
+// MaxLog returns the cap on each partition's change stream.
+func (s *Store) MaxLog() int64 { return s.maxLog }
+
+// Partitions returns the partition count of the events topic, 0 when
+// unknown (StoreConfig.Partitions nil).
+func (s *Store) Partitions() int {
+	if s.parts == nil {
+		return 0
+	}
+	return s.parts()
+}
+
+// Observe records a Redis round trip of op that began at start in
+// floodgate_redis_seconds{op}: the slot's writers report theirs beside the
+// store's reads.
+func (s *Store) Observe(op string, start time.Time) {
 	s.latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
+
+func (s *Store) observe(op string, start time.Time) { s.Observe(op, start) }
 
 // Resume returns the next offset stored for a partition of group; ok is
 // false when none is stored.
@@ -308,10 +295,11 @@ func (d Deny) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// Decision is a new deny (or, for shadow rules, would-be deny) of a
-// subject, or an operator's action on one (Type): the floodgate.decisions
-// message.
-type Decision struct {
+// DecisionMessage is a message of the floodgate.decisions topic: a new
+// deny (or, for shadow rules, would-be deny) of a subject, or an operator's
+// action on one (Type). Not a deny record (Deny): the record is what readers
+// look up while it lasts, the message tells once that it was made.
+type DecisionMessage struct {
 	// ID identifies the decision across redeliveries: publication to the
 	// decisions topic is at least once, and a consumer that sees an ID
 	// twice has seen one decision. "p<partition>-<change entry id>-<i>".
@@ -360,16 +348,16 @@ type decisionWire struct {
 	Offset   *int64       `json:"offset,omitempty"`
 }
 
-func (w decisionWire) decision() (Decision, error) {
+func (w decisionWire) decision() (DecisionMessage, error) {
 	var lim rules.Limit
 	var bk *rules.Bucket
 	if w.Type == "" { // operator actions have no limit
 		var err error
 		if lim, bk, err = limitOf(w.Limit, w.Window, w.Bucket); err != nil {
-			return Decision{}, fmt.Errorf("decision: %w", err)
+			return DecisionMessage{}, fmt.Errorf("decision: %w", err)
 		}
 	}
-	d := Decision{
+	d := DecisionMessage{
 		ID: w.ID, Action: w.Action, Kind: w.Kind, Subject: w.Subject, Rule: w.Rule,
 		Limit: lim, Bucket: bk, Count: w.Count,
 		Shadow: w.Shadow, Message: w.Message, TS: time.UnixMilli(w.TS).UTC(),
@@ -387,7 +375,7 @@ func (w decisionWire) decision() (Decision, error) {
 // MarshalJSON writes the floodgate.decisions message value: times in Unix
 // milliseconds, as in events. Operator actions have their own fields
 // (operatorWire).
-func (d Decision) MarshalJSON() ([]byte, error) {
+func (d DecisionMessage) MarshalJSON() ([]byte, error) {
 	if d.Type != "" {
 		return json.Marshal(d.operatorWire())
 	}
@@ -403,7 +391,7 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads a floodgate.decisions message value.
-func (d *Decision) UnmarshalJSON(data []byte) error {
+func (d *DecisionMessage) UnmarshalJSON(data []byte) error {
 	var w decisionWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
@@ -416,42 +404,31 @@ func (d *Decision) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// resetBody moves a partition's stored offset from ARGV[1] to ARGV[2], only
-// when it stands at ARGV[1].
-const resetBody = `
-local cur = redis.call('GET', KEYS[1])
-if cur ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2])
-return 1
-`
-
-var resetScript = redis.NewScript("#!lua\n" + resetBody)
-
-// ResetOffset moves the offset stored for a partition of group back from
-// from to to (the topic was recreated; the stored offset lies beyond the new
-// log's end). It fails when the stored offset is not from.
-func (s *Store) ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error {
-	key := s.keys.Offset(group, topic, partition)
-	n, err := resetScript.Run(ctx, s.rdb, []string{key}, strconv.FormatInt(from, 10), strconv.FormatInt(to, 10)).Int()
-	if err != nil {
-		return fmt.Errorf("reset offset %s from %d to %d: %w", key, from, to, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("reset offset %s: it no longer stands at %d", key, from)
-	}
-	return nil
-}
-
 // LoadScripts loads every script of the Store into Redis (every primary of a
-// cluster), so that the first apply, check or take after a start runs by
+// cluster), so that the first check or take after a start runs by
 // its SHA instead of sending and compiling its source within its deadline:
 // a strict take's budget is a few hundred milliseconds.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, resumeScript, seenScript, evalScript, takeScript, refundScript,
-		checkScript, snapshotScript, snapshotPageScript, pruneScript, adminScript, recordsScript} {
+	for _, sc := range []*redis.Script{resumeScript, evalScript, takeScript, refundScript,
+		checkScript, snapshotScript, snapshotPageScript, recordsScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load scripts: %w", err)
 		}
 	}
 	return nil
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func replyInt(v []any, i int) int64 {
+	if i >= len(v) {
+		return 0
+	}
+	n, _ := v[i].(int64)
+	return n
 }

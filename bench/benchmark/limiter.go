@@ -16,6 +16,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/bench/rlsload"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/stacktest/childproc"
@@ -259,7 +260,7 @@ func noopRate(runs []Lookup, c int) float64 {
 }
 
 // checkRuns: the denied subjects are put over their limit first (real
-// events through window.Store.Apply, as the aggregator applies them), and
+// events through live.Applier.Apply, as the aggregator applies them), and
 // the runs start once the limiter denies every one of them from memory.
 func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix string, set *rules.Set, rate float64) error {
 	if err := b.seedDenied(ctx, topic, prefix, set); err != nil {
@@ -362,11 +363,15 @@ func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario st
 }
 
 // seedDenied applies deniedEvents events for every subject of shapeDenied
-// through window.Store.Apply, the aggregator's own write: counters, deny
+// through live.Applier.Apply, the aggregator's own write: counters, deny
 // records, decision state and change entries, which the limiter follows.
 func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules.Set) error {
 	parts := b.cfg.PartCount
 	store, err := window.NewStore(b.rdb, window.StoreConfig{Prefix: prefix, Partitions: func() int { return parts }})
+	if err != nil {
+		return err
+	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{})
 	if err != nil {
 		return err
 	}
@@ -385,7 +390,7 @@ func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules
 	}
 	for p, recs := range byPart {
 		batch := aggregator.Batch{Topic: topic, Partition: p, First: 0, Last: int64(len(recs) - 1), Records: recs}
-		if _, err := store.Apply(ctx, "bench-"+b.id+"-seed", batch, set, now, nil); err != nil {
+		if _, err := applier.Apply(ctx, "bench-"+b.id+"-seed", batch, set, now, nil); err != nil {
 			return fmt.Errorf("seed denied subjects partition=%d: %w", p, err)
 		}
 	}

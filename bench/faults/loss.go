@@ -589,7 +589,7 @@ func (s *Suite) crashBeforePublish(ctx context.Context) (Row, error) {
 			clear(ids)
 			clear(subjects)
 			err = s.kafka.ReadRange(ctx, s.dec, map[int]int64{}, end, func(msg kafka.Message) {
-				var d window.Decision
+				var d window.DecisionMessage
 				if json.Unmarshal(msg.Value, &d) == nil && strings.HasPrefix(d.Subject, tag) {
 					ids[d.ID]++
 					subjects[d.Subject] = true

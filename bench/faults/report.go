@@ -323,7 +323,7 @@ written by one script per batch. Kafka keeps the events far longer than the long
 counters can always be recomputed. ` + "`recovery.Rebuild`" + ` does it: with the live aggregator stopped it deletes
 the key prefix (the counters written since the restart are partial), finds for each partition the first
 offset at or after now − (longest window + 1 min) with Kafka's time index, and replays each partition to its
-current end through the same ` + "`window.Store.Apply`" + ` the aggregator uses — so the offsets are stored with the
+current end through the same ` + "`live.Applier.Apply`" + ` the aggregator uses — so the offsets are stored with the
 counters and the aggregator, restarted, resumes exactly where the rebuild stopped (no gap, no double count).
 Events the limiter's strict mode had counted (header ` + "`floodgate-counted`" + `) are counted too: those counts
 were lost with Redis. Deny records come back as the replayed subjects are evaluated.

@@ -57,8 +57,12 @@ func (f *AdminFlags) admin(authToken string, serverTLS *tls.Config, topic string
 			return nil, fmt.Errorf("admin token %q: its secret is the --auth-token; give the admin endpoints a secret of their own", t.Name)
 		}
 	}
+	writer, err := operator.NewWriter(store)
+	if err != nil {
+		return nil, err
+	}
 	op, err := operator.New(operator.Config{
-		Store: store, Rules: set, Checker: lim, Applied: state.Seq, Group: f.LiveGroup, Topic: topic,
+		Store: store, Writer: writer, Rules: set, Checker: lim, Applied: state.Seq, Group: f.LiveGroup, Topic: topic,
 		Logger: logger, Registerer: reg,
 	})
 	if err != nil {

@@ -80,11 +80,18 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err := c.requireOutputTopics(ctx); err != nil {
 		return err
 	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, Registerer: reg})
+	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup})
 	if err != nil {
 		return err
 	}
 	if err := store.LoadScripts(ctx); err != nil {
+		return err
+	}
+	if err := applier.LoadScripts(ctx); err != nil {
 		return err
 	}
 
@@ -98,7 +105,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	liveSink, err := live.NewSink(live.SinkConfig{
-		Store: store, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
+		Applier: applier, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {

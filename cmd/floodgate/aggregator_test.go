@@ -569,7 +569,7 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read decisions: %v", err)
 	}
-	var d window.Decision
+	var d window.DecisionMessage
 	if err := json.Unmarshal(m.Value, &d); err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,11 @@ func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rule
 	if err != nil {
 		return err
 	}
-	op, err := operator.New(operator.Config{Store: store, Rules: func() *rules.Set { return set }, Group: c.LiveGroup, Topic: c.Topic, Logger: logger})
+	writer, err := operator.NewWriter(store)
+	if err != nil {
+		return err
+	}
+	op, err := operator.New(operator.Config{Store: store, Writer: writer, Rules: func() *rules.Set { return set }, Group: c.LiveGroup, Topic: c.Topic, Logger: logger})
 	if err != nil {
 		return err
 	}

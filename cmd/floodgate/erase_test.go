@@ -12,6 +12,7 @@ import (
 	"floodgate/event"
 	"floodgate/history"
 	"floodgate/history/historytest"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -97,6 +98,10 @@ func TestEraseHistoryAndLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ap, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sub := window.Subject{Action: "login_failed", Kind: "email", Subject: "a@x"}
 	p := window.Partition(sub, 2)
 	b := aggregator.Batch{Topic: topic, Partition: p}
@@ -104,7 +109,7 @@ func TestEraseHistoryAndLive(t *testing.T) {
 		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: "a@x", TS: now, N: 1}})
 	}
 	b.Last = int64(len(b.Records) - 1)
-	if _, err := store.Apply(ctx, "floodgate-live", b, set, now, nil); err != nil {
+	if _, err := ap.Apply(ctx, "floodgate-live", b, set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	if recs, err := store.Records(ctx, now, sub); err != nil || recs.Deny == nil {

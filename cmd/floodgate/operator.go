@@ -225,7 +225,11 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 	if err != nil {
 		return fail(err)
 	}
-	cfg := operator.Config{Store: store, Rules: rulesFn, Checker: operator.NewSnapshotChecker(store, rulesFn, 0), Logger: logger}
+	writer, err := operator.NewWriter(store)
+	if err != nil {
+		return fail(err)
+	}
+	cfg := operator.Config{Store: store, Writer: writer, Rules: rulesFn, Checker: operator.NewSnapshotChecker(store, rulesFn, 0), Logger: logger}
 	if group != "" { // writes: a reset records the group's offset
 		cfg.Group, cfg.Topic = group, c.Topic
 	}

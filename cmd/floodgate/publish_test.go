@@ -152,17 +152,17 @@ func compareIDs(a, b string) int {
 
 // readDecisions reads the decisions topic from its start until it holds n
 // messages.
-func readDecisions(tb testing.TB, ctx context.Context, e *liveEnv, n int) []window.Decision {
+func readDecisions(tb testing.TB, ctx context.Context, e *liveEnv, n int) []window.DecisionMessage {
 	tb.Helper()
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.decisions, Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
-	var out []window.Decision
+	var out []window.DecisionMessage
 	for len(out) < n {
 		m, err := r.ReadMessage(ctx)
 		if err != nil {
 			tb.Fatalf("read decisions (%d of %d): %v", len(out), n, err)
 		}
-		var d window.Decision
+		var d window.DecisionMessage
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			tb.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"floodgate/aggregator"
+	"floodgate/live"
 	"floodgate/recovery"
 	"floodgate/topics"
 	"floodgate/window"
@@ -54,8 +55,12 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		return err
+	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
-		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Group: c.LiveGroup, Store: store, Rules: set, Since: c.Since,
+		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Group: c.LiveGroup, Store: store, Applier: applier, Rules: set, Since: c.Since,
 		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: aggregator.LostOffsetsPolicy(c.OnLostOffsets),
 	})
 	if err != nil {

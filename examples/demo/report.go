@@ -60,7 +60,7 @@ func watchDecisions(ctx context.Context, brokers []string, topic string) *decisi
 				if err != nil {
 					return
 				}
-				var dec window.Decision
+				var dec window.DecisionMessage
 				if json.Unmarshal(m.Value, &dec) != nil {
 					continue
 				}
@@ -71,7 +71,7 @@ func watchDecisions(ctx context.Context, brokers []string, topic string) *decisi
 	return d
 }
 
-func (d *decisions) add(dec window.Decision) {
+func (d *decisions) add(dec window.DecisionMessage) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	rule := dec.Rule + " " + strconv.FormatInt(dec.Limit.Count, 10) + "/" + rules.FormatWindow(dec.Limit.Window)

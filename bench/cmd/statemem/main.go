@@ -2,7 +2,7 @@
 // costs under the attack of issue 25: one event each from N invented IPv6
 // addresses (each its own /64) against a 2/1h rule, so that every address
 // is a held subject, plus D addresses with two events (denied). It writes
-// them through the aggregator's own write path (window.Store.Apply) under a
+// them through the aggregator's own write path (live.Applier.Apply) under a
 // key prefix of its own, loads the state as a limiter does (limiter.Sync,
 // HSCAN snapshots, --cap as --state-max-subjects), and reports the held
 // subjects, heap and RSS per subject, the load time, and whether sampled
@@ -32,6 +32,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/limiter"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -87,6 +88,10 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 	if err != nil {
 		return err
 	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{})
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	start := time.Now()
 	// events per partition, keyed by the subject counted, as a producer
@@ -103,7 +108,7 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 			offs[p]++
 		}
 		b.Last = offs[p] - 1
-		if _, err := store.Apply(ctx, "statemem", b, set, now, nil); err != nil {
+		if _, err := applier.Apply(ctx, "statemem", b, set, now, nil); err != nil {
 			return err
 		}
 		byPart[p] = byPart[p][:0]

@@ -1,10 +1,11 @@
-package window_test
+package live_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"floodgate/live"
 	"floodgate/stacktest"
 	"floodgate/window"
 )
@@ -17,7 +18,11 @@ import (
 func TestApplyReportsExtensions(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	ctx := context.Background()
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, KeepRecords: time.Hour})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{KeepRecords: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +35,14 @@ rules:
 `)
 	b := &batcher{topic: "t"}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "192.0.2.9"}
-	apply := func(at time.Duration, n int) window.ApplyResult {
+	apply := func(at time.Duration, n int) live.ApplyResult {
 		t.Helper()
 		now := base.Add(at)
 		evs := make([]eventT, n)
 		for i := range evs {
 			evs[i] = ev(sub.Action, sub.Kind, sub.Subject, now)
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now, nil)
+		res, err := ap.Apply(ctx, "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +52,7 @@ rules:
 		limit string
 		until time.Duration
 	}
-	check := func(name string, got []window.Decision, w []want) {
+	check := func(name string, got []window.DecisionMessage, w []want) {
 		t.Helper()
 		if len(got) != len(w) {
 			t.Fatalf("%s: %d records %+v, want %d", name, len(got), got, len(w))

@@ -1,4 +1,4 @@
-package window_test
+package live_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/stacktest"
-	"floodgate/window"
 )
 
 // BenchmarkStoreApply measures the live sink's Redis side: batches of 1000
@@ -49,9 +49,9 @@ func BenchmarkStoreApply(b *testing.B) {
 				}
 				batches = append(batches, bt.batch(evs...))
 			}
-			var hr *window.Headroom
+			var hr *live.Headroom
 			if tc.headroom {
-				hr = window.NewHeadroom(1 << 20)
+				hr = live.NewHeadroom(1 << 20)
 			}
 			ctx := context.Background()
 			calls0 := stacktest.RedisCalls(b, rdb)
@@ -70,7 +70,7 @@ func BenchmarkStoreApply(b *testing.B) {
 				}
 				bt.next = bb.Last + 1
 				now := src.Records[len(src.Records)-1].Event.TS
-				res, err := st.Apply(ctx, "bench", bb, set, now, hr)
+				res, err := applierOf(b, st).Apply(ctx, "bench", bb, set, now, hr)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,10 +1,12 @@
-package window_test
+package live_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"floodgate/live"
+	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -23,7 +25,7 @@ rules:
     limits: [5/m, 50/d]
 `
 
-func denied(res window.ApplyResult, subject string) bool {
+func denied(res live.ApplyResult, subject string) bool {
 	for _, d := range append(res.Decisions, res.Extended...) {
 		if d.Subject == subject && !d.Shadow {
 			return true
@@ -33,13 +35,13 @@ func denied(res window.ApplyResult, subject string) bool {
 }
 
 // applyTimes applies a batch of n events of subject "a" at at.
-func applyTimes(t *testing.T, st *window.Store, b *batcher, set *rules.Set, at time.Time, hr *window.Headroom, n int) window.ApplyResult {
+func applyTimes(t *testing.T, st *window.Store, b *batcher, set *rules.Set, at time.Time, hr *live.Headroom, n int) live.ApplyResult {
 	t.Helper()
 	var evs []eventT
 	for range n {
 		evs = append(evs, ev("act", "k", "a", at))
 	}
-	res, err := st.Apply(context.Background(), "g", b.batch(evs...), set, at, hr)
+	res, err := applierOf(t, st).Apply(context.Background(), "g", b.batch(evs...), set, at, hr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,15 +54,15 @@ func TestMirrorForgetsAfterOperatorReset(t *testing.T) {
 	set := mustRules(t, mirrorRules)
 	ctx := context.Background()
 	b := &batcher{topic: "m"}
-	hr := window.NewHeadroom(100)
+	hr := live.NewHeadroom(100)
 	at := base.Add(10 * time.Second)
-	apply := func(n int) window.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
+	apply := func(n int) live.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
 	apply(3)
 	if res := apply(1); res.Mirrored != 1 {
 		t.Fatalf("second batch: %d subjects evaluated from the copies, want 1", res.Mirrored)
 	}
 	sub := window.Subject{Action: "act", Kind: "k", Subject: "a"}
-	if _, err := st.Admin(ctx, at, window.AdminRequest{Op: window.OpReset, Subject: sub, Operator: "o", MaxWindow: 24 * time.Hour}); err != nil {
+	if _, err := writerOf(t, st).Admin(ctx, at, operator.AdminRequest{Op: operator.OpReset, Subject: sub, Operator: "o", MaxWindow: 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// 4 counted before the reset: two more would be over 5/m on the copy.
@@ -98,9 +100,9 @@ rules:
     limits: [20/m]
 `)
 	b := &batcher{topic: "m"}
-	mine, theirs := window.NewHeadroom(100), window.NewHeadroom(100)
+	mine, theirs := live.NewHeadroom(100), live.NewHeadroom(100)
 	at := base.Add(10 * time.Second)
-	apply := func(hr *window.Headroom, n int) window.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
+	apply := func(hr *live.Headroom, n int) live.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
 	if res := apply(mine, 2); res.Mirrored != 1 {
 		t.Fatalf("first batch: %d subjects evaluated from the copies, want 1", res.Mirrored)
 	}

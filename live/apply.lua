@@ -1,80 +1,6 @@
-package window
+-- reply codes: the first value of the reply (live/apply.go, replyApplied...)
+local APPLIED, HELD, TRIM, DEDUP_RACED, REWIND, STALE = 0, 1, 2, 3, 4, 5
 
-// applyBody applies one batch of one partition: the offset check, every
-// increment, the evaluation of the subjects the caller asks for, their
-// deny records and state, the change entry and the new offset, in one
-// script run in the partition's slot.
-//
-//	KEYS: offset key
-//	ARGV: slot, first, last, now_ms, slack, expect, maxlog, keep_ms, gseq,
-//	      nrules, {name, message}*nrules,
-//	      nprofiles, {maxw, nlimits, {rule, count, w, shadow, distinct kind}*nlimits,
-//	                  nbuckets, {rule, interval_us, burst, shadow, rate}*nbuckets}*nprofiles,
-//	      nwrites, {key, field, n, ttl}*nwrites, partial,
-//	      nsubjects, {field, profile, eval_sec, plan,
-//	                  nseen, {distinct kind, value, sec}*nseen, nbev, {us, n}*nbev,
-//	                  verdict}*nsubjects
-//
-// The writes are the batch's bucket increments, one hash field each, added
-// up and keyed by the caller (Keys.bucketN); a hash an increment creates
-// expires ttl seconds later. They cost the script one call each and nothing
-// else, which is why they travel apart from the subjects: partial is 1 when
-// the caller left out the subjects that have nothing but increments (no
-// plan, verdict, distinct value or bucket event). When the script must
-// evaluate every subject (the stored offset is not expect) and the list is
-// partial, it returns {5, next} and writes nothing, as for stale verdicts.
-//
-// verdict is 0, or 1 followed by what the caller found evaluating the
-// subject's window limits itself, from its copy of the buckets (mirror.go):
-// nbest, {kind (0 deny, 1 shadow), limit, count, until_ms, eval_sec}*nbest,
-// state JSON (” for none), its expiry second. The script then
-// evaluates nothing of the subject and writes what the verdict says. Such a
-// copy holds only while the caller is the partition's only writer: when the
-// stored offset is not expect, or the slot's change sequence not gseq (an
-// operator acted), the run returns {5, next} and writes nothing.
-//
-// Distinct limits count the values in the subject's distinct set of their
-// kind (a sorted set value -> the last second it was seen); buckets keep
-// the subject's theoretical arrival time per rule (GCRA, microseconds),
-// advanced by every event in arrival order.
-//
-// expect is the offset the caller last stored for the partition (-2 when it
-// does not know): when the stored offset differs, another owner moved the
-// partition and every subject is evaluated, whatever the plans say.
-//
-// plan says which of the subject's limits (windows, then buckets) to
-// evaluate: empty for none, "*" for all, else one '0' or '1' per limit.
-//
-// Each evaluated limit is evaluated at eval_sec (max of now and its latest
-// event) and, when that lies ahead of now, at now too. Per limit: the count;
-// when the count reaches half the limit (near), the limit enters the
-// subject's state with, when one more event would go over, the second it
-// would fit again; when the count is over the limit, a deny (or shadow)
-// record, the exceeded limit with the latest until winning.
-//
-// After the subjects: horizon (seconds, 0 when dedup is off), nids, id*: the
-// ids of the events counted, recorded in the slot's @ids set.
-//
-// keep_ms keeps deny and shadow records that long past their until (0: they
-// expire exactly at until). The script itself treats a record whose until
-// has passed as none; replays on event time keep them so that Redis's wall
-// clock, which runs at another pace than theirs, never drops one early.
-//
-// Returns {3, next} when one of the ids was counted since the caller looked
-// (it looks again), or {0, previous next offset or -1, all (1 when every subject was
-// evaluated), {subject, limit, count, until_ms, shadow, eval_sec}* of NEW
-// decisions, {subject, headroom per limit and bucket}* of subjects it evaluated,
-// change seq or 0, {subject, limit, count, until_ms, shadow, eval_sec}* of
-// records extended (written over a live record of the same rule and window:
-// no new decision), the slot's change sequence after the run}
-// when applied, {1, next} when the batch is already held, {2, next} when only
-// its tail is new (the caller trims and retries), {4, next} when the batch
-// starts after the stored offset (the slot lost writes it had acknowledged:
-// nothing is written, the caller reads the partition again from next), {5,
-// next} when the caller's verdicts are stale (nothing written). A
-// limit's headroom is the fewest events that would bring it to its near
-// threshold (<= 0 when near), NOEVAL for one the plan left out.
-const applyBody = `
 local a = ARGV
 local offkey = KEYS[1]
 local slot = a[1]
@@ -88,9 +14,9 @@ local now_us = now_ms * 1000
 local prev = redis.call('GET', offkey)
 if prev then
   prev = tonumber(prev)
-  if last < prev then return {1, prev} end
-  if first < prev then return {2, prev} end
-  if first > prev then return {4, prev} end
+  if last < prev then return {HELD, prev} end
+  if first < prev then return {TRIM, prev} end
+  if first > prev then return {REWIND, prev} end
 else
   prev = -1
 end
@@ -124,7 +50,7 @@ local nw = tonumber(a[i]); i = i + 1
 local w0 = i
 i = i + 4 * nw
 local partial = a[i] == '1'; i = i + 1
-if all and partial then return {5, prev} end
+if all and partial then return {STALE, prev} end
 
 local subjects = {}
 local anyg = false
@@ -170,7 +96,7 @@ local nids = tonumber(a[i]); i = i + 1
 for k = 1, nids do
   ids[k] = a[i]; i = i + 1
   local sc = redis.call('ZSCORE', idkey, ids[k])
-  if sc and tonumber(sc) > now - horizon then return {3, prev} end
+  if sc and tonumber(sc) > now - horizon then return {DEDUP_RACED, prev} end
 end
 
 local function dkey(sub, kind) return slot .. ':' .. sub.f .. ':d:' .. kind end
@@ -310,7 +236,7 @@ local err = fg_guard(undo, function()
   end
 end)
 if err then return err end
-if stale then return {5, prev} end
+if stale then return {STALE, prev} end
 
 -- Phase 2: writes that cannot fail on the types checked above.
 if horizon > 0 then
@@ -335,7 +261,7 @@ for s = 1, nsub do
   end
 end
 
-local out = {0, prev, all and 1 or 0}
+local out = {APPLIED, prev, all and 1 or 0}
 local decs, hs, changes, djson, exts = {}, {}, {}, {}, {}
 for _, ev in ipairs(evals) do
   local sub = subjects[ev.s]
@@ -449,8 +375,3 @@ out[6] = seq
 out[7] = exts
 out[8] = seq > 0 and seq or seq0
 return out
-`
-
-// resumeBody reads a partition's next offset: a script rather than a GET so
-// that the Store needs nothing of Redis but scripts.
-const resumeBody = `return redis.call('GET', KEYS[1])`

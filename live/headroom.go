@@ -1,6 +1,9 @@
-package window
+package live
 
-import "floodgate/rules"
+import (
+	"floodgate/rules"
+	"floodgate/window"
+)
 
 // Headroom remembers, for one partition, how far each subject stood from
 // the near threshold (half the limit) of each of its limits and buckets
@@ -24,7 +27,7 @@ type Headroom struct {
 	next int64 // the partition's next offset after the last Apply; -2 unknown
 	seq  int64 // the slot's change sequence after the last Apply; -2 unknown
 	mir  *mirror
-	subs map[Subject]*room
+	subs map[window.Subject]*room
 	max  int
 	plan []byte // scratch of needs
 }
@@ -50,7 +53,7 @@ const (
 // subject's copy holds one to six hashes of about 600 bytes each).
 func NewHeadroom(maxSubjects int) *Headroom {
 	n := max(maxSubjects, 1)
-	return &Headroom{next: -2, seq: -2, mir: newMirror(n / 4), subs: map[Subject]*room{}, max: n}
+	return &Headroom{next: -2, seq: -2, mir: newMirror(n / 4), subs: map[window.Subject]*room{}, max: n}
 }
 
 // expect is the offset the store should hold if no one else wrote.
@@ -88,7 +91,7 @@ func (h *Headroom) forget() {
 // evaluated when a batch adds added events with its evaluation at second
 // eval: evalAll, evalNone, or one '0'/'1' per limit. The headroom of each
 // limit left out shrinks by added.
-func (h *Headroom) needs(sub Subject, n int, added, eval, now int64) string {
+func (h *Headroom) needs(sub window.Subject, n int, added, eval, now int64) string {
 	if h == nil {
 		return evalAll
 	}
@@ -122,7 +125,7 @@ func (h *Headroom) needs(sub Subject, n int, added, eval, now int64) string {
 
 // set records the headroom the script found for each evaluated limit
 // (notEvaluated for those it left out, whose headroom needs kept).
-func (h *Headroom) set(sub Subject, left []int64, at int64) {
+func (h *Headroom) set(sub window.Subject, left []int64, at int64) {
 	if h == nil {
 		return
 	}

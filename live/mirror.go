@@ -1,4 +1,4 @@
-package window
+package live
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"floodgate/window"
 )
 
 // mirror keeps, for one partition, copies of the bucket hashes of the
@@ -19,7 +21,7 @@ import (
 //
 // A copy is exact because this process is the only writer of its
 // partition's counters while it holds the partition: the apply script
-// refuses Go's verdicts (status 5, nothing written) unless the stored offset
+// refuses Go's verdicts (STALE, nothing written) unless the stored offset
 // is the one this process last stored and the slot's change sequence is the
 // one it last saw (an operator's reset bumps it). Subjects with strict rules
 // (a take writes their buckets too), distinct limits or token buckets are
@@ -32,7 +34,7 @@ import (
 // holds about six, one with a minute's one or two): past maxHashes, a
 // quarter of the copies are dropped, at random.
 type mirror struct {
-	subs      map[Subject]*mirrored
+	subs      map[window.Subject]*mirrored
 	hashes    int // held by all subjects
 	maxHashes int
 }
@@ -44,8 +46,8 @@ type hashID struct {
 	n     int64
 }
 
-// span is how many seconds the hash covers (LevelSpan).
-func (id hashID) span() int64 { return LevelSpan(id.level) }
+// span is how many seconds the hash covers (window.LevelSpan).
+func (id hashID) span() int64 { return window.LevelSpan(id.level) }
 
 // mirrored holds the hashes of one subject that the copy knows, each as
 // many counts as its level has fields (absent: not loaded).
@@ -55,7 +57,7 @@ type mirrored struct {
 }
 
 func newMirror(maxHashes int) *mirror {
-	return &mirror{subs: map[Subject]*mirrored{}, maxHashes: max(maxHashes, 1)}
+	return &mirror{subs: map[window.Subject]*mirrored{}, maxHashes: max(maxHashes, 1)}
 }
 
 func (m *mirror) forget() {
@@ -63,7 +65,7 @@ func (m *mirror) forget() {
 	m.hashes = 0
 }
 
-func (m *mirror) drop(sub Subject) {
+func (m *mirror) drop(sub window.Subject) {
 	if ms := m.subs[sub]; ms != nil {
 		m.hashes -= len(ms.hashes)
 		delete(m.subs, sub)
@@ -95,7 +97,7 @@ func fieldsOf(level byte) int64 {
 }
 
 // subject returns sub's copy, creating an empty one.
-func (m *mirror) subject(sub Subject) *mirrored {
+func (m *mirror) subject(sub window.Subject) *mirrored {
 	ms := m.subs[sub]
 	if ms == nil {
 		ms = &mirrored{hashes: map[hashID][]int64{}}
@@ -132,9 +134,9 @@ type bucketField struct {
 // its minute and hour when windows of maxw read those levels.
 func levelsOf(sec, maxw int64) ([3]bucketField, int) {
 	var out [3]bucketField
-	lv := Levels(maxw)
+	lv := window.Levels(maxw)
 	for i := 0; i < len(lv); i++ {
-		span, fields := LevelSpan(lv[i]), fieldsOf(lv[i])
+		span, fields := window.LevelSpan(lv[i]), fieldsOf(lv[i])
 		out[i] = bucketField{hashID{lv[i], floorDiv(sec, span)}, floorMod(floorDiv(sec, span/fields), fields)}
 	}
 	return out, len(lv)
@@ -429,7 +431,7 @@ const maxLoadRounds = 4
 // profiles allow it, loading what the copies lack. Subjects with events a
 // strict take counted are dropped from the copies (the take wrote their
 // buckets).
-func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) error {
+func (s *Applier) evalMirrored(ctx context.Context, offkey string, partition int, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) error {
 	m := hr.mir
 	slack := int64(s.slack / time.Second)
 	var want []*pendingSubject
@@ -485,7 +487,7 @@ func (s *Store) evalMirrored(ctx context.Context, offkey string, partition int, 
 // of, refuses their verdicts. (A Lua script gave an atomic snapshot for
 // twice the Redis time: its loop and the conversion of every reply to Lua
 // and back.)
-func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, pl *profiles, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
+func (s *Applier) loadMirrored(ctx context.Context, offkey string, partition int, pl *profiles, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
 	type target struct {
 		ps *pendingSubject
 		id hashID
@@ -502,10 +504,10 @@ func (s *Store) loadMirrored(ctx context.Context, offkey string, partition int, 
 	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
 	hashes := make([]*redis.MapStringStringCmd, len(targets))
 	for i, t := range targets {
-		hashes[i] = pipe.HGetAll(ctx, s.keys.bucketN(partition, t.ps.sub, t.id.level, t.id.n))
+		hashes[i] = pipe.HGetAll(ctx, window.BucketKey(s.keys.SubjectPrefix(partition, t.ps.sub), t.id.level, t.id.n))
 	}
 	_, err := pipe.Exec(ctx)
-	s.observe("mirror", start)
+	s.st.Observe("mirror", start)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("load bucket copies partition=%d: %w", partition, err)
 	}
@@ -548,4 +550,12 @@ func optionalInt(c *redis.StringCmd, def int64) (int64, error) {
 		return def, nil
 	}
 	return n, err
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
 }

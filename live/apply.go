@@ -1,8 +1,9 @@
-package window
+package live
 
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +14,119 @@ import (
 	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/rules"
+	"floodgate/window"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// ApplierConfig configures an Applier.
+type ApplierConfig struct {
+	// MaxSubjects caps the distinct subjects of one apply script run. A
+	// batch with more is applied as several runs over consecutive offset
+	// ranges, each atomic with its own offset, so that no script blocks
+	// Redis for long. Default 1000.
+	MaxSubjects int
+	// Dedup, when positive, is the horizon within which an event id already
+	// counted in a partition is skipped (a producer's retry): the ids are
+	// kept in the partition's slot and checked in the apply script. Zero
+	// counts every event (the default).
+	Dedup time.Duration
+	// KeepRecords keeps deny and shadow records this long past their until.
+	// Default 0: they expire exactly at until, so that a record's presence
+	// alone means "deny" to every reader. Replays on event time (package
+	// backtest) set it: their clock runs at another pace than Redis's, which
+	// would otherwise drop records early; the apply script, their only
+	// reader there, treats a record whose until has passed as none.
+	KeepRecords time.Duration
+}
+
+// Applier writes batches of the events topic into the slots of a
+// window.Store: bucket increments, the partition's offset, deny records,
+// decision state and change entries, one script run per batch (or per
+// MaxSubjects subjects of it). The live Sink, backtest's replays and
+// recovery's rebuild share it. Safe for concurrent use; one goroutine per
+// partition (its Headroom is not).
+type Applier struct {
+	st     *window.Store
+	rdb    window.Redis
+	keys   window.Keys
+	slack  time.Duration
+	maxSub int
+	dedup  int64 // seconds; 0 off
+	keep   int64 // ms deny records outlive their until
+}
+
+// The scripts are immutable; redis.Script only caches their SHA. The
+// shebang makes Redis refuse a writing script up front when it is out of
+// memory, instead of failing half-way.
+var (
+	applyScript = redis.NewScript("#!lua\n" + window.LuaLib + maxDistinctLua + applyBody)
+	seenScript  = redis.NewScript("#!lua flags=no-writes\n" + seenBody)
+)
+
+// The apply script's reply codes, the first value of its reply: apply.lua
+// names them alike at its top.
+const (
+	replyApplied    = 0 // APPLIED: the batch is written
+	replyHeld       = 1 // HELD: the slot holds the whole batch already
+	replyTrim       = 2 // TRIM: only its tail is new; the caller trims and retries
+	replyDedupRaced = 3 // DEDUP_RACED: an id was counted since the caller looked
+	replyRewind     = 4 // REWIND: the batch starts after the stored offset
+	replyStale      = 5 // STALE: the caller's verdicts or copies are stale
+)
+
+// seenBody reads the scores of many ids in chunks: Lua's unpack fails
+// past a few thousand values, and a backlog's batch holds more.
+//
+//go:embed seen.lua
+var seenBody string
+
+// maxDistinctLua gives a script the cap on a distinct set's values.
+var maxDistinctLua = "local MAXDISTINCT = " + strconv.Itoa(rules.MaxDistinct) + "\n"
+
+// NewApplier returns an Applier writing into st's slots.
+func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
+	switch {
+	case st == nil:
+		return nil, errors.New("live applier: nil store")
+	case cfg.MaxSubjects < 0:
+		return nil, fmt.Errorf("live applier: max subjects %d is negative", cfg.MaxSubjects)
+	case cfg.KeepRecords < 0:
+		return nil, fmt.Errorf("live applier: keep records %s is negative", cfg.KeepRecords)
+	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
+		return nil, fmt.Errorf("live applier: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
+	}
+	if cfg.MaxSubjects == 0 {
+		cfg.MaxSubjects = 1000
+	}
+	return &Applier{
+		st:     st,
+		rdb:    st.Redis(),
+		keys:   st.Keys(),
+		slack:  st.Slack(),
+		maxSub: cfg.MaxSubjects,
+		dedup:  int64(cfg.Dedup / time.Second),
+		keep:   cfg.KeepRecords.Milliseconds(),
+	}, nil
+}
+
+// Store returns the store the Applier writes into.
+func (s *Applier) Store() *window.Store { return s.st }
+
+// Keys returns the key layout of the store's prefix.
+func (s *Applier) Keys() window.Keys { return s.keys }
+
+// LoadScripts loads the Applier's scripts into Redis (every primary of a
+// cluster), so that the first batch after a start runs them by their SHA.
+// The store's own scripts load with window.Store.LoadScripts.
+func (s *Applier) LoadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("load apply scripts: %w", err)
+		}
+	}
+	return nil
+}
 
 // ApplyResult tells what one Apply did.
 type ApplyResult struct {
@@ -41,7 +154,7 @@ type ApplyResult struct {
 	// its partition's stream (0: none).
 	Changes int64
 	// Decisions are the new deny and shadow decisions.
-	Decisions []Decision
+	Decisions []window.DecisionMessage
 	// OffsetMissing is true when the slot held no offset for the partition
 	// before the batch: a partition never applied, or a Redis that lost its
 	// data (a restart without persistence, a flush). The caller, which
@@ -51,7 +164,7 @@ type ApplyResult struct {
 	// record of the same rule and window, with a later Until: no new
 	// decision (nothing is published), but the subject stays denied longer.
 	// Replays read them to measure deny time.
-	Extended []Decision
+	Extended []window.DecisionMessage
 }
 
 func (r *ApplyResult) add(o ApplyResult) {
@@ -96,7 +209,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 // A batch with more than MaxSubjects subjects is applied in several script
 // runs. When one fails, the result holds what the runs before it did, along
 // with the error. A failed run writes nothing (it undoes its own writes).
-func (s *Store) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+func (s *Applier) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
 	chunks := s.split(b)
 	total := ApplyResult{Duplicate: true}
 	for _, c := range chunks {
@@ -111,14 +224,14 @@ func (s *Store) Apply(ctx context.Context, group string, b aggregator.Batch, set
 
 // split cuts b into batches of consecutive offsets with at most maxSub
 // distinct subjects each. Together they cover b's offsets exactly.
-func (s *Store) split(b aggregator.Batch) []aggregator.Batch {
+func (s *Applier) split(b aggregator.Batch) []aggregator.Batch {
 	var out []aggregator.Batch
 	cur := aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.First}
-	seen := map[Subject]struct{}{}
+	seen := map[window.Subject]struct{}{}
 	start := 0
 	for i := range b.Records {
 		e := &b.Records[i].Event
-		sub := Subject{e.Action, e.Kind, e.Subject}
+		sub := window.Subject{Action: e.Action, Kind: e.Kind, Subject: e.Subject}
 		if _, ok := seen[sub]; ok {
 			continue
 		}
@@ -137,7 +250,7 @@ func (s *Store) split(b aggregator.Batch) []aggregator.Batch {
 	return append(out, cur)
 }
 
-func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+func (s *Applier) applyChunk(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
 	trimmed := 0
 	useMirror := hr != nil
 	for {
@@ -167,7 +280,7 @@ func (s *Store) applyChunk(ctx context.Context, group string, b aggregator.Batch
 
 // pendingSubject is one subject of a batch as sent to the script.
 type pendingSubject struct {
-	sub     Subject
+	sub     window.Subject
 	profile int
 	eval    int64 // evaluation second: max of now and its latest event
 	latest  int64 // its latest event, Unix ms
@@ -194,7 +307,7 @@ var errDedupRaced = errors.New("dedup raced")
 var errMirrorStale = errors.New("bucket copies stale")
 
 // applyOnce returns trimTo >= 0 when the store holds the batch's head.
-func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, useMirror bool) (ApplyResult, int64, error) {
+func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, useMirror bool) (ApplyResult, int64, error) {
 	var res ApplyResult
 	nowSec := floorDiv(now.UnixMilli(), 1000)
 	dups, err := s.duplicates(ctx, b, set, nowSec)
@@ -203,12 +316,9 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	}
 	var ids []any
 	pl := newProfiles(set)
-	subjects := map[Subject]*pendingSubject{}
+	subjects := map[window.Subject]*pendingSubject{}
 	var order []*pendingSubject
-	parts := 0
-	if s.parts != nil {
-		parts = s.parts()
-	}
+	parts := s.st.Partitions()
 	for i := range b.Records {
 		r := &b.Records[i]
 		ev := &r.Event
@@ -227,14 +337,14 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		}
 		// counted as the limiter looks it up: an IPv6 address by its
 		// prefix (rules.Set.Subject)
-		sub := Subject{ev.Action, ev.Kind, set.Subject(ev.Kind, ev.Subject)}
+		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: set.Subject(ev.Kind, ev.Subject)}
 		ps := subjects[sub]
 		if ps == nil {
 			ps = &pendingSubject{sub: sub, eval: nowSec, incs: map[int64]int64{}}
 			ps.profile = pl.of(sub, maxw)
 			subjects[sub] = ps
 			order = append(order, ps)
-			if parts > 0 && Partition(sub, parts) != b.Partition {
+			if parts > 0 && window.Partition(sub, parts) != b.Partition {
 				res.Misplaced++
 			}
 		}
@@ -278,7 +388,7 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 	args = append(append(args, s.dedup, len(ids)), ids...)
 	start := time.Now()
 	out, err := applyScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
-	s.observe("apply", start)
+	s.st.Observe("apply", start)
 	if err != nil {
 		// Whether the script ran is unknown (a lost reply) or it wrote
 		// nothing (it undoes its writes on error): report nothing of it.
@@ -286,20 +396,20 @@ func (s *Store) applyOnce(ctx context.Context, group string, b aggregator.Batch,
 		return ApplyResult{}, -1, fmt.Errorf("apply batch group=%s topic=%s partition=%d offsets=%d-%d: %w", group, b.Topic, b.Partition, b.First, b.Last, err)
 	}
 	status, prev := replyInt(out, 0), replyInt(out, 1)
-	if status != 0 {
+	if status != replyApplied {
 		// Nothing of the batch was written; the copies hold its increments.
 		hr.forget()
 	}
 	switch status {
-	case 1:
+	case replyHeld:
 		return ApplyResult{Duplicate: true}, -1, nil
-	case 2:
+	case replyTrim:
 		return ApplyResult{}, prev, nil
-	case 3:
+	case replyDedupRaced:
 		return ApplyResult{}, -1, errDedupRaced
-	case 4:
+	case replyRewind:
 		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
-	case 5:
+	case replyStale:
 		return ApplyResult{}, -1, errMirrorStale
 	}
 	if len(out) < 6 {
@@ -362,7 +472,7 @@ func (hr *Headroom) learn(out []any, next int64, pl *profiles, order, sent []*pe
 // duplicates marks, by record index, the events of b counted already under
 // their id within the dedup horizon (one read of the partition's id set),
 // and the repeats of an id within b. Nil when dedup is off.
-func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64) (map[int]bool, error) {
+func (s *Applier) duplicates(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64) (map[int]bool, error) {
 	if s.dedup == 0 {
 		return nil, nil
 	}
@@ -388,7 +498,7 @@ func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.S
 	}
 	start := time.Now()
 	scores, err := seenScript.RunRO(ctx, s.rdb, []string{s.keys.IDs(b.Partition)}, ids...).Slice()
-	s.observe("dedup", start)
+	s.st.Observe("dedup", start)
 	if err != nil {
 		return nil, fmt.Errorf("read event ids partition=%d: %w", b.Partition, err)
 	}
@@ -417,14 +527,14 @@ func (s *Store) duplicates(ctx context.Context, b aggregator.Batch, set *rules.S
 // their increments (evaluate, write a verdict, note distinct values or
 // bucket arrivals), or every subject when the script may have to evaluate
 // them all (the caller does not know the stored offset).
-func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom) ([]any, []*pendingSubject) {
+func (s *Applier) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom) ([]any, []*pendingSubject) {
 	args := make([]any, 0, 16+2*len(pl.rules)+16*len(order))
 	gseq := int64(-2)
 	if hr != nil {
 		gseq = hr.seq
 	}
 	args = append(args, s.keys.Slot(b.Partition), b.First, b.Last, now.UnixMilli(), int64(s.slack/time.Second),
-		hr.expect(), s.maxLog, s.keep, gseq, len(pl.rules))
+		hr.expect(), s.st.MaxLog(), s.keep, gseq, len(pl.rules))
 	for _, r := range pl.rules {
 		args = append(args, r.Name, r.Message)
 	}
@@ -457,7 +567,7 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 		if ps.verdict != nil {
 			plan = evalNone
 		}
-		args = append(args, Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.seen))
+		args = append(args, window.Field(ps.sub), ps.profile+1, ps.eval, plan, len(ps.seen))
 		for k, sec := range ps.seen {
 			args = append(args, k.kind, k.value, sec)
 		}
@@ -474,17 +584,17 @@ func (s *Store) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, order
 // them, one hash field each: {key, field, n, ttl}. A hash the increment
 // creates expires ttl seconds later, when no window of the subject's rules
 // can read it any more.
-func (s *Store) appendWrites(args []any, partition int, now int64, pl *profiles, order []*pendingSubject) []any {
+func (s *Applier) appendWrites(args []any, partition int, now int64, pl *profiles, order []*pendingSubject) []any {
 	at := len(args)
 	args = append(args, 0)
 	n := 0
 	slack := int64(s.slack / time.Second)
 	for _, ps := range order {
 		maxw := pl.list[ps.profile].maxw
-		pre := s.keys.subjectPrefix(partition, ps.sub)
+		pre := s.keys.SubjectPrefix(partition, ps.sub)
 		for _, w := range ps.sums {
 			ttl := max((w.id.n+1)*w.id.span()+maxw+slack-now, 1)
-			args = append(args, bucketKey(pre, w.id.level, w.id.n), w.field, w.n, ttl)
+			args = append(args, window.BucketKey(pre, w.id.level, w.id.n), w.field, w.n, ttl)
 			n++
 		}
 	}
@@ -575,7 +685,7 @@ func newProfiles(set *rules.Set) *profiles {
 }
 
 // of returns the index of sub's profile.
-func (p *profiles) of(sub Subject, maxw int64) int {
+func (p *profiles) of(sub window.Subject, maxw int64) int {
 	matched := p.set.Match(sub.Action, sub.Kind)
 	var allowed []string
 	for _, r := range matched {
@@ -640,8 +750,8 @@ func (p *profiles) observe(ps *pendingSubject, ev *event.Event, sec int64) {
 // decisions reads the script's {subject, limit, count, until_ms, shadow,
 // eval_sec}* tuples; a limit index past the subject's window limits is one
 // of its buckets.
-func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
-	var out []Decision
+func (p *profiles) decisions(flat []int64, order []*pendingSubject) []window.DecisionMessage {
+	var out []window.DecisionMessage
 	for i := 0; i+5 < len(flat); i += 6 {
 		ps := order[flat[i]-1]
 		pr := p.list[ps.profile]
@@ -655,7 +765,7 @@ func (p *profiles) decisions(flat []int64, order []*pendingSubject) []Decision {
 			bucket = l.rule.Bucket
 			l.limit = rules.Limit{Count: bucket.Burst}
 		}
-		out = append(out, Decision{
+		out = append(out, window.DecisionMessage{
 			Action:  ps.sub.Action,
 			Kind:    ps.sub.Kind,
 			Subject: ps.sub.Subject,

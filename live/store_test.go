@@ -1,4 +1,4 @@
-package window_test
+package live_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/aggregator"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -86,11 +87,11 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 		for k := 0; k < s.n; k++ {
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got *window.Decision
+		var got *window.DecisionMessage
 		for k := range res.Decisions {
 			if !res.Decisions[k].Shadow {
 				got = &res.Decisions[k]
@@ -175,7 +176,7 @@ func TestShadowNeverDenies(t *testing.T) {
 	var shadow int
 	for i := 0; i < 20; i++ {
 		now := base.Add(time.Duration(i) * 100 * time.Millisecond)
-		res, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +220,7 @@ func TestAllowlistedNeverDenied(t *testing.T) {
 		for s := range subs {
 			evs = append(evs, ev(s.Action, s.Kind, s.Subject, now), ev(s.Action, s.Kind, s.Subject, now))
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, now, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +272,7 @@ func TestExactlyOnceOffsets(t *testing.T) {
 		trimmed   int
 		wantCount int64
 	}{{b1, false, 0, 3}, {b1, true, 0, 3}, {b2, false, 0, 7}, {b2, true, 0, 7}} {
-		res, err := st.Apply(ctx, "g", bt.b, set, base, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", bt.b, set, base, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +288,7 @@ func TestExactlyOnceOffsets(t *testing.T) {
 	for off := int64(101); off <= 108; off++ {
 		stale.Records = append(stale.Records, recordAt(off, ev(sub.Action, sub.Kind, sub.Subject, base)))
 	}
-	res, err := st.Apply(ctx, "g", stale, set, base, nil)
+	res, err := applierOf(t, st).Apply(ctx, "g", stale, set, base, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestExactlyOnceOffsets(t *testing.T) {
 	ahead := b1
 	ahead.First, ahead.Last, ahead.Records = 120, 121, []aggregator.Record{
 		recordAt(120, ev(sub.Action, sub.Kind, sub.Subject, base)), recordAt(121, ev(sub.Action, sub.Kind, sub.Subject, base))}
-	_, err = st.Apply(ctx, "g", ahead, set, base, nil)
+	_, err = applierOf(t, st).Apply(ctx, "g", ahead, set, base, nil)
 	var rewind *aggregator.RewindError
 	if !errors.As(err, &rewind) || rewind.Next != 109 || rewind.First != 120 || rewind.Partition != 0 {
 		t.Fatalf("batch after the stored offset: %v, want a RewindError to 109", err)
@@ -348,7 +349,7 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 		ev("visit", "link", "abc", now), // no rule
 	)
 	bt.Records[2].Counted = true
-	res, err := st.Apply(ctx, "g", bt, set, now, nil)
+	res, err := applierOf(t, st).Apply(ctx, "g", bt, set, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,11 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 // once, including the offsets after its last record (dead letters).
 func TestApplySplitsLargeBatches(t *testing.T) {
 	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, MaxSubjects: 7})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{MaxSubjects: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +392,7 @@ func TestApplySplitsLargeBatches(t *testing.T) {
 	bt := b.batch(evs...)
 	bt.Last += 3 // three dead-lettered messages at the end
 	for round := 0; round < 2; round++ {
-		res, err := st.Apply(ctx, "g", bt, set, base, nil)
+		res, err := ap.Apply(ctx, "g", bt, set, base, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -426,7 +431,7 @@ rules:
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
 		}
 		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(skew)))
-		res, err := st.Apply(context.Background(), "g", b.batch(evs...), set, now, nil)
+		res, err := applierOf(t, st).Apply(context.Background(), "g", b.batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -470,7 +475,11 @@ func TestPartlyAppliedBatchKeepsEveryDecisionOnce(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	f := &flakyRedis{Client: rdb}
 	f.failAt.Store(2)
-	st, err := window.NewStore(f, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, MaxSubjects: 2})
+	st, err := window.NewStore(f, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{MaxSubjects: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,14 +496,14 @@ rules:
 		evs = append(evs, ev("a", "ip", ip, base), ev("a", "ip", ip, base))
 	}
 	b := (&batcher{topic: "t"}).batch(evs...)
-	res, err := st.Apply(context.Background(), "g", b, set, base, nil)
+	res, err := ap.Apply(context.Background(), "g", b, set, base, nil)
 	if err == nil {
 		t.Fatal("first attempt: no error, want the injected failure")
 	}
 	if got := len(res.Decisions); got != 2 {
 		t.Fatalf("first attempt reported %d decisions, want the first run's 2", got)
 	}
-	if _, err := st.Apply(context.Background(), "g", b, set, base, nil); err != nil {
+	if _, err := ap.Apply(context.Background(), "g", b, set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	msgs, err := rdb.XRange(context.Background(), st.Keys().Log(0), "-", "+").Result()
@@ -627,16 +636,16 @@ rules:
 	} {
 		for _, copies := range []bool{false, true} {
 			st := newStore(t, rdb)
-			var hr *window.Headroom
+			var hr *live.Headroom
 			if copies {
-				hr = window.NewHeadroom(100)
+				hr = live.NewHeadroom(100)
 			}
 			b := &batcher{topic: "t"}
 			sub := window.Subject{Action: tc.action, Kind: "ip", Subject: "192.0.2.1"}
 			last := base.Add(tc.w - time.Second) // the window [base, last] is aligned
 			var denied int
 			for _, at := range []time.Time{base, base.Add(tc.w / 2), last} {
-				res, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, at)), set, at, hr)
+				res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, at)), set, at, hr)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package window_test
+package live_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -29,12 +30,12 @@ import (
 // buckets), once more with room for few copies.
 func TestAccuracyAgainstSlidingLog(t *testing.T) {
 	t.Run("script", func(t *testing.T) { testAccuracy(t, nil) })
-	t.Run("mirror", func(t *testing.T) { testAccuracy(t, window.NewHeadroom(1000)) })
+	t.Run("mirror", func(t *testing.T) { testAccuracy(t, live.NewHeadroom(1000)) })
 	// copies of at most 10 hashes: dropped and loaded again all along
-	t.Run("mirror-evicting", func(t *testing.T) { testAccuracy(t, window.NewHeadroom(40)) })
+	t.Run("mirror-evicting", func(t *testing.T) { testAccuracy(t, live.NewHeadroom(40)) })
 }
 
-func testAccuracy(t *testing.T, hr *window.Headroom) {
+func testAccuracy(t *testing.T, hr *live.Headroom) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, `
@@ -112,7 +113,7 @@ rules:
 		if _, err := pipe.Exec(ctx); err != nil && len(touched) > 0 {
 			t.Fatal(err)
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now), hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now), hr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +123,7 @@ rules:
 		// decision is compared rather than the record, which may expire (by
 		// the real clock) before the test reads it: the 2/s record of a
 		// subject evaluated late in a second lives for milliseconds.
-		decided := map[string]window.Decision{}
+		decided := map[string]window.DecisionMessage{}
 		for _, d := range res.Decisions {
 			decided[d.Subject] = d
 		}

@@ -1,4 +1,4 @@
-package producer
+package topics
 
 import "github.com/segmentio/kafka-go"
 

@@ -5,18 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"floodgate/rules"
 )
 
-// Operator actions: an operator bans, unbans or resets one subject with one
-// script run in its partition's slot, which writes one change entry (every
-// limiter applies it from the stream, the relay publishes its audit record)
-// in the same run. docs/operations.md is the runbook.
+// Bans and operator actions as the slot holds them. The actions themselves
+// (ban, unban, reset) are package operator's writes; their change entries
+// and audit records (DecisionMessage with a Type) are read here.
 
 // bansSuffix names a slot's hash of bans: field -> Ban JSON.
 const bansSuffix = ":@bans"
@@ -71,166 +67,7 @@ type BanChange struct {
 	Ban     *Ban
 }
 
-// AdminOp is an operator action.
-type AdminOp string
-
-// The operator actions; docs/operations.md says what each does.
-const (
-	OpBan   AdminOp = "ban"
-	OpUnban AdminOp = "unban"
-	OpReset AdminOp = "reset"
-)
-
-// resetAhead is how far past now a reset deletes buckets: events stamped
-// ahead of the operator's clock (the aggregator accepts a future skew, 5s by
-// default; limiters' clocks differ) are reset too.
-const resetAhead = 5 * time.Minute
-
-// AdminRequest is one operator action on one subject.
-type AdminRequest struct {
-	Op       AdminOp
-	Subject  Subject
-	Operator string // who acts: recorded in the ban and the audit record; required
-	// Rule, for OpUnban, restricts it to the records of that rule (the
-	// subject's ban, which belongs to no rule, stays). Empty: everything.
-	Rule string
-	// Until and Message, for OpBan: when the ban ends (after now) and what
-	// denied requests are told.
-	Until   time.Time
-	Message string
-	// MaxWindow, for OpReset, is the subject's longest rule window
-	// (rules.Set.MaxWindowFor): the buckets any of its windows can still
-	// read are deleted, with its token buckets' arrival times.
-	MaxWindow time.Duration
-	// Distinct, for OpReset, names the attr kinds of the subject's distinct
-	// rules: their distinct sets are deleted.
-	Distinct []string
-	// Group and Topic, for OpReset, name the live consumer group whose next
-	// offset in the subject's partition is recorded as the reset's
-	// boundary: events from that offset on were not counted yet and are
-	// counted into the fresh windows. Empty: not recorded.
-	Group, Topic string
-}
-
-// AdminResult tells what an operator action did.
-type AdminResult struct {
-	Partition int
-	// Seq and EntryID name the change entry written: a limiter whose state
-	// holds Seq of the partition (limiter.State.Seq) applies the action.
-	Seq     int64
-	EntryID string
-	// Cleared lists what an unban or reset removed: "deny", "shadow",
-	// "ban", "state".
-	Cleared []string
-	// DeletedKeys is the number of counter keys a reset deleted: bucket
-	// hashes, arrival times, distinct sets.
-	DeletedKeys int64
-	// Offset is a reset's boundary (see AdminRequest.Group); -1 unknown.
-	Offset int64
-}
-
-var (
-	adminScript   = redis.NewScript("#!lua\n" + LuaLib + adminBody)
-	recordsScript = redis.NewScript("#!lua flags=no-writes\n" + recordsBody)
-)
-
-// Admin runs one operator action at now: one script run in the subject's
-// slot, atomic with respect to the aggregator's batches of that partition,
-// that also appends the action's change entry and audit record. The
-// caller must not retry a run whose reply it did not get blindly: an action
-// is idempotent in effect, but a retry writes a second audit record.
-func (s *Store) Admin(ctx context.Context, now time.Time, req AdminRequest) (AdminResult, error) {
-	if err := req.validate(now); err != nil {
-		return AdminResult{}, err
-	}
-	p, err := s.PartitionOf(req.Subject)
-	if err != nil {
-		return AdminResult{}, err
-	}
-	f := Field(req.Subject)
-	banJS, auditJS, err := req.records(f, now)
-	if err != nil {
-		return AdminResult{}, err
-	}
-	offKey := ""
-	if req.Op == OpReset && req.Group != "" && req.Topic != "" {
-		offKey = s.keys.Offset(req.Group, req.Topic, p)
-	}
-	args := []any{s.keys.Slot(p), f, string(req.Op), now.UnixMilli(), s.maxLog, req.Rule, banJS, auditJS,
-		int64(req.MaxWindow / time.Second), int64(s.slack / time.Second), int64(resetAhead / time.Second), offKey, len(req.Distinct)}
-	for _, k := range req.Distinct {
-		args = append(args, k)
-	}
-	start := time.Now()
-	v, err := adminScript.Run(ctx, s.rdb, []string{s.keys.State(p)}, args...).Slice()
-	s.observe("admin", start)
-	if err != nil {
-		return AdminResult{}, fmt.Errorf("%s %s partition=%d: %w", req.Op, f, p, err)
-	}
-	if len(v) != 5 {
-		return AdminResult{}, fmt.Errorf("%s %s: bad reply %v", req.Op, f, v)
-	}
-	res := AdminResult{Partition: p, Seq: replyInt(v, 0), EntryID: str(v[1]), DeletedKeys: replyInt(v, 3), Offset: replyInt(v, 4)}
-	cl, _ := v[2].([]any)
-	for _, c := range cl {
-		res.Cleared = append(res.Cleared, str(c))
-	}
-	return res, nil
-}
-
-func (r *AdminRequest) validate(now time.Time) error {
-	f := Field(r.Subject)
-	if sub, ok := ParseField(f); !ok || sub != r.Subject {
-		return fmt.Errorf("%s: subject %q is not action:kind:subject", r.Op, f)
-	}
-	if r.Operator == "" {
-		return fmt.Errorf("%s %s: no operator", r.Op, f)
-	}
-	switch r.Op {
-	case OpBan:
-		if !r.Until.After(now) {
-			return fmt.Errorf("ban %s: until %s is not after now", f, r.Until.Format(time.RFC3339))
-		}
-	case OpUnban:
-	case OpReset:
-		for _, k := range r.Distinct {
-			if k == "" || strings.ContainsAny(k, ":{} \t\r\n") {
-				return fmt.Errorf("reset %s: distinct kind %q", f, k)
-			}
-		}
-		if r.Rule != "" {
-			return fmt.Errorf("reset %s: a rule (%s) cannot be given: the counters are shared by every rule of the action and kind", f, r.Rule)
-		}
-		if r.MaxWindow < time.Second || r.MaxWindow > rules.MaxWindow {
-			return fmt.Errorf("reset %s: max window %s is not in [1s, %s]", f, r.MaxWindow, rules.FormatWindow(rules.MaxWindow))
-		}
-	default:
-		return fmt.Errorf("unknown operator action %q", r.Op)
-	}
-	return nil
-}
-
-// records builds the ban JSON (ban only) and the audit record the script
-// completes: the Decision of the action, with the subject as its field.
-func (r *AdminRequest) records(f string, now time.Time) (banJS, auditJS string, err error) {
-	d := Decision{Type: DecisionType(r.Op), Operator: r.Operator, Rule: r.Rule, TS: now, Offset: -1}
-	if r.Op == OpBan {
-		b, err := json.Marshal(Ban{Until: r.Until, Message: r.Message, Operator: r.Operator, Since: now})
-		if err != nil {
-			return "", "", fmt.Errorf("ban %s: %w", f, err)
-		}
-		banJS = string(b)
-		d.Until, d.Message = r.Until, r.Message
-	}
-	a, err := json.Marshal(struct {
-		F string `json:"f"`
-		operatorWire
-	}{f, d.operatorWire()})
-	if err != nil {
-		return "", "", fmt.Errorf("%s %s: audit record: %w", r.Op, f, err)
-	}
-	return banJS, string(a), nil
-}
+var recordsScript = redis.NewScript("#!lua flags=no-writes\n" + recordsBody)
 
 // Records is what is recorded of a subject besides its counts.
 type Records struct {
@@ -345,14 +182,14 @@ type DecisionType string
 
 // Types of operator records; the aggregator's deny decisions have none.
 const (
-	DecisionBan   = DecisionType(OpBan)
-	DecisionUnban = DecisionType(OpUnban)
-	DecisionReset = DecisionType(OpReset)
+	DecisionBan   DecisionType = "ban"
+	DecisionUnban DecisionType = "unban"
+	DecisionReset DecisionType = "reset"
 )
 
 // IsOperator reports whether d records an operator's action rather than a
 // deny decision of the aggregator.
-func (d Decision) IsOperator() bool { return d.Type != "" }
+func (d DecisionMessage) IsOperator() bool { return d.Type != "" }
 
 // operatorWire is an operator action's floodgate.decisions message:
 //
@@ -377,7 +214,17 @@ type operatorWire struct {
 	TS       int64        `json:"ts"`
 }
 
-func (d Decision) operatorWire() operatorWire {
+// AuditJSON is the audit record of an operator action as the admin script
+// of package operator completes it into the action's change entry: the
+// action's message with the subject's field as "f".
+func (d DecisionMessage) AuditJSON(field string) ([]byte, error) {
+	return json.Marshal(struct {
+		F string `json:"f"`
+		operatorWire
+	}{field, d.operatorWire()})
+}
+
+func (d DecisionMessage) operatorWire() operatorWire {
 	w := operatorWire{
 		ID: d.ID, Type: d.Type, Action: d.Action, Kind: d.Kind, Subject: d.Subject, Operator: d.Operator,
 		Rule: d.Rule, Message: d.Message, Cleared: d.Cleared, Deleted: d.DeletedKeys, TS: d.TS.UnixMilli(),

@@ -1,4 +1,4 @@
-package window_test
+package live_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -50,14 +51,14 @@ rules:
 	ctx := context.Background()
 	b := &batcher{topic: "t"}
 	sub := window.Subject{Action: "a", Kind: "ip", Subject: "192.0.2.9"}
-	hr := window.NewHeadroom(100)
-	apply := func(at time.Duration, n int) window.ApplyResult {
+	hr := live.NewHeadroom(100)
+	apply := func(at time.Duration, n int) live.ApplyResult {
 		t.Helper()
 		var evs []eventT
 		for range n {
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, base.Add(at)))
 		}
-		res, err := st.Apply(ctx, "g", b.batch(evs...), set, base.Add(at), hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base.Add(at), hr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,11 +122,11 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 	set := mustRules(t, hourRule)
 	ctx := context.Background()
 	b := &batcher{topic: "t"}
-	hr := window.NewHeadroom(100)
+	hr := live.NewHeadroom(100)
 	evaluated := 0
 	for i := range 12 {
 		at := base.Add(time.Duration(i) * time.Second)
-		res, err := st.Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.1", at)), set, at, hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.1", at)), set, at, hr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 	// stored offset is not the one the headroom saw, so everything is
 	// evaluated again.
 	applyAsAnotherWriter(t, st, set, b, ev("a", "ip", "192.0.2.2", base))
-	res, err := st.Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.3", base)), set, base, hr)
+	res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.3", base)), set, base, hr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 func applyAsAnotherWriter(t *testing.T, st *window.Store, set *rules.Set, b *batcher, e event.Event) {
 	t.Helper()
 	other := &batcher{topic: b.topic, next: b.next}
-	if _, err := st.Apply(context.Background(), "g", other.batch(e), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(context.Background(), "g", other.batch(e), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.next = other.next
@@ -176,16 +177,16 @@ func TestAnotherWriterEvaluatesSubjectsLeftOut(t *testing.T) {
 	set := mustRules(t, hourRule)
 	ctx := context.Background()
 	b := &batcher{topic: "t"}
-	hr := window.NewHeadroom(100)
+	hr := live.NewHeadroom(100)
 	far := window.Subject{Action: "a", Kind: "ip", Subject: "192.0.2.7"}
 	for i, want := range []int{1, 0} { // new: evaluated; then far from 10: left out
-		res, err := st.Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
 		if err != nil || res.Evaluated != want {
 			t.Fatalf("batch %d: %+v %v, want %d evaluated", i, res, err, want)
 		}
 	}
 	applyAsAnotherWriter(t, st, set, b, ev("a", "ip", "192.0.2.8", base))
-	res, err := st.Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
+	res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
 	if err != nil || res.Evaluated != 1 || res.Applied != 1 {
 		t.Fatalf("after another writer: %+v %v, want the subject evaluated and its event applied once", res, err)
 	}
@@ -209,7 +210,7 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 	if err := rdb.Set(ctx, foreign, "not a hash", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := st.Apply(ctx, "g", bt, set, base, nil)
+	_, err := applierOf(t, st).Apply(ctx, "g", bt, set, base, nil)
 	if err == nil || !strings.Contains(err.Error(), "nothing written") {
 		t.Fatalf("apply over a foreign key: %v, want a 'nothing written' error", err)
 	}
@@ -224,7 +225,7 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 	if err := rdb.Del(ctx, foreign).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Apply(ctx, "g", bt, set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", bt, set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertSum(t, st, a, base, time.Hour, 1)
@@ -236,7 +237,11 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 // the horizon has passed.
 func TestDedupSkipsARetriedEvent(t *testing.T) {
 	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, Dedup: 10 * time.Minute})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{Dedup: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,17 +250,17 @@ func TestDedupSkipsARetriedEvent(t *testing.T) {
 	b := &batcher{topic: "t"}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.9"}
 	e1, e2 := ev(sub.Action, sub.Kind, sub.Subject, base), ev(sub.Action, sub.Kind, sub.Subject, base)
-	res, err := st.Apply(ctx, "g", b.batch(e1, e2, e1), set, base, nil)
+	res, err := ap.Apply(ctx, "g", b.batch(e1, e2, e1), set, base, nil)
 	if err != nil || res.Applied != 2 || res.Duplicates != 1 {
 		t.Fatalf("first batch: %+v %v, want 2 applied and the repeat skipped", res, err)
 	}
-	res, err = st.Apply(ctx, "g", b.batch(e2, ev(sub.Action, sub.Kind, sub.Subject, base)), set, base.Add(time.Minute), nil)
+	res, err = ap.Apply(ctx, "g", b.batch(e2, ev(sub.Action, sub.Kind, sub.Subject, base)), set, base.Add(time.Minute), nil)
 	if err != nil || res.Applied != 1 || res.Duplicates != 1 {
 		t.Fatalf("retry batch: %+v %v, want the new event applied and the retry skipped", res, err)
 	}
 	assertSum(t, st, sub, base.Add(time.Minute), time.Hour, 3)
 	later := base.Add(11 * time.Minute)
-	res, err = st.Apply(ctx, "g", b.batch(e1), set, later, nil)
+	res, err = ap.Apply(ctx, "g", b.batch(e1), set, later, nil)
 	if err != nil || res.Applied != 1 {
 		t.Fatalf("after the horizon: %+v %v, want the id counted again", res, err)
 	}
@@ -265,7 +270,11 @@ func TestDedupSkipsARetriedEvent(t *testing.T) {
 // read must still answer for each of them.
 func TestDedupLargeBatch(t *testing.T) {
 	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition, Dedup: 10 * time.Minute})
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: onePartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{Dedup: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,13 +286,13 @@ func TestDedupLargeBatch(t *testing.T) {
 	for i := range evs {
 		evs[i] = ev("login_failed", "ip", "198.51.100."+strconv.Itoa(i%200), base)
 	}
-	res, err := st.Apply(ctx, "g", b.batch(evs...), set, base, nil)
+	res, err := ap.Apply(ctx, "g", b.batch(evs...), set, base, nil)
 	if err != nil || res.Applied != n {
 		t.Fatalf("first batch: %+v %v, want %d applied", res, err, n)
 	}
 	// The same ids again (a producer retried the whole lot) plus one new.
 	again := append(slices.Clone(evs), ev("login_failed", "ip", "198.51.100.1", base))
-	res, err = st.Apply(ctx, "g", b.batch(again...), set, base, nil)
+	res, err = ap.Apply(ctx, "g", b.batch(again...), set, base, nil)
 	if err != nil || res.Applied != 1 || res.Duplicates != n {
 		t.Fatalf("retried batch: applied %d duplicates %d err %v, want 1 and %d", res.Applied, res.Duplicates, err, n)
 	}
@@ -306,7 +315,7 @@ rules:
 	for range 3 {
 		evs = append(evs, ev("a", "ip", "192.0.2.7", base))
 	}
-	if _, err := st.Apply(context.Background(), "g", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(context.Background(), "g", b.batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	msgs, err := rdb.XRange(context.Background(), st.Keys().Log(0), "-", "+").Result()

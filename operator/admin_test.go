@@ -1,15 +1,15 @@
-package window_test
+package operator_test
 
 import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"floodgate/operator"
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
@@ -55,7 +55,7 @@ func TestBanAndUnbanOfASubjectWithNoCounts(t *testing.T) {
 	q := []window.EvalQuery{{Subject: sub, MaxWindow: time.Hour, Count: true,
 		Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 3, Window: time.Hour}, Block: true}}}}
 
-	res, err := st.Admin(ctx, base, window.AdminRequest{Op: window.OpBan, Subject: sub, Operator: "alice", Until: base.Add(time.Hour), Message: "abuse ticket 42"})
+	res, err := writerOf(t, st).Admin(ctx, base, operator.AdminRequest{Op: operator.OpBan, Subject: sub, Operator: "alice", Until: base.Add(time.Hour), Message: "abuse ticket 42"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestBanAndUnbanOfASubjectWithNoCounts(t *testing.T) {
 		t.Fatalf("ban still in force at its end: %+v", es[0].Ban)
 	}
 
-	res, err = st.Admin(ctx, base.Add(2*time.Minute), window.AdminRequest{Op: window.OpUnban, Subject: sub, Operator: "bob"})
+	res, err = writerOf(t, st).Admin(ctx, base.Add(2*time.Minute), operator.AdminRequest{Op: operator.OpUnban, Subject: sub, Operator: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestBanAndUnbanOfASubjectWithNoCounts(t *testing.T) {
 		t.Fatalf("take after unban: %+v", tr[0])
 	}
 	// An unban with nothing to clear is still recorded: the audit says who tried.
-	if res, err = st.Admin(ctx, base.Add(4*time.Minute), window.AdminRequest{Op: window.OpUnban, Subject: sub, Operator: "bob"}); err != nil || res.Seq != 3 || len(res.Cleared) != 0 {
+	if res, err = writerOf(t, st).Admin(ctx, base.Add(4*time.Minute), operator.AdminRequest{Op: operator.OpUnban, Subject: sub, Operator: "bob"}); err != nil || res.Seq != 3 || len(res.Cleared) != 0 {
 		t.Fatalf("empty unban: %+v %v", res, err)
 	}
 }
@@ -135,7 +135,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 	for range 5 {
 		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, base))
 	}
-	if _, err := st.Apply(ctx, "g", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := st.Records(ctx, base, sub)
@@ -147,7 +147,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 		t.Fatalf("records before: %+v", rec)
 	}
 
-	res, err := st.Admin(ctx, base, window.AdminRequest{Op: window.OpUnban, Subject: sub, Operator: "alice", Rule: "short"})
+	res, err := writerOf(t, st).Admin(ctx, base, operator.AdminRequest{Op: operator.OpUnban, Subject: sub, Operator: "alice", Rule: "short"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 		t.Fatalf("entry of unban --rule short: %+v", c)
 	}
 
-	if res, err = st.Admin(ctx, base, window.AdminRequest{Op: window.OpUnban, Subject: sub, Operator: "alice", Rule: "long"}); err != nil {
+	if res, err = writerOf(t, st).Admin(ctx, base, operator.AdminRequest{Op: operator.OpUnban, Subject: sub, Operator: "alice", Rule: "long"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ = st.Records(ctx, base, sub)
@@ -176,7 +176,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 
 	// The counts stayed: the next event evaluates the subject, which is over
 	// both limits again.
-	if _, err := st.Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, base.Add(time.Second))), set, base.Add(time.Second), nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, base.Add(time.Second))), set, base.Add(time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ = st.Records(ctx, base.Add(time.Second), sub); rec.Deny == nil || rec.Deny.Count != 6 || !rec.Deny.Since.Equal(base.Add(time.Second)) {
@@ -208,7 +208,7 @@ rules:
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(-ago)), ev(other.Action, other.Kind, other.Subject, now.Add(-ago)))
 		}
 	}
-	if _, err := st.Apply(ctx, "live", b.batch(evs...), set, now, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(evs...), set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	windows := []time.Duration{time.Minute, 24 * time.Hour}
@@ -227,7 +227,7 @@ rules:
 		t.Fatal("no deny record before reset")
 	}
 
-	res, err := st.Admin(ctx, now, window.AdminRequest{Op: window.OpReset, Subject: sub, Operator: "alice", MaxWindow: 24 * time.Hour, Group: "live", Topic: "events"})
+	res, err := writerOf(t, st).Admin(ctx, now, operator.AdminRequest{Op: operator.OpReset, Subject: sub, Operator: "alice", MaxWindow: 24 * time.Hour, Group: "live", Topic: "events"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ rules:
 	}
 
 	// Events after the boundary are counted into fresh windows.
-	if _, err := st.Apply(ctx, "live", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := sums(now); !slices.Equal(got[0], []int64{1, 1}) {
@@ -255,51 +255,21 @@ rules:
 	}
 }
 
-// Operator records on the decisions topic: their own fields, read back by
-// the same type as the aggregator's deny decisions, whose format is
-// unchanged.
-func TestOperatorDecisionJSON(t *testing.T) {
-	d := window.Decision{ID: "p1-1-0-0", Type: window.DecisionReset, Action: "a", Kind: "ip", Subject: "192.0.2.1",
-		Operator: "alice", Cleared: []string{"deny"}, DeletedKeys: 3, Offset: 17, TS: base}
-	js, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"id":"p1-1-0-0","type":"reset","action":"a","kind":"ip","subject":"192.0.2.1","operator":"alice","cleared":["deny"],"deleted_keys":3,"offset":17,"ts":` + jsInt(base.UnixMilli()) + `}`
-	if string(js) != want {
-		t.Fatalf("reset record\n got %s\nwant %s", js, want)
-	}
-	var back window.Decision
-	if err := json.Unmarshal(js, &back); err != nil {
-		t.Fatal(err)
-	}
-	if back.Type != d.Type || back.Offset != 17 || back.Operator != "alice" || !back.IsOperator() || back.Limit.Window != 0 {
-		t.Fatalf("read back %+v", back)
-	}
-	deny := window.Decision{Action: "a", Kind: "ip", Subject: "s", Rule: "r", Limit: rules.Limit{Count: 5, Window: time.Minute}, Count: 6, Until: base, TS: base}
-	js, _ = json.Marshal(deny)
-	if strings.Contains(string(js), "type") || strings.Contains(string(js), "operator") {
-		t.Fatalf("deny decision carries operator fields: %s", js)
-	}
-}
-
-func jsInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
-
 // A subject's field must name it back; writes need an operator; a reset
 // names no rule.
 func TestAdminRefusesBadRequests(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	sub := window.Subject{Action: "a", Kind: "ip", Subject: "192.0.2.1"}
-	for name, req := range map[string]window.AdminRequest{
-		"colon in kind":   {Op: window.OpUnban, Subject: window.Subject{Action: "a", Kind: "i:p", Subject: "x"}, Operator: "o"},
-		"no operator":     {Op: window.OpUnban, Subject: sub},
-		"ban in the past": {Op: window.OpBan, Subject: sub, Operator: "o", Until: base.Add(-time.Second)},
-		"reset of a rule": {Op: window.OpReset, Subject: sub, Operator: "o", Rule: "r", MaxWindow: time.Minute},
-		"reset no window": {Op: window.OpReset, Subject: sub, Operator: "o"},
+	for name, req := range map[string]operator.AdminRequest{
+		"colon in kind":   {Op: operator.OpUnban, Subject: window.Subject{Action: "a", Kind: "i:p", Subject: "x"}, Operator: "o"},
+		"no operator":     {Op: operator.OpUnban, Subject: sub},
+		"ban in the past": {Op: operator.OpBan, Subject: sub, Operator: "o", Until: base.Add(-time.Second)},
+		"reset of a rule": {Op: operator.OpReset, Subject: sub, Operator: "o", Rule: "r", MaxWindow: time.Minute},
+		"reset no window": {Op: operator.OpReset, Subject: sub, Operator: "o"},
 		"unknown op":      {Op: "nuke", Subject: sub, Operator: "o"},
 	} {
-		if _, err := st.Admin(context.Background(), base, req); err == nil {
+		if _, err := writerOf(t, st).Admin(context.Background(), base, req); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -332,7 +302,7 @@ rules:
 		e.Attrs = map[string]string{"email": "u" + jsInt(int64(i)) + "@example.com"}
 		evs = append(evs, e)
 	}
-	if _, err := st.Apply(ctx, "live", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := st.Records(ctx, base, sub)
@@ -342,7 +312,7 @@ rules:
 	if rec.Deny == nil || rec.State == nil || len(rec.State.Limits) != 1 || len(rec.State.Buckets) != 1 {
 		t.Fatalf("records before: deny %+v state %+v", rec.Deny, rec.State)
 	}
-	if _, err := st.Admin(ctx, base, window.AdminRequest{Op: window.OpUnban, Subject: sub, Operator: "alice", Rule: "stuffing"}); err != nil {
+	if _, err := writerOf(t, st).Admin(ctx, base, operator.AdminRequest{Op: operator.OpUnban, Subject: sub, Operator: "alice", Rule: "stuffing"}); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ = st.Records(ctx, base, sub); rec.State == nil || len(rec.State.Limits) != 0 || len(rec.State.Buckets) != 1 || rec.State.Buckets[0].Rule != "burst" {
@@ -352,7 +322,7 @@ rules:
 	if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != 2 {
 		t.Fatalf("arrival times and distinct set before reset: %d %v", n, err)
 	}
-	res, err := st.Admin(ctx, base, window.AdminRequest{Op: window.OpReset, Subject: sub, Operator: "alice", MaxWindow: set.MaxWindowFor(sub.Action, sub.Kind), Distinct: []string{"email"}})
+	res, err := writerOf(t, st).Admin(ctx, base, operator.AdminRequest{Op: operator.OpReset, Subject: sub, Operator: "alice", MaxWindow: set.MaxWindowFor(sub.Action, sub.Kind), Distinct: []string{"email"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,3 +333,5 @@ rules:
 		t.Fatalf("records after reset: %+v", rec)
 	}
 }
+
+func jsInt(n int64) string { b, _ := json.Marshal(n); return string(b) }

@@ -1,51 +1,3 @@
-package window
-
-// banLib reads a subject's ban in a script: prepended (after LuaLib) to the
-// scripts that decide (evalBody), so that exact checks and strict takes deny
-// a banned subject whatever its counts.
-//
-//	fg_ban(slot, f, now_ms) -> the ban's JSON while it is in force, else nil
-const banLib = `
-local function fg_ban(slot, f, now_ms)
-  local js = redis.call('HGET', slot .. ':@bans', f)
-  if not js then return nil end
-  local ok, b = pcall(cjson.decode, js)
-  if ok and type(b) == 'table' and tonumber(b['until']) and tonumber(b['until']) > now_ms then return js end
-  return nil
-end
-`
-
-// adminBody runs one operator action on one subject in its partition's
-// slot: ban, unban or reset. Redis runs it between the aggregator's apply
-// scripts of the same slot, so a batch is counted wholly before it or
-// wholly after it: never half reset.
-//
-//	KEYS: the slot's state key (routing only)
-//	ARGV: slot, field, op, now_ms, maxlog, rule, ban_json, audit_json,
-//	      maxw, slack, ahead, offkey, ndistinct, distinct kind*ndistinct
-//
-// ban writes ban_json to the slot's ban hash. unban deletes the subject's
-// deny and shadow records (only those of rule when rule is not empty), its
-// ban (only when rule is empty: a ban belongs to no rule) and its decision
-// state (with rule: only that rule's limits and buckets of it). reset does
-// what unban does for every rule and deletes the subject's counters: its
-// bucket hashes at every level for the seconds [now-maxw-slack-period,
-// now+ahead] (whatever a window of maxw can still read), its token buckets'
-// arrival times and its distinct sets of the given attr kinds. offkey, when
-// not empty, is a consumer
-// group's offset key: its value (the next offset the group counts) is the
-// reset's boundary, recorded in the entry as o.
-//
-// Every action appends one change entry with the next sequence number
-// (as the apply script does), whatever it found, so that every limiter
-// applies it and the relay publishes its audit record: audit_json (with
-// "f") gains "cleared" and, for reset, "deleted_keys" and "offset" here.
-//
-// Every read comes first: a foreign key of another type under the prefix
-// fails the run before anything is written.
-//
-// Returns {seq, entry id, {cleared...}, buckets, offset or -1}.
-const adminBody = `
 local a = ARGV
 local slot, f, op = a[1], a[2], a[3]
 local now_ms, maxlog = tonumber(a[4]), tonumber(a[5])
@@ -172,21 +124,3 @@ if banch then x[#x + 1] = 'b'; x[#x + 1] = '[[' .. fj .. ',' .. banch .. ']]' en
 x[#x + 1] = 'd'; x[#x + 1] = '[' .. audit .. ']'
 local id = redis.call(unpack(x))
 return {seq, id, cleared, buckets, offset}
-`
-
-// recordsBody reads what is recorded of one subject besides its counts.
-//
-//	KEYS: the slot's state key (routing only)
-//	ARGV: slot, field
-//
-// Returns {deny JSON, shadow JSON, ban JSON, state JSON}, each false when
-// absent.
-const recordsBody = `
-local slot, f = ARGV[1], ARGV[2]
-return {
-  redis.call('GET', slot .. ':' .. f .. ':deny'),
-  redis.call('GET', slot .. ':' .. f .. ':shadow'),
-  redis.call('HGET', slot .. ':@bans', f),
-  redis.call('HGET', slot .. ':@state', f),
-}
-`

@@ -1,13 +1,17 @@
-package window
+package live
 
-import "testing"
+import (
+	"testing"
+
+	"floodgate/window"
+)
 
 // A subject near one limit and far from another evaluates only the near
 // one; the far one's headroom shrinks by what each batch adds until the
 // batch could reach it.
 func TestHeadroomPlansPerLimit(t *testing.T) {
 	h := NewHeadroom(10)
-	sub := Subject{"login", "ip", "192.0.2.1"}
+	sub := window.Subject{Action: "login", Kind: "ip", Subject: "192.0.2.1"}
 	if got := h.needs(sub, 2, 1, 100, 100); got != evalAll {
 		t.Fatalf("unknown subject: plan %q, want all", got)
 	}

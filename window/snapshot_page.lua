@@ -1,0 +1,1 @@
+return redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
