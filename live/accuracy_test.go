@@ -54,7 +54,7 @@ rules:
 	rng := rand.New(rand.NewPCG(seed, 1))
 	zipf := rand.NewZipf(rng, 1.3, 2, 29)
 	ctx := context.Background()
-	b := &batcher{topic: "acc"}
+	b := &batcher{Topic: "acc"}
 	refs := map[string]*windowtest.Log{}
 	const maxW = 86400
 
@@ -113,7 +113,7 @@ rules:
 		if _, err := pipe.Exec(ctx); err != nil && len(touched) > 0 {
 			t.Fatal(err)
 		}
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, time.UnixMilli(now), hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, time.UnixMilli(now), hr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ rules:
 	for _, r := range refs {
 		events += r.Len()
 	}
-	events = int(b.next) // all offsets are events
+	events = int(b.Next) // all offsets are events
 	t.Logf("%d events, %d batches, %d subjects; %d window sums and %d deny decisions (%d denies) compared: 0 disagreements with the second-exact sliding log",
 		events, batches, len(refs), checks, decisionsChecked, denies)
 	t.Logf("against a millisecond sliding log: %d of %d decisions differ (%.3f%%), all within the one-second edge bound",

@@ -40,14 +40,14 @@ func BenchmarkStoreApply(b *testing.B) {
 			const batchSize = 1000
 			clock := time.Now()
 			batches := make([]aggregator.Batch, 0, 64)
-			bt := &batcher{topic: "bench"}
+			bt := &batcher{Topic: "bench"}
 			for i := 0; i < cap(batches); i++ {
 				evs := make([]event.Event, batchSize)
 				for k := range evs {
 					clock = clock.Add(time.Millisecond)
 					evs[k] = ev("login_failed", "ip", "10."+strconv.FormatUint(zipf.Uint64(), 10), clock)
 				}
-				batches = append(batches, bt.batch(evs...))
+				batches = append(batches, bt.Batch(evs...))
 			}
 			var hr *live.Headroom
 			if tc.headroom {
@@ -61,14 +61,14 @@ func BenchmarkStoreApply(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				// Re-apply the prepared batches with fresh offsets.
 				src := batches[i%len(batches)]
-				bb := aggregator.Batch{Topic: bt.topic, Partition: bt.partition}
-				bb.First, bb.Last = bt.next, bt.next+int64(len(src.Records))-1
+				bb := aggregator.Batch{Topic: bt.Topic, Partition: bt.Partition}
+				bb.First, bb.Last = bt.Next, bt.Next+int64(len(src.Records))-1
 				bb.Records = make([]aggregator.Record, len(src.Records))
 				for k, r := range src.Records {
 					r.Offset = bb.First + int64(k)
 					bb.Records[k] = r
 				}
-				bt.next = bb.Last + 1
+				bt.Next = bb.Last + 1
 				now := src.Records[len(src.Records)-1].Event.TS
 				res, err := applierOf(b, st).Apply(ctx, "bench", bb, set, now, hr)
 				if err != nil {

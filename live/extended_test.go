@@ -33,7 +33,7 @@ rules:
     kinds: [ip]
     limits: [3/m, 6/h]
 `)
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "192.0.2.9"}
 	apply := func(at time.Duration, n int) live.ApplyResult {
 		t.Helper()
@@ -42,7 +42,7 @@ rules:
 		for i := range evs {
 			evs[i] = ev(sub.Action, sub.Kind, sub.Subject, now)
 		}
-		res, err := ap.Apply(ctx, "g", b.batch(evs...), set, now, nil)
+		res, err := ap.Apply(ctx, "g", b.Batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

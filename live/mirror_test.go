@@ -41,7 +41,7 @@ func applyTimes(t *testing.T, st *window.Store, b *batcher, set *rules.Set, at t
 	for range n {
 		evs = append(evs, ev("act", "k", "a", at))
 	}
-	res, err := applierOf(t, st).Apply(context.Background(), "g", b.batch(evs...), set, at, hr)
+	res, err := applierOf(t, st).Apply(context.Background(), "g", b.Batch(evs...), set, at, hr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestMirrorForgetsAfterOperatorReset(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, mirrorRules)
 	ctx := context.Background()
-	b := &batcher{topic: "m"}
+	b := &batcher{Topic: "m"}
 	hr := live.NewHeadroom(100)
 	at := base.Add(10 * time.Second)
 	apply := func(n int) live.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }
@@ -99,7 +99,7 @@ rules:
     kinds: [k]
     limits: [20/m]
 `)
-	b := &batcher{topic: "m"}
+	b := &batcher{Topic: "m"}
 	mine, theirs := live.NewHeadroom(100), live.NewHeadroom(100)
 	at := base.Add(10 * time.Second)
 	apply := func(hr *live.Headroom, n int) live.ApplyResult { return applyTimes(t, st, b, set, at, hr, n) }

@@ -49,7 +49,7 @@ rules:
     limits: [4/1m]
 `)
 	ctx := context.Background()
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	sub := window.Subject{Action: "a", Kind: "ip", Subject: "192.0.2.9"}
 	hr := live.NewHeadroom(100)
 	apply := func(at time.Duration, n int) live.ApplyResult {
@@ -58,7 +58,7 @@ rules:
 		for range n {
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, base.Add(at)))
 		}
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base.Add(at), hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, base.Add(at), hr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,12 +121,12 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, hourRule)
 	ctx := context.Background()
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	hr := live.NewHeadroom(100)
 	evaluated := 0
 	for i := range 12 {
 		at := base.Add(time.Duration(i) * time.Second)
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.1", at)), set, at, hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev("a", "ip", "192.0.2.1", at)), set, at, hr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 	// stored offset is not the one the headroom saw, so everything is
 	// evaluated again.
 	applyAsAnotherWriter(t, st, set, b, ev("a", "ip", "192.0.2.2", base))
-	res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev("a", "ip", "192.0.2.3", base)), set, base, hr)
+	res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev("a", "ip", "192.0.2.3", base)), set, base, hr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,11 +160,11 @@ func TestHeadroomSkipsSubjectsFarFromTheirLimits(t *testing.T) {
 // moves b past it.
 func applyAsAnotherWriter(t *testing.T, st *window.Store, set *rules.Set, b *batcher, e event.Event) {
 	t.Helper()
-	other := &batcher{topic: b.topic, next: b.next}
-	if _, err := applierOf(t, st).Apply(context.Background(), "g", other.batch(e), set, base, nil); err != nil {
+	other := &batcher{Topic: b.Topic, Next: b.Next}
+	if _, err := applierOf(t, st).Apply(context.Background(), "g", other.Batch(e), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.next = other.next
+	b.Next = other.Next
 }
 
 // The script is sent only the subjects it has more to do for than their
@@ -176,17 +176,17 @@ func TestAnotherWriterEvaluatesSubjectsLeftOut(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, hourRule)
 	ctx := context.Background()
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	hr := live.NewHeadroom(100)
 	far := window.Subject{Action: "a", Kind: "ip", Subject: "192.0.2.7"}
 	for i, want := range []int{1, 0} { // new: evaluated; then far from 10: left out
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
 		if err != nil || res.Evaluated != want {
 			t.Fatalf("batch %d: %+v %v, want %d evaluated", i, res, err, want)
 		}
 	}
 	applyAsAnotherWriter(t, st, set, b, ev("a", "ip", "192.0.2.8", base))
-	res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
+	res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev(far.Action, far.Kind, far.Subject, base)), set, base, hr)
 	if err != nil || res.Evaluated != 1 || res.Applied != 1 {
 		t.Fatalf("after another writer: %+v %v, want the subject evaluated and its event applied once", res, err)
 	}
@@ -201,10 +201,10 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	a := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.1"}
 	z := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.2"}
-	bt := b.batch(ev(a.Action, a.Kind, a.Subject, base), ev(z.Action, z.Kind, z.Subject, base))
+	bt := b.Batch(ev(a.Action, a.Kind, a.Subject, base), ev(z.Action, z.Kind, z.Subject, base))
 	// z's hour bucket is a string: its HINCRBY fails after a's were made.
 	foreign := st.Keys().Bucket(0, z, 'h', base)
 	if err := rdb.Set(ctx, foreign, "not a hash", time.Hour).Err(); err != nil {
@@ -247,20 +247,20 @@ func TestDedupSkipsARetriedEvent(t *testing.T) {
 	}
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.9"}
 	e1, e2 := ev(sub.Action, sub.Kind, sub.Subject, base), ev(sub.Action, sub.Kind, sub.Subject, base)
-	res, err := ap.Apply(ctx, "g", b.batch(e1, e2, e1), set, base, nil)
+	res, err := ap.Apply(ctx, "g", b.Batch(e1, e2, e1), set, base, nil)
 	if err != nil || res.Applied != 2 || res.Duplicates != 1 {
 		t.Fatalf("first batch: %+v %v, want 2 applied and the repeat skipped", res, err)
 	}
-	res, err = ap.Apply(ctx, "g", b.batch(e2, ev(sub.Action, sub.Kind, sub.Subject, base)), set, base.Add(time.Minute), nil)
+	res, err = ap.Apply(ctx, "g", b.Batch(e2, ev(sub.Action, sub.Kind, sub.Subject, base)), set, base.Add(time.Minute), nil)
 	if err != nil || res.Applied != 1 || res.Duplicates != 1 {
 		t.Fatalf("retry batch: %+v %v, want the new event applied and the retry skipped", res, err)
 	}
 	assertSum(t, st, sub, base.Add(time.Minute), time.Hour, 3)
 	later := base.Add(11 * time.Minute)
-	res, err = ap.Apply(ctx, "g", b.batch(e1), set, later, nil)
+	res, err = ap.Apply(ctx, "g", b.Batch(e1), set, later, nil)
 	if err != nil || res.Applied != 1 {
 		t.Fatalf("after the horizon: %+v %v, want the id counted again", res, err)
 	}
@@ -280,19 +280,19 @@ func TestDedupLargeBatch(t *testing.T) {
 	}
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	const n = 12000
 	evs := make([]event.Event, n)
 	for i := range evs {
 		evs[i] = ev("login_failed", "ip", "198.51.100."+strconv.Itoa(i%200), base)
 	}
-	res, err := ap.Apply(ctx, "g", b.batch(evs...), set, base, nil)
+	res, err := ap.Apply(ctx, "g", b.Batch(evs...), set, base, nil)
 	if err != nil || res.Applied != n {
 		t.Fatalf("first batch: %+v %v, want %d applied", res, err, n)
 	}
 	// The same ids again (a producer retried the whole lot) plus one new.
 	again := append(slices.Clone(evs), ev("login_failed", "ip", "198.51.100.1", base))
-	res, err = ap.Apply(ctx, "g", b.batch(again...), set, base, nil)
+	res, err = ap.Apply(ctx, "g", b.Batch(again...), set, base, nil)
 	if err != nil || res.Applied != 1 || res.Duplicates != n {
 		t.Fatalf("retried batch: applied %d duplicates %d err %v, want 1 and %d", res.Applied, res.Duplicates, err, n)
 	}
@@ -310,12 +310,12 @@ rules:
     kinds: [ip]
     limits: [2/1m]
 `)
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	var evs []eventT
 	for range 3 {
 		evs = append(evs, ev("a", "ip", "192.0.2.7", base))
 	}
-	if _, err := applierOf(t, st).Apply(context.Background(), "g", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(context.Background(), "g", b.Batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	msgs, err := rdb.XRange(context.Background(), st.Keys().Log(0), "-", "+").Result()

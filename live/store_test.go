@@ -53,7 +53,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events", partition: 0}
+	b := &batcher{Topic: "events", Partition: 0}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "203.0.113.7"}
 
 	steps := []step{
@@ -87,7 +87,7 @@ func TestSeveralLimitsDenyAtTheRightMoment(t *testing.T) {
 		for k := 0; k < s.n; k++ {
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
 		}
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, now, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,12 +171,12 @@ func TestShadowNeverDenies(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events"}
+	b := &batcher{Topic: "events"}
 	sub := window.Subject{Action: "login_failed", Kind: "user", Subject: "alice"}
 	var shadow int
 	for i := 0; i < 20; i++ {
 		now := base.Add(time.Duration(i) * 100 * time.Millisecond)
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestAllowlistedNeverDenied(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events"}
+	b := &batcher{Topic: "events"}
 	subs := map[window.Subject]bool{ // subject -> allowlisted
 		{Action: "login_failed", Kind: "ip", Subject: "10.2.3.4"}:           true,
 		{Action: "login_failed", Kind: "email", Subject: "ops@example.com"}: true,
@@ -220,7 +220,7 @@ func TestAllowlistedNeverDenied(t *testing.T) {
 		for s := range subs {
 			evs = append(evs, ev(s.Action, s.Kind, s.Subject, now), ev(s.Action, s.Kind, s.Subject, now))
 		}
-		res, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, now, nil)
+		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +256,7 @@ func TestExactlyOnceOffsets(t *testing.T) {
 	if _, ok, err := st.Resume(ctx, "g", "events", 0); err != nil || ok {
 		t.Fatalf("Resume before any batch = %v, %v", ok, err)
 	}
-	b := &batcher{topic: "events", partition: 0, next: 100}
+	b := &batcher{Topic: "events", Partition: 0, Next: 100}
 	evs := func(n int) []eventT {
 		out := make([]eventT, n)
 		for i := range out {
@@ -264,8 +264,8 @@ func TestExactlyOnceOffsets(t *testing.T) {
 		}
 		return out
 	}
-	b1 := b.batch(evs(3)...) // 100..102
-	b2 := b.batch(evs(4)...) // 103..106
+	b1 := b.Batch(evs(3)...) // 100..102
+	b2 := b.Batch(evs(4)...) // 103..106
 	for i, bt := range []struct {
 		b         batchT
 		dup       bool
@@ -339,10 +339,10 @@ func TestOldCountedAndUnruledEventsSkipCounters(t *testing.T) {
 	st := newStore(t, rdb)
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events"}
+	b := &batcher{Topic: "events"}
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.1"}
 	now := base.Add(48 * time.Hour)
-	bt := b.batch(
+	bt := b.Batch(
 		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour)),             // old: outside 1d
 		ev(sub.Action, sub.Kind, sub.Subject, now.Add(-24*time.Hour+time.Second)), // the day's first second
 		ev(sub.Action, sub.Kind, sub.Subject, now),
@@ -384,12 +384,12 @@ func TestApplySplitsLargeBatches(t *testing.T) {
 	}
 	set := mustRules(t, loginRules)
 	ctx := context.Background()
-	b := &batcher{topic: "events", partition: 0}
+	b := &batcher{Topic: "events", Partition: 0}
 	var evs []eventT
 	for i := 0; i < 60; i++ {
 		evs = append(evs, ev("login_failed", "email", "u"+strconv.Itoa(i%20)+"@example.com", base))
 	}
-	bt := b.batch(evs...)
+	bt := b.Batch(evs...)
 	bt.Last += 3 // three dead-lettered messages at the end
 	for round := 0; round < 2; round++ {
 		res, err := ap.Apply(ctx, "g", bt, set, base, nil)
@@ -424,14 +424,14 @@ rules:
 `)
 	now := base.Add(100 * time.Millisecond) // the deny record lives 900ms
 	for _, skew := range []time.Duration{0, time.Second, 3 * time.Second} {
-		b := &batcher{topic: "t" + skew.String()}
+		b := &batcher{Topic: "t" + skew.String()}
 		sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "192.0.2." + strconv.Itoa(int(skew/time.Second)+1)}
 		var evs []eventT
 		for range 10 {
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now))
 		}
 		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(skew)))
-		res, err := applierOf(t, st).Apply(context.Background(), "g", b.batch(evs...), set, now, nil)
+		res, err := applierOf(t, st).Apply(context.Background(), "g", b.Batch(evs...), set, now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -495,7 +495,7 @@ rules:
 		ip := "192.0.2." + strconv.Itoa(i)
 		evs = append(evs, ev("a", "ip", ip, base), ev("a", "ip", ip, base))
 	}
-	b := (&batcher{topic: "t"}).batch(evs...)
+	b := (&batcher{Topic: "t"}).Batch(evs...)
 	res, err := ap.Apply(context.Background(), "g", b, set, base, nil)
 	if err == nil {
 		t.Fatal("first attempt: no error, want the injected failure")
@@ -640,12 +640,12 @@ rules:
 			if copies {
 				hr = live.NewHeadroom(100)
 			}
-			b := &batcher{topic: "t"}
+			b := &batcher{Topic: "t"}
 			sub := window.Subject{Action: tc.action, Kind: "ip", Subject: "192.0.2.1"}
 			last := base.Add(tc.w - time.Second) // the window [base, last] is aligned
 			var denied int
 			for _, at := range []time.Time{base, base.Add(tc.w / 2), last} {
-				res, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, at)), set, at, hr)
+				res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev(sub.Action, sub.Kind, sub.Subject, at)), set, at, hr)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -130,12 +130,12 @@ func TestUnbanOfOneRule(t *testing.T) {
 	set := mustRules(t, adminRules)
 	ctx := context.Background()
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.1"}
-	b := &batcher{topic: "events"}
+	b := &batcher{Topic: "events"}
 	var evs []eventT
 	for range 5 {
 		evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, base))
 	}
-	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := st.Records(ctx, base, sub)
@@ -176,7 +176,7 @@ func TestUnbanOfOneRule(t *testing.T) {
 
 	// The counts stayed: the next event evaluates the subject, which is over
 	// both limits again.
-	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(ev(sub.Action, sub.Kind, sub.Subject, base.Add(time.Second))), set, base.Add(time.Second), nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.Batch(ev(sub.Action, sub.Kind, sub.Subject, base.Add(time.Second))), set, base.Add(time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ = st.Records(ctx, base.Add(time.Second), sub); rec.Deny == nil || rec.Deny.Count != 6 || !rec.Deny.Since.Equal(base.Add(time.Second)) {
@@ -200,7 +200,7 @@ rules:
 	ctx := context.Background()
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "192.0.2.44"}
 	other := window.Subject{Action: "login_failed", Kind: "ip", Subject: "192.0.2.45"}
-	b := &batcher{topic: "events"}
+	b := &batcher{Topic: "events"}
 	now := base.Add(23 * time.Hour)
 	var evs []eventT
 	for _, ago := range []time.Duration{0, 30 * time.Second, 5 * time.Minute, 3 * time.Hour, 22 * time.Hour} {
@@ -208,7 +208,7 @@ rules:
 			evs = append(evs, ev(sub.Action, sub.Kind, sub.Subject, now.Add(-ago)), ev(other.Action, other.Kind, other.Subject, now.Add(-ago)))
 		}
 	}
-	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(evs...), set, now, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.Batch(evs...), set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	windows := []time.Duration{time.Minute, 24 * time.Hour}
@@ -231,8 +231,8 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Offset != b.next || res.DeletedKeys < 5 || !slices.Contains(res.Cleared, "deny") || !slices.Contains(res.Cleared, "state") {
-		t.Fatalf("reset result %+v (next offset %d)", res, b.next)
+	if res.Offset != b.Next || res.DeletedKeys < 5 || !slices.Contains(res.Cleared, "deny") || !slices.Contains(res.Cleared, "state") {
+		t.Fatalf("reset result %+v (next offset %d)", res, b.Next)
 	}
 	if got := sums(now); !slices.Equal(got[0], []int64{0, 0}) || !slices.Equal(got[1], []int64{4, 10}) {
 		t.Fatalf("sums after reset: %v (the other subject must keep its counts)", got)
@@ -242,12 +242,12 @@ rules:
 		t.Fatalf("keys of the reset subject left: %v %v", keys, err)
 	}
 	c := lastChange(t, rdb, st)
-	if c.Next != b.next || c.Decisions[0].Type != window.DecisionReset || c.Decisions[0].Offset != b.next || c.Decisions[0].DeletedKeys != res.DeletedKeys {
+	if c.Next != b.Next || c.Decisions[0].Type != window.DecisionReset || c.Decisions[0].Offset != b.Next || c.Decisions[0].DeletedKeys != res.DeletedKeys {
 		t.Fatalf("reset entry %+v", c)
 	}
 
 	// Events after the boundary are counted into fresh windows.
-	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.Batch(ev(sub.Action, sub.Kind, sub.Subject, now)), set, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := sums(now); !slices.Equal(got[0], []int64{1, 1}) {
@@ -295,14 +295,14 @@ rules:
 `)
 	ctx := context.Background()
 	sub := window.Subject{Action: "login_failed", Kind: "ip", Subject: "198.51.100.7"}
-	b := &batcher{topic: "events"}
+	b := &batcher{Topic: "events"}
 	var evs []eventT
 	for i := range 5 {
 		e := ev(sub.Action, sub.Kind, sub.Subject, base)
 		e.Attrs = map[string]string{"email": "u" + jsInt(int64(i)) + "@example.com"}
 		evs = append(evs, e)
 	}
-	if _, err := applierOf(t, st).Apply(ctx, "live", b.batch(evs...), set, base, nil); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "live", b.Batch(evs...), set, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := st.Records(ctx, base, sub)

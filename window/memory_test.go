@@ -137,10 +137,10 @@ type snapshotReader interface {
 func snapshotInPages(t *testing.T, rdb snapshotReader, st *window.Store) {
 	ctx := context.Background()
 	set := mustRules(t, probeRules)
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	hr := live.NewHeadroom(100000)
 	apply := func(evs []eventT) {
-		if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
+		if _, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, base, hr); err != nil {
 			t.Error(err)
 		}
 	}
@@ -219,17 +219,17 @@ func TestPruneRemovesExpiredStatesByTime(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, probeRules)
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	hr := live.NewHeadroom(100000)
 	const n = 1500 // pages of live.PrunePage
 	for i := 0; i < n; i += 500 {
-		if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(probeEvents(i, 500, 1, base)...), set, base, hr); err != nil {
+		if _, err := applierOf(t, st).Apply(ctx, "g", b.Batch(probeEvents(i, 500, 1, base)...), set, base, hr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// one subject evaluated later lives longer
 	late := base.Add(30 * time.Minute)
-	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(probeEvents(n, 1, 1, late)...), set, late, hr); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.Batch(probeEvents(n, 1, 1, late)...), set, late, hr); err != nil {
 		t.Fatal(err)
 	}
 	keys := st.Keys()
@@ -259,11 +259,11 @@ func TestSnapshotAtMostKeepsBlockingStatesFirst(t *testing.T) {
 	st := newStore(t, rdb)
 	ctx := context.Background()
 	set := mustRules(t, probeRules)
-	b := &batcher{topic: "t"}
+	b := &batcher{Topic: "t"}
 	hr := live.NewHeadroom(100000)
 	// 3000 subjects at half the limit (one event of 2/1h), 100 over it.
 	evs := append(probeEvents(0, 3000, 1, base), probeEvents(3000, 100, 3, base)...)
-	if _, err := applierOf(t, st).Apply(ctx, "g", b.batch(evs...), set, base, hr); err != nil {
+	if _, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, base, hr); err != nil {
 		t.Fatal(err)
 	}
 	full, err := st.Snapshot(ctx, 0, base)

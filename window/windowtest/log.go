@@ -1,6 +1,8 @@
-// Package windowtest holds the exact reference the live path's tests
-// compare against: a sliding log of every event, counted as docs/redis.md
-// defines a window (whole seconds).
+// Package windowtest holds what the tests of the slot's schema share: the
+// exact reference the live path's tests compare against (a sliding log of
+// every event, counted as docs/redis.md defines a window, whole seconds),
+// and a store of the test's own with batches of consecutive offsets to
+// apply to it (store.go).
 package windowtest
 
 import "sort"

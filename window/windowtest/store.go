@@ -1,0 +1,73 @@
+package windowtest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/rules"
+	"floodgate/stacktest"
+	"floodgate/window"
+)
+
+// Base is a fixed day boundary plus 12h, in the future so that no test key
+// lands in a bucket that real time could make meaningful to anyone else.
+var Base = time.Date(2031, 3, 14, 12, 0, 0, 0, time.UTC)
+
+// NewStore returns a store under a key prefix of the test's own (deleted
+// when it ends), every subject in partition 0, where Batcher's batches are.
+func NewStore(tb testing.TB, rdb *redis.Client) *window.Store {
+	tb.Helper()
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(tb, rdb), Partitions: OnePartition})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
+// OnePartition puts every subject in partition 0.
+func OnePartition() int { return 1 }
+
+// MustRules parses a rules file of the test's, failing it on error.
+func MustRules(tb testing.TB, yaml string) *rules.Set {
+	tb.Helper()
+	s, err := rules.Parse([]byte(strings.TrimLeft(yaml, "\n")))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// Batcher hands out batches of consecutive offsets for one partition.
+type Batcher struct {
+	Topic     string
+	Partition int
+	Next      int64
+}
+
+// Batch is the next batch holding evs (an event's N defaults to 1); with
+// no events, an empty batch of one offset.
+func (b *Batcher) Batch(evs ...event.Event) aggregator.Batch {
+	out := aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.Next}
+	for _, e := range evs {
+		if e.N == 0 {
+			e.N = 1
+		}
+		out.Records = append(out.Records, aggregator.Record{Offset: b.Next, Event: e})
+		b.Next++
+	}
+	if len(evs) == 0 {
+		b.Next++
+	}
+	out.Last = b.Next - 1
+	return out
+}
+
+// Event is one event of action by kind=subject at ts.
+func Event(action, kind, subject string, ts time.Time) event.Event {
+	return event.Event{V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: subject, TS: ts, N: 1}
+}
