@@ -104,9 +104,16 @@ type Point struct {
 
 // Curve returns one point per step over [from, to), zeros included.
 func (q *Querier) Curve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]Point, error) {
-	var out []Point
+	return sumCurves(q, k, func(fk Key) ([]Point, error) { return q.curve(ctx, fk, from, to, step) },
+		func(p *Point, o Point) { p.Value += o.Value })
+}
+
+// sumCurves adds the curves of the forms of k point by point (they share
+// from, to and step, so their points line up).
+func sumCurves[P any](q *Querier, k Key, curve func(Key) ([]P, error), add func(*P, P)) ([]P, error) {
+	var out []P
 	for i, fk := range q.forms(k) {
-		ps, err := q.curve(ctx, fk, from, to, step)
+		ps, err := curve(fk)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +122,7 @@ func (q *Querier) Curve(ctx context.Context, k Key, from, to time.Time, step tim
 			continue
 		}
 		for j := range min(len(out), len(ps)) {
-			out[j].Value += ps[j].Value
+			add(&out[j], ps[j])
 		}
 	}
 	return out, nil
@@ -308,22 +315,8 @@ type VisitorPoint struct {
 // Each step counts its own distinct visitors: a visitor of two steps counts
 // in both.
 func (q *Querier) VisitorsCurve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]VisitorPoint, error) {
-	var out []VisitorPoint
-	for i, fk := range q.forms(k) {
-		ps, err := q.visitorsCurve(ctx, fk, from, to, step)
-		if err != nil {
-			return nil, err
-		}
-		if i == 0 {
-			out = ps
-			continue
-		}
-		for j := range min(len(out), len(ps)) {
-			out[j].Events += ps[j].Events
-			out[j].Visitors += ps[j].Visitors
-		}
-	}
-	return out, nil
+	return sumCurves(q, k, func(fk Key) ([]VisitorPoint, error) { return q.visitorsCurve(ctx, fk, from, to, step) },
+		func(p *VisitorPoint, o VisitorPoint) { p.Events += o.Events; p.Visitors += o.Visitors })
 }
 
 func (q *Querier) visitorsCurve(ctx context.Context, k Key, from, to time.Time, step time.Duration) ([]VisitorPoint, error) {
