@@ -20,7 +20,6 @@ import (
 	"floodgate/aggregator"
 	"floodgate/live"
 	"floodgate/topics"
-	"floodgate/window"
 
 	"floodgate/kafkaconn"
 )
@@ -60,28 +59,14 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	rdb, err := c.redisClient()
+	lc, err := openLive(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, reg)
 	if err != nil {
 		return err
 	}
-	defer closeLogged(logger, "redis", rdb)
-	if err := c.ping(ctx, rdb); err != nil {
-		return err
-	}
-	kc, err := c.KafkaCluster(ctx)
-	if err != nil {
-		return err
-	}
+	defer lc.close(logger)
+	rdb, kc, parts, store := lc.redis, lc.kafka, lc.parts, lc.store
 	c.cluster = kc
-	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
-	if err != nil {
-		return err
-	}
 	if err := c.requireOutputTopics(ctx); err != nil {
-		return err
-	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, Registerer: reg})
-	if err != nil {
 		return err
 	}
 	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup})

@@ -14,8 +14,6 @@ import (
 	"floodgate/limitapi"
 	"floodgate/operator"
 	"floodgate/rules"
-	"floodgate/topics"
-	"floodgate/window"
 )
 
 // EraseCmd removes a subject from history and from the live state: the
@@ -134,26 +132,12 @@ func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rule
 	if len(actions) == 0 {
 		return nil // no rule counts the kind: no live state
 	}
-	rdb, err := c.redisClient()
+	lc, err := openLive(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
 	if err != nil {
 		return err
 	}
-	defer closeLogged(logger, "redis", rdb)
-	if err := c.ping(ctx, rdb); err != nil {
-		return err
-	}
-	kc, err := c.KafkaCluster(ctx)
-	if err != nil {
-		return err
-	}
-	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
-	if err != nil {
-		return err
-	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get})
-	if err != nil {
-		return err
-	}
+	defer lc.close(logger)
+	store := lc.store
 	writer, err := operator.NewWriter(store)
 	if err != nil {
 		return err

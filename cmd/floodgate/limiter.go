@@ -13,8 +13,6 @@ import (
 	"floodgate/limiter"
 	"floodgate/producer"
 	"floodgate/strict"
-	"floodgate/topics"
-	"floodgate/window"
 )
 
 // LimiterCmd serves limiter lookups (default) or measures them.
@@ -82,26 +80,12 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	rdb, err := c.redisClient()
+	lc, err := openLive(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, reg)
 	if err != nil {
 		return err
 	}
-	defer closeLogged(logger, "redis", rdb)
-	if err := c.ping(ctx, rdb); err != nil {
-		return err
-	}
-	kc, err := c.KafkaCluster(ctx)
-	if err != nil {
-		return err
-	}
-	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
-	if err != nil {
-		return err
-	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get, Registerer: reg})
-	if err != nil {
-		return err
-	}
+	defer lc.close(logger)
+	rdb, kc, parts, store := lc.redis, lc.kafka, lc.parts, lc.store
 	if err := store.LoadScripts(ctx); err != nil {
 		return err
 	}

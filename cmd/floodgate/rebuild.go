@@ -9,8 +9,6 @@ import (
 	"floodgate/aggregator"
 	"floodgate/live"
 	"floodgate/recovery"
-	"floodgate/topics"
-	"floodgate/window"
 )
 
 // RebuildCmd rebuilds the live Redis counters from Kafka after Redis lost
@@ -35,26 +33,12 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rdb, err := c.redisClient()
+	lc, err := openLive(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
 	if err != nil {
 		return err
 	}
-	defer closeLogged(logger, "redis", rdb)
-	if err := c.ping(ctx, rdb); err != nil {
-		return err
-	}
-	kc, err := c.KafkaCluster(ctx)
-	if err != nil {
-		return err
-	}
-	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
-	if err != nil {
-		return err
-	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get})
-	if err != nil {
-		return err
-	}
+	defer lc.close(logger)
+	rdb, kc, store := lc.redis, lc.kafka, lc.store
 	applier, err := live.NewApplier(store, live.ApplierConfig{})
 	if err != nil {
 		return err
