@@ -3,7 +3,6 @@ package operator_test
 import (
 	"testing"
 
-	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/live"
 	"floodgate/operator"
@@ -14,24 +13,16 @@ import (
 // The store and batch helpers every test of the slot's schema shares
 // (window/windowtest), under the names these tests use.
 var (
-	newStore     = windowtest.NewStore
-	mustRules    = windowtest.MustRules
-	ev           = windowtest.Event
-	base         = windowtest.Base
-	onePartition = windowtest.OnePartition
+	newStore  = windowtest.NewStore
+	mustRules = windowtest.MustRules
+	ev        = windowtest.Event
+	base      = windowtest.Base
 )
 
 // batcher hands out batches of consecutive offsets for one partition.
 type batcher = windowtest.Batcher
 
-type (
-	eventT = event.Event
-	batchT = aggregator.Batch
-)
-
-func recordAt(off int64, e event.Event) aggregator.Record {
-	return aggregator.Record{Offset: off, Event: e}
-}
+type eventT = event.Event
 
 // applierOf returns the live path's Applier over st, with its defaults.
 func applierOf(tb testing.TB, st *window.Store) *live.Applier {

@@ -3,7 +3,6 @@ package window_test
 import (
 	"testing"
 
-	"floodgate/aggregator"
 	"floodgate/event"
 	"floodgate/live"
 	"floodgate/window"
@@ -23,14 +22,7 @@ var (
 // batcher hands out batches of consecutive offsets for one partition.
 type batcher = windowtest.Batcher
 
-type (
-	eventT = event.Event
-	batchT = aggregator.Batch
-)
-
-func recordAt(off int64, e event.Event) aggregator.Record {
-	return aggregator.Record{Offset: off, Event: e}
-}
+type eventT = event.Event
 
 // applierOf returns the live path's Applier over st, with its defaults.
 func applierOf(tb testing.TB, st *window.Store) *live.Applier {
