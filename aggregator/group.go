@@ -418,6 +418,13 @@ func (w *worker) run(ctx, genCtx context.Context) {
 		// The sink lost batches it had acknowledged: what it holds is a
 		// consistent past (offset and effects together), so reading again
 		// from its offset applies exactly what was lost.
+		if rewind.Reason != "" {
+			// Not a loss: the sink's memory is rebuilt from its checkpoint.
+			g.metrics.rebuilds.WithLabelValues(strconv.Itoa(w.partition)).Inc()
+			w.log.Warn("the sink reads the partition again from its checkpoint", "sink_next", rewind.Next, "batch_first", rewind.First, "reason", rewind.Reason)
+			next = rewind.Next
+			continue
+		}
 		g.metrics.rewinds.WithLabelValues(strconv.Itoa(w.partition)).Inc()
 		w.log.Error("the sink lost batches it had acknowledged (a failover of its store?); reading the partition again from its offset",
 			"sink_next", rewind.Next, "batch_first", rewind.First, "lost_offsets", rewind.First-rewind.Next)

@@ -24,6 +24,7 @@ type metrics struct {
 	skipped      *prometheus.CounterVec
 	resets       *prometheus.CounterVec
 	rewinds      *prometheus.CounterVec
+	rebuilds     *prometheus.CounterVec
 	stopped      *prometheus.GaugeVec
 	unreadable   *prometheus.CounterVec
 	dlqDropped   *prometheus.CounterVec
@@ -62,6 +63,8 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_skipped_offsets_total", Help: "Offsets deleted by retention before this group read them (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_offset_resets_total", Help: "Stored offsets beyond the log's end (topic recreated) moved back to the log's start, per partition.", ConstLabels: labels}, []string{"partition"}),
+		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_memory_rebuilds_total", Help: "Partitions read again from a write-back sink's checkpoint to rebuild its memory (another writer fenced it, an operator acted): nothing lost, per partition.", ConstLabels: labels}, []string{"partition"}),
 		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_rewinds_total", Help: "Partitions read again from the sink's offset because the sink lost batches it had acknowledged (a Redis failover), per partition.", ConstLabels: labels}, []string{"partition"}),
 		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -81,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.rewinds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -103,6 +106,7 @@ func (m *metrics) partitionStarted(partition int) {
 	m.stopped.WithLabelValues(p)
 	m.resets.WithLabelValues(p)
 	m.rewinds.WithLabelValues(p)
+	m.rebuilds.WithLabelValues(p)
 	m.sinkOffsetMissing.WithLabelValues(p)
 	for _, why := range []string{"permanent", "retries_exhausted"} {
 		m.dlqDropped.WithLabelValues(p, why)

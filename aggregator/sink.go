@@ -78,9 +78,17 @@ type RewindError struct {
 	Partition int
 	Next      int64 // the next offset the sink holds
 	First     int64 // the refused batch's first offset
+	// Reason, when set, says why a sink that keeps state in memory reads
+	// the partition again (another writer fenced it, an operator acted):
+	// nothing was lost, its memory is rebuilt from Next.
+	Reason string
 }
 
 func (e *RewindError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("topic %s partition %d: reading again from offset %d (batch at %d): %s",
+			e.Topic, e.Partition, e.Next, e.First, e.Reason)
+	}
 	return fmt.Sprintf("topic %s partition %d: the sink holds next offset %d but the batch starts at %d: it lost %d offsets it had acknowledged; reading them again",
 		e.Topic, e.Partition, e.Next, e.First, e.First-e.Next)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"floodgate/aggregator"
 	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
@@ -24,18 +25,29 @@ import (
 // exactly; against a millisecond sliding log the documented bound must hold,
 // and the disagreement rate is printed.
 //
-// It runs three times: with every subject evaluated by the apply script, and as
+// It runs five times: with every subject evaluated by the apply script, and as
 // the live sink applies (a Headroom: subjects evaluated only when a batch
 // can bring them near a limit, in Go from the partition's copies of their
-// buckets), once more with room for few copies.
+// buckets), once more with room for few copies, and twice in write-back
+// (counts in memory, checkpointed after a random third of the batches, the
+// memory lost at random — a SIGKILL — and the batches since the checkpoint
+// applied again: window sums are compared after each checkpoint).
 func TestAccuracyAgainstSlidingLog(t *testing.T) {
-	t.Run("script", func(t *testing.T) { testAccuracy(t, nil) })
-	t.Run("mirror", func(t *testing.T) { testAccuracy(t, live.NewHeadroom(1000)) })
+	t.Run("script", func(t *testing.T) { testAccuracy(t, 0, false) })
+	t.Run("mirror", func(t *testing.T) { testAccuracy(t, 1000, false) })
 	// copies of at most 10 hashes: dropped and loaded again all along
-	t.Run("mirror-evicting", func(t *testing.T) { testAccuracy(t, live.NewHeadroom(40)) })
+	t.Run("mirror-evicting", func(t *testing.T) { testAccuracy(t, 40, false) })
+	t.Run("write-back", func(t *testing.T) { testAccuracy(t, 1000, true) })
+	t.Run("write-back-evicting", func(t *testing.T) { testAccuracy(t, 40, true) })
 }
 
-func testAccuracy(t *testing.T, hr *live.Headroom) {
+// testAccuracy runs with a Headroom of room subjects (0: none, the script
+// evaluates all), in write-back or not.
+func testAccuracy(t *testing.T, room int, writeBack bool) {
+	var hr *live.Headroom
+	if room > 0 {
+		hr = live.NewHeadroom(room)
+	}
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, `
@@ -57,6 +69,17 @@ rules:
 	b := &batcher{Topic: "acc"}
 	refs := map[string]*windowtest.Log{}
 	const maxW = 86400
+
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: writeBack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type appliedBatch struct {
+		b   batchT
+		now int64
+	}
+	var since []appliedBatch // write-back: batches since the checkpoint
+	var crashes, replayed, checkpoints int
 
 	clock := base.UnixMilli()
 	end := clock + 30*3600*1000
@@ -113,11 +136,46 @@ rules:
 		if _, err := pipe.Exec(ctx); err != nil && len(touched) > 0 {
 			t.Fatal(err)
 		}
-		res, err := applierOf(t, st).Apply(ctx, "g", b.Batch(evs...), set, time.UnixMilli(now), hr)
+		batch := b.Batch(evs...)
+		res, err := ap.Apply(ctx, "g", batch, set, time.UnixMilli(now), hr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		batches++
+		checkSums, crashed := true, false
+		if writeBack {
+			since = append(since, appliedBatch{batch, now})
+			if rng.Float64() < 0.05 {
+				// SIGKILL: memory lost. A new owner resumes at the
+				// checkpoint and is handed the batches from there again;
+				// their decisions were taken once already, not compared.
+				crashed = true
+				crashes++
+				hr = live.NewHeadroom(room)
+				next, _, err := ap.Resume(ctx, "g", "acc", 0, hr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, a := range since {
+					if a.b.Last < next {
+						continue
+					}
+					r, err := ap.Apply(ctx, "g", aggregator.TrimBatch(a.b, max(next, a.b.First)), set, time.UnixMilli(a.now), hr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					replayed += r.Replayed
+				}
+			}
+			checkSums = crashed || rng.Float64() < 0.3
+			if checkSums {
+				if _, err := ap.Checkpoint(ctx, "g", "acc", 0, hr, time.UnixMilli(now)); err != nil {
+					t.Fatal(err)
+				}
+				checkpoints++
+				since = since[:0]
+			}
+		}
 		mirrored += res.Mirrored
 		// With no record before the batch, every deny is a new decision. The
 		// decision is compared rather than the record, which may expire (by
@@ -171,7 +229,9 @@ rules:
 				w := int64(l.Window / time.Second)
 				c := ref.CountSec(e, w)
 				checks++
-				if state.Sums[j] != c {
+				// (in write-back, Redis holds the counts as of the last checkpoint)
+				if checkSums && state.Sums[j] != c {
+					t.Logf("after %d crashes, %d replayed events, %d checkpoints", crashes, replayed, checkpoints)
 					t.Fatalf("batch %d subject %s window %s at %d: store %d, reference %d", batches, q.Subject.Subject, l.Window, e, state.Sums[j], c)
 				}
 				// The millisecond sliding log, at the evaluation instant.
@@ -188,6 +248,9 @@ rules:
 				if d := c - cm; d > bound || -d > bound {
 					t.Fatalf("window %s: second count %d vs millisecond count %d exceeds the bound %d", l.Window, c, cm, bound)
 				}
+			}
+			if crashed {
+				continue // decided before the crash, not by this run
 			}
 			var got *window.Deny
 			if d, ok := decided[q.Subject.Subject]; ok {
@@ -221,6 +284,12 @@ rules:
 		events, batches, len(refs), checks, decisionsChecked, denies)
 	t.Logf("against a millisecond sliding log: %d of %d decisions differ (%.3f%%), all within the one-second edge bound",
 		msDisagree, decisionsChecked, 100*float64(msDisagree)/float64(max(decisionsChecked, 1)))
+	if writeBack {
+		t.Logf("write-back: %d checkpoints, %d crashes, %d events replayed", checkpoints, crashes, replayed)
+		if crashes == 0 || replayed == 0 {
+			t.Fatal("no crash replayed anything")
+		}
+	}
 	if hr != nil {
 		t.Logf("%d subject evaluations from the partition's copies of their buckets", mirrored)
 		if mirrored == 0 {

@@ -38,6 +38,11 @@ type ApplierConfig struct {
 	// would otherwise drop records early; the apply script, their only
 	// reader there, treats a record whose until has passed as none.
 	KeepRecords time.Duration
+	// WriteBack keeps the bucket counts of window-only subjects in the
+	// memory of the partition's owner (its Headroom) and writes them to
+	// Redis only at Checkpoint (writeback.go). Not with Dedup: its ids are
+	// written with each batch.
+	WriteBack bool
 }
 
 // Applier writes batches of the events topic into the slots of a
@@ -54,6 +59,7 @@ type Applier struct {
 	maxSub int
 	dedup  int64 // seconds; 0 off
 	keep   int64 // ms deny records outlive their until
+	wb     bool
 }
 
 // The scripts are immutable; redis.Script only caches their SHA. The
@@ -95,6 +101,8 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		return nil, fmt.Errorf("live applier: keep records %s is negative", cfg.KeepRecords)
 	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
 		return nil, fmt.Errorf("live applier: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
+	case cfg.WriteBack && cfg.Dedup > 0:
+		return nil, errors.New("live applier: write-back does not keep event ids yet: dedup needs write-through")
 	}
 	if cfg.MaxSubjects == 0 {
 		cfg.MaxSubjects = 1000
@@ -107,8 +115,12 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		maxSub: cfg.MaxSubjects,
 		dedup:  int64(cfg.Dedup / time.Second),
 		keep:   cfg.KeepRecords.Milliseconds(),
+		wb:     cfg.WriteBack,
 	}, nil
 }
+
+// WriteBack tells whether the Applier keeps counts in its owner's memory.
+func (s *Applier) WriteBack() bool { return s.wb }
 
 // Store returns the store the Applier writes into.
 func (s *Applier) Store() *window.Store { return s.st }
@@ -120,7 +132,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}
@@ -160,6 +172,10 @@ type ApplyResult struct {
 	// data (a restart without persistence, a flush). The caller, which
 	// knows whether it had progress, tells the two apart.
 	OffsetMissing bool
+	// Replayed counts, in write-back, the records a new owner read again
+	// between the checkpoint and the decisions offset (counted, not
+	// evaluated); ResetSkipped those of them an operator's reset dropped.
+	Replayed, ResetSkipped int
 	// Extended are the deny and shadow records the batch wrote over a live
 	// record of the same rule and window, with a later Until: no new
 	// decision (nothing is published), but the subject stays denied longer.
@@ -179,6 +195,8 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Subjects += o.Subjects
 	r.Evaluated += o.Evaluated
 	r.Mirrored += o.Mirrored
+	r.Replayed += o.Replayed
+	r.ResetSkipped += o.ResetSkipped
 	r.Changes = max(r.Changes, o.Changes)
 	r.OffsetMissing = r.OffsetMissing || o.OffsetMissing
 	r.Decisions = append(r.Decisions, o.Decisions...)
@@ -210,6 +228,9 @@ func (r *ApplyResult) add(o ApplyResult) {
 // runs. When one fails, the result holds what the runs before it did, along
 // with the error. A failed run writes nothing (it undoes its own writes).
 func (s *Applier) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+	if s.wb && hr != nil {
+		return s.applyWriteBack(ctx, group, b, set, now, hr)
+	}
 	chunks := s.split(b)
 	total := ApplyResult{Duplicate: true}
 	for _, c := range chunks {
@@ -292,6 +313,9 @@ type pendingSubject struct {
 	counted bool              // some of its events were counted by a strict take
 	plan    string            // which limits to evaluate (Headroom.needs)
 	verdict *verdict          // evaluated from the partition's copies (mirror.go)
+	// memory: write-back counts its increments in the owner's memory;
+	// writes: its verdict has something to write (decideInMemory).
+	memory, writes bool
 }
 
 type seenKey struct{ kind, value string }
@@ -372,15 +396,27 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 	sumLevels(pl, order)
 
 	hr.use(set)
+	wb := s.wb && hr != nil && hr.wb != nil
 	for _, ps := range order {
 		pr := &pl.list[ps.profile]
 		ps.plan = hr.needs(ps.sub, len(pr.limits)+len(pr.buckets), ps.added, ps.eval, nowSec)
+		ps.memory = wb && pr.mirrored
 	}
 	offkey := s.keys.Offset(group, b.Topic, b.Partition)
-	if useMirror {
-		if err := s.evalMirrored(ctx, offkey, b.Partition, pl, order, hr, nowSec); err != nil {
+	if useMirror || wb {
+		if err := s.evalMirrored(ctx, offkey, group, b, pl, order, hr, nowSec); err != nil {
 			// The copies hold the batch's increments, which Redis does not.
 			hr.forget()
+			return res, -1, err
+		}
+	}
+	if wb {
+		done, err := s.decideInMemory(pl, order, hr)
+		if err != nil || done {
+			if err == nil {
+				res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
+				hr.wb.commit(pl, order)
+			}
 			return res, -1, err
 		}
 	}
@@ -399,6 +435,10 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 	if status != replyApplied {
 		// Nothing of the batch was written; the copies hold its increments.
 		hr.forget()
+		if wb {
+			return ApplyResult{}, -1, fmt.Errorf("apply batch partition=%d offsets=%d-%d: the slot's offset is %d, this owner's %d (reply %d): %w",
+				b.Partition, b.First, b.Last, prev, hr.next, status, errFenced)
+		}
 	}
 	switch status {
 	case replyHeld:
@@ -421,6 +461,9 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 	res.Decisions = pl.decisions(replyInts(out[3]), sent)
 	if len(out) > 6 {
 		res.Extended = pl.decisions(replyInts(out[6]), sent)
+	}
+	if wb {
+		hr.wb.commit(pl, order)
 	}
 	return res, -1, nil
 }
@@ -452,13 +495,9 @@ func (hr *Headroom) learn(out []any, next int64, pl *profiles, order, sent []*pe
 		evaluated++
 		i += 1 + n
 	}
-	for _, ps := range order {
-		if ps.verdict != nil {
-			hr.set(ps.sub, ps.verdict.h, ps.eval)
-			evaluated++
-			mirrored++
-		}
-	}
+	e, m := hr.learnVerdicts(order)
+	evaluated += e
+	mirrored += m
 	hr.stored(next)
 	if hr != nil {
 		hr.seq = -2 // unknown: no copies are used until it is
@@ -533,8 +572,17 @@ func (s *Applier) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, ord
 	if hr != nil {
 		gseq = hr.seq
 	}
-	args = append(args, s.keys.Slot(b.Partition), b.First, b.Last, now.UnixMilli(), int64(s.slack/time.Second),
-		hr.expect(), s.st.MaxLog(), s.keep, gseq, len(pl.rules))
+	// A write-back owner's batch continues from the decisions offset it
+	// last wrote, whatever batches it counted in memory only since.
+	first, fence := b.First, 0
+	if hr != nil && hr.wb != nil {
+		fence = 1
+		if hr.next >= 0 {
+			first = hr.next
+		}
+	}
+	args = append(args, s.keys.Slot(b.Partition), first, b.Last, now.UnixMilli(), int64(s.slack/time.Second),
+		hr.expect(), s.st.MaxLog(), s.keep, gseq, fence, len(pl.rules))
 	for _, r := range pl.rules {
 		args = append(args, r.Name, r.Message)
 	}
@@ -556,6 +604,9 @@ func (s *Applier) applyArgs(b aggregator.Batch, now time.Time, pl *profiles, ord
 	if partial {
 		sent = make([]*pendingSubject, 0, len(order)/4)
 		for _, ps := range order {
+			if ps.memory && !ps.writes {
+				continue
+			}
 			if ps.plan != evalNone || ps.verdict != nil || len(ps.seen) > 0 || len(ps.bev) > 0 {
 				sent = append(sent, ps)
 			}
@@ -590,6 +641,9 @@ func (s *Applier) appendWrites(args []any, partition int, now int64, pl *profile
 	n := 0
 	slack := int64(s.slack / time.Second)
 	for _, ps := range order {
+		if ps.memory {
+			continue // kept in memory until the checkpoint
+		}
 		maxw := pl.list[ps.profile].maxw
 		pre := s.keys.SubjectPrefix(partition, ps.sub)
 		for _, w := range ps.sums {

@@ -9,6 +9,10 @@ local now_ms, slack = tonumber(a[4]), tonumber(a[5])
 local expect, maxlog = tonumber(a[6]), tonumber(a[7])
 local keep_ms = tonumber(a[8])
 local gseq = tonumber(a[9])
+-- write-back (live/writeback.go): the caller's memory holds counts Redis
+-- does not, valid only while no one else wrote to the slot: any other
+-- offset or change sequence than it expects refuses the whole batch
+local fence = a[10] == '1'
 local now = math.floor(now_ms / 1000)
 local now_us = now_ms * 1000
 local prev = redis.call('GET', offkey)
@@ -22,7 +26,7 @@ else
 end
 local all = prev ~= expect
 
-local i = 10
+local i = 11
 local rules = {}
 local nrules = tonumber(a[i]); i = i + 1
 for r = 1, nrules do rules[r] = {a[i], a[i + 1]}; i = i + 2 end
@@ -187,7 +191,7 @@ local err = fg_guard(undo, function()
   seq0 = tonumber(redis.call('GET', seqkey) or '0')
   if seq0 == nil then error({err = 'change sequence ' .. seqkey .. ' is not an integer'}) end
   -- the caller's verdicts rest on a copy of the buckets as it left them
-  if anyg and (all or seq0 ~= gseq) then stale = true return end
+  if (anyg or fence) and (all or seq0 ~= gseq) then stale = true return end
   local wu = {'w', a, w0, 0}
   undo[#undo + 1] = wu
   for k = w0, w0 + 4 * (nw - 1), 4 do

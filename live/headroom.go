@@ -27,6 +27,9 @@ type Headroom struct {
 	next int64 // the partition's next offset after the last Apply; -2 unknown
 	seq  int64 // the slot's change sequence after the last Apply; -2 unknown
 	mir  *mirror
+	// wb is a write-back owner's memory (writeback.go): the increments not
+	// checkpointed yet. forget leaves it; only drop (a rewind) loses it.
+	wb   *writeBack
 	subs map[window.Subject]*room
 	max  int
 	plan []byte // scratch of needs
@@ -35,7 +38,16 @@ type Headroom struct {
 type room struct {
 	left []int64 // per limit, then bucket: events that may still be added before its threshold
 	at   int64   // second it was last evaluated at
+	// stated: whether the slot holds a state for it, as last written
+	// (write-back skips the script for a subject with none, near no limit)
+	stated byte
 }
+
+const (
+	statedUnknown byte = iota
+	statedNone
+	statedSome
+)
 
 // notEvaluated is the apply script's headroom of a limit it was told not
 // to evaluate.
@@ -83,8 +95,53 @@ func (h *Headroom) forget() {
 	if h != nil {
 		clear(h.subs)
 		h.mir.forget()
-		h.next, h.seq = -2, -2
+		if h.wb == nil {
+			h.next, h.seq = -2, -2
+		}
+		// A write-back owner keeps the offset and sequence it fences on: its
+		// memory is as of them still.
 	}
+}
+
+// drop forgets everything, write-back memory included.
+func (h *Headroom) drop() {
+	h.wb = nil
+	h.next, h.seq = -2, -2
+	h.forget()
+}
+
+// setVerdict records a verdict evaluated from the copies: its headroom,
+// and whether the subject's state says anything now.
+func (h *Headroom) setVerdict(ps *pendingSubject) {
+	h.set(ps.sub, ps.verdict.h, ps.eval)
+	if r := h.subs[ps.sub]; r != nil {
+		r.stated = statedNone
+		if ps.verdict.state != "" {
+			r.stated = statedSome
+		}
+	}
+}
+
+// learnVerdicts records the verdicts of a batch that wrote nothing.
+func (h *Headroom) learnVerdicts(order []*pendingSubject) (evaluated, mirrored int) {
+	for _, ps := range order {
+		if ps.verdict != nil {
+			h.setVerdict(ps)
+			evaluated++
+			mirrored++
+		}
+	}
+	return evaluated, mirrored
+}
+
+// quiet tells whether a verdict of sub writes nothing: no deny, no state,
+// and none in the slot as last written.
+func (h *Headroom) quiet(sub window.Subject, v *verdict) bool {
+	if v.best[0] != nil || v.best[1] != nil || v.state != "" {
+		return false
+	}
+	r := h.subs[sub]
+	return r != nil && r.stated == statedNone
 }
 
 // needs returns which of sub's n limits (windows, then buckets) must be

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"floodgate/aggregator"
 	"floodgate/window"
 )
 
@@ -72,12 +73,18 @@ func (m *mirror) drop(sub window.Subject) {
 	}
 }
 
-// store holds a loaded hash, dropping copies when over the bound.
+// store holds a loaded hash.
 func (m *mirror) store(ms *mirrored, id hashID, h []int64) {
 	if _, ok := ms.hashes[id]; !ok {
 		m.hashes++
 	}
 	ms.hashes[id] = h
+}
+
+// trim drops copies at random when over the bound: after a batch's
+// evaluations, so that one batch's loads never evict each other (its
+// subjects' copies are bounded by the subjects of a script run).
+func (m *mirror) trim() {
 	if m.hashes <= m.maxHashes {
 		return
 	}
@@ -431,15 +438,18 @@ const maxLoadRounds = 4
 // profiles allow it, loading what the copies lack. Subjects with events a
 // strict take counted are dropped from the copies (the take wrote their
 // buckets).
-func (s *Applier) evalMirrored(ctx context.Context, offkey string, partition int, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) error {
+func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggregator.Batch, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) error {
 	m := hr.mir
+	defer m.trim()
 	slack := int64(s.slack / time.Second)
 	var want []*pendingSubject
 	for _, ps := range order {
 		pr := &pl.list[ps.profile]
 		if !pr.mirrored || ps.counted {
 			m.drop(ps.sub)
-			continue
+			if !ps.memory {
+				continue
+			}
 		}
 		if ms := m.subs[ps.sub]; ms != nil {
 			ms.add(ps.sums)
@@ -466,7 +476,7 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey string, partition int
 		if len(again) == 0 {
 			return nil
 		}
-		if err := s.loadMirrored(ctx, offkey, partition, pl, missing, hr); err != nil {
+		if err := s.loadMirrored(ctx, offkey, group, b, missing, hr); err != nil {
 			return err
 		}
 		want = again
@@ -487,7 +497,13 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey string, partition int
 // of, refuses their verdicts. (A Lua script gave an atomic snapshot for
 // twice the Redis time: its loop and the conversion of every reply to Lua
 // and back.)
-func (s *Applier) loadMirrored(ctx context.Context, offkey string, partition int, pl *profiles, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
+//
+// A write-back owner's copies hold what Redis does not (its increments since
+// the checkpoint): the read is a transaction, with the checkpoint offset,
+// and a hash loaded gets them added. Any other offset or sequence than the
+// owner's means another writer: errFenced.
+func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggregator.Batch, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
+	partition := b.Partition
 	type target struct {
 		ps *pendingSubject
 		id hashID
@@ -499,7 +515,13 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey string, partition int
 		}
 	}
 	start := time.Now()
+	wb := hr.wb
 	pipe := s.rdb.Pipeline()
+	var ckCmd *redis.StringCmd
+	if wb != nil {
+		pipe = s.rdb.TxPipeline()
+		ckCmd = pipe.Get(ctx, s.keys.Checkpoint(group, b.Topic, partition))
+	}
 	offCmd := pipe.Get(ctx, offkey)
 	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
 	hashes := make([]*redis.MapStringStringCmd, len(targets))
@@ -519,7 +541,19 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey string, partition int
 	if err != nil {
 		return fmt.Errorf("load bucket copies partition=%d: change sequence: %w", partition, err)
 	}
+	if wb != nil {
+		c, err := optionalInt(ckCmd, -1)
+		if err != nil {
+			return fmt.Errorf("load bucket copies partition=%d: checkpoint: %w", partition, err)
+		}
+		if next != hr.next || seq != hr.seq || (wb.cKept && c != wb.c) || (!wb.cKept && c >= 0) {
+			hr.forget()
+			return fmt.Errorf("load bucket copies partition=%d: offset %d, checkpoint %d, change sequence %d; this owner's %d, %d, %d: %w",
+				partition, next, c, seq, hr.next, wb.c, hr.seq, errFenced)
+		}
+	}
 	switch {
+	case wb != nil:
 	case hr.next == -2 && len(hr.subs) == 0:
 		hr.next, hr.seq = next, seq
 	case next != hr.next || seq != hr.seq:
@@ -538,6 +572,7 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey string, partition int
 			h[field] = n
 		}
 		addTo(h, t.id, t.ps.sums)
+		addTo(h, t.id, wb.sumsOf(t.ps.sub))
 		hr.mir.store(hr.mir.subject(t.ps.sub), t.id, h)
 	}
 	return nil

@@ -42,6 +42,13 @@ type SinkConfig struct {
 	// batches or not: an idle partition's hash shrinks too. Default 10s;
 	// negative: never (the apply script still removes a few per batch).
 	PruneEvery time.Duration
+	// CheckpointEvery is how often a write-back Applier's increments kept
+	// in memory are written to Redis per partition (Applier.Checkpoint),
+	// and MaxPending how many bucket fields may wait in memory before a
+	// batch writes them at once. Defaults 1s and 50000. A partition also
+	// checkpoints when it is revoked and at shutdown.
+	CheckpointEvery time.Duration
+	MaxPending      int
 	// Now is the clock windows are evaluated at. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -61,6 +68,10 @@ func (c *SinkConfig) Validate() error {
 		return errors.New("live sink: no rules source")
 	case c.MaxHeadroom < 0:
 		return fmt.Errorf("live sink: max headroom %d is negative", c.MaxHeadroom)
+	case c.CheckpointEvery < 0 || c.MaxPending < 0:
+		return fmt.Errorf("live sink: checkpoint every %s, max pending %d: want positive values or 0 (default)", c.CheckpointEvery, c.MaxPending)
+	case c.EvaluateAll && c.Applier.WriteBack():
+		return errors.New("live sink: write-back evaluates from memory: it cannot evaluate every subject by the script")
 	}
 	return nil
 }
@@ -75,12 +86,20 @@ type Sink struct {
 	log *slog.Logger
 	m   *sinkMetrics
 
-	mu   sync.Mutex
-	room map[int]*Headroom // per partition
+	mu    sync.Mutex
+	parts map[int]*partState
 	// had is the partitions this sink saw an offset of in Redis (Resume,
 	// or a batch applied): one whose offset then goes missing lost its
 	// data.
 	had map[int]bool
+}
+
+// partState is what the sink keeps of one partition: its Headroom (and in
+// write-back its memory of the counts), used by one batch or one
+// checkpoint at a time.
+type partState struct {
+	mu sync.Mutex
+	hr *Headroom
 }
 
 var (
@@ -105,16 +124,34 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.PruneEvery == 0 {
 		cfg.PruneEvery = 10 * time.Second
 	}
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = time.Second
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 50_000
+	}
 	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, room: map[int]*Headroom{}, had: map[int]bool{}}, nil
+	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, parts: map[int]*partState{}, had: map[int]bool{}}, nil
 }
 
-// Resume implements aggregator.Sink.
+// Resume implements aggregator.Sink. A write-back sink resumes from the
+// partition's checkpoint, its memory empty.
 func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, bool, error) {
-	next, ok, err := s.cfg.Applier.Store().Resume(ctx, s.cfg.Group, topic, partition)
+	var next int64
+	var ok bool
+	var err error
+	if s.cfg.Applier.WriteBack() {
+		p := s.part(partition)
+		p.mu.Lock()
+		next, ok, err = s.cfg.Applier.Resume(ctx, s.cfg.Group, topic, partition, p.hr)
+		p.mu.Unlock()
+	} else {
+		next, ok, err = s.cfg.Applier.Store().Resume(ctx, s.cfg.Group, topic, partition)
+		s.warnWriteBackPast(ctx, topic, partition)
+	}
 	if ok {
 		s.mu.Lock()
 		s.had[partition] = true
@@ -123,20 +160,34 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 	return next, ok, err
 }
 
-// headroom returns the partition's Headroom, nil when every subject is to
-// be evaluated.
-func (s *Sink) headroom(partition int) *Headroom {
-	if s.cfg.EvaluateAll {
-		return nil
+// warnWriteBackPast reports, loudly, a partition a write-back owner left
+// between a checkpoint and its decisions offset (it stopped without its
+// final checkpoint): the window-only counts of those offsets were in its
+// memory only, and a write-through sink does not replay them.
+func (s *Sink) warnWriteBackPast(ctx context.Context, topic string, partition int) {
+	o, err := s.cfg.Applier.readOffsets(ctx, s.cfg.Group, topic, partition)
+	if err != nil || !o.cKept || o.c >= o.d {
+		return
 	}
+	s.m.unreplayed.WithLabelValues(strconv.Itoa(partition)).Add(float64(o.d - o.c))
+	s.log.Error("write-through resumes a partition a write-back owner left unfinished: window-only counts between its checkpoint and decisions offset are not replayed (run the aggregator with --checkpoint-interval > 0 once to replay them, or rebuild)",
+		"topic", topic, "partition", partition, "checkpoint", o.c, "decisions", o.d)
+}
+
+// part returns the partition's state; its Headroom is nil when every
+// subject is to be evaluated.
+func (s *Sink) part(partition int) *partState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.room[partition]
-	if h == nil {
-		h = NewHeadroom(s.cfg.MaxHeadroom)
-		s.room[partition] = h
+	p := s.parts[partition]
+	if p == nil {
+		p = &partState{}
+		if !s.cfg.EvaluateAll {
+			p.hr = NewHeadroom(s.cfg.MaxHeadroom)
+		}
+		s.parts[partition] = p
 	}
-	return h
+	return p
 }
 
 // RunPartition implements aggregator.PartitionRunner: while this member
@@ -149,10 +200,29 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 	defer func() {
 		stop()
 		wg.Wait()
+		// The partition's last batch is applied: write what memory holds,
+		// so the next owner replays nothing.
+		s.checkpoint(context.WithoutCancel(ctx), topic, partition, true)
 		s.mu.Lock()
-		delete(s.room, partition)
+		delete(s.parts, partition)
 		s.mu.Unlock()
 	}()
+	if s.cfg.Applier.WriteBack() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(max(s.cfg.CheckpointEvery/4, 10*time.Millisecond))
+			defer t.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-t.C:
+					s.checkpoint(pctx, topic, partition, false)
+				}
+			}
+		}()
+	}
 	if s.cfg.PruneEvery > 0 {
 		wg.Add(1)
 		go func() {
@@ -187,9 +257,62 @@ func (s *Sink) prune(ctx context.Context, partition int) {
 	}
 }
 
+// checkpoint writes the partition's memory to Redis when it is due (or
+// always, final) and reports how it went. A refused checkpoint has
+// forgotten the memory: the next batch reads the partition again from
+// Redis's checkpoint.
+func (s *Sink) checkpoint(ctx context.Context, topic string, partition int, final bool) {
+	if !s.cfg.Applier.WriteBack() {
+		return
+	}
+	s.mu.Lock()
+	p := s.parts[partition]
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.checkpointLocked(ctx, topic, partition, p, final)
+}
+
+func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int, p *partState, final bool) {
+	wb := p.hr.wb
+	now := s.cfg.Now()
+	if wb == nil || (!final && wb.fields < s.cfg.MaxPending && now.Sub(wb.last) < s.cfg.CheckpointEvery) {
+		return
+	}
+	if final {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	start := time.Now()
+	n, err := s.cfg.Applier.Checkpoint(ctx, s.cfg.Group, topic, partition, p.hr, now)
+	s.m.checkpointSeconds.Observe(time.Since(start).Seconds())
+	switch {
+	case errors.Is(err, errFenced):
+		s.m.checkpoints.WithLabelValues("fenced").Inc()
+		s.log.Warn("checkpoint refused: another writer or an operator moved the partition; its memory is rebuilt from Redis's checkpoint", "partition", partition, "err", err)
+	case err != nil:
+		s.m.checkpoints.WithLabelValues("failed").Inc()
+		if final {
+			s.log.Warn("final checkpoint failed: the next owner replays from the last one", "partition", partition, "err", err)
+		} else if ctx.Err() == nil {
+			s.log.Warn("checkpoint failed; retrying", "partition", partition, "err", err)
+		}
+	default:
+		s.m.checkpoints.WithLabelValues("written").Inc()
+		s.m.checkpointFields.Add(float64(n))
+	}
+}
+
 // Apply implements aggregator.Sink.
 func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
-	res, err := s.cfg.Applier.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), s.headroom(b.Partition))
+	p := s.part(b.Partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res, err := s.cfg.Applier.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), p.hr)
 	done := time.Now()
 	// Runs of a split batch that succeeded before one failed are applied:
 	// count them now, their retry will find them held.
@@ -209,6 +332,7 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		s.log.Error("the partition's offset was missing from Redis although this sink had stored one: Redis lost its data; counts before this batch are gone (rebuild them with floodgate rebuild)",
 			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last)
 	}
+	s.checkpointLocked(ctx, b.Topic, b.Partition, p, false)
 	switch {
 	case res.Duplicate:
 		s.m.batches.WithLabelValues("duplicate").Inc()
@@ -229,6 +353,8 @@ func (s *Sink) count(b aggregator.Batch, res ApplyResult, done time.Time) {
 	s.m.events.WithLabelValues("counted_by_limiter").Add(float64(res.CountedByLimiter))
 	s.m.events.WithLabelValues("no_rule").Add(float64(res.NoRule))
 	s.m.events.WithLabelValues("duplicate").Add(float64(res.Duplicates))
+	s.m.events.WithLabelValues("reset").Add(float64(res.ResetSkipped))
+	s.m.replayed.Add(float64(res.Replayed))
 	s.m.subjects.WithLabelValues("evaluated").Add(float64(res.Evaluated))
 	s.m.subjects.WithLabelValues("skipped").Add(float64(res.Subjects - res.Evaluated))
 	s.m.fromCopies.Add(float64(res.Mirrored))
@@ -259,6 +385,12 @@ type sinkMetrics struct {
 	// offsetMissing: batches that found their partition's offset gone
 	// from Redis after this sink had stored one.
 	offsetMissing *prometheus.CounterVec
+	// write-back
+	replayed          prometheus.Counter
+	unreplayed        *prometheus.CounterVec
+	checkpoints       *prometheus.CounterVec
+	checkpointFields  prometheus.Counter
+	checkpointSeconds prometheus.Histogram
 }
 
 func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
@@ -266,7 +398,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	m := &sinkMetrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_events_total", ConstLabels: labels,
-			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule, duplicate (an id counted already within the dedup horizon).",
+			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule, duplicate (an id counted already within the dedup horizon), reset (replayed before an operator's reset of their subject: dropped).",
 		}, []string{"result"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_decisions_total", ConstLabels: labels,
@@ -292,6 +424,27 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_live_offset_missing_total", ConstLabels: labels,
 			Help: "Batches that found their partition's offset gone from Redis after this sink had stored one: Redis lost its data (counts before them are gone).",
 		}, []string{"partition"}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_checkpoints_total", ConstLabels: labels,
+			Help: "Write-back checkpoints of a partition's counts by result: written, fenced (another writer or an operator moved the partition: its memory is rebuilt from Redis), failed (retried).",
+		}, []string{"result"}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_live_replayed_events_total", ConstLabels: labels,
+			Help: "Events a write-back owner read again between the checkpoint and the decisions offset after a start, rebalance or rewind: counted, not evaluated.",
+		}),
+		unreplayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_unreplayed_offsets_total", ConstLabels: labels,
+			Help: "Offsets a write-back owner left between its checkpoint and decisions offset that a write-through sink resumed past: their window-only counts are missing.",
+		}, []string{"partition"}),
+		checkpointFields: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_live_checkpoint_fields_total", ConstLabels: labels,
+			Help: "Bucket fields written by write-back checkpoints.",
+		}),
+		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "floodgate_live_checkpoint_seconds", ConstLabels: labels,
+			Help:    "Duration of write-back checkpoints.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1},
+		}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_live_pruned_states_total", ConstLabels: labels,
 			Help: "Expired subject states removed from the owned partitions' state hashes by the prune timer.",
@@ -303,7 +456,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}),
 	}
 	// Export every series from the start, so rates work from the first scrape.
-	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule", "duplicate"} {
+	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule", "duplicate", "reset"} {
 		m.events.WithLabelValues(r)
 	}
 	for _, r := range []string{"applied", "duplicate", "trimmed"} {
@@ -312,8 +465,11 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"evaluated", "skipped"} {
 		m.subjects.WithLabelValues(r)
 	}
+	for _, r := range []string{"written", "fenced", "failed"} {
+		m.checkpoints.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}
@@ -326,8 +482,11 @@ var _ aggregator.OffsetResetter = (*Sink)(nil)
 
 // ResetOffset implements aggregator.OffsetResetter.
 func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error {
-	s.mu.Lock()
-	delete(s.room, partition)
-	s.mu.Unlock()
+	p := s.part(partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hr != nil {
+		p.hr.drop()
+	}
 	return s.cfg.Applier.ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
 }

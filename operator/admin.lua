@@ -96,6 +96,9 @@ if op == 'reset' then
     + del_level('h', 86400, now - maxw - slack - 86400, now + ahead)
     + redis.call('DEL', slot .. ':' .. f .. ':g')
   for _, k in ipairs(distinct) do buckets = buckets + redis.call('DEL', slot .. ':' .. f .. ':d:' .. k) end
+  -- a write-back owner holds counts in memory past its checkpoint: it
+  -- replays from there without the subject's events before this offset
+  if offset >= 0 then redis.call('HSET', slot .. ':@resets', f, string.format('%d', offset)) end
 end
 -- bans that ended: bounded by the operators' own activity
 for i = 1, #bans, 2 do

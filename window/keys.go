@@ -55,6 +55,10 @@ const (
 	seqSuffix   = ":@seq"   // sequence number of the last change entry
 	relaySuffix = ":@relay" // stream id of the last change published to Kafka
 	idsSuffix   = ":@ids"   // zset event id -> second it was counted (dedup)
+	// hash field -> the decisions offset an operator's reset stood at: a
+	// write-back owner replaying from its checkpoint skips the subject's
+	// events before it (live/writeback.go)
+	resetsSuffix = ":@resets"
 )
 
 // Keys locates the live keys of one prefix. docs/redis.md lists them.
@@ -68,6 +72,19 @@ func (k Keys) Slot(partition int) string { return Slot(k.Prefix, partition) }
 func (k Keys) Offset(group, topic string, partition int) string {
 	return k.Slot(partition) + ":@off:" + group + ":" + topic
 }
+
+// Checkpoint returns the key holding a partition's checkpoint offset C for a
+// consumer group: a write-back aggregator (live/writeback.go) has written
+// the bucket counts of every event before it. The Offset key then holds the
+// decisions offset D >= C: deny records and states are written for every
+// event before it.
+func (k Keys) Checkpoint(group, topic string, partition int) string {
+	return k.Slot(partition) + ":@ckpt:" + group + ":" + topic
+}
+
+// Resets returns the key of a partition's reset boundaries (a hash: subject
+// field -> the decisions offset when an operator reset it).
+func (k Keys) Resets(partition int) string { return k.Slot(partition) + resetsSuffix }
 
 // State returns the key of a partition's state hash.
 func (k Keys) State(partition int) string { return k.Slot(partition) + stateSuffix }

@@ -24,6 +24,8 @@ import (
 type Redis interface {
 	redis.Scripter
 	Pipeline() redis.Pipeliner // strict takes of several slots share a round trip
+	// TxPipeline reads a slot atomically (a write-back owner's loads).
+	TxPipeline() redis.Pipeliner
 }
 
 var (
@@ -171,11 +173,12 @@ func (s *Store) Observe(op string, start time.Time) {
 
 func (s *Store) observe(op string, start time.Time) { s.Observe(op, start) }
 
-// Resume returns the next offset stored for a partition of group; ok is
-// false when none is stored.
+// Resume returns the offset a partition of group resumes from: its
+// checkpoint offset when a write-back owner stored one, else its offset;
+// ok is false when none is stored.
 func (s *Store) Resume(ctx context.Context, group, topic string, partition int) (next int64, ok bool, err error) {
 	defer s.observe("resume", time.Now())
-	v, err := resumeScript.RunRO(ctx, s.rdb, []string{s.keys.Offset(group, topic, partition)}).Text()
+	v, err := resumeScript.RunRO(ctx, s.rdb, []string{s.keys.Offset(group, topic, partition), s.keys.Checkpoint(group, topic, partition)}).Text()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}

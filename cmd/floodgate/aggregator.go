@@ -31,21 +31,23 @@ type AggregatorCmd struct {
 	RedisFlags
 	HistoryFlags
 
-	Rules          string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
-	LiveGroup      string        `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
-	HistoryGroup   string        `name:"history-group" env:"FLOODGATE_HISTORY_GROUP" default:"floodgate-history" help:"Consumer group of the history path (Postgres)."`
-	KeyPrefix      string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
-	MaxSubjects    int           `name:"max-subjects" env:"FLOODGATE_MAX_SUBJECTS" default:"1000" help:"Most distinct subjects per Redis script run; larger batches are split (bounds how long a script blocks Redis)."`
-	MetricsAddr    string        `name:"metrics-addr" env:"FLOODGATE_AGGREGATOR_METRICS_ADDR,FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
-	BatchMax       int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
-	BatchWait      time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"0s" help:"Keep filling a batch this long after its first message (0: apply what is fetched at once; batches grow only with a backlog)."`
-	EvaluateAll    bool          `name:"evaluate-all" env:"FLOODGATE_EVALUATE_ALL" help:"Evaluate every touched subject on every batch, in the apply script (no headroom, no bucket copies; for comparisons)."`
-	OnLostOffsets  string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
-	Dedup          time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
-	RelayKeep      time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
-	MaxFutureSkew  time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"Events further ahead of this clock are dead-lettered; events ahead by less are counted at this clock's time."`
-	SessionTimeout time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
-	CommitInterval time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
+	Rules              string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
+	LiveGroup          string        `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
+	HistoryGroup       string        `name:"history-group" env:"FLOODGATE_HISTORY_GROUP" default:"floodgate-history" help:"Consumer group of the history path (Postgres)."`
+	KeyPrefix          string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
+	MaxSubjects        int           `name:"max-subjects" env:"FLOODGATE_MAX_SUBJECTS" default:"1000" help:"Most distinct subjects per Redis script run; larger batches are split (bounds how long a script blocks Redis)."`
+	MetricsAddr        string        `name:"metrics-addr" env:"FLOODGATE_AGGREGATOR_METRICS_ADDR,FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
+	BatchMax           int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
+	BatchWait          time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"0s" help:"Keep filling a batch this long after its first message (0: apply what is fetched at once; batches grow only with a backlog)."`
+	EvaluateAll        bool          `name:"evaluate-all" env:"FLOODGATE_EVALUATE_ALL" help:"Evaluate every touched subject on every batch, in the apply script (no headroom, no bucket copies; for comparisons)."`
+	OnLostOffsets      string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
+	Dedup              time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
+	CheckpointInterval time.Duration `name:"checkpoint-interval" env:"FLOODGATE_CHECKPOINT_INTERVAL" default:"1s" help:"Write-back: window-only subjects are counted in this process's memory and written to Redis this often per partition (and at revoke and shutdown); Redis's counts of them lag by up to this much. 0 writes every batch through (as do --dedup and --evaluate-all)."`
+	MaxPending         int           `name:"max-pending" env:"FLOODGATE_MAX_PENDING" default:"50000" help:"Write-back: most bucket fields a partition holds in memory before a batch writes them at once (bounds a checkpoint's script run)."`
+	RelayKeep          time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
+	MaxFutureSkew      time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"Events further ahead of this clock are dead-lettered; events ahead by less are counted at this clock's time."`
+	SessionTimeout     time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
+	CommitInterval     time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
 
 	cluster kafkaconn.Cluster `kong:"-"` // the brokers and how to reach them, resolved by Run
 }
@@ -69,7 +71,11 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err := c.requireOutputTopics(ctx); err != nil {
 		return err
 	}
-	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup})
+	writeBack := c.CheckpointInterval > 0 && c.Dedup == 0 && !c.EvaluateAll
+	if c.CheckpointInterval > 0 && !writeBack {
+		logger.Info("write-back off: --dedup and --evaluate-all write every batch through")
+	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack})
 	if err != nil {
 		return err
 	}
@@ -91,6 +97,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	liveSink, err := live.NewSink(live.SinkConfig{
 		Applier: applier, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
+		CheckpointEvery: c.CheckpointInterval, MaxPending: c.MaxPending,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {

@@ -1,0 +1,45 @@
+-- A write-back owner's checkpoint (live/writeback.go): the bucket
+-- increments it counted since its last checkpoint, and the checkpoint
+-- offset C moved to the last record counted, atomically; refused when the
+-- slot is not as the owner's memory is as of.
+-- KEYS: C, D (the decisions offset), the change sequence, reset boundaries.
+-- ARGV: expected C ('' for none stored), new C, expected change sequence,
+-- n, then n times {bucket key, field, increment, ttl}.
+
+-- reply codes (live/writeback.go, checkpointWritten)
+local WRITTEN, FENCED = 0, 1
+
+local a = ARGV
+local cur = redis.call('GET', KEYS[1]) or ''
+local seq = redis.call('GET', KEYS[3]) or '0'
+if cur ~= a[1] or tonumber(seq) ~= tonumber(a[3]) then return {FENCED, cur, seq} end
+local newc = tonumber(a[2])
+
+-- a failing write (WRONGTYPE on a foreign key) undoes the ones before it
+local n = tonumber(a[4])
+local done = {}
+for k = 5, 5 + 4 * (n - 1), 4 do
+  local key, d = a[k], tonumber(a[k + 2])
+  local v = redis.pcall('HINCRBY', key, a[k + 1], d)
+  if type(v) == 'table' and v.err then
+    for j = #done, 1, -1 do
+      local x = done[j]
+      redis.call('HINCRBY', a[x], a[x + 1], -tonumber(a[x + 2]))
+    end
+    return redis.error_reply('floodgate checkpoint: ' .. key .. ': ' .. v.err)
+  end
+  if v == d then redis.call('EXPIRE', key, a[k + 3]) end
+  done[#done + 1] = k
+end
+
+redis.call('SET', KEYS[1], string.format('%d', newc))
+-- every decision before C is written: a batch deciding nothing skips the
+-- apply script, so D catches up here
+local d = tonumber(redis.call('GET', KEYS[2]) or '-1') or -1
+if d < newc then redis.call('SET', KEYS[2], string.format('%d', newc)) end
+-- reset boundaries a replay from C can no longer cross
+local rs = redis.call('HGETALL', KEYS[4])
+for i = 1, #rs, 2 do
+  if (tonumber(rs[i + 1]) or 0) <= newc then redis.call('HDEL', KEYS[4], rs[i]) end
+end
+return {WRITTEN}

@@ -1,0 +1,411 @@
+package live
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/aggregator"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// Write-back (docs/architecture.md, "Write-back"): the partition's owner
+// keeps the bucket counts of its window-only subjects in memory and Redis
+// keeps a checkpoint of them. Kafka's events topic is the changelog.
+//
+//   - C, the checkpoint offset: Redis holds those subjects' buckets as of
+//     C. Every checkpoint writes the increments counted since the last one
+//     (HINCRBY, one call per slot) and moves C, compare-and-set on C and on
+//     the slot's change sequence.
+//   - D, the decisions offset (the Offset key, as before): deny records and
+//     states are written for every event before it. A batch runs the apply
+//     script only when it has something to write there (a verdict, a subject
+//     the script counts); the script moves D, compare-and-set on D and the
+//     change sequence. A checkpoint moves D up to C.
+//
+// A new owner (a restart, a rebalance, a rewind) resumes at C, replays
+// C..D counting only (the script-counted subjects are in Redis as of D;
+// a subject an operator reset skips its events before the reset's offset),
+// and decides after D. Whatever it finds unexpected — another writer's
+// offset, an operator's action, a checkpoint refused — forgets the
+// partition's memory and reads the partition again from C: slower, never
+// wrong.
+type writeBack struct {
+	c     int64 // checkpoint offset as last read or written; -1 unknown (fresh partition)
+	cKept bool  // whether the slot holds a checkpoint key (else C is D: a write-through past)
+	at    int64 // next offset after the last record counted in memory; -1 unknown
+	// replayTo is D at the resume: records before it are counted only.
+	replayTo int64
+	// resets are the operators' reset boundaries at the resume, by field.
+	resets  map[string]int64
+	pending map[window.Subject]*dirty
+	fields  int // bucket fields pending
+	last    time.Time
+}
+
+// dirty is one subject's increments since the checkpoint, per bucket field.
+type dirty struct {
+	maxw int64
+	sums []bucketSum
+}
+
+func (w *writeBack) add(sub window.Subject, maxw int64, sums []bucketSum) {
+	if len(sums) == 0 {
+		return
+	}
+	d := w.pending[sub]
+	if d == nil {
+		d = &dirty{maxw: maxw}
+		w.pending[sub] = d
+	}
+	d.maxw = max(d.maxw, maxw)
+	for _, s := range sums {
+		n := len(d.sums)
+		d.sums = addBucketSum(d.sums, 0, s.bucketField, s.n)
+		w.fields += len(d.sums) - n
+	}
+}
+
+// sumsOf returns sub's pending increments (nil when none).
+func (w *writeBack) sumsOf(sub window.Subject) []bucketSum {
+	if w == nil {
+		return nil
+	}
+	if d := w.pending[sub]; d != nil {
+		return d.sums
+	}
+	return nil
+}
+
+// Offsets are a partition's offsets and fencing values as one atomic read
+// found them.
+type offsets struct {
+	c, d      int64 // -1: not stored
+	cKept     bool
+	seq       int64
+	resets    map[string]int64
+	anyOffset bool
+}
+
+// readOffsets reads C, D, the change sequence and the reset boundaries of
+// a partition in one transaction.
+func (s *Applier) readOffsets(ctx context.Context, group, topic string, partition int) (offsets, error) {
+	var cc, dc, sc *redis.StringCmd
+	var rc *redis.MapStringStringCmd
+	start := time.Now()
+	p := s.rdb.TxPipeline()
+	cc = p.Get(ctx, s.keys.Checkpoint(group, topic, partition))
+	dc = p.Get(ctx, s.keys.Offset(group, topic, partition))
+	sc = p.Get(ctx, s.keys.Seq(partition))
+	rc = p.HGetAll(ctx, s.keys.Resets(partition))
+	_, err := p.Exec(ctx)
+	s.st.Observe("resume", start)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return offsets{}, fmt.Errorf("read offsets group=%s partition=%d: %w", group, partition, err)
+	}
+	var o offsets
+	var errs [3]error
+	o.c, errs[0] = optionalInt(cc, -1)
+	o.d, errs[1] = optionalInt(dc, -1)
+	o.seq, errs[2] = optionalInt(sc, 0)
+	if err := errors.Join(errs[:]...); err != nil {
+		return offsets{}, fmt.Errorf("read offsets group=%s partition=%d: %w", group, partition, err)
+	}
+	o.cKept = o.c >= 0
+	if !o.cKept {
+		o.c = o.d // a write-through past: everything before D is in Redis
+	}
+	o.anyOffset = o.c >= 0
+	o.resets = map[string]int64{}
+	for f, v := range rc.Val() {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			o.resets[f] = n
+		}
+	}
+	return o, nil
+}
+
+// Resume makes hr a write-back owner's memory of the partition as of its
+// checkpoint, empty, and returns the offset to read from (ok false: the
+// partition was never applied). Everything hr knew is forgotten.
+func (s *Applier) Resume(ctx context.Context, group, topic string, partition int, hr *Headroom) (next int64, ok bool, err error) {
+	o, err := s.readOffsets(ctx, group, topic, partition)
+	if err != nil {
+		return 0, false, err
+	}
+	hr.drop()
+	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets,
+		pending: map[window.Subject]*dirty{}, last: time.Now()}
+	hr.next, hr.seq = o.d, o.seq
+	return o.c, o.anyOffset, nil
+}
+
+// errFenced: another writer moved the partition's offsets or an operator
+// acted since this owner's memory was as of them.
+var errFenced = errors.New("write-back fenced")
+
+// rewind forgets hr's memory of the partition and resumes it from Redis's
+// checkpoint: a *aggregator.RewindError when the batch b does not start
+// there, for the partition to be read again from there.
+func (s *Applier) rewind(ctx context.Context, group string, b aggregator.Batch, hr *Headroom, why error) error {
+	next, ok, err := s.Resume(ctx, group, b.Topic, b.Partition, hr)
+	if err != nil {
+		hr.drop() // resumed lazily by the next batch
+		return fmt.Errorf("resume partition %d after %v: %w", b.Partition, why, err)
+	}
+	if ok && next != b.First {
+		return &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: next, First: b.First,
+			Reason: why.Error()}
+	}
+	return nil
+}
+
+// Replayed counts what the replay part of a batch did.
+func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, res *ApplyResult) {
+	wb := hr.wb
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	pl := newProfiles(set)
+	subjects := map[window.Subject]*pendingSubject{}
+	var order []*pendingSubject
+	for i := range b.Records {
+		r := &b.Records[i]
+		ev := &r.Event
+		maxw := int64(set.MaxWindowFor(ev.Action, ev.Kind) / time.Second)
+		if maxw == 0 {
+			res.NoRule++
+			continue
+		}
+		sec := floorDiv(ev.TS.UnixMilli(), 1000)
+		if sec <= nowSec-maxw {
+			res.Old++
+			continue
+		}
+		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: set.Subject(ev.Kind, ev.Subject)}
+		ps := subjects[sub]
+		if ps == nil {
+			ps = &pendingSubject{sub: sub, incs: map[int64]int64{}}
+			ps.profile = pl.of(sub, maxw)
+			subjects[sub] = ps
+			order = append(order, ps)
+		}
+		switch {
+		case r.Counted:
+			res.CountedByLimiter++
+		case !pl.list[ps.profile].mirrored:
+			// counted by the apply script: in Redis as of D already
+			res.Replayed++
+		case r.Offset < wb.resets[window.Field(sub)]:
+			res.ResetSkipped++ // an operator's reset dropped it
+		default:
+			ps.incs[sec] += max(ev.N, 1)
+			res.Applied++
+			res.Replayed++
+		}
+	}
+	res.Subjects += len(order)
+	sumLevels(pl, order)
+	for _, ps := range order {
+		wb.add(ps.sub, pl.list[ps.profile].maxw, ps.sums)
+		if ms := hr.mir.subs[ps.sub]; ms != nil {
+			ms.add(ps.sums)
+		}
+	}
+	wb.at = b.Last + 1
+}
+
+// checkpointBody writes a partition's pending increments and moves its
+// checkpoint offset (see its header).
+//
+//go:embed checkpoint.lua
+var checkpointBody string
+
+var checkpointScript = redis.NewScript("#!lua\n" + checkpointBody)
+
+// checkpoint.lua's reply codes.
+const (
+	checkpointWritten = 0 // WRITTEN
+	checkpointFenced  = 1 // FENCED: C or the change sequence moved
+)
+
+// Checkpoint writes the increments hr counted since the partition's last
+// checkpoint and moves its checkpoint offset to the last record counted,
+// in one script run. Refused (another writer, an operator's action), it
+// forgets hr's memory and returns an error wrapping errFenced: the next
+// batch resumes from Redis's checkpoint. A partition not in write-back or
+// with nothing to write is left alone.
+func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) (fields int, err error) {
+	if hr == nil || hr.wb == nil || hr.wb.at < 0 {
+		return 0, nil
+	}
+	wb := hr.wb
+	if wb.fields == 0 && wb.c == wb.at && wb.cKept {
+		wb.last = now
+		return 0, nil
+	}
+	expect := ""
+	if wb.cKept {
+		expect = strconv.FormatInt(wb.c, 10)
+	}
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	slack := int64(s.slack / time.Second)
+	args := make([]any, 0, 8+4*wb.fields)
+	args = append(args, expect, wb.at, hr.seq, wb.fields)
+	for sub, d := range wb.pending {
+		pre := s.keys.SubjectPrefix(partition, sub)
+		for _, w := range d.sums {
+			ttl := max((w.id.n+1)*w.id.span()+d.maxw+slack-nowSec, 1)
+			args = append(args, window.BucketKey(pre, w.id.level, w.id.n), w.field, w.n, ttl)
+		}
+	}
+	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
+		s.keys.Seq(partition), s.keys.Resets(partition)}
+	start := time.Now()
+	out, err := checkpointScript.Run(ctx, s.rdb, keys, args...).Slice()
+	s.st.Observe("checkpoint", start)
+	if err != nil {
+		// Written or not, unknown: the next checkpoint's compare-and-set
+		// tells (a written one moved C: refused, and resumed from there).
+		return 0, fmt.Errorf("checkpoint group=%s partition=%d offset=%d: %w", group, partition, wb.at, err)
+	}
+	if replyInt(out, 0) != checkpointWritten {
+		hr.drop()
+		return 0, fmt.Errorf("checkpoint group=%s partition=%d: the slot's checkpoint stands at %v, change sequence %v, not %s and %d: %w",
+			group, partition, replyAny(out, 1), replyAny(out, 2), expect, hr.seq, errFenced)
+	}
+	n := wb.fields
+	wb.c, wb.cKept, wb.last = wb.at, true, now
+	clear(wb.pending)
+	wb.fields = 0
+	hr.next = max(hr.next, wb.at)
+	for f, at := range wb.resets {
+		if at <= wb.c {
+			delete(wb.resets, f)
+		}
+	}
+	return n, nil
+}
+
+func replyAny(v []any, i int) any {
+	if i >= len(v) {
+		return nil
+	}
+	return v[i]
+}
+
+// applyWriteBack is Apply for a write-back owner: the records before the
+// decisions offset D are counted only (a new owner's replay), the rest as
+// Apply says, the window-only subjects' increments kept in hr.
+func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+	if hr.wb == nil {
+		// Not resumed, or forgotten: resume from Redis's checkpoint.
+		if err := s.rewind(ctx, group, b, hr, errors.New("write-back memory resumed")); err != nil {
+			return ApplyResult{}, err
+		}
+	}
+	if hr.rs != nil && hr.rs != set && hr.wb.fields > 0 {
+		// The rules say which subjects memory counts and which the script
+		// does: a replay must never cross a change of them.
+		if _, err := s.Checkpoint(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+			return ApplyResult{}, s.fenced(ctx, group, b, hr, err)
+		}
+	}
+	wb := hr.wb
+	if wb.at < 0 { // a partition never applied starts with this batch
+		wb.at, wb.c, wb.replayTo = b.First, b.First, -1
+	}
+	if !wb.cKept {
+		// Store C before D moves past it: a slot with D and no C was
+		// written through, everything before D in Redis — which memory's
+		// counts are not.
+		if _, err := s.Checkpoint(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+			return ApplyResult{}, s.fenced(ctx, group, b, hr, err)
+		}
+	}
+	var res ApplyResult
+	if b.Last < wb.at {
+		return ApplyResult{Duplicate: true}, nil
+	}
+	if b.First < wb.at {
+		kept := aggregator.TrimBatch(b, wb.at)
+		res.Trimmed = len(b.Records) - len(kept.Records)
+		b = kept
+	}
+	if b.First < wb.replayTo {
+		cut := min(wb.replayTo, b.Last+1)
+		head := b
+		head.Last = cut - 1
+		head.Records = b.Records[:0:0]
+		for _, r := range b.Records {
+			if r.Offset < cut {
+				head.Records = append(head.Records, r)
+			}
+		}
+		s.replay(head, set, now, hr, &res)
+		if b.Last < cut {
+			return res, nil
+		}
+		b = aggregator.TrimBatch(b, cut)
+	}
+	for _, c := range s.split(b) {
+		r, err := s.applyChunk(ctx, group, c, set, now, hr)
+		res.add(r)
+		if err != nil {
+			return res, s.fenced(ctx, group, c, hr, err)
+		}
+		wb.at = c.Last + 1
+	}
+	return res, nil
+}
+
+// fenced turns a refused write into a rewind from Redis's checkpoint; other
+// errors pass (the batch is retried, memory unchanged).
+func (s *Applier) fenced(ctx context.Context, group string, b aggregator.Batch, hr *Headroom, err error) error {
+	if !errors.Is(err, errFenced) {
+		return err
+	}
+	if rerr := s.rewind(ctx, group, b, hr, err); rerr != nil {
+		return rerr
+	}
+	// Redis's checkpoint is this very batch's start: read it again from
+	// there all the same, memory now empty.
+	return &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: b.First, First: b.First, Reason: err.Error()}
+}
+
+// decideInMemory tells whether a write-back batch is done without the
+// apply script: every subject's increments kept in memory and no verdict
+// with anything to write. It marks the subjects whose verdicts write.
+func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Headroom) (done bool, err error) {
+	done = true
+	for _, ps := range order {
+		if !ps.memory {
+			done = false // counted, or evaluated, by the script
+			continue
+		}
+		if ps.verdict == nil {
+			if ps.plan != evalNone {
+				// Its buckets could not all be loaded: the script must not
+				// evaluate it from Redis, which lacks what memory holds.
+				return false, fmt.Errorf("evaluate %s: its bucket copies could not be loaded", window.Field(ps.sub))
+			}
+			continue
+		}
+		ps.writes = !hr.quiet(ps.sub, ps.verdict)
+		done = done && !ps.writes
+	}
+	return done, nil
+}
+
+// commit keeps the batch's increments of its memory subjects.
+func (w *writeBack) commit(pl *profiles, order []*pendingSubject) {
+	for _, ps := range order {
+		if ps.memory {
+			w.add(ps.sub, pl.list[ps.profile].maxw, ps.sums)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package live_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"floodgate/aggregator"
+	"floodgate/live"
+	"floodgate/operator"
+	"floodgate/rules"
+	"floodgate/stacktest"
+	"floodgate/window"
+)
+
+// Write-back keeps counts in the owner's memory past the checkpoint. These
+// tests make the cases it must get right happen on purpose: a stale owner
+// after a rebalance, and an operator's reset while a new owner replays.
+
+// wbOwner is one process owning partition 0 in write-back.
+type wbOwner struct {
+	t   *testing.T
+	ap  *live.Applier
+	hr  *live.Headroom
+	set *rules.Set
+}
+
+func newOwner(t *testing.T, st *window.Store, set *rules.Set) *wbOwner {
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &wbOwner{t: t, ap: ap, hr: live.NewHeadroom(1000), set: set}
+}
+
+func (o *wbOwner) apply(b batchT, at time.Time) (live.ApplyResult, error) {
+	return o.ap.Apply(context.Background(), "g", b, o.set, at, o.hr)
+}
+
+func (o *wbOwner) mustApply(b batchT, at time.Time) live.ApplyResult {
+	o.t.Helper()
+	res, err := o.apply(b, at)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return res
+}
+
+func (o *wbOwner) checkpoint(at time.Time) error {
+	_, err := o.ap.Checkpoint(context.Background(), "g", "wb", 0, o.hr, at)
+	return err
+}
+
+// resume starts the owner afresh and hands it the batches from its
+// checkpoint on, as the aggregator does after a start.
+func (o *wbOwner) resume(batches []batchT, at time.Time) live.ApplyResult {
+	o.t.Helper()
+	o.hr = live.NewHeadroom(1000)
+	next, _, err := o.ap.Resume(context.Background(), "g", "wb", 0, o.hr)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	var total live.ApplyResult
+	for _, b := range batches {
+		if b.Last < next {
+			continue
+		}
+		res := o.mustApply(aggregator.TrimBatch(b, max(next, b.First)), at)
+		total.Replayed += res.Replayed
+		total.ResetSkipped += res.ResetSkipped
+	}
+	return total
+}
+
+func countOf(t *testing.T, st *window.Store, subject string, at time.Time) int64 {
+	t.Helper()
+	states, err := st.Check(context.Background(), at, []window.Query{{
+		Subject: window.Subject{Action: "act", Kind: "k", Subject: subject}, Windows: []time.Duration{24 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return states[0].Sums[0]
+}
+
+func eventsOf(subject string, n int, at time.Time) []eventT {
+	evs := make([]eventT, n)
+	for i := range evs {
+		evs[i] = ev("act", "k", subject, at)
+	}
+	return evs
+}
+
+func TestWriteBackStaleOwnerIsFenced(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [1000/d]
+`)
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	var batches []batchT
+	next := func(n int) batchT {
+		bt := b.Batch(eventsOf("x", n, at)...)
+		batches = append(batches, bt)
+		return bt
+	}
+	a.mustApply(next(3), at)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	a.mustApply(next(4), at) // in A's memory only
+	if got := countOf(t, st, "x", at); got != 3 {
+		t.Fatalf("Redis holds %d before the next checkpoint, want the checkpoint's 3", got)
+	}
+
+	// A rebalance: B resumes at the checkpoint, is handed the batch A
+	// holds in memory and one more, and checkpoints.
+	bo := newOwner(t, st, set)
+	bo.resume(batches, at)
+	bo.mustApply(next(5), at)
+	if err := bo.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if got := countOf(t, st, "x", at); got != 12 {
+		t.Fatalf("after B's checkpoint: %d, want 12", got)
+	}
+
+	// A still believes it owns the partition: its checkpoint is refused,
+	// and its next batch (the one B applied after its memory) sends it to
+	// B's checkpoint.
+	if err := a.checkpoint(at); err == nil {
+		t.Fatal("the stale owner's checkpoint was accepted")
+	}
+	_, err := a.apply(batches[2], at)
+	var rw *aggregator.RewindError
+	if !errors.As(err, &rw) || rw.Next != 12 || rw.Reason == "" {
+		t.Fatalf("stale owner's next batch: %v, want a rewind to 12 from B's checkpoint", err)
+	}
+	if got := countOf(t, st, "x", at); got != 12 {
+		t.Fatalf("after the stale owner's attempts: %d, want 12", got)
+	}
+}
+
+func TestWriteBackResetDuringReplay(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	// Near 10/m from the 5th event on: every batch writes the subject's
+	// state, so the decisions offset D runs ahead of the checkpoint.
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [10/m, 1000/d]
+`)
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	var batches []batchT
+	apply := func(subject string, n int) {
+		bt := b.Batch(eventsOf(subject, n, at)...)
+		batches = append(batches, bt)
+		a.mustApply(bt, at)
+	}
+	apply("x", 6)
+	apply("y", 2)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	apply("x", 2) // offsets 8-9, in memory, D moves past them
+	apply("y", 3) // 10-12
+	apply("x", 1) // 13
+
+	// The operator resets x while A's memory is past the checkpoint.
+	sub := window.Subject{Action: "act", Kind: "k", Subject: "x"}
+	w, err := operator.NewWriter(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Admin(ctx, at, operator.AdminRequest{Op: operator.OpReset, Subject: sub, Operator: "o",
+		MaxWindow: 24 * time.Hour, Group: "g", Topic: "wb"}); err != nil {
+		t.Fatal(err)
+	}
+	// A notices at its checkpoint (the change sequence moved) and starts
+	// again from the checkpoint: x's events before the reset's offset are
+	// dropped, y's all counted, x's after the reset counted.
+	if err := a.checkpoint(at); err == nil {
+		t.Fatal("checkpoint accepted over an operator's reset")
+	}
+	replay := a.resume(batches, at)
+	apply("x", 2) // after the reset
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if replay.ResetSkipped != 3 {
+		t.Fatalf("replay dropped %d of x's events, want the 3 before the reset", replay.ResetSkipped)
+	}
+	if x, y := countOf(t, st, "x", at), countOf(t, st, "y", at); x != 2 || y != 5 {
+		t.Fatalf("after reset and replay: x %d (want 2, the events after the reset), y %d (want 5)", x, y)
+	}
+}
