@@ -118,6 +118,7 @@ type Results struct {
 	LiveLegacy   liveFigures // the aggregator of Options.LegacyRev
 	LegacyRev    string
 	LiveDedup    liveFigures // --dedup 10m
+	LiveThrough  liveFigures // --checkpoint-interval 0: write-through, as before write-back
 	History      []float64
 	HistoryRows  []float64 // rows/s
 	HistoryDedup HistoryDedup
@@ -402,10 +403,11 @@ func (b *bench) live(ctx context.Context) error {
 			into      *liveFigures
 		}{
 			{"", b.cfg.Bin, nil, &b.res.LiveNow},
+			{"through", b.cfg.Bin, throughArgs, &b.res.LiveThrough},
 			{"legacy", legacy, nil, &b.res.LiveLegacy},
 			{"dedup", b.cfg.Bin, dedupArgs, &b.res.LiveDedup},
 		} {
-			if v.name != "" && i > 0 || v.bin == "" {
+			if v.name != "" && v.name != "through" && i > 0 || v.bin == "" {
 				continue // one run of each comparison is enough
 			}
 			f, err := b.liveRun(ctx, fmt.Sprintf("%d%s", i, v.name), v.bin, v.args)
@@ -417,6 +419,10 @@ func (b *bench) live(ctx context.Context) error {
 	}
 	return nil
 }
+
+// throughArgs turn write-back off: every batch written through to Redis,
+// alternated with the write-back runs so that drift hits both.
+var throughArgs = []string{"--checkpoint-interval", "0"}
 
 // dedupArgs turn dedup on for the dedup run.
 var dedupArgs = []string{"--dedup", "10m"}

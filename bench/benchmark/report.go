@@ -181,8 +181,12 @@ func renderSketches(w func(string, ...any), r *Results) {
 // Java consumer, then what Redis pays per event now, before (the legacy
 // settings), and with dedup.
 func renderLive(w func(string, ...any), r *Results) {
-	now, old, dd := r.LiveNow, r.LiveLegacy, r.LiveDedup
+	now, old, dd, wt := r.LiveNow, r.LiveLegacy, r.LiveDedup, r.LiveThrough
 	med := harness.Median
+	w("| aggregator live events/s, write-through (`%s`, alternated with the write-back runs) | %s | %s | %s | %s; write-back ÷ write-through %s |\n", strings.Join(throughArgs, " "),
+		harness.Human(med(wt.Rate)), harness.Human(med(r.JavaConsume)), ratio(med(wt.Rate), med(r.JavaConsume)), runs(wt.Rate), ratio(med(now.Rate), med(wt.Rate)))
+	w("| Redis CPU µs per event, write-back / write-through (goal ≤ 1.0 write-back) | %.2f / %.2f | — | write-through ÷ write-back %s | write-back %s; write-through %s; commands per event %.4f / %.4f |\n",
+		med(now.CPU), med(wt.CPU), ratio(med(wt.CPU), med(now.CPU)), fmtF(now.CPU, "%.2f"), fmtF(wt.CPU, "%.2f"), med(now.Cmds), med(wt.Cmds))
 	w("| aggregator live events/s, legacy aggregator (%s) | %s | %s | %s | %s |\n", orNone(r.LegacyRev, "not built"),
 		harness.Human(med(old.Rate)), harness.Human(med(r.JavaConsume)), ratio(med(old.Rate), med(r.JavaConsume)), runs(old.Rate))
 	w("| aggregator live events/s with `%s` | %s | %s | %s | %s |\n", strings.Join(dedupArgs, " "),
