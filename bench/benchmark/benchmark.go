@@ -731,4 +731,9 @@ type Latency struct {
 	Rate, Achieved float64 // events/s offered and acknowledged
 	P50, P99, Max  time.Duration
 	N, Missed      int // probes denied in time, probes never denied
+	// Kafka's own latency for the same probes under the same load: from
+	// the publish call to a plain consumer in the bench holding all three
+	// of a probe's events.
+	KafkaP50, KafkaP99, KafkaMax time.Duration
+	KafkaN                       int
 }

@@ -92,8 +92,16 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		tally = pacedload.Run(lctx, pub, pacedload.Config{Rate: rate, Action: "bench_visit", Kind: "ip",
 			SubjectPrefix: "10.9.", Subjects: b.cfg.Subjects, Workers: 8, Batch: 500, TotalOnly: true})
 	}()
+	// Kafka's own latency for the probes: a plain consumer of the topic.
+	kafkaSeen := newProbeArrivals("ip:probe-" + b.id + "-")
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		kafkaSeen.consume(lctx, b.cfg.Brokers, t)
+	}()
 	// Let the group join and the load settle.
 	time.Sleep(8 * time.Second)
+	starts := map[string]time.Time{}
 	client := &http.Client{Timeout: 2 * time.Second}
 	var lats []time.Duration
 	missed := 0
@@ -108,6 +116,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 			evs[j] = event.Event{V: 1, ID: event.NewID(), Action: "bench_probe", Kind: "ip", Subject: sub, TS: now, N: 1}
 		}
 		start := time.Now()
+		starts[sub] = start
 		if err := probePub.Publish(ctx, evs...); err != nil {
 			stopLoad()
 			wg.Wait()
@@ -135,6 +144,17 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	wg.Wait()
 	acked, _ := tally.Snapshot()
 	l.Achieved = float64(acked) / time.Since(loadStart).Seconds()
+	var klats []time.Duration
+	for sub, start := range starts {
+		if at, ok := kafkaSeen.all(sub, 3); ok {
+			klats = append(klats, at.Sub(start))
+		}
+	}
+	sort.Slice(klats, func(i, j int) bool { return klats[i] < klats[j] })
+	l.KafkaN = len(klats)
+	if len(klats) > 0 {
+		l.KafkaP50, l.KafkaP99, l.KafkaMax = harness.Quantile(klats, 0.50), harness.Quantile(klats, 0.99), klats[len(klats)-1]
+	}
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	l.N, l.Missed = len(lats), missed
 	l.P50 = harness.Quantile(lats, 0.50)
@@ -259,4 +279,44 @@ func splitLog(path string) []string {
 		return nil
 	}
 	return strings.Split(string(data), "\n")
+}
+
+// probeArrivals records when a plain consumer received each probe event:
+// Kafka's own produce→consume latency under the same load.
+type probeArrivals struct {
+	prefix string
+	mu     sync.Mutex
+	n      map[string]int
+	last   map[string]time.Time
+}
+
+func newProbeArrivals(keyPrefix string) *probeArrivals {
+	return &probeArrivals{prefix: keyPrefix, n: map[string]int{}, last: map[string]time.Time{}}
+}
+
+// consume reads every partition of topic from its end until ctx ends.
+func (p *probeArrivals) consume(ctx context.Context, brokers []string, topic string) {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: "bench-kafka-latency-" + topic,
+		StartOffset: kafka.LastOffset, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	for {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			return
+		}
+		if k := string(m.Key); strings.HasPrefix(k, p.prefix) {
+			sub := strings.TrimPrefix(k, "ip:")
+			p.mu.Lock()
+			p.n[sub]++
+			p.last[sub] = time.Now()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// all returns when the consumer held want events of sub.
+func (p *probeArrivals) all(sub string, want int) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last[sub], p.n[sub] >= want
 }
