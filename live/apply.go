@@ -132,7 +132,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, decideScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}
@@ -172,6 +172,9 @@ type ApplyResult struct {
 	// data (a restart without persistence, a flush). The caller, which
 	// knows whether it had progress, tells the two apart.
 	OffsetMissing bool
+	// InMemory is true when a write-back batch wrote nothing to Redis: its
+	// subjects counted in memory, no verdict with anything to write.
+	InMemory bool
 	// Replayed counts, in write-back, the records a new owner read again
 	// between the checkpoint and the decisions offset (counted, not
 	// evaluated); ResetSkipped those of them an operator's reset dropped.
@@ -416,8 +419,12 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 			if err == nil {
 				res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
 				hr.wb.commit(pl, order)
+				res.InMemory = true
 			}
 			return res, -1, err
+		}
+		if onlyMemory(order) {
+			return res, -1, s.decide(ctx, offkey, b, pl, order, hr, now, &res)
 		}
 	}
 	args, sent := s.applyArgs(b, now, pl, order, hr)

@@ -338,6 +338,8 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		s.m.batches.WithLabelValues("duplicate").Inc()
 		s.log.Debug("batch already applied", "partition", b.Partition, "first", b.First, "last", b.Last)
 		return nil
+	case res.InMemory:
+		s.m.batches.WithLabelValues("in_memory").Inc()
 	case res.Trimmed > 0:
 		s.m.batches.WithLabelValues("trimmed").Inc()
 		s.log.Info("batch partly applied already; applied its tail", "partition", b.Partition, "first", b.First, "last", b.Last, "trimmed", res.Trimmed)
@@ -406,7 +408,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}, []string{"rule", "shadow"}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_batches_total", ConstLabels: labels,
-			Help: "Batches by result: applied, duplicate (already held, redelivered), trimmed (partly held).",
+			Help: "Batches by result: applied, duplicate (already held, redelivered), trimmed (partly held), in_memory (write-back: counted in memory, nothing to write to Redis).",
 		}, []string{"result"}),
 		subjects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_subjects_total", ConstLabels: labels,
@@ -459,7 +461,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule", "duplicate", "reset"} {
 		m.events.WithLabelValues(r)
 	}
-	for _, r := range []string{"applied", "duplicate", "trimmed"} {
+	for _, r := range []string{"applied", "duplicate", "trimmed", "in_memory"} {
 		m.batches.WithLabelValues(r)
 	}
 	for _, r := range []string{"evaluated", "skipped"} {

@@ -409,3 +409,75 @@ func (w *writeBack) commit(pl *profiles, order []*pendingSubject) {
 		}
 	}
 }
+
+// decideBody writes a write-back batch's verdicts (see its header).
+//
+//go:embed decide.lua
+var decideBody string
+
+var decideScript = redis.NewScript("#!lua\n" + window.LuaLib + decideBody)
+
+// onlyMemory tells whether every subject of a batch is counted in memory:
+// its verdicts are then written by decide.lua, which parses no rules and
+// counts nothing.
+func onlyMemory(order []*pendingSubject) bool {
+	for _, ps := range order {
+		if !ps.memory {
+			return false
+		}
+	}
+	return true
+}
+
+// decide writes the verdicts of a batch whose subjects are all counted in
+// memory, and moves D to the batch's end; refused (another writer, an
+// operator's action), it returns errFenced.
+func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch, pl *profiles, order []*pendingSubject, hr *Headroom, now time.Time, res *ApplyResult) error {
+	var sent []*pendingSubject
+	args := []any{s.keys.Slot(b.Partition), hr.next, b.Last + 1, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, 0}
+	for _, ps := range order {
+		if !ps.writes {
+			continue
+		}
+		sent = append(sent, ps)
+		v := ps.verdict
+		n := 0
+		for _, c := range v.best {
+			if c != nil {
+				n++
+			}
+		}
+		args = append(args, window.Field(ps.sub), v.state, v.expires, n)
+		for k, c := range v.best {
+			if c == nil {
+				continue
+			}
+			lim := pl.list[ps.profile].limits[c.l-1]
+			kind := "deny"
+			if k == 1 {
+				kind = "shadow"
+			}
+			args = append(args, kind, c.l, lim.rule.Name, lim.rule.Message, lim.limit.Count, int64(lim.limit.Window/time.Second), c.count, c.untilMS, c.t)
+		}
+	}
+	args[7] = len(sent)
+	start := time.Now()
+	out, err := decideScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
+	s.st.Observe("decide", start)
+	if err != nil {
+		hr.forget() // the copies hold the batch's increments, memory does not yet
+		return fmt.Errorf("write decisions partition=%d offsets=%d-%d: %w", b.Partition, b.First, b.Last, err)
+	}
+	if replyInt(out, 0) != replyApplied || len(out) < 8 {
+		hr.forget()
+		return fmt.Errorf("write decisions partition=%d offsets=%d-%d: the slot's offset is %d, this owner's %d: %w",
+			b.Partition, b.First, b.Last, replyInt(out, 1), hr.next, errFenced)
+	}
+	res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
+	res.Changes = replyInt(out, 5)
+	res.Decisions = pl.decisions(replyInts(out[3]), sent)
+	res.Extended = pl.decisions(replyInts(out[6]), sent)
+	hr.next, hr.seq = b.Last+1, replyInt(out, 7)
+	hr.wb.commit(pl, order)
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
@@ -97,7 +98,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		kafkaSeen.consume(lctx, b.cfg.Brokers, t)
+		kafkaSeen.consume(lctx, b.log, b.cfg.Brokers, t, b.cfg.PartCount)
 	}()
 	// Let the group join and the load settle.
 	time.Sleep(8 * time.Second)
@@ -294,24 +295,40 @@ func newProbeArrivals(keyPrefix string) *probeArrivals {
 	return &probeArrivals{prefix: keyPrefix, n: map[string]int{}, last: map[string]time.Time{}}
 }
 
-// consume reads every partition of topic from its end until ctx ends.
-func (p *probeArrivals) consume(ctx context.Context, brokers []string, topic string) {
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: "bench-kafka-latency-" + topic,
-		StartOffset: kafka.LastOffset, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	for {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			return
-		}
-		if k := string(m.Key); strings.HasPrefix(k, p.prefix) {
-			sub := strings.TrimPrefix(k, "ip:")
-			p.mu.Lock()
-			p.n[sub]++
-			p.last[sub] = time.Now()
-			p.mu.Unlock()
-		}
+// consume reads every partition of topic from its end until ctx ends, one
+// plain partition reader each (no group: nothing to join).
+func (p *probeArrivals) consume(ctx context.Context, log *slog.Logger, brokers []string, topic string, partitions int) {
+	var wg sync.WaitGroup
+	for part := range partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part,
+				MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
+			defer r.Close()
+			if err := r.SetOffset(kafka.LastOffset); err != nil {
+				log.Warn("bench: kafka latency reader", "partition", part, "err", err)
+				return
+			}
+			for {
+				m, err := r.ReadMessage(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Warn("bench: kafka latency reader", "partition", part, "err", err)
+					}
+					return
+				}
+				if k := string(m.Key); strings.HasPrefix(k, p.prefix) {
+					sub := strings.TrimPrefix(k, "ip:")
+					p.mu.Lock()
+					p.n[sub]++
+					p.last[sub] = time.Now()
+					p.mu.Unlock()
+				}
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // all returns when the consumer held want events of sub.
