@@ -204,3 +204,19 @@ func (h *Headroom) set(sub window.Subject, left []int64, at int64) {
 	}
 	r.at = max(r.at, at)
 }
+
+// Residency is what a Headroom holds in memory.
+type Residency struct {
+	Subjects int // subjects whose headroom it remembers
+	Copies   int // bucket hashes copied (mirror.go)
+	Pending  int // write-back bucket fields not checkpointed yet
+}
+
+// Resident reports what h holds (a benchmark of its memory reads it).
+func (h *Headroom) Resident() Residency {
+	r := Residency{Subjects: len(h.subs), Copies: h.mir.hashes}
+	if h.wb != nil {
+		r.Pending = h.wb.fields
+	}
+	return r
+}

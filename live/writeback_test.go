@@ -204,3 +204,38 @@ rules:
 		t.Fatalf("after reset and replay: x %d (want 2, the events after the reset), y %d (want 5)", x, y)
 	}
 }
+
+// A stale owner whose batch has a verdict to write (decide.lua) is refused
+// on the decisions offset another owner moved, writes nothing, and reads
+// the partition again from the checkpoint.
+func TestWriteBackStaleOwnerDecisionsAreFenced(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [10/m]
+`)
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	first := b.Batch(eventsOf("x", 6, at)...) // near 10/m: a state to write
+	a.mustApply(first, at)
+	bo := newOwner(t, st, set)
+	bo.resume([]batchT{first}, at)
+	second := b.Batch(eventsOf("x", 6, at)...) // 12 in the minute: a deny
+	if res := bo.mustApply(second, at); !denied(res, "x") {
+		t.Fatalf("new owner: 12 in the minute and no deny: %+v", res)
+	}
+	// A, stale, is handed a batch after its memory: its verdict would be
+	// written over B's.
+	res, err := a.apply(b.Batch(eventsOf("x", 1, at)...), at)
+	var rw *aggregator.RewindError
+	if !errors.As(err, &rw) || rw.Reason == "" {
+		t.Fatalf("stale owner's verdict: %+v, %v; want a rewind", res, err)
+	}
+	if len(res.Decisions) > 0 {
+		t.Fatalf("stale owner decided %+v", res.Decisions)
+	}
+}
