@@ -3,9 +3,11 @@ local MOVED, ELSEWHERE = 1, 0
 
 -- KEYS: the offset D, the checkpoint offset C (write-back). The partition
 -- resumes from C when it is stored, so that is the one that must stand at
--- ARGV[1]; both move.
+-- ARGV[1]. D moves and C goes: whoever applies from here (a rebuild writes
+-- every count through) leaves everything before D in Redis, and a
+-- write-back owner takes C = D from that (live/writeback.go).
 local cur = redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then return ELSEWHERE end
 redis.call('SET', KEYS[1], ARGV[2])
-if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('SET', KEYS[2], ARGV[2]) end
+redis.call('DEL', KEYS[2])
 return MOVED
