@@ -119,6 +119,10 @@ type Results struct {
 	LegacyRev    string
 	LiveDedup    liveFigures // --dedup 10m
 	LiveThrough  liveFigures // --checkpoint-interval 0: write-through, as before write-back
+	// LiveCold and LiveColdThrough: the same, on cold subjects spread
+	// uniformly (ColdSubjects of them), write-back and write-through.
+	LiveCold, LiveColdThrough liveFigures
+	ColdSubjects              int
 	History      []float64
 	HistoryRows  []float64 // rows/s
 	HistoryDedup HistoryDedup
@@ -417,6 +421,42 @@ func (b *bench) live(ctx context.Context) error {
 			v.into.add(f)
 		}
 	}
+	return b.liveCold(ctx)
+}
+
+// coldSubjects is how many subjects the cold run spreads its events over.
+const coldSubjects = 1_000_000
+
+// liveCold: the live runs again, once write-back and once write-through,
+// on a topic of cold subjects drawn uniformly: every event a subject no
+// cache holds, the case a Zipf mix hides.
+func (b *bench) liveCold(ctx context.Context) error {
+	t, err := b.topic("cold")
+	if err != nil {
+		return err
+	}
+	args := b.produceArgs(b.cfg.Brokers, t, b.cfg.Events, 99)
+	for i, a := range args {
+		if a == "--subjects" {
+			args[i+1] = strconv.Itoa(coldSubjects)
+		}
+	}
+	args = append(args, "--uniform")
+	if _, err := childproc.Run(ctx, childproc.Config{Name: "produce-cold", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir}); err != nil {
+		return err
+	}
+	b.res.ColdSubjects = coldSubjects
+	for _, v := range []struct {
+		name string
+		args []string
+		into *liveFigures
+	}{{"cold", nil, &b.res.LiveCold}, {"coldthrough", throughArgs, &b.res.LiveColdThrough}} {
+		f, err := b.liveRunOn(ctx, t, v.name, b.cfg.Bin, v.args)
+		if err != nil {
+			return err
+		}
+		v.into.add(f)
+	}
 	return nil
 }
 
@@ -468,6 +508,11 @@ func (l *liveFigures) add(o liveFigures) {
 }
 
 func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (liveFigures, error) {
+	return b.liveRunOn(ctx, b.topics[0], run, bin, extra)
+}
+
+// liveRunOn is liveRun over topic.
+func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []string) (liveFigures, error) {
 	var f liveFigures
 	prefix := "bench" + b.id + "r" + run
 	addr, err := childproc.FreePort()
@@ -475,9 +520,9 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 		return f, err
 	}
 	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
-	args := append(b.aggregatorArgs(single, b.topics[0], "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
+	args := append(b.aggregatorArgs(single, topic, "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
 	f.Cmd = "floodgate " + strings.Join(args, " ")
-	if err := b.outputTopics(ctx, b.topics[0]); err != nil {
+	if err := b.outputTopics(ctx, topic); err != nil {
 		return f, err
 	}
 	before, err := harness.ReadRedisInfo(ctx, b.rdb)
@@ -489,8 +534,10 @@ func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (l
 		return f, err
 	}
 	rate, err := waitCounted(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
-	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
+	// Redis is read after the stop: a write-back aggregator's last
+	// checkpoint (at shutdown) is part of what the events cost.
 	serr := p.Stop(15 * time.Second)
+	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	if bin == b.cfg.Bin {
 		b.peak("floodgate aggregator --no-history", p)
 	}

@@ -192,6 +192,13 @@ func renderLive(w func(string, ...any), r *Results) {
 		harness.Human(med(wt.Rate)), harness.Human(med(r.JavaConsume)), ratio(med(wt.Rate), med(r.JavaConsume)), runs(wt.Rate), ratio(med(now.Rate), med(wt.Rate)))
 	w("| Redis CPU µs per event, write-back / write-through (goal ≤ 1.0 write-back) | %.2f / %.2f | — | write-through ÷ write-back %s | write-back %s; write-through %s; commands per event %.4f / %.4f |\n",
 		med(now.CPU), med(wt.CPU), ratio(med(wt.CPU), med(now.CPU)), fmtF(now.CPU, "%.2f"), fmtF(wt.CPU, "%.2f"), med(now.Cmds), med(wt.Cmds))
+	if c, ct := r.LiveCold, r.LiveColdThrough; len(c.Rate) > 0 {
+		w("| cold subjects (%s drawn uniformly): aggregator live events/s, write-back / write-through | %s / %s | %s | %s / %s | once each |\n",
+			harness.Human(float64(r.ColdSubjects)), harness.Human(med(c.Rate)), harness.Human(med(ct.Rate)), harness.Human(med(r.JavaConsume)),
+			ratio(med(c.Rate), med(r.JavaConsume)), ratio(med(ct.Rate), med(r.JavaConsume)))
+		w("| cold subjects: Redis CPU µs per event, write-back / write-through | %.2f / %.2f | — | write-through ÷ write-back %s | commands per event %.4f / %.4f; Redis bytes per subject %s / %s |\n",
+			med(c.CPU), med(ct.CPU), ratio(med(ct.CPU), med(c.CPU)), med(c.Cmds), med(ct.Cmds), harness.Human(med(c.Bytes)), harness.Human(med(ct.Bytes)))
+	}
 	w("| aggregator live events/s, legacy aggregator (%s) | %s | %s | %s | %s |\n", orNone(r.LegacyRev, "not built"),
 		harness.Human(med(old.Rate)), harness.Human(med(r.JavaConsume)), ratio(med(old.Rate), med(r.JavaConsume)), runs(old.Rate))
 	w("| aggregator live events/s with `%s` | %s | %s | %s | %s |\n", strings.Join(dedupArgs, " "),

@@ -29,6 +29,7 @@ type ProduceCmd struct {
 	Actions  []string      `name:"actions" env:"FLOODGATE_PRODUCE_ACTIONS" default:"login_failed" sep:"," help:"Synthetic: actions, chosen uniformly."`
 	Kind     string        `name:"kind" env:"FLOODGATE_PRODUCE_KIND" default:"ip" help:"Synthetic: kind of the subjects (ip, email, or any name)."`
 	Zipf     float64       `name:"zipf" env:"FLOODGATE_PRODUCE_ZIPF" default:"1.1" help:"Synthetic: Zipf exponent s (> 1); higher is more skewed."`
+	Uniform  bool          `name:"uniform" env:"FLOODGATE_PRODUCE_UNIFORM" help:"Synthetic: draw subjects uniformly (no hot ones) instead of by --zipf."`
 	Backfill time.Duration `name:"backfill" env:"FLOODGATE_PRODUCE_BACKFILL" help:"Synthetic: spread event times uniformly over the past D (e.g. 72h)."`
 	TSFrom   time.Time     `name:"ts-from" env:"FLOODGATE_PRODUCE_TS_FROM" help:"Synthetic: spread event times over [ts-from, ts-to) (RFC 3339)."`
 	TSTo     time.Time     `name:"ts-to" env:"FLOODGATE_PRODUCE_TS_TO" help:"Synthetic: end of --ts-from's range (default now)."`
@@ -63,7 +64,7 @@ func (c *ProduceCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 		src = loadgen.NewNDJSON(stdin)
 	} else {
 		gen, err := loadgen.NewSynthetic(loadgen.SyntheticConfig{
-			Subjects: c.Subjects, Actions: c.Actions, Kind: c.Kind, ZipfS: c.Zipf,
+			Subjects: c.Subjects, Actions: c.Actions, Kind: c.Kind, ZipfS: c.Zipf, Uniform: c.Uniform,
 			Backfill: c.Backfill, TSFrom: c.TSFrom, TSTo: c.TSTo, Seed: c.Seed,
 		}, time.Now())
 		if err != nil {

@@ -25,6 +25,9 @@ type SyntheticConfig struct {
 	// ZipfS is the skew of subjects (Zipf s parameter, > 1): higher is
 	// more skewed. Default 1.1.
 	ZipfS float64
+	// Uniform draws subjects uniformly instead (cold subjects spread
+	// evenly: the worst case for per-subject caches). ZipfS is then unused.
+	Uniform bool
 	// Backfill spreads event times uniformly over [now-Backfill, now].
 	// Default 0: event time is now. Ignored when TSFrom is set.
 	Backfill time.Duration
@@ -133,6 +136,9 @@ func (g *Synthetic) Seed() uint64 { return g.seed }
 // window). It never fails.
 func (g *Synthetic) Next(now time.Time) (event.Event, error) {
 	i := g.zipf.Uint64()
+	if g.cfg.Uniform {
+		i = g.rnd.Uint64N(uint64(g.cfg.Subjects))
+	}
 	_, _ = g.ids.Read(g.idBuf[:])
 	e := event.Event{
 		V:       event.Version,
