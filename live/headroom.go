@@ -1,6 +1,8 @@
 package live
 
 import (
+	"math"
+
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -29,19 +31,40 @@ type Headroom struct {
 	mir  *mirror
 	// wb is a write-back owner's memory (writeback.go): the increments not
 	// checkpointed yet. forget leaves it; only drop (a rewind) loses it.
-	wb   *writeBack
-	subs map[window.Subject]*room
-	max  int
-	plan []byte // scratch of needs
+	wb *writeBack
+	// subs indexes rooms by the subject's field ("action:kind:subject",
+	// window.Field): one string a subject instead of three, allocated for
+	// the key alone so that it never keeps a decoded batch's buffer alive.
+	// Entries are only ever dropped all at once, so rooms is a slab and
+	// needs updates a room in place (a map of values would have to store
+	// it again, and storing converts the key anew).
+	subs  map[string]int32
+	rooms []room
+	max   int
+	key   []byte // scratch of roomOf
+	plan  []byte // scratch of needs
 }
 
+// room is 24 bytes: this is the memory a write-back owner keeps of every
+// resident subject, so it holds 32-bit values clamped on the safe side.
 type room struct {
-	left []int64 // per limit, then bucket: events that may still be added before its threshold
-	at   int64   // second it was last evaluated at
+	// left, per limit then bucket: events that may still be added before
+	// its threshold (negative: unknown, evaluate). Limits past the last
+	// slot share it and it holds the least of theirs: a headroom can only
+	// be lowered safely (a lower one costs an evaluation, never skips one),
+	// so values above math.MaxInt32 are stored as math.MaxInt32.
+	left [roomSlots]int32
+	at   uint32 // second it was last evaluated at (clamped up; see needs)
+	n    uint16 // limits and buckets it was evaluated with
 	// stated: whether the slot holds a state for it, as last written
 	// (write-back skips the script for a subject with none, near no limit)
 	stated byte
 }
+
+const roomSlots = 4
+
+// slot is the slot of room.left that limit i's headroom is kept in.
+func slot(i int) int { return min(i, roomSlots-1) }
 
 const (
 	statedUnknown byte = iota
@@ -64,8 +87,8 @@ const (
 // and copies of at most maxSubjects/4 bucket hashes (mirror.go: a
 // subject's copy holds one to six hashes of about 600 bytes each).
 func NewHeadroom(maxSubjects int) *Headroom {
-	n := max(maxSubjects, 1)
-	return &Headroom{next: -2, seq: -2, mir: newMirror(n / 4), subs: map[window.Subject]*room{}, max: n}
+	n := min(max(maxSubjects, 1), math.MaxInt32) // rooms are indexed by int32
+	return &Headroom{next: -2, seq: -2, mir: newMirror(n / 4), subs: map[string]int32{}, max: n}
 }
 
 // expect is the offset the store should hold if no one else wrote.
@@ -94,6 +117,7 @@ func (h *Headroom) stored(next int64) {
 func (h *Headroom) forget() {
 	if h != nil {
 		clear(h.subs)
+		h.rooms = h.rooms[:0]
 		h.mir.forget()
 		if h.wb == nil {
 			h.next, h.seq = -2, -2
@@ -110,11 +134,21 @@ func (h *Headroom) drop() {
 	h.forget()
 }
 
+// roomOf returns sub's room, or nil. The lookup converts the scratch key
+// without allocating.
+func (h *Headroom) roomOf(sub window.Subject) *room {
+	h.key = append(append(append(append(append(h.key[:0], sub.Action...), ':'), sub.Kind...), ':'), sub.Subject...)
+	if i, ok := h.subs[string(h.key)]; ok {
+		return &h.rooms[i]
+	}
+	return nil
+}
+
 // setVerdict records a verdict evaluated from the copies: its headroom,
 // and whether the subject's state says anything now.
 func (h *Headroom) setVerdict(ps *pendingSubject) {
 	h.set(ps.sub, ps.verdict.h, ps.eval)
-	if r := h.subs[ps.sub]; r != nil {
+	if r := h.roomOf(ps.sub); r != nil {
 		r.stated = statedNone
 		if ps.verdict.state != "" {
 			r.stated = statedSome
@@ -140,7 +174,7 @@ func (h *Headroom) quiet(sub window.Subject, v *verdict) bool {
 	if v.best[0] != nil || v.best[1] != nil || v.state != "" {
 		return false
 	}
-	r := h.subs[sub]
+	r := h.roomOf(sub)
 	return r != nil && r.stated == statedNone
 }
 
@@ -152,29 +186,38 @@ func (h *Headroom) needs(sub window.Subject, n int, added, eval, now int64) stri
 	if h == nil {
 		return evalAll
 	}
-	r, ok := h.subs[sub]
+	r := h.roomOf(sub)
 	// An evaluation second before the remembered one (an event ahead of the
 	// clock was evaluated at its own second) could see events the later one
-	// did not: evaluate.
-	if !ok || len(r.left) != n || eval < r.at || eval > now {
+	// did not: evaluate. A second past what room.at holds may be before the
+	// one it was clamped from: evaluate too.
+	if r == nil || int(r.n) != n || eval < int64(r.at) || eval > now || eval >= math.MaxUint32 || added < 0 {
 		return evalAll
+	}
+	var near [roomSlots]bool
+	for s := range min(n, roomSlots) {
+		near[s] = added >= int64(r.left[s])
 	}
 	h.plan = h.plan[:0]
 	some, all := false, true
-	for i, left := range r.left {
-		if added >= left {
+	for i := range n {
+		if near[slot(i)] {
 			h.plan = append(h.plan, '1')
 			some = true
 			continue
 		}
 		h.plan = append(h.plan, '0')
 		all = false
-		r.left[i] = left - added
 	}
-	switch {
-	case all:
+	if all {
 		return evalAll
-	case !some:
+	}
+	for s := range min(n, roomSlots) {
+		if !near[s] {
+			r.left[s] -= int32(added) // added < left <= math.MaxInt32
+		}
+	}
+	if !some {
 		return evalNone
 	}
 	return string(h.plan)
@@ -183,26 +226,69 @@ func (h *Headroom) needs(sub window.Subject, n int, added, eval, now int64) stri
 // set records the headroom the script found for each evaluated limit
 // (notEvaluated for those it left out, whose headroom needs kept).
 func (h *Headroom) set(sub window.Subject, left []int64, at int64) {
-	if h == nil {
-		return
+	if h == nil || len(left) > math.MaxUint16 {
+		return // a subject with that many limits is evaluated every time
 	}
-	r, ok := h.subs[sub]
-	if !ok || len(r.left) != len(left) {
+	r := h.roomOf(sub)
+	if r == nil {
 		if len(h.subs) >= h.max {
 			clear(h.subs)
+			h.rooms = h.rooms[:0]
 		}
-		r = &room{left: make([]int64, len(left))}
-		for i := range r.left {
-			r.left[i] = -1 // unknown: evaluate
-		}
-		h.subs[sub] = r
+		h.subs[string(h.key)] = int32(len(h.rooms))
+		h.rooms = append(h.rooms, room{})
+		r = &h.rooms[len(h.rooms)-1]
+		*r = unknownRoom(len(left))
+	} else if int(r.n) != len(left) {
+		*r = unknownRoom(len(left))
 	}
+	fold := int64(math.MaxInt64) // the least headroom of the limits sharing the last slot
 	for i, l := range left {
-		if l != notEvaluated {
-			r.left[i] = l
+		s := slot(i)
+		if l == notEvaluated {
+			if s < roomSlots-1 {
+				continue
+			}
+			l = int64(r.left[s]) // its shrunk headroom: still a bound below its own
 		}
+		if s < roomSlots-1 {
+			r.left[s] = clampLeft(l)
+			continue
+		}
+		fold = min(fold, l)
 	}
-	r.at = max(r.at, at)
+	if len(left) >= roomSlots {
+		r.left[roomSlots-1] = clampLeft(fold)
+	}
+	r.at = max(r.at, clampAt(at))
+}
+
+// unknownRoom is the room of a subject not evaluated with n limits yet.
+func unknownRoom(n int) room {
+	r := room{n: uint16(n)}
+	for s := range r.left {
+		r.left[s] = -1 // unknown: evaluate
+	}
+	return r
+}
+
+// clampLeft stores a headroom in 32 bits: lowered, never raised, for a
+// positive one; any negative one means evaluate (batches add events).
+func clampLeft(l int64) int32 {
+	switch {
+	case l < 0:
+		return -1
+	case l > math.MaxInt32:
+		return math.MaxInt32
+	}
+	return int32(l)
+}
+
+// clampAt stores a second in 32 bits: raised before 1970 (an earlier
+// evaluation then evaluates again), lowered past 2106 (needs evaluates
+// any second that late).
+func clampAt(at int64) uint32 {
+	return uint32(min(max(at, 0), math.MaxUint32))
 }
 
 // Residency is what a Headroom holds in memory.

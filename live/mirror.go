@@ -51,10 +51,26 @@ type hashID struct {
 func (id hashID) span() int64 { return window.LevelSpan(id.level) }
 
 // mirrored holds the hashes of one subject that the copy knows, each as
-// many counts as its level has fields (absent: not loaded).
+// many counts as its level has fields (absent: not loaded). A subject has
+// one to six: a slice searched costs a fraction of a map's memory.
 type mirrored struct {
-	hashes map[hashID][]int64
+	hashes []copied
 	pruned int64 // minute of the last prune
+}
+
+type copied struct {
+	id     hashID
+	counts []int64
+}
+
+// get returns the counts of hash id, nil when not loaded.
+func (ms *mirrored) get(id hashID) []int64 {
+	for i := range ms.hashes {
+		if ms.hashes[i].id == id {
+			return ms.hashes[i].counts
+		}
+	}
+	return nil
 }
 
 func newMirror(maxHashes int) *mirror {
@@ -75,10 +91,14 @@ func (m *mirror) drop(sub window.Subject) {
 
 // store holds a loaded hash.
 func (m *mirror) store(ms *mirrored, id hashID, h []int64) {
-	if _, ok := ms.hashes[id]; !ok {
-		m.hashes++
+	for i := range ms.hashes {
+		if ms.hashes[i].id == id {
+			ms.hashes[i].counts = h
+			return
+		}
 	}
-	ms.hashes[id] = h
+	ms.hashes = append(ms.hashes, copied{id: id, counts: h})
+	m.hashes++
 }
 
 // trim drops copies at random when over the bound: after a batch's
@@ -107,17 +127,25 @@ func fieldsOf(level byte) int64 {
 func (m *mirror) subject(sub window.Subject) *mirrored {
 	ms := m.subs[sub]
 	if ms == nil {
-		ms = &mirrored{hashes: map[hashID][]int64{}}
-		m.subs[sub] = ms
+		ms = &mirrored{}
+		m.subs[ownKey(sub)] = ms
 	}
 	return ms
+}
+
+// ownKey returns sub with its strings in one allocation of their own: a
+// key made of a decoded batch's strings would keep their buffers alive.
+func ownKey(sub window.Subject) window.Subject {
+	f := window.Field(sub)
+	a, k := len(sub.Action), len(sub.Kind)
+	return window.Subject{Action: f[:a], Kind: f[a+1 : a+1+k], Subject: f[a+1+k+1:]}
 }
 
 // add applies a batch's increments (sumLevels) to the hashes the copy
 // holds.
 func (ms *mirrored) add(sums []bucketSum) {
 	for _, w := range sums {
-		if h := ms.hashes[w.id]; h != nil {
+		if h := ms.get(w.id); h != nil {
 			h[w.field] += w.n
 		}
 	}
@@ -157,12 +185,16 @@ func (ms *mirrored) prune(now, maxw, slack int64) int {
 		return 0
 	}
 	ms.pruned = floorDiv(now, 60)
-	for id := range ms.hashes {
-		if end := (id.n+1)*id.span() - 1; end+maxw+slack < now {
-			delete(ms.hashes, id)
+	kept := ms.hashes[:0]
+	for _, c := range ms.hashes {
+		if end := (c.id.n+1)*c.id.span() - 1; end+maxw+slack < now {
 			n++
+			continue
 		}
+		kept = append(kept, c)
 	}
+	clear(ms.hashes[len(kept):]) // let the dropped counts go
+	ms.hashes = kept
 	return n
 }
 
@@ -185,7 +217,7 @@ type evaluation struct {
 }
 
 func (ev *evaluation) hash(id hashID) []int64 {
-	h := ev.ms.hashes[id]
+	h := ev.ms.get(id)
 	if h == nil {
 		if ev.missing == nil {
 			ev.missing = map[hashID]bool{}
