@@ -277,6 +277,9 @@ func (s *Sink) checkpoint(ctx context.Context, topic string, partition int, fina
 }
 
 func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int, p *partState, final bool) {
+	if p.hr == nil {
+		return // every subject evaluated by the script: no write-back
+	}
 	wb := p.hr.wb
 	now := s.cfg.Now()
 	if wb == nil || (!final && wb.fields < s.cfg.MaxPending && now.Sub(wb.last) < s.cfg.CheckpointEvery) {

@@ -308,7 +308,7 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 			return ApplyResult{}, err
 		}
 	}
-	if hr.rs != nil && hr.rs != set && hr.wb.fields > 0 {
+	if hr.rs != nil && hr.rs != set {
 		// The rules say which subjects memory counts and which the script
 		// does: a replay must never cross a change of them.
 		if _, err := s.Checkpoint(ctx, group, b.Topic, b.Partition, hr, now); err != nil {

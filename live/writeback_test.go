@@ -239,3 +239,61 @@ rules:
 		t.Fatalf("stale owner decided %+v", res.Decisions)
 	}
 }
+
+// A rules change checkpoints first: no replay crosses it (which subjects
+// memory counts depends on the rules).
+func TestWriteBackRulesChangeCheckpointsFirst(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	const text = `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [1000/d]
+`
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	o := newOwner(t, st, mustRules(t, text))
+	o.mustApply(b.Batch(eventsOf("x", 3, at)...), at)
+	if got := countOf(t, st, "x", at); got != 0 {
+		t.Fatalf("before any checkpoint Redis holds %d", got)
+	}
+	o.set = mustRules(t, text) // reloaded: another *rules.Set
+	o.mustApply(b.Batch(eventsOf("x", 2, at)...), at)
+	if got := countOf(t, st, "x", at); got != 3 {
+		t.Fatalf("after a rules change Redis holds %d, want the 3 counted under the old rules", got)
+	}
+}
+
+// A sink evaluating every subject by the script has no write-back: its
+// batches and timers leave checkpoints alone.
+func TestSinkEvaluateAllWritesThrough(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [1000/d]
+`)
+	sink, err := live.NewSink(live.SinkConfig{Applier: applierOf(t, st), Group: "g", EvaluateAll: true,
+		Rules: func() *rules.Set { return set }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	b := &batcher{Topic: "wb"}
+	if err := sink.Apply(context.Background(), b.Batch(eventsOf("x", 4, at)...)); err != nil {
+		t.Fatal(err)
+	}
+	if got := countOf(t, st, "x", at); got != 4 {
+		t.Fatalf("write-through sink: Redis holds %d, want 4", got)
+	}
+	wbAp, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := live.NewSink(live.SinkConfig{Applier: wbAp, Group: "g", EvaluateAll: true, Rules: func() *rules.Set { return set }}); err == nil {
+		t.Fatal("a write-back sink evaluating all by the script was accepted")
+	}
+}

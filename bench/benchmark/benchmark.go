@@ -521,6 +521,15 @@ func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []s
 	}
 	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
 	args := append(b.aggregatorArgs(single, topic, "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
+	if bin != b.cfg.Bin {
+		// The legacy binary predates --live-group (it reads --group, which
+		// today's keeps as an alias).
+		for i, a := range args {
+			if a == "--live-group" {
+				args[i] = "--group"
+			}
+		}
+	}
 	f.Cmd = "floodgate " + strings.Join(args, " ")
 	if err := b.outputTopics(ctx, topic); err != nil {
 		return f, err
