@@ -126,7 +126,10 @@ type Results struct {
 	History      []float64
 	HistoryRows  []float64 // rows/s
 	HistoryDedup HistoryDedup
-	Lat          []Latency // at Options.LatFractions of the live maximum
+	Lat          []Latency // at Options.LatFractions of the end-to-end maximum
+	// LatE2EMax is the end-to-end maximum (events/s the aggregator consumed
+	// with the producer, broker and limiter beside it) the shares are of.
+	LatE2EMax float64
 	Lookups      []Lookup  // limiter step, then the cluster step's
 	LookupCmds   []string  // the no-op server's and the limiters' command lines
 	RollerRows   int64
@@ -780,7 +783,7 @@ func gatherCounter(reg *prometheus.Registry, name string) float64 {
 }
 
 // Latency is one event-to-deny measurement: background load at Rate (a
-// Fraction of the live maximum), and probes timed from their Publish call
+// Fraction of the end-to-end maximum, Results.LatE2EMax), and probes timed from their Publish call
 // to the limiter's 429.
 type Latency struct {
 	Fraction       float64

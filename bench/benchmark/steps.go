@@ -39,6 +39,14 @@ func (b *bench) latency(ctx context.Context) error {
 	if maxRate == 0 {
 		return errors.New("no live throughput measured (run the live step or give --latency-max)")
 	}
+	// The shares are of the end-to-end maximum: producer, broker,
+	// aggregator and limiter on the same two cores, as in the latency runs.
+	e2e, err := b.endToEndMax(ctx, maxRate)
+	if err != nil {
+		return err
+	}
+	b.res.LatE2EMax = e2e
+	maxRate = e2e
 	for i, f := range b.cfg.LatFractions {
 		l, err := b.latencyAt(ctx, maxRate*f, i)
 		l.Fraction = f
@@ -48,6 +56,58 @@ func (b *bench) latency(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// endToEndMax runs the live services under a load offered at twice the
+// consume-only maximum for ten seconds and returns what the aggregator
+// consumed per second over the last six: the most the whole pipeline
+// carries with the producer on the same machine.
+func (b *bench) endToEndMax(ctx context.Context, consumeMax float64) (float64, error) {
+	t, err := b.topic("e2emax")
+	if err != nil {
+		return 0, err
+	}
+	prefix := "bench" + b.id + "-e2e"
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = stacktest.DeletePrefix(cctx, b.rdb, prefix)
+	}()
+	svc, err := b.liveServices(ctx, t, prefix, "e2emax")
+	if err != nil {
+		return 0, err
+	}
+	defer svc.stop()
+	pub, err := producer.New(producer.Config{Brokers: b.cfg.Brokers, Topic: t})
+	if err != nil {
+		return 0, err
+	}
+	defer pub.Close()
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pacedload.Run(lctx, pub, pacedload.Config{Rate: 2 * consumeMax, Action: "bench_visit", Kind: "ip",
+			SubjectPrefix: "10.8.", Subjects: b.cfg.Subjects, Workers: 8, Batch: 500, TotalOnly: true})
+	}()
+	defer func() { stop(); wg.Wait() }()
+	metric := []string{svc.metrics}
+	time.Sleep(4 * time.Second)
+	v0, _, err := scrapeSum(ctx, metric, "floodgate_aggregator_messages_in_total")
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(6 * time.Second)
+	v1, _, err := scrapeSum(ctx, metric, "floodgate_aggregator_messages_in_total")
+	if err != nil {
+		return 0, err
+	}
+	if v1 <= v0 {
+		return 0, errors.New("end-to-end maximum: the aggregator consumed nothing")
+	}
+	return (v1 - v0) / time.Since(t0).Seconds(), nil
 }
 
 // latencyAt measures at one rate; each attempt has its own topic, group and
@@ -171,6 +231,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 type liveServices struct {
 	agg, lim *childproc.Proc
 	limiter  string // base URL
+	metrics  string // the aggregator's /metrics URL
 	stop     func()
 }
 
@@ -191,7 +252,7 @@ func (b *bench) liveServices(ctx context.Context, topic, prefix, name string) (*
 	if err := b.outputTopics(ctx, topic); err != nil {
 		return nil, err
 	}
-	svc := &liveServices{limiter: "http://" + limAddr}
+	svc := &liveServices{limiter: "http://" + limAddr, metrics: "http://" + aggAddr + "/metrics"}
 	svc.agg, err = childproc.Start(ctx, childproc.Config{Name: "aggregator-" + name, Bin: b.cfg.Bin, Args: aggArgs, LogDir: b.cfg.WorkDir})
 	if err != nil {
 		return nil, err
