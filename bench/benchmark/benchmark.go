@@ -101,49 +101,49 @@ const (
 
 // Results is everything measured, for the report.
 type Results struct {
-	Machine      harness.Machine
-	LoadStart    string
-	LoadEnd      string
-	Events       int
-	Runs         int
-	RecordSize   int
-	Produce      []float64 // events/s per run
-	ProduceCmd   string
-	JavaProduce  []float64
-	JavaCmd      string
-	JavaConsume  []float64 // fetch.nMsg.sec
-	JavaConsCmd  string
-	Live         []float64 // LiveNow.Rate
-	LiveNow      liveFigures
-	LiveLegacy   liveFigures // the aggregator of Options.LegacyRev
-	LegacyRev    string
-	LiveDedup    liveFigures // --dedup 10m
-	LiveThrough  liveFigures // --checkpoint-interval 0: write-through, as before write-back
+	Machine     harness.Machine
+	LoadStart   string
+	LoadEnd     string
+	Events      int
+	Runs        int
+	RecordSize  int
+	Produce     []float64 // events/s per run
+	ProduceCmd  string
+	JavaProduce []float64
+	JavaCmd     string
+	JavaConsume []float64 // fetch.nMsg.sec
+	JavaConsCmd string
+	Live        []float64 // LiveNow.Rate
+	LiveNow     liveFigures
+	LiveLegacy  liveFigures // the aggregator of Options.LegacyRev
+	LegacyRev   string
+	LiveDedup   liveFigures // --dedup 10m
+	LiveThrough liveFigures // --checkpoint-interval 0: write-through, as before write-back
 	// LiveCold and LiveColdThrough: the same, on cold subjects spread
 	// uniformly (ColdSubjects of them), write-back and write-through.
 	LiveCold, LiveColdThrough liveFigures
 	ColdSubjects              int
-	History      []float64
-	HistoryRows  []float64 // rows/s
-	HistoryDedup HistoryDedup
-	Lat          []Latency // at Options.LatFractions of the end-to-end maximum
+	History                   []float64
+	HistoryRows               []float64 // rows/s
+	HistoryDedup              HistoryDedup
+	Lat                       []Latency // at Options.LatFractions of the end-to-end maximum
 	// LatE2EMax is the end-to-end maximum (events/s the aggregator consumed
 	// with the producer, broker and limiter beside it) the shares are of.
-	LatE2EMax float64
-	Lookups      []Lookup  // limiter step, then the cluster step's
-	LookupCmds   []string  // the no-op server's and the limiters' command lines
-	RollerRows   int64
-	RollerTook   time.Duration
-	RollerCmd    string
-	RollerErr    string
-	Curve        []float64 // ms per query
-	CurveCmd     string
-	CurveErr     string
-	Cluster      ClusterFigures
-	Sketches     []SketchRun // without, then with unique-visitor sketches
-	SketchOpts   Options     // the run's options: the sketches step's sizes, the limiter step's duration
-	RSS          map[string]int64
-	Errors       []string
+	LatE2EMax  float64
+	Lookups    []Lookup // limiter step, then the cluster step's
+	LookupCmds []string // the no-op server's and the limiters' command lines
+	RollerRows int64
+	RollerTook time.Duration
+	RollerCmd  string
+	RollerErr  string
+	Curve      []float64 // ms per query
+	CurveCmd   string
+	CurveErr   string
+	Cluster    ClusterFigures
+	Sketches   []SketchRun // without, then with unique-visitor sketches
+	SketchOpts Options     // the run's options: the sketches step's sizes, the limiter step's duration
+	RSS        map[string]int64
+	Errors     []string
 	// The secure step: producer and live aggregator events/s per run on
 	// the secure profile.
 	SecureProduce, SecureLive []float64

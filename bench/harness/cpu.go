@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -50,4 +51,23 @@ func PidFile(path string) (int, error) {
 		return 0, fmt.Errorf("pid file %s: %w", path, err)
 	}
 	return pid, nil
+}
+
+// SelfStatusKiB returns a field of this process's /proc/self/status in KiB
+// (VmRSS, VmHWM...; 0 when unknown): the in-process memory benchmarks read
+// their own footprint with it.
+func SelfStatusKiB(field string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
+	return 0
 }

@@ -12,19 +12,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/aggregator"
+	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/live"
 	"floodgate/rules"
@@ -83,7 +82,7 @@ func run(addr string, n, batchSize, every, maxHeadroom int) error {
 		return err
 	}
 	runtime.GC()
-	heap0, rss0 := heapInUse(), procStatus("VmRSS")
+	heap0, rss0 := heapInUse(), harness.SelfStatusKiB("VmRSS")<<10
 	start := time.Now()
 	var off int64
 	now := time.Now()
@@ -109,7 +108,7 @@ func run(addr string, n, batchSize, every, maxHeadroom int) error {
 	}
 	took := time.Since(start)
 	runtime.GC()
-	heap1, rss1 := heapInUse(), procStatus("VmRSS")
+	heap1, rss1 := heapInUse(), harness.SelfStatusKiB("VmRSS")<<10
 	resident := hr.Resident()
 	fmt.Printf("subjects %d in %s (%.0f/s); resident (headroom entries) %d, bucket copies %d\n", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), resident.Subjects, resident.Copies)
 	fmt.Printf("heap in use +%d MiB, RSS +%d MiB; per resident subject: heap %.0f B, RSS %.0f B; per subject streamed: RSS %.0f B\n",
@@ -121,21 +120,4 @@ func heapInUse() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
-}
-
-// procStatus returns a /proc/self/status field in bytes (0 when unknown).
-func procStatus(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

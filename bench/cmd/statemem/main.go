@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -23,13 +22,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/aggregator"
+	"floodgate/bench/harness"
 	"floodgate/event"
 	"floodgate/limiter"
 	"floodgate/live"
@@ -148,7 +146,7 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 	resetPeakRSS()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	rssBefore := procStatus("VmRSS")
+	rssBefore := harness.SelfStatusKiB("VmRSS")
 
 	state := limiter.NewBoundedState(capN)
 	lim, err := limiter.New(limiter.Config{Store: store, State: state, Partitions: func() int { return parts },
@@ -179,7 +177,7 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 		loadTook.Round(time.Millisecond), held, capN, state.Overflows(), state.Complete(time.Now()))
 	fmt.Printf("heap: %d MiB held by the state, %.0f bytes per held subject\n", heap>>20, float64(heap)/float64(max(held, 1)))
 	fmt.Printf("rss: %d MiB before loading, %d MiB after, peak while loading %d MiB\n",
-		rssBefore>>10, procStatus("VmRSS")>>10, procStatus("VmHWM")>>10)
+		rssBefore>>10, harness.SelfStatusKiB("VmRSS")>>10, harness.SelfStatusKiB("VmHWM")>>10)
 
 	check := func(s string) (bool, error) {
 		d, err := lim.Check(ctx, limiter.Request{Action: "probe", Subjects: []limiter.Subject{{Kind: "ip", Subject: s}}})
@@ -222,23 +220,6 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 // resetPeakRSS resets VmHWM (Linux: "5" to clear_refs), so the peak read
 // later is the state's load, not the apply phase's.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
-
-// procStatus returns a /proc/self/status field in KiB (0 when unknown).
-func procStatus(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb
-		}
-	}
-	return 0
-}
 
 // cleanup deletes the run's keys (its own prefix only).
 func cleanup(ctx context.Context, rdb *redis.Client, prefix string) {
