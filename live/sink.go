@@ -315,6 +315,15 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 	p := s.part(b.Partition)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.hr != nil && p.hr.wb != nil && p.hr.wb.fields >= s.cfg.MaxPending {
+		// Memory holds as much as a checkpoint may carry and the last one
+		// failed (Redis unreachable?): write it before counting more, or
+		// hold the batch (it is retried) — memory stays bounded.
+		s.checkpointLocked(ctx, b.Topic, b.Partition, p, false)
+		if p.hr.wb != nil && p.hr.wb.fields >= s.cfg.MaxPending {
+			return fmt.Errorf("partition %d: %d bucket fields wait for a checkpoint that fails: holding the batch", b.Partition, p.hr.wb.fields)
+		}
+	}
 	res, err := s.cfg.Applier.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), p.hr)
 	done := time.Now()
 	// Runs of a split batch that succeeded before one failed are applied:

@@ -297,3 +297,39 @@ rules:
 		t.Fatal("a write-back sink evaluating all by the script was accepted")
 	}
 }
+
+// Memory past MaxPending fields is written at once, whatever the interval.
+func TestSinkCheckpointsPastMaxPending(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [1000/d]
+`)
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := live.NewSink(live.SinkConfig{Applier: ap, Group: "g", Rules: func() *rules.Set { return set },
+		CheckpointEvery: time.Hour, MaxPending: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := sink.Resume(ctx, "wb", 0); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	b := &batcher{Topic: "wb"}
+	for i, s := range []string{"x", "y", "z"} {
+		if err := sink.Apply(ctx, b.Batch(eventsOf(s, i+1, at)...)); err != nil {
+			t.Fatal(err)
+		}
+		// one subject's second, minute and hour fields: 3, the bound
+		if got := countOf(t, st, s, at); got != int64(i+1) {
+			t.Fatalf("subject %s: Redis holds %d after its batch, want %d (checkpointed at the bound)", s, got, i+1)
+		}
+	}
+}
