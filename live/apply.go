@@ -302,6 +302,50 @@ func (s *Applier) applyChunk(ctx context.Context, group string, b aggregator.Bat
 	}
 }
 
+// gather groups a batch's records by subject, in first-seen order, with
+// each subject's limit profile; the apply path and a write-back replay
+// share it.
+type gather struct {
+	set      *rules.Set
+	nowSec   int64
+	pl       *profiles
+	subjects map[window.Subject]*pendingSubject
+	order    []*pendingSubject
+}
+
+func newGather(set *rules.Set, nowSec int64) *gather {
+	return &gather{set: set, nowSec: nowSec, pl: newProfiles(set), subjects: map[window.Subject]*pendingSubject{}}
+}
+
+// subject returns the pending subject ev counts for and its second, fresh
+// when ev is its first event of the batch; nil (counted in res) when no
+// rule matches ev or it is older than every window of its rules.
+func (g *gather) subject(ev *event.Event, res *ApplyResult) (ps *pendingSubject, sec int64, fresh bool) {
+	maxw := int64(g.set.MaxWindowFor(ev.Action, ev.Kind) / time.Second)
+	if maxw == 0 {
+		res.NoRule++
+		return nil, 0, false
+	}
+	sec = floorDiv(ev.TS.UnixMilli(), 1000)
+	if sec <= g.nowSec-maxw {
+		// Too old for every window, and for every bucket too: a bucket
+		// refills within maxw, so the event's token is back already.
+		res.Old++
+		return nil, 0, false
+	}
+	// counted as the limiter looks it up: an IPv6 address by its prefix
+	// (rules.Set.Subject)
+	sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: g.set.Subject(ev.Kind, ev.Subject)}
+	if ps = g.subjects[sub]; ps != nil {
+		return ps, sec, false
+	}
+	ps = &pendingSubject{sub: sub, eval: g.nowSec, incs: map[int64]int64{}}
+	ps.profile = g.pl.of(sub, maxw)
+	g.subjects[sub] = ps
+	g.order = append(g.order, ps)
+	return ps, sec, true
+}
+
 // pendingSubject is one subject of a batch as sent to the script.
 type pendingSubject struct {
 	sub     window.Subject
@@ -342,39 +386,19 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		return res, -1, err
 	}
 	var ids []any
-	pl := newProfiles(set)
-	subjects := map[window.Subject]*pendingSubject{}
-	var order []*pendingSubject
+	g := newGather(set, nowSec)
 	parts := s.st.Partitions()
 	for i := range b.Records {
 		r := &b.Records[i]
 		ev := &r.Event
-		maxw := int64(set.MaxWindowFor(ev.Action, ev.Kind) / time.Second)
-		if maxw == 0 {
-			res.NoRule++
+		ps, sec, fresh := g.subject(ev, &res)
+		if ps == nil {
 			continue
+		}
+		if fresh && parts > 0 && window.Partition(ps.sub, parts) != b.Partition {
+			res.Misplaced++
 		}
 		ms := ev.TS.UnixMilli()
-		sec := floorDiv(ms, 1000)
-		if sec <= nowSec-maxw {
-			// Too old for every window, and for every bucket too: a bucket
-			// refills within maxw, so the event's token is back already.
-			res.Old++
-			continue
-		}
-		// counted as the limiter looks it up: an IPv6 address by its
-		// prefix (rules.Set.Subject)
-		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: set.Subject(ev.Kind, ev.Subject)}
-		ps := subjects[sub]
-		if ps == nil {
-			ps = &pendingSubject{sub: sub, eval: nowSec, incs: map[int64]int64{}}
-			ps.profile = pl.of(sub, maxw)
-			subjects[sub] = ps
-			order = append(order, ps)
-			if parts > 0 && window.Partition(sub, parts) != b.Partition {
-				res.Misplaced++
-			}
-		}
 		ps.eval = max(ps.eval, sec)
 		ps.latest = max(ps.latest, ms)
 		n := max(ev.N, 1)
@@ -392,9 +416,10 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 			ids = append(ids, ev.ID)
 		}
 		ps.incs[sec] += n
-		pl.observe(ps, ev, sec)
+		g.pl.observe(ps, ev, sec)
 		res.Applied++
 	}
+	pl, order := g.pl, g.order
 	res.Subjects = len(order)
 	sumLevels(pl, order)
 

@@ -86,11 +86,10 @@ func (w *writeBack) sumsOf(sub window.Subject) []bucketSum {
 // Offsets are a partition's offsets and fencing values as one atomic read
 // found them.
 type offsets struct {
-	c, d      int64 // -1: not stored
-	cKept     bool
-	seq       int64
-	resets    map[string]int64
-	anyOffset bool
+	c, d   int64 // -1: not stored
+	cKept  bool
+	seq    int64
+	resets map[string]int64
 }
 
 // readOffsets reads C, D, the change sequence and the reset boundaries of
@@ -121,7 +120,6 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 	if !o.cKept {
 		o.c = o.d // a write-through past: everything before D is in Redis
 	}
-	o.anyOffset = o.c >= 0
 	o.resets = map[string]int64{}
 	for f, v := range rc.Val() {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -143,7 +141,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets,
 		pending: map[window.Subject]*dirty{}, last: time.Now()}
 	hr.next, hr.seq = o.d, o.seq
-	return o.c, o.anyOffset, nil
+	return o.c, o.c >= 0, nil
 }
 
 // errFenced: another writer moved the partition's offsets or an operator
@@ -166,52 +164,34 @@ func (s *Applier) rewind(ctx context.Context, group string, b aggregator.Batch, 
 	return nil
 }
 
-// Replayed counts what the replay part of a batch did.
+// replay counts b, every record of it before the decisions offset D, into
+// hr's write-back memory: a new owner's replay, nothing evaluated. Subjects
+// the apply script counts are in Redis as of D already; a subject an
+// operator reset skips its records before the reset's boundary.
 func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, res *ApplyResult) {
 	wb := hr.wb
-	nowSec := floorDiv(now.UnixMilli(), 1000)
-	pl := newProfiles(set)
-	subjects := map[window.Subject]*pendingSubject{}
-	var order []*pendingSubject
+	g := newGather(set, floorDiv(now.UnixMilli(), 1000))
 	for i := range b.Records {
 		r := &b.Records[i]
-		ev := &r.Event
-		maxw := int64(set.MaxWindowFor(ev.Action, ev.Kind) / time.Second)
-		if maxw == 0 {
-			res.NoRule++
-			continue
-		}
-		sec := floorDiv(ev.TS.UnixMilli(), 1000)
-		if sec <= nowSec-maxw {
-			res.Old++
-			continue
-		}
-		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: set.Subject(ev.Kind, ev.Subject)}
-		ps := subjects[sub]
-		if ps == nil {
-			ps = &pendingSubject{sub: sub, incs: map[int64]int64{}}
-			ps.profile = pl.of(sub, maxw)
-			subjects[sub] = ps
-			order = append(order, ps)
-		}
+		ps, sec, _ := g.subject(&r.Event, res)
 		switch {
+		case ps == nil:
 		case r.Counted:
 			res.CountedByLimiter++
-		case !pl.list[ps.profile].mirrored:
-			// counted by the apply script: in Redis as of D already
+		case !g.pl.list[ps.profile].mirrored:
 			res.Replayed++
-		case r.Offset < wb.resets[window.Field(sub)]:
-			res.ResetSkipped++ // an operator's reset dropped it
+		case r.Offset < wb.resets[window.Field(ps.sub)]:
+			res.ResetSkipped++
 		default:
-			ps.incs[sec] += max(ev.N, 1)
+			ps.incs[sec] += max(r.Event.N, 1)
 			res.Applied++
 			res.Replayed++
 		}
 	}
-	res.Subjects += len(order)
-	sumLevels(pl, order)
-	for _, ps := range order {
-		wb.add(ps.sub, pl.list[ps.profile].maxw, ps.sums)
+	res.Subjects += len(g.order)
+	sumLevels(g.pl, g.order)
+	for _, ps := range g.order {
+		wb.add(ps.sub, g.pl.list[ps.profile].maxw, ps.sums)
 		if ms := hr.mir.subs[ps.sub]; ms != nil {
 			ms.add(ps.sums)
 		}

@@ -71,7 +71,9 @@ func (b *bench) endToEndMax(ctx context.Context, consumeMax float64) (float64, e
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_ = stacktest.DeletePrefix(cctx, b.rdb, prefix)
+		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+			b.log.Warn("bench: delete end-to-end keys", "prefix", prefix, "err", err)
+		}
 	}()
 	svc, err := b.liveServices(ctx, t, prefix, "e2emax")
 	if err != nil {
