@@ -4,7 +4,8 @@
 -- slot is not as the owner's memory is as of.
 -- KEYS: C, D (the decisions offset), the change sequence, reset boundaries.
 -- ARGV: expected C ('' for none stored), new C, expected change sequence,
--- n, then n times {bucket key, field, increment, ttl}.
+-- expected D (-1 for none stored), n, then n times {bucket key, field,
+-- increment, ttl}.
 
 -- reply codes (live/writeback.go, checkpointWritten)
 local WRITTEN, FENCED = 0, 1
@@ -12,13 +13,16 @@ local WRITTEN, FENCED = 0, 1
 local a = ARGV
 local cur = redis.call('GET', KEYS[1]) or ''
 local seq = redis.call('GET', KEYS[3]) or '0'
-if cur ~= a[1] or tonumber(seq) ~= tonumber(a[3]) then return {FENCED, cur, seq} end
+-- D too: a failover that lost decisions written after C (deny extensions
+-- move D and not the sequence) must send the owner back to decide again
+local d = tonumber(redis.call('GET', KEYS[2]) or '-1') or -1
+if cur ~= a[1] or tonumber(seq) ~= tonumber(a[3]) or d ~= tonumber(a[4]) then return {FENCED, cur, seq, d} end
 local newc = tonumber(a[2])
 
 -- a failing write (WRONGTYPE on a foreign key) undoes the ones before it
-local n = tonumber(a[4])
+local n = tonumber(a[5])
 local done = {}
-for k = 5, 5 + 4 * (n - 1), 4 do
+for k = 6, 6 + 4 * (n - 1), 4 do
   local key, d = a[k], tonumber(a[k + 2])
   local v = redis.pcall('HINCRBY', key, a[k + 1], d)
   if type(v) == 'table' and v.err then
@@ -35,7 +39,6 @@ end
 redis.call('SET', KEYS[1], string.format('%d', newc))
 -- every decision before C is written: a batch deciding nothing skips the
 -- apply script, so D catches up here
-local d = tonumber(redis.call('GET', KEYS[2]) or '-1') or -1
 if d < newc then redis.call('SET', KEYS[2], string.format('%d', newc)) end
 -- reset boundaries a replay from C can no longer cross
 local rs = redis.call('HGETALL', KEYS[4])

@@ -235,7 +235,7 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 	nowSec := floorDiv(now.UnixMilli(), 1000)
 	slack := int64(s.slack / time.Second)
 	args := make([]any, 0, 8+4*wb.fields)
-	args = append(args, expect, wb.at, hr.seq, wb.fields)
+	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), wb.fields)
 	for sub, d := range wb.pending {
 		pre := s.keys.SubjectPrefix(partition, sub)
 		for _, w := range d.sums {
@@ -255,8 +255,8 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 	}
 	if replyInt(out, 0) != checkpointWritten {
 		hr.drop()
-		return 0, fmt.Errorf("checkpoint group=%s partition=%d: the slot's checkpoint stands at %v, change sequence %v, not %s and %d: %w",
-			group, partition, replyAny(out, 1), replyAny(out, 2), expect, hr.seq, errFenced)
+		return 0, fmt.Errorf("checkpoint group=%s partition=%d: the slot's checkpoint stands at %v, change sequence %v, decisions offset %v, not %s, %d and %d: %w",
+			group, partition, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
 	}
 	n := wb.fields
 	wb.c, wb.cKept, wb.last = wb.at, true, now

@@ -3,6 +3,7 @@ package live_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/window"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Write-back keeps counts in the owner's memory past the checkpoint. These
@@ -69,14 +72,21 @@ func (o *wbOwner) resume(batches []batchT, at time.Time) live.ApplyResult {
 		res := o.mustApply(aggregator.TrimBatch(b, max(next, b.First)), at)
 		total.Replayed += res.Replayed
 		total.ResetSkipped += res.ResetSkipped
+		total.Decisions = append(total.Decisions, res.Decisions...)
+		total.Extended = append(total.Extended, res.Extended...)
 	}
 	return total
 }
 
 func countOf(t *testing.T, st *window.Store, subject string, at time.Time) int64 {
 	t.Helper()
+	return countOfAction(t, st, "act", subject, at)
+}
+
+func countOfAction(t *testing.T, st *window.Store, action, subject string, at time.Time) int64 {
+	t.Helper()
 	states, err := st.Check(context.Background(), at, []window.Query{{
-		Subject: window.Subject{Action: "act", Kind: "k", Subject: subject}, Windows: []time.Duration{24 * time.Hour}}})
+		Subject: window.Subject{Action: action, Kind: "k", Subject: subject}, Windows: []time.Duration{24 * time.Hour}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +248,116 @@ rules:
 	if len(res.Decisions) > 0 {
 		t.Fatalf("stale owner decided %+v", res.Decisions)
 	}
+}
+
+// A Redis failover can lose what a batch wrote after the last checkpoint
+// while C and the change sequence survive: a script-counted subject's
+// increments and the D they moved. The owner's next checkpoint is refused
+// on D, and its next batch reads the partition again from C: the lost
+// batch is counted again, not dropped under a checkpoint that succeeds.
+func TestWriteBackLostBatchIsCountedAgain(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - {name: r, action: act, kinds: [k], limits: [1000/d]}
+  - {name: b, action: bkt, kinds: [k], limits: [1000/d], bucket: {rate: 1/s, burst: 1000}}
+`)
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	var batches []batchT
+	apply := func(evs ...eventT) {
+		bt := b.Batch(evs...)
+		batches = append(batches, bt)
+		a.mustApply(bt, at)
+	}
+	apply(append(eventsOf("x", 3, at), ev("bkt", "k", "y", at))...)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	replica := snapshot(t, rdb, st.Keys().Slot(0))
+	seq0, _ := rdb.Get(ctx, st.Keys().Seq(0)).Int64()
+	apply(ev("bkt", "k", "y", at), ev("bkt", "k", "y", at)) // the script counts y
+	if seq, _ := rdb.Get(ctx, st.Keys().Seq(0)).Int64(); seq != seq0 {
+		t.Fatalf("the batch moved the change sequence (%d, was %d): the test proves nothing", seq, seq0)
+	}
+	replica.promote(t)
+
+	if err := a.checkpoint(at); err == nil {
+		t.Fatal("a checkpoint over a batch Redis lost was accepted")
+	}
+	_, err := a.apply(b.Batch(eventsOf("x", 1, at)...), at)
+	var rw *aggregator.RewindError
+	if !errors.As(err, &rw) || rw.Next != batches[1].First {
+		t.Fatalf("owner's next batch: %v, want a rewind to the checkpoint %d", err, batches[1].First)
+	}
+	a.resume(batches, at)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if got := countOfAction(t, st, "bkt", "y", at); got != 3 {
+		t.Fatalf("y: Redis holds %d, want 3", got)
+	}
+	if got := countOf(t, st, "x", at); got != 3 {
+		t.Fatalf("x: Redis holds %d, want 3", got)
+	}
+}
+
+// slotCopy is a partition slot's keys as a replica cut off at one moment
+// holds them.
+type slotCopy struct {
+	rdb    *redis.Client
+	prefix string
+	dumps  map[string]string
+	ttls   map[string]time.Duration
+}
+
+func snapshot(t *testing.T, rdb *redis.Client, slot string) *slotCopy {
+	t.Helper()
+	ctx := context.Background()
+	c := &slotCopy{rdb: rdb, prefix: slot, dumps: map[string]string{}, ttls: map[string]time.Duration{}}
+	keys, err := rdb.Keys(ctx, redisGlob(slot)+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		d, err := rdb.Dump(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dumps[k] = d
+		c.ttls[k] = max(rdb.PTTL(ctx, k).Val(), 0)
+	}
+	return c
+}
+
+// promote replaces the slot's keys with the copy: the primary died and
+// its replica took over.
+func (c *slotCopy) promote(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := c.rdb.Keys(ctx, redisGlob(c.prefix)+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 {
+		if err := c.rdb.Del(ctx, keys...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, d := range c.dumps {
+		if err := c.rdb.Restore(ctx, k, c.ttls[k], d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// redisGlob escapes a key prefix for KEYS (slots are in braces).
+func redisGlob(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+	return r.Replace(s)
 }
 
 // A rules change checkpoints first: no replay crosses it (which subjects
