@@ -2,10 +2,12 @@
 -- increments it counted since its last checkpoint, and the checkpoint
 -- offset C moved to the last record counted, atomically; refused when the
 -- slot is not as the owner's memory is as of.
--- KEYS: C, D (the decisions offset), the change sequence, reset boundaries.
+-- KEYS: C, D (the decisions offset), the change sequence, reset boundaries,
+-- the rules text kept with C.
 -- ARGV: expected C ('' for none stored), new C, expected change sequence,
--- expected D (-1 for none stored), n, then n times {bucket key, field,
--- increment, ttl}.
+-- expected D (-1 for none stored), the rules the records after the new C
+-- are counted under ('' when the slot holds them already), n, then n times
+-- {bucket key, field, increment, ttl}.
 
 -- reply codes (live/writeback.go, checkpointWritten)
 local WRITTEN, FENCED = 0, 1
@@ -20,9 +22,9 @@ if cur ~= a[1] or tonumber(seq) ~= tonumber(a[3]) or d ~= tonumber(a[4]) then re
 local newc = tonumber(a[2])
 
 -- a failing write (WRONGTYPE on a foreign key) undoes the ones before it
-local n = tonumber(a[5])
+local n = tonumber(a[6])
 local done = {}
-for k = 6, 6 + 4 * (n - 1), 4 do
+for k = 7, 7 + 4 * (n - 1), 4 do
   local key, d = a[k], tonumber(a[k + 2])
   local v = redis.pcall('HINCRBY', key, a[k + 1], d)
   if type(v) == 'table' and v.err then
@@ -37,6 +39,7 @@ for k = 6, 6 + 4 * (n - 1), 4 do
 end
 
 redis.call('SET', KEYS[1], string.format('%d', newc))
+if a[5] ~= '' then redis.call('SET', KEYS[5], a[5]) end
 -- every decision before C is written: a batch deciding nothing skips the
 -- apply script, so D catches up here
 if d < newc then redis.call('SET', KEYS[2], string.format('%d', newc)) end

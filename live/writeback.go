@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -43,7 +44,13 @@ type writeBack struct {
 	// replayTo is D at the resume: records before it are counted only.
 	replayTo int64
 	// resets are the operators' reset boundaries at the resume, by field.
-	resets  map[string]int64
+	resets map[string]int64
+	// rules are those the records from C on were counted under: which
+	// subjects memory counts and which the script does. nil: unknown
+	// (nothing stored), the current ones. stored is the text the slot
+	// holds for them (kept with C).
+	rules   *rules.Set
+	stored  []byte
 	pending map[window.Subject]*dirty
 	fields  int // bucket fields pending
 	last    time.Time
@@ -90,6 +97,7 @@ type offsets struct {
 	cKept  bool
 	seq    int64
 	resets map[string]int64
+	rules  []byte // nil: not stored
 }
 
 // readOffsets reads C, D, the change sequence and the reset boundaries of
@@ -100,6 +108,7 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 	start := time.Now()
 	p := s.rdb.TxPipeline()
 	cc = p.Get(ctx, s.keys.Checkpoint(group, topic, partition))
+	rsc := p.Get(ctx, s.keys.CheckpointRules(group, topic, partition))
 	dc = p.Get(ctx, s.keys.Offset(group, topic, partition))
 	sc = p.Get(ctx, s.keys.Seq(partition))
 	rc = p.HGetAll(ctx, s.keys.Resets(partition))
@@ -120,6 +129,9 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 	if !o.cKept {
 		o.c = o.d // a write-through past: everything before D is in Redis
 	}
+	if b, err := rsc.Bytes(); err == nil {
+		o.rules = b
+	}
 	o.resets = map[string]int64{}
 	for f, v := range rc.Val() {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -137,9 +149,18 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 	if err != nil {
 		return 0, false, err
 	}
+	var rs *rules.Set
+	if o.rules != nil {
+		if rs, err = rules.Parse(o.rules); err != nil {
+			// Replaying under other rules would count twice what the script
+			// counted, or drop what memory did: refuse, loudly.
+			return 0, false, fmt.Errorf("resume partition %d: the rules its last owner counted under since offset %d do not parse here, so its records up to %d cannot be replayed exactly (run the version that wrote them to its next checkpoint): %w",
+				partition, o.c, o.d, err)
+		}
+	}
 	hr.drop()
 	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets,
-		pending: map[window.Subject]*dirty{}, last: time.Now()}
+		rules: rs, stored: o.rules, pending: map[window.Subject]*dirty{}, last: time.Now()}
 	hr.next, hr.seq = o.d, o.seq
 	return o.c, o.c >= 0, nil
 }
@@ -223,10 +244,21 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 	if hr == nil || hr.wb == nil || hr.wb.at < 0 {
 		return 0, nil
 	}
+	return s.checkpoint(ctx, group, topic, partition, hr, hr.wb.rules, now)
+}
+
+// checkpoint is Checkpoint that keeps rs with C: the rules the records
+// after it are counted under.
+func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, rs *rules.Set, now time.Time) (fields int, err error) {
 	wb := hr.wb
-	if wb.fields == 0 && wb.c == wb.at && wb.cKept {
-		wb.last = now
+	text := rs.Source()
+	keepRules := text != nil && !bytes.Equal(text, wb.stored)
+	if wb.fields == 0 && wb.c == wb.at && wb.cKept && !keepRules {
+		wb.rules, wb.last = rs, now
 		return 0, nil
+	}
+	if !keepRules {
+		text = nil
 	}
 	expect := ""
 	if wb.cKept {
@@ -235,7 +267,7 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 	nowSec := floorDiv(now.UnixMilli(), 1000)
 	slack := int64(s.slack / time.Second)
 	args := make([]any, 0, 8+4*wb.fields)
-	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), wb.fields)
+	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), string(text), wb.fields)
 	for sub, d := range wb.pending {
 		pre := s.keys.SubjectPrefix(partition, sub)
 		for _, w := range d.sums {
@@ -244,7 +276,7 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 		}
 	}
 	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
-		s.keys.Seq(partition), s.keys.Resets(partition)}
+		s.keys.Seq(partition), s.keys.Resets(partition), s.keys.CheckpointRules(group, topic, partition)}
 	start := time.Now()
 	out, err := checkpointScript.Run(ctx, s.rdb, keys, args...).Slice()
 	s.st.Observe("checkpoint", start)
@@ -259,7 +291,10 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 			group, partition, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
 	}
 	n := wb.fields
-	wb.c, wb.cKept, wb.last = wb.at, true, now
+	wb.c, wb.cKept, wb.last, wb.rules = wb.at, true, now, rs
+	if keepRules {
+		wb.stored = text
+	}
 	clear(wb.pending)
 	wb.fields = 0
 	hr.next = max(hr.next, wb.at)
@@ -288,22 +323,18 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 			return ApplyResult{}, err
 		}
 	}
-	if hr.rs != nil && hr.rs != set {
-		// The rules say which subjects memory counts and which the script
-		// does: a replay must never cross a change of them.
-		if _, err := s.Checkpoint(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
-			return ApplyResult{}, s.fenced(ctx, group, b, hr, err)
-		}
-	}
 	wb := hr.wb
 	if wb.at < 0 { // a partition never applied starts with this batch
 		wb.at, wb.c, wb.replayTo = b.First, b.First, -1
+	}
+	if wb.rules == nil {
+		wb.rules = set // none kept with C: nothing to replay under others
 	}
 	if !wb.cKept {
 		// Store C before D moves past it: a slot with D and no C was
 		// written through, everything before D in Redis — which memory's
 		// counts are not.
-		if _, err := s.Checkpoint(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+		if _, err := s.checkpoint(ctx, group, b.Topic, b.Partition, hr, set, now); err != nil {
 			return ApplyResult{}, s.fenced(ctx, group, b, hr, err)
 		}
 	}
@@ -326,12 +357,23 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 				head.Records = append(head.Records, r)
 			}
 		}
-		s.replay(head, set, now, hr, &res)
+		// The rules the last owner counted these under, not the current
+		// ones: they say which subjects the script has counted already.
+		s.replay(head, wb.rules, now, hr, &res)
 		if b.Last < cut {
 			return res, nil
 		}
 		b = aggregator.TrimBatch(b, cut)
 	}
+	if !sameRules(wb.rules, set) {
+		// The rules say which subjects memory counts and which the script
+		// does: no replay may cross a change of them, so C moves to it
+		// and keeps the new ones.
+		if _, err := s.checkpoint(ctx, group, b.Topic, b.Partition, hr, set, now); err != nil {
+			return res, s.fenced(ctx, group, b, hr, err)
+		}
+	}
+	wb.rules = set
 	for _, c := range s.split(b) {
 		r, err := s.applyChunk(ctx, group, c, set, now, hr)
 		res.add(r)
@@ -341,6 +383,12 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		wb.at = c.Last + 1
 	}
 	return res, nil
+}
+
+// sameRules tells whether two rule sets are one, or were parsed from the
+// same text.
+func sameRules(a, b *rules.Set) bool {
+	return a == b || a.Source() != nil && bytes.Equal(a.Source(), b.Source())
 }
 
 // fenced turns a refused write into a rewind from Redis's checkpoint; other

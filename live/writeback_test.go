@@ -361,7 +361,8 @@ func redisGlob(s string) string {
 }
 
 // A rules change checkpoints first: no replay crosses it (which subjects
-// memory counts depends on the rules).
+// memory counts depends on the rules). A reload of the same text is no
+// change.
 func TestWriteBackRulesChangeCheckpointsFirst(t *testing.T) {
 	st := newStore(t, stacktest.Redis(t))
 	const text = `
@@ -378,10 +379,87 @@ rules:
 	if got := countOf(t, st, "x", at); got != 0 {
 		t.Fatalf("before any checkpoint Redis holds %d", got)
 	}
-	o.set = mustRules(t, text) // reloaded: another *rules.Set
+	o.set = mustRules(t, text) // reloaded, unchanged: another *rules.Set
 	o.mustApply(b.Batch(eventsOf("x", 2, at)...), at)
-	if got := countOf(t, st, "x", at); got != 3 {
-		t.Fatalf("after a rules change Redis holds %d, want the 3 counted under the old rules", got)
+	if got := countOf(t, st, "x", at); got != 0 {
+		t.Fatalf("after a reload of the same rules Redis holds %d, want no checkpoint yet", got)
+	}
+	o.set = mustRules(t, strings.Replace(text, "1000/d", "2000/d", 1))
+	o.mustApply(b.Batch(eventsOf("x", 1, at)...), at)
+	if got := countOf(t, st, "x", at); got != 5 {
+		t.Fatalf("after a rules change Redis holds %d, want the 5 counted under the old rules", got)
+	}
+}
+
+// A rules change between a crash and the next owner's start: the new
+// owner replays C..D under the rules its predecessor counted them under
+// (kept with C), not its own. Here the change swaps which subject memory
+// counts and which the script does; replayed under the new rules, x's
+// replayed events would be dropped and y's counted twice.
+func TestWriteBackReplaysUnderTheRulesCountedUnder(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	before := mustRules(t, `
+rules:
+  - {name: r, action: act, kinds: [k], limits: [1000/d]}
+  - {name: b, action: bkt, kinds: [k], limits: [1000/d], bucket: {rate: 1/s, burst: 1000}}
+`)
+	after := mustRules(t, `
+rules:
+  - {name: r, action: act, kinds: [k], limits: [1000/d], bucket: {rate: 1/s, burst: 1000}}
+  - {name: b, action: bkt, kinds: [k], limits: [1000/d]}
+`)
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	evs := func(x, y int) []eventT {
+		out := eventsOf("x", x, at)
+		for range y {
+			out = append(out, ev("bkt", "k", "y", at))
+		}
+		return out
+	}
+	a := newOwner(t, st, before)
+	first, second := b.Batch(evs(3, 1)...), b.Batch(evs(2, 2)...)
+	a.mustApply(first, at)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	a.mustApply(second, at) // x in A's memory, y written by the script; then A dies
+
+	bo := newOwner(t, st, after)
+	if res := bo.resume([]batchT{first, second}, at); res.Replayed != 4 {
+		t.Fatalf("replayed %d events, want the second batch's 4", res.Replayed)
+	}
+	bo.mustApply(b.Batch(evs(1, 1)...), at)
+	if err := bo.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if got := countOf(t, st, "x", at); got != 6 {
+		t.Errorf("x: Redis holds %d, want 6", got)
+	}
+	if got := countOfAction(t, st, "bkt", "y", at); got != 4 {
+		t.Errorf("y: Redis holds %d, want 4", got)
+	}
+}
+
+// Rules kept with C that this process cannot parse (a newer version
+// wrote them) refuse the resume: a replay under other rules is not exact.
+func TestWriteBackResumeRefusesRulesItCannotRead(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, "rules:\n  - {name: r, action: act, kinds: [k], limits: [1000/d]}\n")
+	at := base.Add(time.Hour)
+	a := newOwner(t, st, set)
+	a.mustApply((&batcher{Topic: "wb"}).Batch(eventsOf("x", 3, at)...), at)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	key := st.Keys().CheckpointRules("g", "wb", 0)
+	if err := rdb.Set(context.Background(), key, "rules:\n  - {name: r, future: yes}\n", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := a.ap.Resume(context.Background(), "g", "wb", 0, live.NewHeadroom(1000))
+	if err == nil || !strings.Contains(err.Error(), "cannot be replayed exactly") {
+		t.Fatalf("resume over unreadable rules: %v", err)
 	}
 }
 

@@ -82,7 +82,7 @@ func Parse(data []byte) (*Set, error) {
 	}
 	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
 		s := newSet(nil)
-		s.kinds = kinds
+		s.kinds, s.source = kinds, bytes.Clone(data)
 		return s, nil
 	}
 	if list.Kind != yaml.SequenceNode {
@@ -102,7 +102,7 @@ func Parse(data []byte) (*Set, error) {
 		out = append(out, r)
 	}
 	s := newSet(out)
-	s.kinds = kinds
+	s.kinds, s.source = kinds, bytes.Clone(data)
 	return s, nil
 }
 

@@ -204,6 +204,9 @@ type Set struct {
 	maxW  time.Duration
 	maxAK map[matchKey]time.Duration
 	kinds map[string]KindOptions // the file's "kinds:" block (kinds.go)
+	// source is the text parsed (nil for a derived set): what another
+	// process must act under the same rules needs (Source).
+	source []byte
 }
 
 type matchKey struct{ action, kind string }
@@ -241,6 +244,17 @@ func (s *Set) Rules() []*Rule {
 		return nil
 	}
 	return s.rules
+}
+
+// Source returns the text the set was parsed from, nil for a set derived
+// from another. A write-back owner keeps it with its checkpoint: the next
+// owner must replay the events counted since under the very same rules
+// (live/writeback.go). The slice is shared: do not modify it.
+func (s *Set) Source() []byte {
+	if s == nil {
+		return nil
+	}
+	return s.source
 }
 
 // Rule returns the rule named name, or nil.

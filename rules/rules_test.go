@@ -244,3 +244,17 @@ func writeFile(tb testing.TB, path, content string) {
 		tb.Fatal(err)
 	}
 }
+
+func TestSourceIsTheTextParsed(t *testing.T) {
+	text := "rules:\n  - {name: a, action: x, kinds: [ip], limits: [5/m]}\n"
+	s, err := Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Source()) != text {
+		t.Fatalf("Source() = %q, want the text parsed", s.Source())
+	}
+	if d := s.Derive(func(r *Rule) *Rule { return r }); d.Source() != nil {
+		t.Fatalf("a derived set has a source: %q", d.Source())
+	}
+}

@@ -82,6 +82,13 @@ func (k Keys) Checkpoint(group, topic string, partition int) string {
 	return k.Slot(partition) + ":@ckpt:" + group + ":" + topic
 }
 
+// CheckpointRules returns the key holding the rules text a write-back owner
+// counted under since its checkpoint C: the next owner replays C..D under
+// them, whatever rules it runs itself.
+func (k Keys) CheckpointRules(group, topic string, partition int) string {
+	return k.Slot(partition) + ":@ckrules:" + group + ":" + topic
+}
+
 // Resets returns the key of a partition's reset boundaries (a hash: subject
 // field -> the decisions offset when an operator reset it).
 func (k Keys) Resets(partition int) string { return k.Slot(partition) + resetsSuffix }
