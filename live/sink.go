@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -100,6 +101,8 @@ type Sink struct {
 type partState struct {
 	mu sync.Mutex
 	hr *Headroom
+	// due is when the next periodic checkpoint is (write-back).
+	due time.Time
 }
 
 var (
@@ -181,7 +184,7 @@ func (s *Sink) part(partition int) *partState {
 	defer s.mu.Unlock()
 	p := s.parts[partition]
 	if p == nil {
-		p = &partState{}
+		p = &partState{due: s.cfg.Now().Add(checkpointPhase(partition, s.cfg.CheckpointEvery))}
 		if !s.cfg.EvaluateAll {
 			p.hr = NewHeadroom(s.cfg.MaxHeadroom)
 		}
@@ -211,7 +214,9 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.NewTicker(max(s.cfg.CheckpointEvery/4, 10*time.Millisecond))
+			// Fine ticks: a partition's checkpoint keeps its own phase
+			// (checkpointPhase) instead of the tick's.
+			t := time.NewTicker(max(s.cfg.CheckpointEvery/16, 10*time.Millisecond))
 			defer t.Stop()
 			for {
 				select {
@@ -257,6 +262,17 @@ func (s *Sink) prune(ctx context.Context, partition int) {
 	}
 }
 
+// checkpointPhase is how far into the checkpoint interval a partition's
+// checkpoints fall. A checkpoint is one script that holds Redis for its
+// whole run (a few ms per thousand fields); partitions assigned together
+// would otherwise checkpoint together, every interval, and every other
+// command — a decision a client waits for — would queue behind all of
+// them. The golden ratio spreads any number of partitions evenly.
+func checkpointPhase(partition int, every time.Duration) time.Duration {
+	_, frac := math.Modf(float64(partition) * 0.6180339887498949)
+	return time.Duration(frac * float64(every))
+}
+
 // checkpoint writes the partition's memory to Redis when it is due (or
 // always, final) and reports how it went. A refused checkpoint has
 // forgotten the memory: the next batch reads the partition again from
@@ -282,8 +298,11 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 	}
 	wb := p.hr.wb
 	now := s.cfg.Now()
-	if wb == nil || (!final && wb.fields < s.cfg.MaxPending && now.Sub(wb.last) < s.cfg.CheckpointEvery) {
+	if wb == nil || (!final && wb.fields < s.cfg.MaxPending && now.Before(p.due)) {
 		return
+	}
+	for !p.due.After(now) {
+		p.due = p.due.Add(s.cfg.CheckpointEvery)
 	}
 	if final {
 		var cancel context.CancelFunc

@@ -53,7 +53,6 @@ type writeBack struct {
 	stored  []byte
 	pending map[window.Subject]*dirty
 	fields  int // bucket fields pending
-	last    time.Time
 }
 
 // dirty is one subject's increments since the checkpoint, per bucket field.
@@ -160,7 +159,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 	}
 	hr.drop()
 	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets,
-		rules: rs, stored: o.rules, pending: map[window.Subject]*dirty{}, last: time.Now()}
+		rules: rs, stored: o.rules, pending: map[window.Subject]*dirty{}}
 	hr.next, hr.seq = o.d, o.seq
 	return o.c, o.c >= 0, nil
 }
@@ -254,7 +253,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	text := rs.Source()
 	keepRules := text != nil && !bytes.Equal(text, wb.stored)
 	if wb.fields == 0 && wb.c == wb.at && wb.cKept && !keepRules {
-		wb.rules, wb.last = rs, now
+		wb.rules = rs
 		return 0, nil
 	}
 	if !keepRules {
@@ -291,7 +290,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 			group, partition, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
 	}
 	n := wb.fields
-	wb.c, wb.cKept, wb.last, wb.rules = wb.at, true, now, rs
+	wb.c, wb.cKept, wb.rules = wb.at, true, rs
 	if keepRules {
 		wb.stored = text
 	}

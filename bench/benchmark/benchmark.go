@@ -37,6 +37,7 @@ type Options struct {
 	LegacyRev    string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
 	LatFractions []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
 	LatMax       float64       `name:"latency-max" help:"Live maximum (events/s) the latency shares are taken of, instead of the live step's figure: to run --only latency on its own."`
+	LatE2E       float64       `name:"latency-e2e" help:"End-to-end maximum (events/s) the latency shares are taken of, instead of measuring it: to compare binaries at the same offered rates in separate runs."`
 	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
 	PartCount    int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
