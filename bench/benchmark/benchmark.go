@@ -796,4 +796,9 @@ type Latency struct {
 	// of a probe's events.
 	KafkaP50, KafkaP99, KafkaMax time.Duration
 	KafkaN                       int
+	// From the publish call to the deny's entry in the partition's change
+	// stream (its id is Redis's clock): the aggregator's share, the rest
+	// the limiter's (following the stream, answering the check).
+	DecidedP50, DecidedP99 time.Duration
+	DecidedN               int
 }

@@ -65,6 +65,9 @@ func Render(r *Results) string {
 		kafka, over := "—", "—"
 		if l.KafkaN > 0 {
 			kafka = fmt.Sprintf("%s / %s (%s) Kafka produce→consume", harness.Ms(l.KafkaP50), harness.Ms(l.KafkaP99), harness.Ms(l.KafkaMax))
+			if l.DecidedN > 0 {
+				kafka += fmt.Sprintf("; deny written in Redis %s / %s", harness.Ms(l.DecidedP50), harness.Ms(l.DecidedP99))
+			}
 			if d := l.P99 - l.KafkaP99; d >= 0 {
 				over = "p99 " + harness.Ms(d) + " over Kafka's"
 			} else {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/bench/harness"
@@ -22,6 +23,7 @@ import (
 	"floodgate/stacktest"
 	"floodgate/stacktest/childproc"
 	"floodgate/stacktest/pacedload"
+	"floodgate/window"
 )
 
 type kafkaMessage = kafka.Message
@@ -221,6 +223,16 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 	if len(klats) > 0 {
 		l.KafkaP50, l.KafkaP99, l.KafkaMax = harness.Quantile(klats, 0.50), harness.Quantile(klats, 0.99), klats[len(klats)-1]
 	}
+	var dlats []time.Duration
+	keys := window.Keys{Prefix: prefix}
+	for sub, start := range starts {
+		if at, ok := decidedAt(ctx, b.rdb, keys, b.cfg.PartCount, sub, start); ok {
+			dlats = append(dlats, at.Sub(start))
+		}
+	}
+	sort.Slice(dlats, func(i, j int) bool { return dlats[i] < dlats[j] })
+	l.DecidedN = len(dlats)
+	l.DecidedP50, l.DecidedP99 = harness.Quantile(dlats, 0.50), harness.Quantile(dlats, 0.99)
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	l.N, l.Missed = len(lats), missed
 	l.P50 = harness.Quantile(lats, 0.50)
@@ -229,6 +241,28 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, attempt int) (Laten
 		l.Max = lats[len(lats)-1]
 	}
 	return l, nil
+}
+
+// decidedAt finds when the deny of a probe subject was written: the id of
+// the first change-stream entry of its partition, from the publish on,
+// whose decisions name it.
+func decidedAt(ctx context.Context, rdb *redis.Client, keys window.Keys, partitions int, subject string, from time.Time) (time.Time, bool) {
+	sub := window.Subject{Action: "bench_probe", Kind: "ip", Subject: subject}
+	field := strconv.Quote(window.Field(sub))
+	start := strconv.FormatInt(from.UnixMilli(), 10)
+	end := strconv.FormatInt(from.Add(15*time.Second).UnixMilli(), 10)
+	msgs, err := rdb.XRange(ctx, keys.Log(window.Partition(sub, partitions)), start, end).Result()
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, m := range msgs {
+		if d, ok := m.Values["d"].(string); ok && strings.Contains(d, `"f":`+field) {
+			ms, _, _ := strings.Cut(m.ID, "-")
+			n, err := strconv.ParseInt(ms, 10, 64)
+			return time.UnixMilli(n), err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 // liveServices are a live aggregator and a limiter over one topic and key
