@@ -184,7 +184,9 @@ func (s *Sink) part(partition int) *partState {
 	defer s.mu.Unlock()
 	p := s.parts[partition]
 	if p == nil {
-		p = &partState{due: s.cfg.Now().Add(checkpointPhase(partition, s.cfg.CheckpointEvery))}
+		// The first checkpoint one interval after the start, as every
+		// later one after the last, at the partition's own phase.
+		p = &partState{due: s.cfg.Now().Add(s.cfg.CheckpointEvery + checkpointPhase(partition, s.cfg.CheckpointEvery))}
 		if !s.cfg.EvaluateAll {
 			p.hr = NewHeadroom(s.cfg.MaxHeadroom)
 		}
