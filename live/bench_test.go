@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"floodgate/event"
 	"floodgate/live"
 	"floodgate/stacktest"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkStoreApply measures the live sink's Redis side: batches of 1000
@@ -25,11 +28,15 @@ func BenchmarkStoreApply(b *testing.B) {
 		name     string
 		subjects uint64
 		headroom bool // as the live sink: evaluate only subjects a batch can bring near a limit
+		// writeBack counts in memory and checkpoints after every batch (a
+		// second of its events)
+		writeBack bool
 	}{
-		{"subjects=100", 100, false},
-		{"subjects=10k", 10_000, false},
-		{"subjects=10k/headroom", 10_000, true},
-		{"subjects=1M", 1_000_000, false},
+		{"subjects=100", 100, false, false},
+		{"subjects=10k", 10_000, false, false},
+		{"subjects=10k/headroom", 10_000, true, false},
+		{"subjects=10k/write-back", 10_000, true, true},
+		{"subjects=1M", 1_000_000, false, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := stacktest.Redis(b)
@@ -54,7 +61,11 @@ func BenchmarkStoreApply(b *testing.B) {
 				hr = live.NewHeadroom(1 << 20)
 			}
 			ctx := context.Background()
-			calls0 := stacktest.RedisCalls(b, rdb)
+			ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: tc.writeBack})
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls0, cpu0 := stacktest.RedisCalls(b, rdb), redisCPU(b, rdb)
 			var evaluated, mirrored, touched int
 			b.ResetTimer()
 			start := time.Now()
@@ -70,9 +81,14 @@ func BenchmarkStoreApply(b *testing.B) {
 				}
 				bt.Next = bb.Last + 1
 				now := src.Records[len(src.Records)-1].Event.TS
-				res, err := applierOf(b, st).Apply(ctx, "bench", bb, set, now, hr)
+				res, err := ap.Apply(ctx, "bench", bb, set, now, hr)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if tc.writeBack {
+					if _, err := ap.Checkpoint(ctx, "bench", bt.Topic, bt.Partition, hr, now); err != nil {
+						b.Fatal(err)
+					}
 				}
 				evaluated += res.Evaluated
 				mirrored += res.Mirrored
@@ -80,8 +96,10 @@ func BenchmarkStoreApply(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			calls := stacktest.RedisCalls(b, rdb) - calls0 - 1 // less our own INFO
+			cpu := redisCPU(b, rdb) - cpu0
+			calls := stacktest.RedisCalls(b, rdb) - calls0 - 2 // less our own INFOs
 			events := float64(b.N * batchSize)
+			b.ReportMetric(cpu.Seconds()*1e6/events, "redis-cpu-µs/event")
 			b.ReportMetric(events/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(calls)/events, "redis-cmds/event")
 			b.ReportMetric(float64(touched)/float64(b.N), "subjects/batch")
@@ -92,4 +110,23 @@ func BenchmarkStoreApply(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// redisCPU is the Redis server's CPU time so far (used_cpu_user + sys).
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				sec += f
+			}
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
 }
