@@ -149,7 +149,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 		return 0, false, err
 	}
 	var rs *rules.Set
-	if o.rules != nil {
+	if o.rules != nil && o.cKept && o.c < o.d { // only a replay needs them
 		if rs, err = rules.Parse(o.rules); err != nil {
 			// Replaying under other rules would count twice what the script
 			// counted, or drop what memory did: refuse, loudly.
