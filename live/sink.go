@@ -303,8 +303,9 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 	if wb == nil || (!final && wb.fields < s.cfg.MaxPending && now.Before(p.due)) {
 		return
 	}
-	for !p.due.After(now) {
-		p.due = p.due.Add(s.cfg.CheckpointEvery)
+	if every := s.cfg.CheckpointEvery; every > 0 && !p.due.After(now) {
+		// the next due time at the partition's phase (ticks missed: skipped)
+		p.due = p.due.Add((now.Sub(p.due)/every + 1) * every)
 	}
 	if final {
 		var cancel context.CancelFunc
