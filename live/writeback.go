@@ -323,7 +323,10 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		}
 	}
 	wb := hr.wb
-	if wb.at < 0 { // a partition never applied starts with this batch
+	// Redis holds no offset of the partition: never applied, or Redis lost
+	// its data (the caller knows which; it had progress or not).
+	missing := wb.at < 0
+	if missing { // a partition never applied starts with this batch
 		wb.at, wb.c, wb.replayTo = b.First, b.First, -1
 	}
 	if wb.rules == nil {
@@ -337,7 +340,7 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 			return ApplyResult{}, s.fenced(ctx, group, b, hr, err)
 		}
 	}
-	var res ApplyResult
+	res := ApplyResult{OffsetMissing: missing}
 	if b.Last < wb.at {
 		return ApplyResult{Duplicate: true}, nil
 	}
