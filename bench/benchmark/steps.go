@@ -251,7 +251,8 @@ func decidedAt(ctx context.Context, rdb *redis.Client, keys window.Keys, partiti
 	field := strconv.Quote(window.Field(sub))
 	start := strconv.FormatInt(from.UnixMilli(), 10)
 	end := strconv.FormatInt(from.Add(15*time.Second).UnixMilli(), 10)
-	msgs, err := rdb.XRange(ctx, keys.Log(window.Partition(sub, partitions)), start, end).Result()
+	// bounded: a busy partition writes many entries in 15 s
+	msgs, err := rdb.XRangeN(ctx, keys.Log(window.Partition(sub, partitions)), start, end, 5000).Result()
 	if err != nil {
 		return time.Time{}, false
 	}
