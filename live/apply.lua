@@ -337,17 +337,7 @@ for _, ev in ipairs(evals) do
       js = js .. '}'
     end
   end
-  if js ~= '' then
-    if js ~= ev.old then
-      redis.call('HSET', statekey, sub.f, js)
-      redis.call('ZADD', expkey, x, sub.f)
-      changes[#changes + 1] = '[' .. cjson.encode(sub.f) .. ',' .. js .. ']'
-    end
-  elseif ev.old then
-    redis.call('HDEL', statekey, sub.f)
-    redis.call('ZREM', expkey, sub.f)
-    changes[#changes + 1] = '[' .. cjson.encode(sub.f) .. ',null]'
-  end
+  fg_state(statekey, expkey, sub.f, js, ev.old, x, changes)
   -- (the caller knows a verdict's headroom)
   if ev.h then
     hs[#hs + 1] = ev.s
@@ -357,13 +347,7 @@ end
 out[4] = decs
 out[5] = hs
 
--- states that no longer say anything: bounded work per run; the limiter
--- drops them at the same second on its own
-local gone = redis.call('ZRANGEBYSCORE', expkey, '-inf', now, 'LIMIT', 0, 64)
-if #gone > 0 then
-  redis.call('HDEL', statekey, unpack(gone))
-  redis.call('ZREM', expkey, unpack(gone))
-end
+fg_prune_states(statekey, expkey, now)
 redis.call('SET', offkey, string.format('%d', last + 1))
 
 local seq = 0

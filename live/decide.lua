@@ -74,25 +74,10 @@ for s, sub in ipairs(subs) do
       end
     end
   end
-  if sub.js ~= '' then
-    if sub.js ~= sub.old then
-      redis.call('HSET', statekey, sub.f, sub.js)
-      redis.call('ZADD', expkey, sub.x, sub.f)
-      changes[#changes + 1] = '[' .. cjson.encode(sub.f) .. ',' .. sub.js .. ']'
-    end
-  elseif sub.old then
-    redis.call('HDEL', statekey, sub.f)
-    redis.call('ZREM', expkey, sub.f)
-    changes[#changes + 1] = '[' .. cjson.encode(sub.f) .. ',null]'
-  end
+  fg_state(statekey, expkey, sub.f, sub.js, sub.old, sub.x, changes)
 end
 
--- states that no longer say anything: bounded work per run
-local gone = redis.call('ZRANGEBYSCORE', expkey, '-inf', now, 'LIMIT', 0, 64)
-if #gone > 0 then
-  redis.call('HDEL', statekey, unpack(gone))
-  redis.call('ZREM', expkey, unpack(gone))
-end
+fg_prune_states(statekey, expkey, now)
 redis.call('SET', offkey, string.format('%d', newd))
 
 local seq = 0

@@ -226,3 +226,30 @@ local function fg_deny_json(rule, limit, w, count, until_ms, message, since_ms)
     ',"message":' .. cjson.encode(message) ..
     ',"since":' .. string.format('%d', since_ms) .. '}'
 end
+
+-- fg_state writes a subject's state as a batch found it (js '' for none:
+-- near no limit) over old, the one stored, and appends the change entry
+-- part to changes when it differs; x is the second it stops saying anything.
+local function fg_state(statekey, expkey, f, js, old, x, changes)
+  if js ~= '' then
+    if js ~= old then
+      redis.call('HSET', statekey, f, js)
+      redis.call('ZADD', expkey, x, f)
+      changes[#changes + 1] = '[' .. cjson.encode(f) .. ',' .. js .. ']'
+    end
+  elseif old then
+    redis.call('HDEL', statekey, f)
+    redis.call('ZREM', expkey, f)
+    changes[#changes + 1] = '[' .. cjson.encode(f) .. ',null]'
+  end
+end
+
+-- fg_prune_states drops states that no longer say anything at second now:
+-- bounded work per run; the limiter drops them at the same second on its own.
+local function fg_prune_states(statekey, expkey, now)
+  local gone = redis.call('ZRANGEBYSCORE', expkey, '-inf', now, 'LIMIT', 0, 64)
+  if #gone > 0 then
+    redis.call('HDEL', statekey, unpack(gone))
+    redis.call('ZREM', expkey, unpack(gone))
+  end
+end
