@@ -1,0 +1,7 @@
+//go:build !unix
+
+package offheap
+
+func mapBytes(n int) ([]byte, error) { return make([]byte, n), nil }
+
+func unmapBytes([]byte) {}
