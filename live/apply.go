@@ -423,7 +423,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 	res.Subjects = len(order)
 	sumLevels(pl, order)
 
-	hr.use(set)
+	hr.use(set, len(order))
 	wb := s.wb && hr != nil && hr.wb != nil
 	for _, ps := range order {
 		pr := &pl.list[ps.profile]
@@ -443,7 +443,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		if err != nil || done {
 			if err == nil {
 				res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
-				hr.wb.commit(pl, order)
+				err = hr.commit(pl, order)
 				res.InMemory = true
 			}
 			return res, -1, err
@@ -495,7 +495,9 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		res.Extended = pl.decisions(replyInts(out[6]), sent)
 	}
 	if wb {
-		hr.wb.commit(pl, order)
+		if err := hr.commit(pl, order); err != nil {
+			return res, -1, err
+		}
 	}
 	return res, -1, nil
 }

@@ -2,6 +2,7 @@ package live
 
 import (
 	"math"
+	"runtime"
 
 	"floodgate/rules"
 	"floodgate/window"
@@ -32,20 +33,17 @@ type Headroom struct {
 	// wb is a write-back owner's memory (writeback.go): the increments not
 	// checkpointed yet. forget leaves it; only drop (a rewind) loses it.
 	wb *writeBack
-	// subs indexes rooms by the subject's field ("action:kind:subject",
-	// window.Field): one string a subject instead of three, allocated for
-	// the key alone so that it never keeps a decoded batch's buffer alive.
-	// Entries are only ever dropped all at once, so rooms is a slab and
-	// needs updates a room in place (a map of values would have to store
-	// it again, and storing converts the key anew).
-	subs  map[string]int32
-	rooms []room
-	max   int
-	key   []byte // scratch of roomOf
-	plan  []byte // scratch of needs
+	// t holds a room per subject, found by its field ("action:kind:subject",
+	// window.Field), and the subjects' bucket copies: outside the Go heap
+	// (subjects.go). A room is dropped only with all others, so a *room
+	// stays valid until the next evict.
+	t    *tables
+	max  int
+	key  []byte // scratch of roomOf
+	plan []byte // scratch of needs
 }
 
-// room is 24 bytes: this is the memory a write-back owner keeps of every
+// room is 32 bytes: this is the memory a write-back owner keeps of every
 // resident subject, so it holds 32-bit values clamped on the safe side.
 type room struct {
 	// left, per limit then bucket: events that may still be added before
@@ -55,7 +53,11 @@ type room struct {
 	// so values above math.MaxInt32 are stored as math.MaxInt32.
 	left [roomSlots]int32
 	at   uint32 // second it was last evaluated at (clamped up; see needs)
-	n    uint16 // limits and buckets it was evaluated with
+	// copies is the first block of the subject's bucket copies, plus one
+	// (0: none); pruned the minute they were last pruned at.
+	copies uint32
+	pruned uint32
+	n      uint16 // limits and buckets it was evaluated with
 	// stated: whether the slot holds a state for it, as last written
 	// (write-back skips the script for a subject with none, near no limit)
 	stated byte
@@ -82,13 +84,18 @@ const (
 	evalAll  = "*"
 )
 
-// NewHeadroom remembers at most maxSubjects subjects (forgetting all when
-// full: they are evaluated again once, which costs one evaluation each),
-// and copies of at most maxSubjects/4 bucket hashes (mirror.go: a
-// subject's copy holds one to six hashes of about 600 bytes each).
+// NewHeadroom remembers about maxSubjects subjects (forgetting all when a
+// batch would take it past that: they are evaluated again once, which
+// costs one evaluation each), and copies of at most maxSubjects/4 bucket
+// hashes (mirror.go: a subject's copy holds one to six hashes of 256
+// bytes). Its tables live outside the Go heap and are returned to the
+// kernel once h is collected.
 func NewHeadroom(maxSubjects int) *Headroom {
-	n := min(max(maxSubjects, 1), math.MaxInt32) // rooms are indexed by int32
-	return &Headroom{next: -2, seq: -2, mir: newMirror(n / 4), subs: map[string]int32{}, max: n}
+	n := min(max(maxSubjects, 1), math.MaxInt32/2) // rooms are indexed by int32, with a batch's room over max
+	t := newTables()
+	h := &Headroom{next: -2, seq: -2, t: t, mir: newMirror(t, n/4), max: n}
+	runtime.AddCleanup(h, func(t *tables) { t.free() }, t)
+	return h
 }
 
 // expect is the offset the store should hold if no one else wrote.
@@ -99,12 +106,29 @@ func (h *Headroom) expect() int64 {
 	return h.next
 }
 
-// use forgets everything learnt under other rules.
-func (h *Headroom) use(set *rules.Set) {
-	if h != nil && h.rs != set {
+// use forgets everything learnt under other rules, and makes room for a
+// batch of n subjects: when they could take it past its bound, it forgets
+// every subject first. Rooms are only ever dropped here, between batches
+// (and by forget, when a batch fails), so that no batch loses the copies
+// it has loaded.
+func (h *Headroom) use(set *rules.Set, n int) {
+	if h == nil {
+		return
+	}
+	if h.rs != set {
 		h.forget()
 		h.rs = set
 	}
+	if h.t.rooms.len()+n > h.max {
+		h.evict()
+	}
+}
+
+// evict forgets every subject's room and copies, not the offsets they
+// were learnt at: what a subject lacks is learnt again.
+func (h *Headroom) evict() {
+	h.t.reset()
+	h.mir.forget()
 }
 
 // stored records the offset the store holds after an Apply.
@@ -116,9 +140,7 @@ func (h *Headroom) stored(next int64) {
 
 func (h *Headroom) forget() {
 	if h != nil {
-		clear(h.subs)
-		h.rooms = h.rooms[:0]
-		h.mir.forget()
+		h.evict()
 		if h.wb == nil {
 			h.next, h.seq = -2, -2
 		}
@@ -130,18 +152,27 @@ func (h *Headroom) forget() {
 // drop forgets everything, write-back memory included.
 func (h *Headroom) drop() {
 	h.wb = nil
+	h.t.pending.reset()
 	h.next, h.seq = -2, -2
 	h.forget()
 }
 
-// roomOf returns sub's room, or nil. The lookup converts the scratch key
-// without allocating.
+// roomOf returns sub's room, or nil.
 func (h *Headroom) roomOf(sub window.Subject) *room {
-	h.key = append(append(append(append(append(h.key[:0], sub.Action...), ':'), sub.Kind...), ':'), sub.Subject...)
-	if i, ok := h.subs[string(h.key)]; ok {
-		return &h.rooms[i]
+	h.key = fieldKey(h.key, sub)
+	return h.t.rooms.get(h.key)
+}
+
+// roomFor returns sub's room, adding one that knows nothing yet (nil when
+// the subject cannot be held).
+func (h *Headroom) roomFor(sub window.Subject, n int) *room {
+	h.key = fieldKey(h.key, sub)
+	held := h.t.rooms.len()
+	r := h.t.rooms.add(h.key)
+	if r != nil && h.t.rooms.len() > held {
+		r.left, r.n = unknownRoom(n).left, uint16(n)
 	}
-	return nil
+	return r
 }
 
 // setVerdict records a verdict evaluated from the copies: its headroom,
@@ -229,18 +260,12 @@ func (h *Headroom) set(sub window.Subject, left []int64, at int64) {
 	if h == nil || len(left) > math.MaxUint16 {
 		return // a subject with that many limits is evaluated every time
 	}
-	r := h.roomOf(sub)
+	r := h.roomFor(sub, len(left))
 	if r == nil {
-		if len(h.subs) >= h.max {
-			clear(h.subs)
-			h.rooms = h.rooms[:0]
-		}
-		h.subs[string(h.key)] = int32(len(h.rooms))
-		h.rooms = append(h.rooms, room{})
-		r = &h.rooms[len(h.rooms)-1]
-		*r = unknownRoom(len(left))
-	} else if int(r.n) != len(left) {
-		*r = unknownRoom(len(left))
+		return
+	}
+	if int(r.n) != len(left) {
+		r.left, r.n, r.at, r.stated = unknownRoom(len(left)).left, uint16(len(left)), 0, statedUnknown
 	}
 	fold := int64(math.MaxInt64) // the least headroom of the limits sharing the last slot
 	for i, l := range left {
@@ -296,11 +321,12 @@ type Residency struct {
 	Subjects int // subjects whose headroom it remembers
 	Copies   int // bucket hashes copied (mirror.go)
 	Pending  int // write-back bucket fields not checkpointed yet
+	OffHeap  int // bytes of its tables outside the Go heap (mapped, not all touched)
 }
 
 // Resident reports what h holds (a benchmark of its memory reads it).
 func (h *Headroom) Resident() Residency {
-	r := Residency{Subjects: len(h.subs), Copies: h.mir.hashes}
+	r := Residency{Subjects: h.t.rooms.len(), Copies: h.mir.hashes, OffHeap: h.t.bytes()}
 	if h.wb != nil {
 		r.Pending = h.wb.fields
 	}

@@ -108,7 +108,8 @@ func TestHeadroomClamps(t *testing.T) {
 }
 
 // Subjects are told apart by their whole field, a changed number of limits
-// resets the room, and the bound forgets all when full.
+// resets the room, and a batch that would take it past its bound forgets
+// all first.
 func TestHeadroomSubjects(t *testing.T) {
 	h := NewHeadroom(2)
 	a := window.Subject{Action: "login", Kind: "ip", Subject: "a"}
@@ -125,7 +126,8 @@ func TestHeadroomSubjects(t *testing.T) {
 	if got := h.needs(a, 2, 1, 100, 100); got != evalAll {
 		t.Fatalf("a with 2 limits: plan %q, want all", got)
 	}
-	h.set(c, []int64{10}, 100) // full: forgets a and b
+	h.use(nil, 1) // full: forgets a and b
+	h.set(c, []int64{10}, 100)
 	if r := h.Resident(); r.Subjects != 1 {
 		t.Fatalf("resident %d, want 1", r.Subjects)
 	}

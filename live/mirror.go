@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -33,11 +35,27 @@ import (
 //
 // Memory is bounded by hashes, not subjects (a subject with a day's window
 // holds about six, one with a minute's one or two): past maxHashes, a
-// quarter of the copies are dropped, at random.
+// quarter of the copies are dropped, from a random subject on. Each hash is
+// a block of 16-bit counts outside the Go heap, chained from the subject's
+// room: most subjects count a few events a second. A hash whose counts
+// outgrow 16 bits (a hot subject's minutes, an event carrying up to a
+// million) keeps them in a wide copy on the heap instead, 64 bits each;
+// there are at most as many as blocks.
 type mirror struct {
-	subs      map[window.Subject]*mirrored
+	t         *tables
+	free      uint32 // first free block, plus one
+	wide      map[uint32]*[60]int64
 	hashes    int // held by all subjects
 	maxHashes int
+}
+
+// block is one bucket hash of one subject: 136 bytes.
+type block struct {
+	n      int64  // hash number (hashID.n)
+	next   uint32 // the subject's next block (or the next free one), plus one
+	level  byte   // hashID.level
+	wide   bool   // counts are in mirror.wide
+	counts [60]int16
 }
 
 // hashID names one bucket hash of a subject: level 's' (seconds of a
@@ -50,69 +68,151 @@ type hashID struct {
 // span is how many seconds the hash covers (window.LevelSpan).
 func (id hashID) span() int64 { return window.LevelSpan(id.level) }
 
-// mirrored holds the hashes of one subject that the copy knows, each as
-// many counts as its level has fields (absent: not loaded). A subject has
-// one to six: a slice searched costs a fraction of a map's memory.
-type mirrored struct {
-	hashes []copied
-	pruned int64 // minute of the last prune
+// counts reads one hash's counts, narrow or wide.
+type counts struct {
+	b *block
+	w *[60]int64
 }
 
-type copied struct {
-	id     hashID
-	counts []int64
-}
-
-// get returns the counts of hash id, nil when not loaded.
-func (ms *mirrored) get(id hashID) []int64 {
-	for i := range ms.hashes {
-		if ms.hashes[i].id == id {
-			return ms.hashes[i].counts
-		}
+func (c counts) at(k int64) int64 {
+	if c.w != nil {
+		return c.w[k]
 	}
-	return nil
+	return int64(c.b.counts[k])
 }
 
-func newMirror(maxHashes int) *mirror {
-	return &mirror{subs: map[window.Subject]*mirrored{}, maxHashes: max(maxHashes, 1)}
+func newMirror(t *tables, maxHashes int) *mirror {
+	return &mirror{t: t, maxHashes: max(maxHashes, 1)}
 }
 
+// forget drops every copy; the tables' blocks are reset with the rooms.
 func (m *mirror) forget() {
-	clear(m.subs)
-	m.hashes = 0
+	m.free, m.hashes = 0, 0
+	clear(m.wide)
 }
 
-func (m *mirror) drop(sub window.Subject) {
-	if ms := m.subs[sub]; ms != nil {
-		m.hashes -= len(ms.hashes)
-		delete(m.subs, sub)
-	}
-}
-
-// store holds a loaded hash.
-func (m *mirror) store(ms *mirrored, id hashID, h []int64) {
-	for i := range ms.hashes {
-		if ms.hashes[i].id == id {
-			ms.hashes[i].counts = h
-			return
+// find returns the block of r's hash id, plus one (0: not held).
+func (m *mirror) find(r *room, id hashID) uint32 {
+	for bi := r.copies; bi != 0; {
+		b := m.t.blocks.At(int(bi - 1))
+		if b.level == id.level && b.n == id.n {
+			return bi
 		}
+		bi = b.next
 	}
-	ms.hashes = append(ms.hashes, copied{id: id, counts: h})
-	m.hashes++
+	return 0
 }
 
-// trim drops copies at random when over the bound: after a batch's
-// evaluations, so that one batch's loads never evict each other (its
-// subjects' copies are bounded by the subjects of a script run).
+// get returns the counts of r's hash id, false when not loaded.
+func (m *mirror) get(r *room, id hashID) (counts, bool) {
+	bi := m.find(r, id)
+	if bi == 0 {
+		return counts{}, false
+	}
+	return m.counts(bi), true
+}
+
+func (m *mirror) counts(bi uint32) counts {
+	b := m.t.blocks.At(int(bi - 1))
+	if b.wide {
+		return counts{b: b, w: m.wide[bi]}
+	}
+	return counts{b: b}
+}
+
+// store holds a loaded hash of r.
+func (m *mirror) store(r *room, id hashID, h []int64) {
+	bi := m.find(r, id)
+	if bi == 0 {
+		bi = m.alloc()
+		b := m.t.blocks.At(int(bi - 1))
+		b.level, b.n, b.next = id.level, id.n, r.copies
+		r.copies = bi
+		m.hashes++
+	}
+	b := m.t.blocks.At(int(bi - 1))
+	if b.wide {
+		delete(m.wide, bi)
+		b.wide = false
+	}
+	b.counts = [60]int16{}
+	for k, v := range h {
+		m.set(bi, b, int64(k), v)
+	}
+}
+
+// add adds n to field k of block bi.
+func (m *mirror) add(bi uint32, k, n int64) {
+	b := m.t.blocks.At(int(bi - 1))
+	m.set(bi, b, k, m.counts(bi).at(k)+n)
+}
+
+func (m *mirror) set(bi uint32, b *block, k, v int64) {
+	if !b.wide && v != int64(int16(v)) {
+		m.widen(bi, b)
+	}
+	if b.wide {
+		m.wide[bi][k] = v
+		return
+	}
+	b.counts[k] = int16(v)
+}
+
+// widen moves a block's counts to the heap, 64 bits each: until the block
+// is freed.
+func (m *mirror) widen(bi uint32, b *block) {
+	if b.wide {
+		return
+	}
+	w := new([60]int64)
+	for k, v := range b.counts {
+		w[k] = int64(v)
+	}
+	if m.wide == nil {
+		m.wide = map[uint32]*[60]int64{}
+	}
+	m.wide[bi], b.wide = w, true
+}
+
+func (m *mirror) alloc() uint32 {
+	if bi := m.free; bi != 0 {
+		m.free = m.t.blocks.At(int(bi - 1)).next
+		return bi
+	}
+	return uint32(m.t.blocks.Append() + 1)
+}
+
+func (m *mirror) release(bi uint32) {
+	b := m.t.blocks.At(int(bi - 1))
+	if b.wide {
+		delete(m.wide, bi)
+		b.wide = false
+	}
+	b.next, m.free = m.free, bi
+	m.hashes--
+}
+
+// drop frees every copy of r.
+func (m *mirror) drop(r *room) {
+	for bi := r.copies; bi != 0; {
+		next := m.t.blocks.At(int(bi - 1)).next
+		m.release(bi)
+		bi = next
+	}
+	r.copies = 0
+}
+
+// trim drops copies when over the bound, from a random room on: after a
+// batch's evaluations, so that one batch's loads never evict each other
+// (its subjects' copies are bounded by the subjects of a script run).
 func (m *mirror) trim() {
 	if m.hashes <= m.maxHashes {
 		return
 	}
-	for sub := range m.subs { // random order
-		if m.hashes <= m.maxHashes*3/4 {
-			break
-		}
-		m.drop(sub)
+	n := m.t.rooms.len()
+	start := rand.IntN(max(n, 1))
+	for i := 0; i < n && m.hashes > m.maxHashes*3/4; i++ {
+		m.drop(m.t.rooms.at((start + i) % n))
 	}
 }
 
@@ -123,30 +223,12 @@ func fieldsOf(level byte) int64 {
 	return 60
 }
 
-// subject returns sub's copy, creating an empty one.
-func (m *mirror) subject(sub window.Subject) *mirrored {
-	ms := m.subs[sub]
-	if ms == nil {
-		ms = &mirrored{}
-		m.subs[ownKey(sub)] = ms
-	}
-	return ms
-}
-
-// ownKey returns sub with its strings in one allocation of their own: a
-// key made of a decoded batch's strings would keep their buffers alive.
-func ownKey(sub window.Subject) window.Subject {
-	f := window.Field(sub)
-	a, k := len(sub.Action), len(sub.Kind)
-	return window.Subject{Action: f[:a], Kind: f[a+1 : a+1+k], Subject: f[a+1+k+1:]}
-}
-
-// add applies a batch's increments (sumLevels) to the hashes the copy
+// add applies a batch's increments (sumLevels) to the hashes r's copy
 // holds.
-func (ms *mirrored) add(sums []bucketSum) {
+func (m *mirror) addSums(r *room, sums []bucketSum) {
 	for _, w := range sums {
-		if h := ms.get(w.id); h != nil {
-			h[w.field] += w.n
+		if bi := m.find(r, w.id); bi != 0 {
+			m.add(bi, w.field, w.n)
 		}
 	}
 }
@@ -177,24 +259,27 @@ func levelsOf(sec, maxw int64) ([3]bucketField, int) {
 	return out, len(lv)
 }
 
-// prune drops hashes no window of maxw can read at now, returning how
+// prune drops r's hashes no window of maxw can read at now, returning how
 // many; once a minute is enough.
-func (ms *mirrored) prune(now, maxw, slack int64) int {
-	n := 0
-	if floorDiv(now, 60) == ms.pruned {
+func (m *mirror) prune(r *room, now, maxw, slack int64) int {
+	minute := uint32(min(max(floorDiv(now, 60), 0), math.MaxUint32))
+	if minute == r.pruned {
 		return 0
 	}
-	ms.pruned = floorDiv(now, 60)
-	kept := ms.hashes[:0]
-	for _, c := range ms.hashes {
-		if end := (c.id.n+1)*c.id.span() - 1; end+maxw+slack < now {
+	r.pruned = minute
+	n := 0
+	link := &r.copies
+	for bi := *link; bi != 0; bi = *link {
+		b := m.t.blocks.At(int(bi - 1))
+		id := hashID{b.level, b.n}
+		if end := (id.n+1)*id.span() - 1; end+maxw+slack < now {
+			*link = b.next
+			m.release(bi)
 			n++
 			continue
 		}
-		kept = append(kept, c)
+		link = &b.next
 	}
-	clear(ms.hashes[len(kept):]) // let the dropped counts go
-	ms.hashes = kept
 	return n
 }
 
@@ -211,20 +296,25 @@ type seg struct {
 // evaluation evaluates one subject's windows over its copy, noting the
 // hashes it lacks in missing (the result is then not to be used).
 type evaluation struct {
-	ms         *mirrored
+	m          *mirror
+	r          *room // nil: the subject cannot be held, nothing is loaded
 	missing    map[hashID]bool
 	segs, useg []seg // scratch of sum and until
 }
 
-func (ev *evaluation) hash(id hashID) []int64 {
-	h := ev.ms.get(id)
-	if h == nil {
+func (ev *evaluation) hash(id hashID) (counts, bool) {
+	var h counts
+	ok := false
+	if ev.r != nil {
+		h, ok = ev.m.get(ev.r, id)
+	}
+	if !ok {
 		if ev.missing == nil {
 			ev.missing = map[hashID]bool{}
 		}
 		ev.missing[id] = true
 	}
-	return h
+	return h, ok
 }
 
 func appendSegs(out []seg, level byte, per, a, b int64) []seg {
@@ -271,9 +361,9 @@ func (ev *evaluation) sum(t, w int64) int64 {
 	ev.segs = split(ev.segs[:0], t-w+1, t, w)
 	var s int64
 	for _, sg := range ev.segs {
-		h := ev.hash(sg.id)
-		for k := sg.lo; h != nil && k <= sg.hi; k++ {
-			s += h[k]
+		h, ok := ev.hash(sg.id)
+		for k := sg.lo; ok && k <= sg.hi; k++ {
+			s += h.at(k)
 		}
 	}
 	return s
@@ -283,12 +373,12 @@ func (ev *evaluation) sum(t, w int64) int64 {
 // seen; the events seen and the second of the event that completes need
 // (drilling to finer levels), ok false when need is not reached.
 func (ev *evaluation) walk(sg seg, need int64) (got, sec int64, ok bool) {
-	h := ev.hash(sg.id)
-	if h == nil {
+	h, ok := ev.hash(sg.id)
+	if !ok {
 		return 0, 0, false
 	}
 	for k := sg.lo; k <= sg.hi; k++ {
-		v := h[k]
+		v := h.at(k)
 		if v == 0 {
 			continue
 		}
@@ -477,15 +567,18 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 	var want []*pendingSubject
 	for _, ps := range order {
 		pr := &pl.list[ps.profile]
+		r := hr.roomOf(ps.sub)
 		if !pr.mirrored || ps.counted {
-			m.drop(ps.sub)
+			if r != nil {
+				m.drop(r)
+			}
 			if !ps.memory {
 				continue
 			}
 		}
-		if ms := m.subs[ps.sub]; ms != nil {
-			ms.add(ps.sums)
-			m.hashes -= ms.prune(nowSec, pr.maxw, slack)
+		if r != nil {
+			m.addSums(r, ps.sums)
+			m.prune(r, nowSec, pr.maxw, slack)
 		}
 		if ps.plan != evalNone {
 			want = append(want, ps)
@@ -496,7 +589,8 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 		var again []*pendingSubject
 		var ev evaluation // its scratch serves every subject
 		for _, ps := range want {
-			ev.ms, ev.missing = m.subject(ps.sub), nil
+			pr := &pl.list[ps.profile]
+			ev.m, ev.r, ev.missing = m, hr.roomFor(ps.sub, len(pr.limits)+len(pr.buckets)), nil
 			v, ok := ev.eval(&pl.list[ps.profile], ps.plan, ps.eval, nowSec)
 			if ok {
 				ps.verdict = &v
@@ -586,7 +680,7 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 	}
 	switch {
 	case wb != nil:
-	case hr.next == -2 && len(hr.subs) == 0:
+	case hr.next == -2 && hr.mir.hashes == 0:
 		hr.next, hr.seq = next, seq
 	case next != hr.next || seq != hr.seq:
 		hr.forget()
@@ -604,8 +698,10 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 			h[field] = n
 		}
 		addTo(h, t.id, t.ps.sums)
-		addTo(h, t.id, wb.sumsOf(t.ps.sub))
-		hr.mir.store(hr.mir.subject(t.ps.sub), t.id, h)
+		wb.addPending(h, t.ps.sub, t.id)
+		if r := hr.roomOf(t.ps.sub); r != nil {
+			hr.mir.store(r, t.id, h)
+		}
 	}
 	return nil
 }

@@ -46,7 +46,8 @@ type SinkConfig struct {
 	// CheckpointEvery is how often a write-back Applier's increments kept
 	// in memory are written to Redis per partition (Applier.Checkpoint),
 	// and MaxPending how many bucket fields may wait in memory before a
-	// batch writes them at once. Defaults 1s and 50000. A partition also
+	// batch writes them at once. Defaults 1s and 50000; MaxPending at most
+	// 10 million (a partition's pending keys fit in 4 GiB). A partition also
 	// checkpoints when it is revoked and at shutdown.
 	CheckpointEvery time.Duration
 	MaxPending      int
@@ -57,6 +58,11 @@ type SinkConfig struct {
 	// Registerer receives the sink's metrics. Nil: not registered.
 	Registerer prometheus.Registerer
 }
+
+// maxPendingFields bounds SinkConfig.MaxPending: a field's subject key is
+// at most 386 bytes, so a partition's pending keys stay below the 4 GiB its
+// table holds.
+const maxPendingFields = 10_000_000
 
 // Validate reports the first problem with c.
 func (c *SinkConfig) Validate() error {
@@ -69,8 +75,8 @@ func (c *SinkConfig) Validate() error {
 		return errors.New("live sink: no rules source")
 	case c.MaxHeadroom < 0:
 		return fmt.Errorf("live sink: max headroom %d is negative", c.MaxHeadroom)
-	case c.CheckpointEvery < 0 || c.MaxPending < 0:
-		return fmt.Errorf("live sink: checkpoint every %s, max pending %d: want positive values or 0 (default)", c.CheckpointEvery, c.MaxPending)
+	case c.CheckpointEvery < 0 || c.MaxPending < 0 || c.MaxPending > maxPendingFields:
+		return fmt.Errorf("live sink: checkpoint every %s, max pending %d: want positive values (max pending at most %d) or 0 (default)", c.CheckpointEvery, c.MaxPending, maxPendingFields)
 	case c.EvaluateAll && c.Applier.WriteBack():
 		return errors.New("live sink: write-back evaluates from memory: it cannot evaluate every subject by the script")
 	}

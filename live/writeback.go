@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/aggregator"
+	"floodgate/offheap"
 	"floodgate/rules"
 	"floodgate/window"
 )
@@ -51,42 +52,108 @@ type writeBack struct {
 	// holds for them (kept with C).
 	rules   *rules.Set
 	stored  []byte
-	pending map[window.Subject]*dirty
-	fields  int // bucket fields pending
+	pending *pending // the Headroom's tables'
+	fields  int      // bucket fields pending
 }
 
-// dirty is one subject's increments since the checkpoint, per bucket field.
+// pending is a write-back owner's increments since the checkpoint, outside
+// the Go heap (they are kept by subject and field until the next
+// checkpoint, the partition's largest transient memory): per subject the
+// largest window it is counted for and a chain of bucket fields.
+type pending struct {
+	subs *keyed[dirty]
+	sums offheap.Array[pendingSum]
+	key  []byte // scratch
+}
+
+// dirty is one subject's increments since the checkpoint.
 type dirty struct {
 	maxw int64
-	sums []bucketSum
+	sums uint32 // first pendingSum, plus one
 }
 
-func (w *writeBack) add(sub window.Subject, maxw int64, sums []bucketSum) {
+// pendingSum is one bucket field's increment since the checkpoint: 24 bytes.
+type pendingSum struct {
+	hash  int64 // hashID.n
+	n     int64
+	next  uint32 // the subject's next pendingSum, plus one
+	field uint8  // below 60
+	level byte   // hashID.level
+}
+
+func (p *pending) reset() {
+	p.subs.reset()
+	p.sums.Reset()
+}
+
+func (p *pending) free() {
+	p.subs.free()
+	p.sums.Free()
+}
+
+// errMemoryFull: the pending increments' table holds 4 GiB of keys
+// (SinkConfig.MaxPending keeps it far below).
+var errMemoryFull = errors.New("write-back memory full")
+
+func (w *writeBack) add(sub window.Subject, maxw int64, sums []bucketSum) error {
 	if len(sums) == 0 {
-		return
+		return nil
 	}
-	d := w.pending[sub]
+	p := w.pending
+	p.key = fieldKey(p.key, sub)
+	d := p.subs.add(p.key)
 	if d == nil {
-		d = &dirty{maxw: maxw}
-		w.pending[sub] = d
+		return fmt.Errorf("keep the increments of %s: %w", p.key, errMemoryFull)
 	}
 	d.maxw = max(d.maxw, maxw)
 	for _, s := range sums {
-		n := len(d.sums)
-		d.sums = addBucketSum(d.sums, 0, s.bucketField, s.n)
-		w.fields += len(d.sums) - n
+		if ps := p.find(d, s.bucketField); ps != nil {
+			ps.n += s.n
+			continue
+		}
+		i := p.sums.Append()
+		*p.sums.At(i) = pendingSum{hash: s.id.n, n: s.n, next: d.sums, field: uint8(s.field), level: s.id.level}
+		d.sums = uint32(i + 1)
+		w.fields++
+	}
+	return nil
+}
+
+func (p *pending) find(d *dirty, f bucketField) *pendingSum {
+	for i := d.sums; i != 0; {
+		ps := p.sums.At(int(i - 1))
+		if ps.level == f.id.level && ps.hash == f.id.n && int64(ps.field) == f.field {
+			return ps
+		}
+		i = ps.next
+	}
+	return nil
+}
+
+// each calls fn with every pending increment of d.
+func (p *pending) each(d *dirty, fn func(f bucketField, n int64)) {
+	for i := d.sums; i != 0; {
+		ps := p.sums.At(int(i - 1))
+		fn(bucketField{hashID{ps.level, ps.hash}, int64(ps.field)}, ps.n)
+		i = ps.next
 	}
 }
 
-// sumsOf returns sub's pending increments (nil when none).
-func (w *writeBack) sumsOf(sub window.Subject) []bucketSum {
+// addPending adds sub's pending increments of hash id to h, a copy loaded
+// from the checkpoint.
+func (w *writeBack) addPending(h []int64, sub window.Subject, id hashID) {
 	if w == nil {
-		return nil
+		return
 	}
-	if d := w.pending[sub]; d != nil {
-		return d.sums
+	p := w.pending
+	p.key = fieldKey(p.key, sub)
+	if d := p.subs.get(p.key); d != nil {
+		p.each(d, func(f bucketField, n int64) {
+			if f.id == id {
+				h[f.field] += n
+			}
+		})
 	}
-	return nil
 }
 
 // Offsets are a partition's offsets and fencing values as one atomic read
@@ -159,7 +226,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 	}
 	hr.drop()
 	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets,
-		rules: rs, stored: o.rules, pending: map[window.Subject]*dirty{}}
+		rules: rs, stored: o.rules, pending: hr.t.pending}
 	hr.next, hr.seq = o.d, o.seq
 	return o.c, o.c >= 0, nil
 }
@@ -188,7 +255,7 @@ func (s *Applier) rewind(ctx context.Context, group string, b aggregator.Batch, 
 // hr's write-back memory: a new owner's replay, nothing evaluated. Subjects
 // the apply script counts are in Redis as of D already; a subject an
 // operator reset skips its records before the reset's boundary.
-func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, res *ApplyResult) {
+func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, res *ApplyResult) error {
 	wb := hr.wb
 	g := newGather(set, floorDiv(now.UnixMilli(), 1000))
 	for i := range b.Records {
@@ -211,12 +278,16 @@ func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *
 	res.Subjects += len(g.order)
 	sumLevels(g.pl, g.order)
 	for _, ps := range g.order {
-		wb.add(ps.sub, g.pl.list[ps.profile].maxw, ps.sums)
-		if ms := hr.mir.subs[ps.sub]; ms != nil {
-			ms.add(ps.sums)
+		if err := wb.add(ps.sub, g.pl.list[ps.profile].maxw, ps.sums); err != nil {
+			hr.drop()
+			return err
+		}
+		if r := hr.roomOf(ps.sub); r != nil {
+			hr.mir.addSums(r, ps.sums)
 		}
 	}
 	wb.at = b.Last + 1
+	return nil
 }
 
 // checkpointBody writes a partition's pending increments and moves its
@@ -267,12 +338,17 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	slack := int64(s.slack / time.Second)
 	args := make([]any, 0, 8+4*wb.fields)
 	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), string(text), wb.fields)
-	for sub, d := range wb.pending {
-		pre := s.keys.SubjectPrefix(partition, sub)
-		for _, w := range d.sums {
-			ttl := max((w.id.n+1)*w.id.span()+d.maxw+slack-nowSec, 1)
-			args = append(args, window.BucketKey(pre, w.id.level, w.id.n), w.field, w.n, ttl)
+	p := wb.pending
+	for i := range p.subs.len() {
+		sub, ok := window.ParseField(string(p.subs.key(i)))
+		if !ok {
+			return 0, fmt.Errorf("checkpoint group=%s partition=%d: pending subject %q is not a field", group, partition, p.subs.key(i))
 		}
+		pre, d := s.keys.SubjectPrefix(partition, sub), p.subs.at(i)
+		p.each(d, func(f bucketField, n int64) {
+			ttl := max((f.id.n+1)*f.id.span()+d.maxw+slack-nowSec, 1)
+			args = append(args, window.BucketKey(pre, f.id.level, f.id.n), f.field, n, ttl)
+		})
 	}
 	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
 		s.keys.Seq(partition), s.keys.Resets(partition), s.keys.CheckpointRules(group, topic, partition)}
@@ -294,7 +370,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	if keepRules {
 		wb.stored = text
 	}
-	clear(wb.pending)
+	wb.pending.reset()
 	wb.fields = 0
 	hr.next = max(hr.next, wb.at)
 	for f, at := range wb.resets {
@@ -361,7 +437,9 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		}
 		// The rules the last owner counted these under, not the current
 		// ones: they say which subjects the script has counted already.
-		s.replay(head, wb.rules, now, hr, &res)
+		if err := s.replay(head, wb.rules, now, hr, &res); err != nil {
+			return res, err
+		}
 		if b.Last < cut {
 			return res, nil
 		}
@@ -431,13 +509,19 @@ func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Head
 	return done, nil
 }
 
-// commit keeps the batch's increments of its memory subjects.
-func (w *writeBack) commit(pl *profiles, order []*pendingSubject) {
+// commit keeps the batch's increments of its memory subjects. When it
+// cannot, it drops hr's memory: the next batch reads the partition again
+// from the checkpoint.
+func (hr *Headroom) commit(pl *profiles, order []*pendingSubject) error {
 	for _, ps := range order {
 		if ps.memory {
-			w.add(ps.sub, pl.list[ps.profile].maxw, ps.sums)
+			if err := hr.wb.add(ps.sub, pl.list[ps.profile].maxw, ps.sums); err != nil {
+				hr.drop()
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // decideBody writes a write-back batch's verdicts (see its header).
@@ -508,6 +592,5 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	res.Decisions = pl.decisions(replyInts(out[3]), sent)
 	res.Extended = pl.decisions(replyInts(out[6]), sent)
 	hr.next, hr.seq = b.Last+1, replyInt(out, 7)
-	hr.wb.commit(pl, order)
-	return nil
+	return hr.commit(pl, order)
 }

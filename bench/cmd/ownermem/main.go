@@ -2,7 +2,7 @@
 // partition costs (issue 27's goal: RSS per resident subject): it applies N
 // distinct subjects, one event each, through the live path's own write-back
 // Applier and Headroom (as the live sink does for one partition, with a
-// checkpoint every -every batches), then reports the subjects held in
+// checkpoint every -every batches or -max-pending fields), then reports the subjects held in
 // memory (headroom entries and bucket copies), heap and RSS growth, and the
 // bytes per resident subject. The Headroom's bound (-max-headroom, the
 // sink's default) caps what stays resident: subjects beyond it are
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -42,11 +43,12 @@ rules:
 func main() {
 	n := flag.Int("n", 1_000_000, "distinct subjects, one event each")
 	batch := flag.Int("batch", 1000, "events per batch")
-	every := flag.Int("every", 50, "batches between checkpoints")
+	every := flag.Int("every", 50, "batches between checkpoints, or fewer: a partition also checkpoints once -max-pending fields wait")
+	maxPending := flag.Int("max-pending", 50_000, "bucket fields pending before a checkpoint (the live sink's default)")
 	maxHeadroom := flag.Int("max-headroom", 200_000, "Headroom bound (the live sink's default)")
 	addr := flag.String("redis-addr", envOr("FLOODGATE_REDIS_ADDR", "127.0.0.1:16379"), "Redis")
 	flag.Parse()
-	if err := run(*addr, *n, *batch, *every, *maxHeadroom); err != nil {
+	if err := run(*addr, *n, *batch, *every, *maxPending, *maxHeadroom); err != nil {
 		fmt.Fprintln(os.Stderr, "ownermem:", err)
 		os.Exit(1)
 	}
@@ -59,7 +61,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func run(addr string, n, batchSize, every, maxHeadroom int) error {
+func run(addr string, n, batchSize, every, maxPending, maxHeadroom int) error {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -97,7 +99,7 @@ func run(addr string, n, batchSize, every, maxHeadroom int) error {
 		if _, err := ap.Apply(ctx, "g", bt, set, now, hr); err != nil {
 			return fmt.Errorf("batch %d: %w", b, err)
 		}
-		if b%every == every-1 {
+		if b%every == every-1 || hr.Resident().Pending >= maxPending {
 			if _, err := ap.Checkpoint(ctx, "g", "t", 0, hr, now); err != nil {
 				return err
 			}
@@ -107,12 +109,19 @@ func run(addr string, n, batchSize, every, maxHeadroom int) error {
 		return err
 	}
 	took := time.Since(start)
-	runtime.GC()
+	// What stays: the Go heap after a collection, with the pages it no
+	// longer uses given back (the runtime returns them within minutes on
+	// its own), plus the Headroom's tables outside the heap.
+	debug.FreeOSMemory()
 	heap1, rss1 := heapInUse(), harness.SelfStatusKiB("VmRSS")<<10
+	peak := harness.SelfStatusKiB("VmHWM") << 10
 	resident := hr.Resident()
+	per := func(b int64) float64 { return float64(b) / float64(max(resident.Subjects, 1)) }
 	fmt.Printf("subjects %d in %s (%.0f/s); resident (headroom entries) %d, bucket copies %d\n", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), resident.Subjects, resident.Copies)
-	fmt.Printf("heap in use +%d MiB, RSS +%d MiB; per resident subject: heap %.0f B, RSS %.0f B; per subject streamed: RSS %.0f B\n",
-		(heap1-heap0)>>20, (rss1-rss0)>>20, float64(heap1-heap0)/float64(max(resident.Subjects, 1)), float64(rss1-rss0)/float64(max(resident.Subjects, 1)), float64(rss1-rss0)/float64(n))
+	fmt.Printf("heap in use +%d MiB, outside the heap %d MiB, RSS +%d MiB (peak +%d MiB)\n", (heap1-heap0)>>20, resident.OffHeap>>20, (rss1-rss0)>>20, (peak-rss0)>>20)
+	fmt.Printf("per resident subject: heap %.0f B, outside the heap %.0f B, RSS %.0f B (peak %.0f B); per subject streamed: RSS %.0f B\n",
+		per(heap1-heap0), per(int64(resident.OffHeap)), per(rss1-rss0), per(peak-rss0), float64(rss1-rss0)/float64(n))
+	runtime.KeepAlive(hr)
 	return nil
 }
 
