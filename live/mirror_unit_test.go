@@ -3,8 +3,10 @@ package live
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 
+	"floodgate/offheap"
 	"floodgate/window"
 )
 
@@ -116,4 +118,41 @@ func TestSubjectTable(t *testing.T) {
 	if h.Resident().Subjects != 0 || h.roomOf(sub(1)) != nil {
 		t.Fatal("a batch over the bound did not forget the subjects")
 	}
+}
+
+// A Headroom's tables go back to the kernel once it is collected: a sink
+// drops a revoked partition's Headroom without closing anything.
+func TestHeadroomTablesFreedWhenCollected(t *testing.T) {
+	settled := func() int64 { // other tests' Headrooms freed first
+		last := int64(-1)
+		for range 100 {
+			runtime.GC()
+			runtime.Gosched()
+			if n := offheap.Mapped(); n == last {
+				return n
+			} else {
+				last = n
+			}
+		}
+		return last
+	}
+	before := settled()
+	func() {
+		h := NewHeadroom(1000)
+		for i := range 100 {
+			r := h.roomFor(window.Subject{Action: "a", Kind: "ip", Subject: fmt.Sprint(i)}, 1)
+			h.mir.store(r, hashID{level: 's', n: 1}, make([]int64, 60))
+		}
+		if offheap.Mapped() <= before {
+			t.Fatal("nothing mapped")
+		}
+	}()
+	for range 1000 {
+		runtime.GC() // cleanups run on their own goroutine after a cycle
+		if offheap.Mapped() == before {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("mapped %d bytes, %d before the Headroom", offheap.Mapped(), before)
 }

@@ -12,6 +12,7 @@ import (
 var (
 	mu        sync.Mutex
 	mapped    = map[unsafe.Pointer]int{}
+	bytesNow  atomic.Int64
 	fallbacks atomic.Int64
 )
 
@@ -35,6 +36,7 @@ func Make[T any](n int) []T {
 	mu.Lock()
 	mapped[p] = len(b)
 	mu.Unlock()
+	bytesNow.Add(int64(len(b)))
 	return unsafe.Slice((*T)(p), n)
 }
 
@@ -50,8 +52,13 @@ func Free[T any](s []T) {
 	mu.Unlock()
 	if ok {
 		unmapBytes(unsafe.Slice((*byte)(p), n))
+		bytesNow.Add(-int64(n))
 	}
 }
+
+// Mapped is the memory the process holds mapped through Make: its RSS
+// outside the Go heap is at most this (pages never touched cost none).
+func Mapped() int64 { return bytesNow.Load() }
 
 // Fallbacks is how many allocations came from the Go heap because the
 // kernel refused to map memory.

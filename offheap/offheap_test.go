@@ -81,7 +81,11 @@ func TestMakeRefusesPointers(t *testing.T) {
 }
 
 func TestMakeFree(t *testing.T) {
+	before := Mapped()
 	s := Make[uint32](1000)
+	if Mapped() != before+4000 {
+		t.Fatalf("mapped %d, want %d", Mapped(), before+4000)
+	}
 	for i := range s {
 		s[i] = uint32(i)
 	}
@@ -89,6 +93,9 @@ func TestMakeFree(t *testing.T) {
 		t.Fatal("lost a value")
 	}
 	Free(s)
+	if Mapped() != before {
+		t.Fatalf("mapped %d after free, want %d", Mapped(), before)
+	}
 	Free(make([]uint32, 3)) // not mapped here: left to the collector
 	Free[uint32](nil)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"floodgate/offheap"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -47,6 +48,16 @@ func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg)
+	// What a write-back owner keeps per subject is outside the Go heap
+	// (package offheap), so go_memstats_* does not show it.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "floodgate_offheap_bytes",
+		Help: "Memory mapped outside the Go heap for per-subject tables (a write-back aggregator's rooms, bucket copies and pending increments); RSS counts the pages touched.",
+	}, func() float64 { return float64(offheap.Mapped()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "floodgate_offheap_fallbacks_total",
+		Help: "Per-subject table chunks allocated on the Go heap because the kernel refused a mapping (vm.max_map_count, address space).",
+	}, func() float64 { return float64(offheap.Fallbacks()) }))
 	return reg
 }
 
