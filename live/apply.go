@@ -40,8 +40,8 @@ type ApplierConfig struct {
 	KeepRecords time.Duration
 	// WriteBack keeps the bucket counts of window-only subjects in the
 	// memory of the partition's owner (its Headroom) and writes them to
-	// Redis only at Checkpoint (writeback.go). Not with Dedup: its ids are
-	// written with each batch.
+	// Redis only at Checkpoint (writeback.go), with the ids of their events
+	// when Dedup is set.
 	WriteBack bool
 }
 
@@ -101,8 +101,6 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		return nil, fmt.Errorf("live applier: keep records %s is negative", cfg.KeepRecords)
 	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
 		return nil, fmt.Errorf("live applier: dedup horizon %s: want 0 (off) or at least 1s", cfg.Dedup)
-	case cfg.WriteBack && cfg.Dedup > 0:
-		return nil, errors.New("live applier: write-back does not keep event ids yet: dedup needs write-through")
 	}
 	if cfg.MaxSubjects == 0 {
 		cfg.MaxSubjects = 1000
@@ -358,6 +356,7 @@ type pendingSubject struct {
 	seen    map[seenKey]int64 // distinct values of the batch -> latest second
 	bev     []bucketEvent     // events for its buckets, in arrival order
 	counted bool              // some of its events were counted by a strict take
+	ids     []string          // ids of the events it counts (Dedup)
 	plan    string            // which limits to evaluate (Headroom.needs)
 	verdict *verdict          // evaluated from the partition's copies (mirror.go)
 	// memory: write-back counts its increments in the owner's memory;
@@ -381,11 +380,14 @@ var errMirrorStale = errors.New("bucket copies stale")
 func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, useMirror bool) (ApplyResult, int64, error) {
 	var res ApplyResult
 	nowSec := floorDiv(now.UnixMilli(), 1000)
-	dups, err := s.duplicates(ctx, b, set, nowSec)
+	var wbm *writeBack
+	if hr != nil {
+		wbm = hr.wb
+	}
+	dups, err := s.duplicates(ctx, b, set, nowSec, wbm)
 	if err != nil {
 		return res, -1, err
 	}
-	var ids []any
 	g := newGather(set, nowSec)
 	parts := s.st.Partitions()
 	for i := range b.Records {
@@ -413,7 +415,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 				res.Duplicates++
 				continue
 			}
-			ids = append(ids, ev.ID)
+			ps.ids = append(ps.ids, ev.ID)
 		}
 		ps.incs[sec] += n
 		g.pl.observe(ps, ev, sec)
@@ -443,7 +445,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		if err != nil || done {
 			if err == nil {
 				res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
-				err = hr.commit(pl, order)
+				err = hr.commit(pl, order, nowSec)
 				res.InMemory = true
 			}
 			return res, -1, err
@@ -453,6 +455,16 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		}
 	}
 	args, sent := s.applyArgs(b, now, pl, order, hr)
+	// The ids of the subjects the script counts; a write-back owner keeps
+	// its memory subjects' with their counts (commit).
+	var ids []any
+	for _, ps := range order {
+		if !ps.memory {
+			for _, id := range ps.ids {
+				ids = append(ids, id)
+			}
+		}
+	}
 	args = append(append(args, s.dedup, len(ids)), ids...)
 	start := time.Now()
 	out, err := applyScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
@@ -495,7 +507,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		res.Extended = pl.decisions(replyInts(out[6]), sent)
 	}
 	if wb {
-		if err := hr.commit(pl, order); err != nil {
+		if err := hr.commit(pl, order, nowSec); err != nil {
 			return res, -1, err
 		}
 	}
@@ -543,9 +555,10 @@ func (hr *Headroom) learn(out []any, next int64, pl *profiles, order, sent []*pe
 }
 
 // duplicates marks, by record index, the events of b counted already under
-// their id within the dedup horizon (one read of the partition's id set),
-// and the repeats of an id within b. Nil when dedup is off.
-func (s *Applier) duplicates(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64) (map[int]bool, error) {
+// their id within the dedup horizon (one read of the partition's id set,
+// and wb's ids counted into memory since the checkpoint), and the repeats
+// of an id within b. Nil when dedup is off.
+func (s *Applier) duplicates(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64, wb *writeBack) (map[int]bool, error) {
 	if s.dedup == 0 {
 		return nil, nil
 	}
@@ -563,6 +576,10 @@ func (s *Applier) duplicates(ctx context.Context, b aggregator.Batch, set *rules
 			continue
 		}
 		first[r.Event.ID] = true
+		if at, ok := wb.seenAt(r.Event.ID); ok && at > nowSec-s.dedup {
+			dups[i] = true
+			continue
+		}
 		ids = append(ids, r.Event.ID)
 		at = append(at, i)
 	}

@@ -3,11 +3,12 @@
 -- offset C moved to the last record counted, atomically; refused when the
 -- slot is not as the owner's memory is as of.
 -- KEYS: C, D (the decisions offset), the change sequence, reset boundaries,
--- the rules text kept with C.
+-- the rules text kept with C, the event ids counted (dedup).
 -- ARGV: expected C ('' for none stored), new C, expected change sequence,
 -- expected D (-1 for none stored), the rules the records after the new C
 -- are counted under ('' when the slot holds them already), n, then n times
--- {bucket key, field, increment, ttl}.
+-- {bucket key, field, increment, ttl}, then the dedup horizon in seconds
+-- (0: off), now (second), m, then m times {event id, second counted at}.
 
 -- reply codes (live/writeback.go, checkpointWritten)
 local WRITTEN, FENCED = 0, 1
@@ -21,8 +22,15 @@ local d = tonumber(redis.call('GET', KEYS[2]) or '-1') or -1
 if cur ~= a[1] or tonumber(seq) ~= tonumber(a[3]) or d ~= tonumber(a[4]) then return {FENCED, cur, seq, d} end
 local newc = tonumber(a[2])
 
--- a failing write (WRONGTYPE on a foreign key) undoes the ones before it
+-- the ids first: a key of another type fails here, before any write
 local n = tonumber(a[6])
+local at = 7 + 4 * n
+local horizon, now, m = tonumber(a[at]), tonumber(a[at + 1]), tonumber(a[at + 2])
+if horizon > 0 then
+  redis.call('ZCARD', KEYS[6])
+end
+
+-- a failing write (WRONGTYPE on a foreign key) undoes the ones before it
 local done = {}
 for k = 7, 7 + 4 * (n - 1), 4 do
   local key, d = a[k], tonumber(a[k + 2])
@@ -37,6 +45,16 @@ for k = 7, 7 + 4 * (n - 1), 4 do
   if v == d then redis.call('EXPIRE', key, a[k + 3]) end
   done[#done + 1] = k
 end
+
+for i = at + 3, at + 1 + 2 * m, 2000 do
+  local za = {'ZADD', KEYS[6]}
+  for k = i, math.min(i + 1998, at + 1 + 2 * m), 2 do
+    za[#za + 1] = a[k + 1]
+    za[#za + 1] = a[k]
+  end
+  redis.call(unpack(za))
+end
+if horizon > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - horizon) end
 
 redis.call('SET', KEYS[1], string.format('%d', newc))
 if a[5] ~= '' then redis.call('SET', KEYS[5], a[5]) end

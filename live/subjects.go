@@ -144,7 +144,7 @@ type tables struct {
 }
 
 func newTables() *tables {
-	return &tables{rooms: newKeyed[room](), pending: &pending{subs: newKeyed[dirty]()}}
+	return &tables{rooms: newKeyed[room](), pending: &pending{subs: newKeyed[dirty](), ids: newKeyed[int64]()}}
 }
 
 func (t *tables) free() {
@@ -159,7 +159,7 @@ func (t *tables) reset() {
 }
 
 func (t *tables) bytes() int {
-	return t.rooms.bytes() + t.blocks.Bytes() + t.pending.subs.bytes() + t.pending.sums.Bytes()
+	return t.rooms.bytes() + t.blocks.Bytes() + t.pending.subs.bytes() + t.pending.sums.Bytes() + t.pending.ids.bytes()
 }
 
 // fieldKey is window.Field(sub) built in buf, without allocating.

@@ -63,7 +63,11 @@ type writeBack struct {
 type pending struct {
 	subs *keyed[dirty]
 	sums offheap.Array[pendingSum]
-	key  []byte // scratch
+	// ids are the event ids counted into memory since the checkpoint, with
+	// the second they were counted at (Dedup): written with C, so that a
+	// replay from C counts their events again and sees their repeats.
+	ids *keyed[int64]
+	key []byte // scratch
 }
 
 // dirty is one subject's increments since the checkpoint.
@@ -84,11 +88,44 @@ type pendingSum struct {
 func (p *pending) reset() {
 	p.subs.reset()
 	p.sums.Reset()
+	p.ids.reset()
 }
 
 func (p *pending) free() {
 	p.subs.free()
 	p.sums.Free()
+	p.ids.free()
+}
+
+// addID keeps an event id counted into memory at second sec; an id counts
+// as a pending field (SinkConfig.MaxPending bounds both).
+func (w *writeBack) addID(id string, sec int64) error {
+	p := w.pending
+	p.key = append(p.key[:0], id...)
+	held := p.ids.len()
+	at := p.ids.add(p.key)
+	if at == nil {
+		return fmt.Errorf("keep event id %q: %w", id, errMemoryFull)
+	}
+	*at = sec
+	if p.ids.len() > held {
+		w.fields++
+	}
+	return nil
+}
+
+// seenAt returns the second id was counted into memory at, false when it
+// was not since the checkpoint.
+func (w *writeBack) seenAt(id string) (int64, bool) {
+	if w == nil || w.pending.ids.len() == 0 {
+		return 0, false
+	}
+	p := w.pending
+	p.key = append(p.key[:0], id...)
+	if at := p.ids.get(p.key); at != nil {
+		return *at, true
+	}
+	return 0, false
 }
 
 // errMemoryFull: the pending increments' table holds 4 GiB of keys
@@ -255,9 +292,17 @@ func (s *Applier) rewind(ctx context.Context, group string, b aggregator.Batch, 
 // hr's write-back memory: a new owner's replay, nothing evaluated. Subjects
 // the apply script counts are in Redis as of D already; a subject an
 // operator reset skips its records before the reset's boundary.
-func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, res *ApplyResult) error {
+func (s *Applier) replay(ctx context.Context, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, res *ApplyResult) error {
 	wb := hr.wb
-	g := newGather(set, floorDiv(now.UnixMilli(), 1000))
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	// The ids memory counted since C went with it: the events it counts
+	// again are told from their repeats as they were, by the ids Redis
+	// holds (as of C, and the script's up to D) and those counted here.
+	dups, err := s.duplicates(ctx, b, set, nowSec, wb)
+	if err != nil {
+		return err
+	}
+	g := newGather(set, nowSec)
 	for i := range b.Records {
 		r := &b.Records[i]
 		ps, sec, _ := g.subject(&r.Event, res)
@@ -267,10 +312,18 @@ func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *
 			res.CountedByLimiter++
 		case !g.pl.list[ps.profile].mirrored:
 			res.Replayed++
+		case dups[i]:
+			res.Duplicates++
 		case r.Offset < wb.resets[window.Field(ps.sub)]:
+			if s.dedup > 0 { // counted, then reset: its id still turns its repeats away
+				ps.ids = append(ps.ids, r.Event.ID)
+			}
 			res.ResetSkipped++
 		default:
 			ps.incs[sec] += max(r.Event.N, 1)
+			if s.dedup > 0 {
+				ps.ids = append(ps.ids, r.Event.ID)
+			}
 			res.Applied++
 			res.Replayed++
 		}
@@ -281,6 +334,12 @@ func (s *Applier) replay(b aggregator.Batch, set *rules.Set, now time.Time, hr *
 		if err := wb.add(ps.sub, g.pl.list[ps.profile].maxw, ps.sums); err != nil {
 			hr.drop()
 			return err
+		}
+		for _, id := range ps.ids {
+			if err := wb.addID(id, nowSec); err != nil {
+				hr.drop()
+				return err
+			}
 		}
 		if r := hr.roomOf(ps.sub); r != nil {
 			hr.mir.addSums(r, ps.sums)
@@ -336,7 +395,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	}
 	nowSec := floorDiv(now.UnixMilli(), 1000)
 	slack := int64(s.slack / time.Second)
-	args := make([]any, 0, 8+4*wb.fields)
+	args := make([]any, 0, 9+4*wb.fields)
 	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), string(text), wb.fields)
 	p := wb.pending
 	for i := range p.subs.len() {
@@ -350,8 +409,13 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 			args = append(args, window.BucketKey(pre, f.id.level, f.id.n), f.field, n, ttl)
 		})
 	}
+	args[5] = (len(args) - 6) / 4 // fields: wb.fields counts ids too
+	args = append(args, s.dedup, nowSec, p.ids.len())
+	for i := range p.ids.len() {
+		args = append(args, string(p.ids.key(i)), *p.ids.at(i))
+	}
 	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
-		s.keys.Seq(partition), s.keys.Resets(partition), s.keys.CheckpointRules(group, topic, partition)}
+		s.keys.Seq(partition), s.keys.Resets(partition), s.keys.CheckpointRules(group, topic, partition), s.keys.IDs(partition)}
 	start := time.Now()
 	out, err := checkpointScript.Run(ctx, s.rdb, keys, args...).Slice()
 	s.st.Observe("checkpoint", start)
@@ -437,7 +501,7 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		}
 		// The rules the last owner counted these under, not the current
 		// ones: they say which subjects the script has counted already.
-		if err := s.replay(head, wb.rules, now, hr, &res); err != nil {
+		if err := s.replay(ctx, head, wb.rules, now, hr, &res); err != nil {
 			return res, err
 		}
 		if b.Last < cut {
@@ -512,13 +576,20 @@ func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Head
 // commit keeps the batch's increments of its memory subjects. When it
 // cannot, it drops hr's memory: the next batch reads the partition again
 // from the checkpoint.
-func (hr *Headroom) commit(pl *profiles, order []*pendingSubject) error {
+func (hr *Headroom) commit(pl *profiles, order []*pendingSubject, nowSec int64) error {
 	for _, ps := range order {
-		if ps.memory {
-			if err := hr.wb.add(ps.sub, pl.list[ps.profile].maxw, ps.sums); err != nil {
-				hr.drop()
-				return err
+		if !ps.memory {
+			continue
+		}
+		err := hr.wb.add(ps.sub, pl.list[ps.profile].maxw, ps.sums)
+		for _, id := range ps.ids {
+			if err == nil {
+				err = hr.wb.addID(id, nowSec)
 			}
+		}
+		if err != nil {
+			hr.drop()
+			return err
 		}
 	}
 	return nil
@@ -592,5 +663,5 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	res.Decisions = pl.decisions(replyInts(out[3]), sent)
 	res.Extended = pl.decisions(replyInts(out[6]), sent)
 	hr.next, hr.seq = b.Last+1, replyInt(out, 7)
-	return hr.commit(pl, order)
+	return hr.commit(pl, order, floorDiv(now.UnixMilli(), 1000))
 }

@@ -543,3 +543,77 @@ rules:
 		}
 	}
 }
+
+// With a dedup horizon, a write-back owner keeps the ids it counted into
+// memory and writes them with the checkpoint: a retry is skipped whether
+// its first count is in Redis or only in memory, and a new owner replaying
+// from the checkpoint counts each event once and skips the same retries.
+func TestWriteBackDedupAcrossAReplay(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	// Near 4/m from the 2nd event: every batch writes the subject's state,
+	// so D runs ahead of the checkpoint and a new owner replays.
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [4/m, 1000/d]
+`)
+	owner := func() *wbOwner {
+		ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true, Dedup: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &wbOwner{t: t, ap: ap, hr: live.NewHeadroom(1000), set: set}
+	}
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	e := eventsOf("x", 5, at)
+	a := owner()
+	var batches []batchT
+	apply := func(o *wbOwner, applied, dups int, evs ...eventT) {
+		t.Helper()
+		bt := b.Batch(evs...)
+		batches = append(batches, bt)
+		if res := o.mustApply(bt, at); res.Applied != applied || res.Duplicates != dups {
+			t.Fatalf("batch %d-%d: applied %d, duplicates %d; want %d and %d", bt.First, bt.Last, res.Applied, res.Duplicates, applied, dups)
+		}
+	}
+	apply(a, 2, 1, e[0], e[1], e[0])
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	apply(a, 1, 2, e[2], e[0], e[2]) // e0's first count is in Redis; e2 twice here
+	apply(a, 1, 0, e[3])
+	apply(a, 1, 1, e[3], e[4]) // e3's first count is in memory only
+	if got := countOf(t, st, "x", at); got != 2 {
+		t.Fatalf("Redis holds %d before the next checkpoint, want the checkpoint's 2", got)
+	}
+
+	// A crash: B resumes at the checkpoint and is handed everything after.
+	bo := owner()
+	bo.hr = live.NewHeadroom(1000)
+	next, _, err := bo.ap.Resume(context.Background(), "g", "wb", 0, bo.hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed, dups, applied int
+	for _, bt := range batches {
+		if bt.Last < next {
+			continue
+		}
+		res := bo.mustApply(aggregator.TrimBatch(bt, max(next, bt.First)), at)
+		replayed, dups, applied = replayed+res.Replayed, dups+res.Duplicates, applied+res.Applied
+	}
+	if replayed == 0 || applied != 3 || dups != 3 {
+		t.Fatalf("the new owner replayed %d, applied %d, skipped %d; want a replay applying 3 and skipping 3", replayed, applied, dups)
+	}
+	if err := bo.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if got := countOf(t, st, "x", at); got != 5 {
+		t.Fatalf("after the new owner's checkpoint: %d, want 5", got)
+	}
+	// The ids went with the checkpoint: a retry now is found in Redis.
+	apply(bo, 0, 2, e[3], e[4])
+}
