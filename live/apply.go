@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,6 +230,9 @@ func (r *ApplyResult) add(o ApplyResult) {
 // runs. When one fails, the result holds what the runs before it did, along
 // with the error. A failed run writes nothing (it undoes its own writes).
 func (s *Applier) Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
+	// hr's tables are freed when it is collected: keep it until the pointers
+	// into them are done with, whatever the caller holds.
+	defer runtime.KeepAlive(hr)
 	if s.wb && hr != nil {
 		return s.applyWriteBack(ctx, group, b, set, now, hr)
 	}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -248,6 +249,7 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 // checkpoint, empty, and returns the offset to read from (ok false: the
 // partition was never applied). Everything hr knew is forgotten.
 func (s *Applier) Resume(ctx context.Context, group, topic string, partition int, hr *Headroom) (next int64, ok bool, err error) {
+	defer runtime.KeepAlive(hr) // see Apply
 	o, err := s.readOffsets(ctx, group, topic, partition)
 	if err != nil {
 		return 0, false, err
@@ -370,6 +372,7 @@ const (
 // batch resumes from Redis's checkpoint. A partition not in write-back or
 // with nothing to write is left alone.
 func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) (fields int, err error) {
+	defer runtime.KeepAlive(hr) // see Apply
 	if hr == nil || hr.wb == nil || hr.wb.at < 0 {
 		return 0, nil
 	}
