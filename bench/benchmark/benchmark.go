@@ -30,17 +30,18 @@ import (
 
 // Options are the benchmark's tunables (flags of floodbench bench).
 type Options struct {
-	Events       int           `name:"events" default:"200000" help:"Events per throughput run."`
-	Runs         int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
-	Subjects     int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
-	Probes       int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
-	LegacyRev    string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
-	LatFractions []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
-	LatMax       float64       `name:"latency-max" help:"Live maximum (events/s) the latency shares are taken of, instead of the live step's figure: to run --only latency on its own."`
-	LatE2E       float64       `name:"latency-e2e" help:"End-to-end maximum (events/s) the latency shares are taken of, instead of measuring it: to compare binaries at the same offered rates in separate runs."`
-	LimiterD     time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
-	SkipSlow     bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
-	PartCount    int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
+	Events        int           `name:"events" default:"200000" help:"Events per throughput run."`
+	Runs          int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
+	Subjects      int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
+	Probes        int           `name:"probes" default:"40" help:"Deny probes of the latency run."`
+	LegacyRev     string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
+	LatFractions  []float64     `name:"latency-at" sep:"," default:"0.1,0.5,0.8" help:"Shares of the live maximum the event-to-deny latency is measured at."`
+	LatMax        float64       `name:"latency-max" help:"Live maximum (events/s) the latency shares are taken of, instead of the live step's figure: to run --only latency on its own."`
+	OwnerSubjects int           `name:"owner-subjects" default:"1000000" help:"Distinct subjects of the owner-memory step (a write-back owner's RSS per resident subject)."`
+	LatE2E        float64       `name:"latency-e2e" help:"End-to-end maximum (events/s) the latency shares are taken of, instead of measuring it: to compare binaries at the same offered rates in separate runs."`
+	LimiterD      time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
+	SkipSlow      bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
+	PartCount     int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
 	// The sketches step (unique visitors in history).
 	SketchEvents   int `name:"sketch-events" default:"200000" help:"Visits the history sink applies in the sketches step (batches of 10 000)."`
 	SketchKeys     int `name:"sketch-keys" default:"5000" help:"Links of the sketches step (Zipf: a few hot ones)."`
@@ -49,7 +50,7 @@ type Options struct {
 	// own, at small sizes, without the whole run. Steps that read an
 	// earlier step's topic (live, history, java-consumer) need producer;
 	// backtest makes its own topic and ceiling when run alone.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches, secure (needs producer and live for its ratios)."`
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches, owner-memory, secure (needs producer and live for its ratios)."`
 }
 
 // Config configures Run.
@@ -142,7 +143,8 @@ type Results struct {
 	CurveErr   string
 	Cluster    ClusterFigures
 	Sketches   []SketchRun // without, then with unique-visitor sketches
-	SketchOpts Options     // the run's options: the sketches step's sizes, the limiter step's duration
+	Owner      *OwnerMemory
+	SketchOpts Options // the run's options: the sketches step's sizes, the limiter step's duration
 	RSS        map[string]int64
 	Errors     []string
 	// The secure step: producer and live aggregator events/s per run on
@@ -211,6 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"cluster", b.cluster},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
+		{"owner-memory", b.ownerMemory},
 		{"secure", b.secure},
 	}
 	for _, st := range steps {

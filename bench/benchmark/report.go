@@ -78,6 +78,10 @@ func Render(r *Results) string {
 			100*l.Fraction, harness.Human(r.LatE2EMax), harness.Human(l.Rate), harness.Human(l.Achieved), harness.Ms(l.P50), harness.Ms(l.P99), harness.Ms(l.Max), kafka, over, l.N, l.Missed, l.KafkaN)
 	}
 	renderLive(w, r)
+	if o := r.Owner; o != nil {
+		w("| write-back owner's RSS per resident subject, %s subjects streamed (goal ≤ 150 B) | %.0f B | — | — | peak %.0f B; heap %.0f B, outside the heap %.0f B (mapped); %d resident, %d bucket copies |\n",
+			harness.Human(float64(o.Subjects)), o.RSS, o.Peak, o.Heap, o.OffHeap, o.Resident, o.Copies)
+	}
 	renderCluster(w, r)
 	w("| Postgres bucket rows/s written (history run) | %s | — | — | %s |\n", harness.Human(harness.Median(r.HistoryRows)), runs(r.HistoryRows))
 	if r.RollerErr == "" && r.RollerTook > 0 && r.RollerRows > 0 {
@@ -111,6 +115,9 @@ func Render(r *Results) string {
 	}
 	w("\nHow each figure is taken:\n\n")
 	w("- producer: wall time of `%s` as it reports it (events acknowledged / time); ceiling: `%s` with --record-size the mean size of our JSON events (read back from the topic). Java's payload is random letters and unkeyed (sticky partitioner); ours is keyed JSON (murmur2).\n", r.ProduceCmd, r.JavaCmd)
+	if o := r.Owner; o != nil {
+		w("- owner-memory: `%s` in a process of its own: one partition, one event each for %d distinct subjects through the live path's write-back Applier and Headroom, checkpointed as the sink does; RSS is the process's growth once the Go heap's free pages are returned (debug.FreeOSMemory), peak its VmHWM growth, both divided by the subjects resident (the Headroom's bound).\n", o.Cmd, o.Subjects)
+	}
 	w("- live: a fresh group of `%s` over the first producer topic (pre-filled with %d events); the rate is taken from its first to its last counted message (floodgate_aggregator_messages_in_total), so the group join is excluded, as ConsumerPerformance's fetch.nMsg.sec excludes it: `%s`. After the first run, the same command once with the aggregator built from `%s` (git archive + go build: issue 11's baseline, fixed 50 ms batches, every touched subject re-evaluated, decisions published inline) and once with `%s`.\n",
 		r.LiveNow.Cmd, r.Events, r.JavaConsCmd, r.LegacyRev, strings.Join(dedupArgs, " "))
 	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total. The dedup row: once, after the runs, the same group without and then with `SinkConfig.Dedup` = %s (what `%s` sets), each in a database of its own (migrations.CreateDatabase), so that both start from empty tables; the topic's ids are all distinct, so it is the price of checking and recording every id; bytes per event: pg_total_relation_size of history_ids (heap and both indexes) after the run, divided by the events.\n",
