@@ -30,7 +30,13 @@ type wbOwner struct {
 }
 
 func newOwner(t *testing.T, st *window.Store, set *rules.Set) *wbOwner {
-	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
+	return newOwnerWith(t, st, set, live.ApplierConfig{})
+}
+
+// newOwnerWith is newOwner with more of the Applier's configuration.
+func newOwnerWith(t *testing.T, st *window.Store, set *rules.Set, cfg live.ApplierConfig) *wbOwner {
+	cfg.WriteBack = true
+	ap, err := live.NewApplier(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +78,8 @@ func (o *wbOwner) resume(batches []batchT, at time.Time) live.ApplyResult {
 		res := o.mustApply(aggregator.TrimBatch(b, max(next, b.First)), at)
 		total.Replayed += res.Replayed
 		total.ResetSkipped += res.ResetSkipped
+		total.Applied += res.Applied
+		total.Duplicates += res.Duplicates
 		total.Decisions = append(total.Decisions, res.Decisions...)
 		total.Extended = append(total.Extended, res.Extended...)
 	}
@@ -559,13 +567,7 @@ rules:
     kinds: [k]
     limits: [4/m, 1000/d]
 `)
-	owner := func() *wbOwner {
-		ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true, Dedup: 10 * time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &wbOwner{t: t, ap: ap, hr: live.NewHeadroom(1000), set: set}
-	}
+	owner := func() *wbOwner { return newOwnerWith(t, st, set, live.ApplierConfig{Dedup: 10 * time.Minute}) }
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
 	e := eventsOf("x", 5, at)
@@ -592,21 +594,8 @@ rules:
 
 	// A crash: B resumes at the checkpoint and is handed everything after.
 	bo := owner()
-	bo.hr = live.NewHeadroom(1000)
-	next, _, err := bo.ap.Resume(context.Background(), "g", "wb", 0, bo.hr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replayed, dups, applied int
-	for _, bt := range batches {
-		if bt.Last < next {
-			continue
-		}
-		res := bo.mustApply(aggregator.TrimBatch(bt, max(next, bt.First)), at)
-		replayed, dups, applied = replayed+res.Replayed, dups+res.Duplicates, applied+res.Applied
-	}
-	if replayed == 0 || applied != 3 || dups != 3 {
-		t.Fatalf("the new owner replayed %d, applied %d, skipped %d; want a replay applying 3 and skipping 3", replayed, applied, dups)
+	if got := bo.resume(batches, at); got.Replayed == 0 || got.Applied != 3 || got.Duplicates != 3 {
+		t.Fatalf("the new owner replayed %d, applied %d, skipped %d; want a replay applying 3 and skipping 3", got.Replayed, got.Applied, got.Duplicates)
 	}
 	if err := bo.checkpoint(at); err != nil {
 		t.Fatal(err)

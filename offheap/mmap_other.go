@@ -4,4 +4,4 @@ package offheap
 
 func mapBytes(n int) ([]byte, error) { return make([]byte, n), nil }
 
-func unmapBytes([]byte) {}
+func unmapBytes([]byte) error { return nil }

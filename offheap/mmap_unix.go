@@ -19,8 +19,9 @@ func mapBytes(n int) ([]byte, error) {
 	return b, nil
 }
 
-func unmapBytes(b []byte) {
-	// Munmap fails only for a range that was not mapped: a bug here, and
-	// the memory is lost either way.
-	_ = unix.Munmap(b)
+func unmapBytes(b []byte) error {
+	if err := unix.Munmap(b); err != nil {
+		return fmt.Errorf("unmap %d bytes: %w", len(b), err)
+	}
+	return nil
 }

@@ -14,6 +14,9 @@ var (
 	mapped    = map[unsafe.Pointer]int{}
 	bytesNow  atomic.Int64
 	fallbacks atomic.Int64
+	// unmapErrors: munmap fails only for a range that was not mapped, a
+	// bug here; the memory stays mapped (counted in Mapped) and is lost.
+	unmapErrors atomic.Int64
 )
 
 // Make returns n zeroed values of T outside the Go heap; Free returns them.
@@ -50,11 +53,18 @@ func Free[T any](s []T) {
 	n, ok := mapped[p]
 	delete(mapped, p)
 	mu.Unlock()
-	if ok {
-		unmapBytes(unsafe.Slice((*byte)(p), n))
-		bytesNow.Add(-int64(n))
+	if !ok {
+		return
 	}
+	if err := unmapBytes(unsafe.Slice((*byte)(p), n)); err != nil {
+		unmapErrors.Add(1)
+		return
+	}
+	bytesNow.Add(-int64(n))
 }
+
+// UnmapErrors is how many Frees the kernel refused: their memory leaked.
+func UnmapErrors() int64 { return unmapErrors.Load() }
 
 // Mapped is the memory the process holds mapped through Make: its RSS
 // outside the Go heap is at most this (pages never touched cost none).

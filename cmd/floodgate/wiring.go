@@ -58,6 +58,10 @@ func newRegistry() *prometheus.Registry {
 		Name: "floodgate_offheap_fallbacks_total",
 		Help: "Per-subject table chunks allocated on the Go heap because the kernel refused a mapping (vm.max_map_count, address space).",
 	}, func() float64 { return float64(offheap.Fallbacks()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "floodgate_offheap_unmap_errors_total",
+		Help: "Per-subject table chunks the kernel refused to unmap (a bug): their memory stays mapped, leaked.",
+	}, func() float64 { return float64(offheap.UnmapErrors()) }))
 	return reg
 }
 
