@@ -167,9 +167,8 @@ func (h *Headroom) roomOf(sub window.Subject) *room {
 // the subject cannot be held).
 func (h *Headroom) roomFor(sub window.Subject, n int) *room {
 	h.key = fieldKey(h.key, sub)
-	held := h.t.rooms.len()
-	r := h.t.rooms.add(h.key)
-	if r != nil && h.t.rooms.len() > held {
+	r, added := h.t.rooms.add(h.key)
+	if added {
 		r.left, r.n = unknownRoom(n).left, uint16(n)
 	}
 	return r

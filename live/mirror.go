@@ -125,12 +125,12 @@ func (m *mirror) store(r *room, id hashID, h []int64) {
 	bi := m.find(r, id)
 	if bi == 0 {
 		bi = m.alloc()
-		b := m.t.blocks.At(int(bi - 1))
-		b.level, b.n, b.next = id.level, id.n, r.copies
+		m.t.blocks.At(int(bi - 1)).next = r.copies
 		r.copies = bi
 		m.hashes++
 	}
 	b := m.t.blocks.At(int(bi - 1))
+	b.level, b.n = id.level, id.n
 	if b.wide {
 		delete(m.wide, bi)
 		b.wide = false
@@ -144,7 +144,11 @@ func (m *mirror) store(r *room, id hashID, h []int64) {
 // add adds n to field k of block bi.
 func (m *mirror) add(bi uint32, k, n int64) {
 	b := m.t.blocks.At(int(bi - 1))
-	m.set(bi, b, k, m.counts(bi).at(k)+n)
+	if b.wide {
+		m.wide[bi][k] += n
+		return
+	}
+	m.set(bi, b, k, int64(b.counts[k])+n)
 }
 
 func (m *mirror) set(bi uint32, b *block, k, v int64) {

@@ -69,27 +69,28 @@ func (t *keyed[T]) find(key []byte) (int, int) {
 	}
 }
 
-// add returns key's value, adding a zero one when not held; nil when the
-// key cannot be held (the arena's 4 GiB or the index's 2^31 entries full).
-func (t *keyed[T]) add(key []byte) *T {
+// add returns key's value, adding a zero one when not held (added true);
+// nil when the key cannot be held (the arena's 4 GiB or the index's 2^31
+// entries full).
+func (t *keyed[T]) add(key []byte) (v *T, added bool) {
 	if i, _ := t.find(key); i >= 0 {
-		return t.vals.At(i)
+		return t.vals.At(i), false
 	}
 	if t.len() >= math.MaxInt32-1 {
-		return nil
+		return nil, false
 	}
 	if 2*(t.len()+1) > len(t.index) {
 		t.grow()
 	}
 	off, ok := t.keys.Add(key)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	_, slot := t.find(key)
 	i := t.vals.Append()
 	*t.refs.At(t.refs.Append()) = keyRef{off, uint32(len(key))}
 	t.index[slot] = uint32(i + 1)
-	return t.vals.At(i)
+	return t.vals.At(i), true
 }
 
 // grow doubles the index (at most half full: probes stay short) and

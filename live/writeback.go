@@ -103,13 +103,12 @@ func (p *pending) free() {
 func (w *writeBack) addID(id string, sec int64) error {
 	p := w.pending
 	p.key = append(p.key[:0], id...)
-	held := p.ids.len()
-	at := p.ids.add(p.key)
+	at, added := p.ids.add(p.key)
 	if at == nil {
 		return fmt.Errorf("keep event id %q: %w", id, errMemoryFull)
 	}
 	*at = sec
-	if p.ids.len() > held {
+	if added {
 		w.fields++
 	}
 	return nil
@@ -139,7 +138,7 @@ func (w *writeBack) add(sub window.Subject, maxw int64, sums []bucketSum) error 
 	}
 	p := w.pending
 	p.key = fieldKey(p.key, sub)
-	d := p.subs.add(p.key)
+	d, _ := p.subs.add(p.key)
 	if d == nil {
 		return fmt.Errorf("keep the increments of %s: %w", p.key, errMemoryFull)
 	}
