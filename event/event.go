@@ -19,6 +19,12 @@ const Version = 1
 // count it in Redis a second time.
 const HeaderCounted = "floodgate-counted"
 
+// HeaderTake is the Kafka header of an event a strict take queued in
+// Redis and its partition's owner published (live.TakeRelay):
+// "<partition>/<take stream entry id>", by which a publish of unknown
+// outcome is found again.
+const HeaderTake = "floodgate-take"
+
 // Limits of the contract. docs/events.md explains each one.
 const (
 	// MaxSize is the largest message value Decode accepts, in bytes.

@@ -55,8 +55,8 @@ func TestBanDeniesEveryCheckWhateverTheCounts(t *testing.T) {
 			}
 		})
 	}
-	if len(e.pub.counted) != 0 || len(e.pub.plain) != 0 {
-		t.Fatalf("a denied take published: %+v %+v", e.pub.counted, e.pub.plain)
+	if counted := e.counted(t); len(counted) != 0 || len(e.pub.plain) != 0 {
+		t.Fatalf("a denied take published: %+v %+v", counted, e.pub.plain)
 	}
 
 	// HTTP: 429, Retry-After, "banned" in the body.

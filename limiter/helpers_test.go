@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,6 +244,36 @@ func (r *recorder) PublishCounted(_ context.Context, evs ...event.Event) error {
 	defer r.mu.Unlock()
 	r.counted = append(r.counted, evs...)
 	return nil
+}
+
+// counted is the strict takes' counted events: those the limiter published
+// itself and those it queued in the slots' take streams, for the partition
+// owner's relay to publish.
+func (e *env) counted(tb testing.TB) []event.Event {
+	tb.Helper()
+	e.pub.mu.Lock()
+	out := slices.Clone(e.pub.counted)
+	e.pub.mu.Unlock()
+	for p := range testPartitions {
+		entries, err := e.rdb.XRange(context.Background(), e.store.Keys().Takes(p), "-", "+").Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, m := range entries {
+			for _, v := range m.Values {
+				_, value, err := window.ParseQueuedEvent(v.(string))
+				if err != nil {
+					tb.Fatal(err)
+				}
+				ev, err := event.Decode(value)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				out = append(out, ev)
+			}
+		}
+	}
+	return out
 }
 
 // h2cClient speaks HTTP/2 without TLS, as plain gRPC clients do.

@@ -28,7 +28,7 @@ var _ Store = (*window.Store)(nil)
 
 // Taker runs strict takes; *strict.Taker implements it.
 type Taker interface {
-	Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error)
+	TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (taken, queued bool, states []window.EvalState, err error)
 }
 
 var _ Taker = (*strict.Taker)(nil)
@@ -282,17 +282,18 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 		// Unknown action or kinds: no limits apply.
 		l.m.checks.WithLabelValues(op, "allowed").Inc()
 		if take {
-			l.publish(ctx, req, now, nil, others)
+			l.publish(ctx, req.Action, nil, l.events(req, now, others))
 		}
 		return d, nil
 	}
 	var views []view
-	taken := false
+	var tk *takeRun
 	switch {
 	case take:
-		views, taken, err = l.readRedis(ctx, op, req.Action, set, plans, now, n, true)
+		tk = l.newTakeRun(req, now, plans)
+		views, err = l.readRedis(ctx, op, req.Action, set, plans, now, n, tk)
 	case req.Exact || l.cfg.State == nil:
-		views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
+		views, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, nil)
 	default:
 		var complete bool
 		if views, complete = l.readMemory(req.Action, plans, now); complete {
@@ -301,7 +302,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 			// Past the state's cap a subject it does not hold may be over
 			// a limit: read them all from Redis, as an exact check does.
 			l.m.overflowReads.Inc()
-			views, _, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, false)
+			views, err = l.readRedis(ctx, op, req.Action, set, plans, now, 1, nil)
 		}
 	}
 	if err != nil {
@@ -313,7 +314,43 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	}
 	deny := assemble(&d, plans, views, now)
 	deny = pick(deny, banDenial(plans, views, now))
-	return l.finish(ctx, op, req, set, d, deny, plans, others, take, taken), nil
+	return l.finish(ctx, op, req, set, d, deny, plans, others, tk), nil
+}
+
+// takeRun is a take's part of a Redis read: the counted subjects' events,
+// handed to the take stream with the count when Taker can queue them, and
+// what the take did.
+type takeRun struct {
+	counted []event.Event
+	queue   []window.QueuedEvent
+	taken   bool
+	queued  bool // the counted events are in the take stream: not published here
+}
+
+// newTakeRun prepares a take's counted events. Without a Publisher nothing
+// is published, so nothing is queued either.
+func (l *Limiter) newTakeRun(req Request, now time.Time, plans []plan) *takeRun {
+	tk := &takeRun{}
+	var subs []Subject
+	for i := range plans {
+		if plans[i].strict {
+			subs = append(subs, plans[i].sub)
+		}
+	}
+	tk.counted = l.events(req, now, subs)
+	if l.cfg.Publisher == nil {
+		return tk
+	}
+	for _, e := range tk.counted {
+		v, err := event.Encode(e)
+		if err != nil {
+			// Published by the Publisher, whose error says why.
+			tk.queue = nil
+			break
+		}
+		tk.queue = append(tk.queue, window.QueuedEvent{Key: []byte(e.Key()), Value: v})
+	}
+	return tk
 }
 
 // plan is one subject with its matching rules.
@@ -473,7 +510,8 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // readRedis evaluates (or with take, takes) in Redis within the timeout.
-func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.Set, plans []plan, now time.Time, n int64, take bool) ([]view, bool, error) {
+// A take (tk set) counts n and records in tk what it did.
+func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.Set, plans []plan, now time.Time, n int64, tk *takeRun) ([]view, error) {
 	qs := make([]window.EvalQuery, len(plans))
 	subs := make([]Subject, len(plans))
 	for i := range plans {
@@ -488,20 +526,19 @@ func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.S
 	start := time.Now()
 	var (
 		states []window.EvalState
-		taken  bool
 		err    error
 	)
 	switch {
-	case take && l.cfg.Taker == nil:
+	case tk != nil && l.cfg.Taker == nil:
 		err = errors.New("no strict taker configured")
-	case take:
-		taken, states, err = l.cfg.Taker.Take(rctx, now, qs, n)
+	case tk != nil:
+		tk.taken, tk.queued, states, err = l.cfg.Taker.TakeQueued(rctx, now, qs, n, tk.queue)
 	default:
 		states, err = l.cfg.Store.Evaluate(rctx, now, qs, n)
 	}
 	l.m.redis.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	views := make([]view, len(plans))
 	for i, st := range states {
@@ -521,7 +558,7 @@ func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.S
 		}
 		views[i] = v
 	}
-	return views, taken, nil
+	return views, nil
 }
 
 // evalQuery is a plan as the store reads it. values are the request's other
@@ -681,8 +718,8 @@ func (pl *planLimit) rate() string {
 	return ""
 }
 
-// finish counts the decision and, for an admitted take, publishes.
-func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules.Set, d Decision, deny *Denial, plans []plan, others []Subject, take, taken bool) Decision {
+// finish counts the decision and, for an admitted take (tk set), publishes.
+func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules.Set, d Decision, deny *Denial, plans []plan, others []Subject, tk *takeRun) Decision {
 	l.m.rules.count(l.m.rules.index(set, l.cfg.Rules), &d)
 	for _, sd := range d.ShadowDenials {
 		l.m.shadowDenies.WithLabelValues(sd.Rule).Inc()
@@ -693,7 +730,7 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules
 		l.m.denies.WithLabelValues(denyLabel(deny)).Inc()
 		return d
 	}
-	if take && !taken {
+	if tk != nil && !tk.taken {
 		// The script saw a blocking state the rules here did not (a rules
 		// reload between the two): deny without a rule, retry soon.
 		d.Allowed = false
@@ -702,19 +739,18 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules
 		return d
 	}
 	l.m.checks.WithLabelValues(op, "allowed").Inc()
-	if take {
+	if tk != nil {
 		afterTake(&d, int64(max(req.N, 1)))
-		var counted []Subject
-		for i := range plans {
-			if plans[i].strict {
-				counted = append(counted, plans[i].sub)
-			}
-		}
-		d.Counted = len(counted) > 0
+		d.Counted = len(tk.counted) > 0
 		if d.Counted {
 			l.m.counted.Add(float64(max(req.N, 1)))
 		}
-		l.publish(ctx, req, d.Time, counted, others)
+		counted := tk.counted
+		if tk.queued {
+			l.m.queued.Add(float64(len(counted)))
+			counted = nil
+		}
+		l.publish(ctx, req.Action, counted, l.events(req, d.Time, others))
 	}
 	return d
 }
@@ -793,47 +829,53 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, plans []
 	if op == "take" {
 		// Not counted in Redis: publish every subject uncounted, so the
 		// aggregator counts them when Redis is back.
-		l.publish(ctx, req, d.Time, nil, req.Subjects)
+		l.publish(ctx, req.Action, nil, l.events(req, d.Time, req.Subjects))
 	}
 	return d
 }
 
-// publish hands Take's events to the publisher: counted subjects with the
+// events are Take's events of subs: one per subject, with the request's
+// id (per kind when it names several subjects) or a new one.
+func (l *Limiter) events(req Request, now time.Time, subs []Subject) []event.Event {
+	if len(subs) == 0 {
+		return nil
+	}
+	n := max(req.N, 1)
+	evs := make([]event.Event, 0, len(subs))
+	for i, s := range subs {
+		id := req.ID
+		if id != "" && len(req.Subjects) > 1 {
+			id += "." + s.Kind
+			if i > 0 && len(id) > event.MaxIDLen {
+				id = ""
+			}
+		}
+		if id == "" || len(id) > event.MaxIDLen {
+			id = event.NewID()
+		}
+		evs = append(evs, event.Event{V: event.Version, ID: id, Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: now, N: n, Attrs: attrsOf(s, req.Subjects)})
+	}
+	return evs
+}
+
+// publish hands Take's events to the publisher: counted ones with the
 // event.HeaderCounted header, the others without. Failures are logged and
 // counted; the Redis count stands (docs/limiter.md).
-func (l *Limiter) publish(ctx context.Context, req Request, now time.Time, counted, others []Subject) {
+func (l *Limiter) publish(ctx context.Context, action string, counted, others []event.Event) {
 	if l.cfg.Publisher == nil {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	n := max(req.N, 1)
-	mk := func(subs []Subject) []event.Event {
-		evs := make([]event.Event, 0, len(subs))
-		for i, s := range subs {
-			id := req.ID
-			if id != "" && len(req.Subjects) > 1 {
-				id += "." + s.Kind
-				if i > 0 && len(id) > event.MaxIDLen {
-					id = ""
-				}
-			}
-			if id == "" || len(id) > event.MaxIDLen {
-				id = event.NewID()
-			}
-			evs = append(evs, event.Event{V: event.Version, ID: id, Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: now, N: n, Attrs: attrsOf(s, req.Subjects)})
-		}
-		return evs
-	}
 	if len(counted) > 0 {
-		if err := l.cfg.Publisher.PublishCounted(ctx, mk(counted)...); err != nil {
+		if err := l.cfg.Publisher.PublishCounted(ctx, counted...); err != nil {
 			l.m.publishErrors.WithLabelValues("counted").Inc()
-			l.log.Error("limiter: publish counted events (Redis holds the count; history may miss them)", "action", req.Action, "err", err)
+			l.log.Error("limiter: publish counted events (Redis holds the count; history may miss them)", "action", action, "err", err)
 		}
 	}
 	if len(others) > 0 {
-		if err := l.cfg.Publisher.Publish(ctx, mk(others)...); err != nil {
+		if err := l.cfg.Publisher.Publish(ctx, others...); err != nil {
 			l.m.publishErrors.WithLabelValues("uncounted").Inc()
-			l.log.Error("limiter: publish events", "action", req.Action, "err", err)
+			l.log.Error("limiter: publish events", "action", action, "err", err)
 		}
 	}
 }
@@ -938,7 +980,7 @@ func (l *Limiter) refuse(ctx context.Context, op string, req Request, set *rules
 	err := errors.New("no redis read")
 	if take || req.Exact || l.cfg.State == nil {
 		p := plans[:min(len(plans), l.maxSubj)]
-		if views, _, err = l.readRedis(ctx, op, req.Action, set, p, now, 1, false); err == nil {
+		if views, err = l.readRedis(ctx, op, req.Action, set, p, now, 1, nil); err == nil {
 			plans = p
 		}
 	}
@@ -953,7 +995,7 @@ func (l *Limiter) refuse(ctx context.Context, op string, req Request, set *rules
 	if deny == nil {
 		return Decision{}, bad
 	}
-	return l.finish(ctx, op, req, set, d, deny, plans, nil, false, false), nil
+	return l.finish(ctx, op, req, set, d, deny, plans, nil, nil), nil
 }
 
 func fieldName(f string) string {

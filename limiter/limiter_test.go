@@ -345,10 +345,7 @@ func TestStrictTakeAdmitsExactlyTheLimit(t *testing.T) {
 	if allowed.Load() != 10 || counted.Load() != 10 {
 		t.Fatalf("allowed %d counted %d of 200 takes, want exactly 10", allowed.Load(), counted.Load())
 	}
-	e.pub.mu.Lock()
-	n := len(e.pub.counted)
-	e.pub.mu.Unlock()
-	if n != 10 {
+	if n := len(e.counted(t)); n != 10 {
 		t.Errorf("%d counted events published, want 10", n)
 	}
 	// No aggregator runs here: the takes are in Redis, not yet in memory.
@@ -627,9 +624,7 @@ func TestDuplicateSubjectsDecidedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.pub.mu.Lock()
-	counted := len(e.pub.counted)
-	e.pub.mu.Unlock()
+	counted := len(e.counted(t))
 	if admitted != 10 || d.Limits[0].Count != 10 || counted != 10 {
 		t.Fatalf("strict 10/1m: admitted %d, Redis sum %d, counted events published %d; want 10 each", admitted, d.Limits[0].Count, counted)
 	}

@@ -19,6 +19,7 @@ type metrics struct {
 	failures      *prometheus.CounterVec
 	publishErrors *prometheus.CounterVec
 	counted       prometheus.Counter
+	queued        prometheus.Counter
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	rules         *ruleDecisions
@@ -68,6 +69,10 @@ func newMetrics() *metrics {
 			Name: "floodgate_limiter_strict_counted_total",
 			Help: "Events counted in Redis by strict-mode takes.",
 		}),
+		queued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_strict_queued_total",
+			Help: "Strict takes' events handed to their slot's take stream with the count, for the partition owner to publish (the rest the limiter publishes itself: takes spanning slots, a full stream).",
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_requests_total",
 			Help: "Requests by surface (connect, http, rls) and outcome (ok, over_limit, invalid, unauthenticated, error).",
@@ -105,7 +110,7 @@ func (m *metrics) zero() {
 func (m *metrics) register(r prometheus.Registerer) error {
 	m.zero()
 	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads,
-		m.redis, m.failures, m.publishErrors, m.counted, m.requests, m.latency, m.rules.vec}
+		m.redis, m.failures, m.publishErrors, m.counted, m.queued, m.requests, m.latency, m.rules.vec}
 	cs = append(cs, m.state...)
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {

@@ -30,6 +30,9 @@ type SinkConfig struct {
 	// decisions topic from its change stream (RunPartition). Nil: nothing
 	// is published (the change stream still records them).
 	Relay *Relay
+	// TakeRelay, when set, publishes each assigned partition's strict
+	// takes' events from its take stream to the events topic.
+	TakeRelay *TakeRelay
 	// EvaluateAll evaluates every touched subject on every batch, as
 	// floodgate did before headroom tracking (benchmarks compare the two).
 	// Default false: a batch evaluates only subjects it can have brought to
@@ -241,6 +244,13 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		go func() {
 			defer wg.Done()
 			s.prune(pctx, partition)
+		}()
+	}
+	if s.cfg.TakeRelay != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.cfg.TakeRelay.Run(pctx, topic, partition)
 		}()
 	}
 	if s.cfg.Relay != nil {

@@ -109,20 +109,35 @@ type result struct {
 // admits as many as the tightest slot allows rather than starving on
 // reservations that another slot refuses.
 func (t *Taker) Take(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) (bool, []window.EvalState, error) {
+	taken, _, states, err := t.TakeQueued(ctx, now, qs, n, nil)
+	return taken, states, err
+}
+
+// TakeQueued is Take that also hands the take's events to the slot's take
+// stream, in the script run that counts them (window.TakeRequest.Events),
+// when every subject is in one slot: the partition owner publishes them
+// (live.TakeRelay), exactly once, and the caller publishes nothing.
+// queued is false when it did not (several slots, whose reservations may
+// be refunded after the event is out, or a full stream): the caller
+// publishes the events of a take that counted.
+func (t *Taker) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (taken, queued bool, states []window.EvalState, err error) {
 	groups := map[int][]int{}
 	for i, q := range qs {
 		p, err := t.cfg.Store.PartitionOf(q.Subject)
 		if err != nil {
-			return false, nil, err
+			return false, false, nil, err
 		}
 		groups[p] = append(groups[p], i)
+	}
+	if len(groups) > 1 {
+		events = nil
 	}
 	parts := make([]int, 0, len(groups))
 	for p := range groups {
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
-	states := make([]window.EvalState, len(qs))
+	states = make([]window.EvalState, len(qs))
 	type reserved struct {
 		part int
 		qs   []window.EvalQuery
@@ -148,22 +163,23 @@ func (t *Taker) Take(ctx context.Context, now time.Time, qs []window.EvalQuery, 
 		for k, i := range idx {
 			sub[k] = qs[i]
 		}
-		r := t.submit(ctx, p, now, window.TakeRequest{Queries: sub, N: n})
+		r := t.submit(ctx, p, now, window.TakeRequest{Queries: sub, N: n, Events: events})
 		if r.err != nil {
-			return false, nil, errors.Join(r.err, refund())
+			return false, false, nil, errors.Join(r.err, refund())
 		}
 		for k, i := range idx {
 			states[i] = r.res.States[k]
 		}
 		if !r.res.Taken {
 			if err := refund(); err != nil {
-				return false, nil, err
+				return false, false, nil, err
 			}
-			return false, states, t.fill(ctx, now, qs, states, n)
+			return false, false, states, t.fill(ctx, now, qs, states, n)
 		}
+		queued = r.res.Queued
 		held = append(held, reserved{part: p, qs: sub, now: r.now})
 	}
-	return true, states, nil
+	return true, queued, states, nil
 }
 
 // fill evaluates, without taking, the subjects of the slots a refused take

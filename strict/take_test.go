@@ -383,3 +383,88 @@ func TestTakeDistinctCountsNewValuesOnly(t *testing.T) {
 		t.Fatalf("a known e-mail: %v %v, want taken", ok, err)
 	}
 }
+
+// A take of one slot queues its events in the slot's take stream with the
+// count, in the same script run: a refused take queues nothing, a take
+// spanning slots queues nothing (its caller publishes), and a full stream
+// leaves the events to the caller.
+func TestTakeQueuesItsEventsInItsSlot(t *testing.T) {
+	stacktest.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: stacktest.RedisAddr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return partitions }, MaxTakes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taker, err := strict.New(strict.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_200, 0)
+	lim := []window.EvalLimit{{Limit: rules.Limit{Count: 2, Window: time.Minute}, Block: true}}
+	email := window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "email", Subject: "q@example.com"}, MaxWindow: time.Minute, Limits: lim, Count: true}
+	part := window.Partition(email.Subject, partitions)
+	ev := func(i int) []window.QueuedEvent {
+		return []window.QueuedEvent{{Key: []byte("email:q@example.com"), Value: []byte(`{"n":` + strconv.Itoa(i) + `}`)}}
+	}
+	stream := func() []string {
+		t.Helper()
+		xs, err := rdb.XRange(context.Background(), st.Keys().Takes(part), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range xs {
+			for _, v := range x.Values {
+				k, val, err := window.ParseQueuedEvent(v.(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, string(k)+" "+string(val))
+			}
+		}
+		return out
+	}
+	for i := range 3 {
+		taken, queued, _, err := taker.TakeQueued(context.Background(), now, []window.EvalQuery{email}, 1, ev(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i < 2; taken != want || queued != want {
+			t.Fatalf("take %d: taken %v queued %v, want %v (limit 2)", i, taken, queued, want)
+		}
+	}
+	if got := stream(); len(got) != 2 || got[0] != `email:q@example.com {"n":0}` || got[1] != `email:q@example.com {"n":1}` {
+		t.Fatalf("take stream %q, want the two taken events in order", got)
+	}
+
+	// Across slots: counted, not queued.
+	var ip window.EvalQuery
+	for i := 0; ; i++ {
+		ip = window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "ip", Subject: "192.0.2." + strconv.Itoa(i)}, MaxWindow: time.Minute, Limits: lim, Count: true}
+		if window.Partition(ip.Subject, partitions) != part {
+			break
+		}
+	}
+	email.Subject.Subject = "r@example.com"
+	if window.Partition(email.Subject, partitions) == window.Partition(ip.Subject, partitions) {
+		t.Skip("subjects share a slot")
+	}
+	taken, queued, _, err := taker.TakeQueued(context.Background(), now, []window.EvalQuery{ip, email}, 1, ev(9))
+	if err != nil || !taken || queued {
+		t.Fatalf("take across slots: taken %v queued %v err %v, want taken, not queued", taken, queued, err)
+	}
+
+	// A full stream (MaxTakes 3) takes but leaves the events to the caller.
+	email.Subject.Subject = "q@example.com"
+	email.Limits = []window.EvalLimit{{Limit: rules.Limit{Count: 10, Window: time.Minute}, Block: true}}
+	for i, want := range []bool{true, false} {
+		taken, queued, _, err := taker.TakeQueued(context.Background(), now, []window.EvalQuery{email}, 1, ev(10+i))
+		if err != nil || !taken || queued != want {
+			t.Fatalf("take %d near the cap: taken %v queued %v err %v, want taken, queued %v", i, taken, queued, err, want)
+		}
+	}
+	if got := stream(); len(got) != 3 {
+		t.Fatalf("take stream holds %d events, want the cap, 3", len(got))
+	}
+}

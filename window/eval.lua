@@ -19,14 +19,22 @@ local now = math.floor(now_ms / 1000)
 local now_us = now_ms * 1000
 local slack, ahead = tonumber(a[3]), tonumber(a[4])
 local nreq = tonumber(a[5])
-local i = 6
+-- the take stream's cap: a take's events are queued for the partition
+-- owner's relay only while it holds fewer entries (0: never)
+local qmax = tonumber(a[6])
+local takes = slot .. ':@takes'
+local i = 7
 local c = {}
 local undo = {}
 local out = {}
 local err = fg_guard(undo, function()
   for r = 1, nreq do
     local n, take, nsub = tonumber(a[i]), a[i + 1] == '1', tonumber(a[i + 2])
-    i = i + 3
+    -- the take's events, "<key length>:<key><value>" each (window/read.go)
+    local ne = tonumber(a[i + 3])
+    local evs = {}
+    for e = 1, ne do evs[2 * e - 1] = e; evs[2 * e] = a[i + 3 + e] end
+    i = i + 4 + ne
     local rows, subs = {}, {}
     local blocked = false
     for s = 1, nsub do
@@ -101,7 +109,7 @@ local err = fg_guard(undo, function()
       rows[s] = row
       subs[s] = {f, maxw, count, seen, bks}
     end
-    local taken = NOT_TAKEN
+    local taken, queued = NOT_TAKEN, 0
     if take and not blocked then
       -- a subject queried twice is counted once: every row checked sum + n,
       -- so counting n per row would overshoot
@@ -131,8 +139,15 @@ local err = fg_guard(undo, function()
         end
       end
       taken = TAKEN
+      -- the events go out with the count (one entry per take, Kafka key
+      -- and value pairs) unless the stream is full: its owner is not
+      -- relaying, and the caller publishes them itself
+      if ne > 0 and qmax > 0 and redis.call('XLEN', takes) < qmax then
+        redis.call('XADD', takes, '*', unpack(evs))
+        queued = 1
+      end
     end
-    out[r] = {taken, rows}
+    out[r] = {taken, rows, queued}
   end
 end)
 if err then return err end

@@ -55,6 +55,13 @@ const (
 	seqSuffix   = ":@seq"   // sequence number of the last change entry
 	relaySuffix = ":@relay" // stream id of the last change published to Kafka
 	idsSuffix   = ":@ids"   // zset event id -> second it was counted (dedup)
+	// stream of strict takes' events, for the partition owner's relay to
+	// publish to the events topic (live/takerelay.go)
+	takesSuffix = ":@takes"
+	// "<entry id> <offset> [<pending entry id> <since ms>]": the last take
+	// entry published, the events topic's offset after it, and the batch
+	// being published when there is one
+	takesRelaySuffix = ":@takes-relay"
 	// hash field -> the decisions offset an operator's reset stood at: a
 	// write-back owner replaying from its checkpoint skips the subject's
 	// events before it (live/writeback.go)
@@ -113,6 +120,13 @@ func (k Keys) Relay(partition int) string { return k.Slot(partition) + relaySuff
 // IDs returns the key of the event ids a partition counted within the
 // dedup horizon.
 func (k Keys) IDs(partition int) string { return k.Slot(partition) + idsSuffix }
+
+// Takes returns the key of a partition's stream of strict takes' events
+// not yet published to the events topic.
+func (k Keys) Takes(partition int) string { return k.Slot(partition) + takesSuffix }
+
+// TakesRelay returns the key holding the take relay's cursor.
+func (k Keys) TakesRelay(partition int) string { return k.Slot(partition) + takesRelaySuffix }
 
 // Deny returns the key of a subject's deny record in its partition's slot.
 func (k Keys) Deny(partition int, sub Subject) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,12 +97,43 @@ type BucketEval struct {
 type TakeRequest struct {
 	Queries []EvalQuery
 	N       int64
+	// Events, when set, are the take's encoded events (all of this slot's
+	// partition): a take that counts also appends them, in the same script
+	// run, to the slot's take stream (Keys.Takes), from which the partition
+	// owner publishes them (live.TakeRelay) — unless the stream already
+	// holds QueueMax entries.
+	Events []QueuedEvent
+}
+
+// QueuedEvent is one event of a take, as published: Kafka key and value.
+type QueuedEvent struct {
+	Key, Value []byte
+}
+
+// encode is the event as the take stream holds it: "<len(key)>:<key><value>".
+func (e QueuedEvent) encode() string {
+	return strconv.Itoa(len(e.Key)) + ":" + string(e.Key) + string(e.Value)
+}
+
+// ParseQueuedEvent reads a take stream entry's field value: the Kafka key
+// and value of one event.
+func ParseQueuedEvent(s string) (key, value []byte, err error) {
+	n, rest, ok := strings.Cut(s, ":")
+	k, err := strconv.Atoi(n)
+	if !ok || err != nil || k < 0 || k > len(rest) {
+		return nil, nil, fmt.Errorf("queued event: want \"<key length>:<key><value>\", got %.40q", s)
+	}
+	return []byte(rest[:k]), []byte(rest[k:]), nil
 }
 
 // TakeResult answers a TakeRequest: Taken, and the states before the take.
 type TakeResult struct {
 	Taken  bool
 	States []EvalState
+	// Queued: the request's Events are in the take stream. False for a
+	// take that counted while the stream was full: its caller publishes
+	// them.
+	Queued bool
 }
 
 // Evaluate answers queries: each subject's deny record, the sum of each
@@ -278,36 +310,50 @@ func (s *Store) runEval(ctx context.Context, op string, partition int, now time.
 // 0: it did not).
 const takeTaken = 1
 
-// parseTakes reads the reply of evalBody: one {taken, states} per request.
+// parseTakes reads the reply of evalBody: one {taken, states, queued} per
+// request.
 func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 	if len(v) != len(reqs) {
 		return nil, fmt.Errorf("%s: %d answers for %d requests", op, len(v), len(reqs))
 	}
 	out := make([]TakeResult, len(reqs))
 	for r, x := range v {
-		pair, ok := x.([]any)
-		if !ok || len(pair) != 2 {
+		reply, ok := x.([]any)
+		if !ok || len(reply) != 3 {
 			return nil, fmt.Errorf("%s: bad reply %v", op, x)
 		}
-		taken, _ := pair[0].(int64)
-		states, err := parseStates(op, reqs[r].Queries, pair[1])
+		taken, _ := reply[0].(int64)
+		states, err := parseStates(op, reqs[r].Queries, reply[1])
 		if err != nil {
 			return nil, err
 		}
-		out[r] = TakeResult{Taken: taken == takeTaken, States: states}
+		queued, _ := reply[2].(int64)
+		out[r] = TakeResult{Taken: taken == takeTaken, States: states, Queued: queued == 1}
 	}
 	return out, nil
 }
 
 func (s *Store) evalArgs(op string, partition int, now time.Time, reqs []TakeRequest, take bool) ([]any, error) {
 	args := make([]any, 0, 8+16*len(reqs))
-	args = append(args, s.keys.Slot(partition), now.UnixMilli(), int64(s.slack/time.Second), int64(Ahead/time.Second), len(reqs))
+	qmax := int64(0)
+	if take {
+		qmax = s.queueMax
+	}
+	args = append(args, s.keys.Slot(partition), now.UnixMilli(), int64(s.slack/time.Second), int64(Ahead/time.Second), len(reqs), qmax)
 	for _, r := range reqs {
 		tk := 0
 		if take {
 			tk = 1
 		}
 		args = append(args, r.N, tk, len(r.Queries))
+		ne := 0
+		if take {
+			ne = len(r.Events)
+		}
+		args = append(args, ne)
+		for _, e := range r.Events[:ne] {
+			args = append(args, e.encode())
+		}
 		for _, q := range r.Queries {
 			cnt := 0
 			if q.Count {

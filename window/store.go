@@ -54,6 +54,11 @@ type StoreConfig struct {
 	// the relay is far behind (the decisions topic down for long), and the
 	// relay then reports the entries it lost. Default 100000.
 	MaxLog int64
+	// MaxTakes bounds each partition's take stream (entries): a strict
+	// take that counts while the stream is full leaves its events to its
+	// caller to publish, so an owner that stopped relaying costs Redis at
+	// most this much. Default 100000; negative: takes queue nothing.
+	MaxTakes int64
 	// Registerer receives floodgate_redis_seconds{op}. Nil: not registered.
 	Registerer prometheus.Registerer
 }
@@ -63,12 +68,14 @@ type StoreConfig struct {
 // the Kafka partition that owns its subject. docs/redis.md describes the
 // layout. Safe for concurrent use.
 type Store struct {
-	rdb     Redis
-	keys    Keys
-	parts   func() int
-	slack   time.Duration
-	maxLog  int64
-	latency *prometheus.HistogramVec
+	rdb    Redis
+	keys   Keys
+	parts  func() int
+	slack  time.Duration
+	maxLog int64
+	// queueMax is MaxTakes, 0 when takes queue nothing
+	queueMax int64
+	latency  *prometheus.HistogramVec
 }
 
 // resumeBody reads a partition's next offset: a script rather than a GET so
@@ -107,12 +114,16 @@ func NewStore(rdb Redis, cfg StoreConfig) (*Store, error) {
 	if cfg.MaxLog == 0 {
 		cfg.MaxLog = 100_000
 	}
+	if cfg.MaxTakes == 0 {
+		cfg.MaxTakes = 100_000
+	}
 	s := &Store{
-		rdb:    rdb,
-		keys:   Keys{Prefix: cfg.Prefix},
-		parts:  cfg.Partitions,
-		slack:  cfg.Slack,
-		maxLog: cfg.MaxLog,
+		rdb:      rdb,
+		keys:     Keys{Prefix: cfg.Prefix},
+		parts:    cfg.Partitions,
+		slack:    cfg.Slack,
+		maxLog:   cfg.MaxLog,
+		queueMax: max(cfg.MaxTakes, 0),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_redis_seconds",
 			Help:    "Redis script round trips of the window store by operation.",

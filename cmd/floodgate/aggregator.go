@@ -95,8 +95,15 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	takeRelay, err := live.NewTakeRelay(live.TakeRelayConfig{
+		Store: store, Redis: rdb, Kafka: c.cluster.Client(10*time.Second, c.cluster.Transport(nil)),
+		Logger: logger.With("sink", "live"), Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
 	liveSink, err := live.NewSink(live.SinkConfig{
-		Applier: applier, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, EvaluateAll: c.EvaluateAll,
+		Applier: applier, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, TakeRelay: takeRelay, EvaluateAll: c.EvaluateAll,
 		CheckpointEvery: c.CheckpointInterval, MaxPending: c.MaxPending,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})

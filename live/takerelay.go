@@ -1,0 +1,354 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/jitter"
+	"floodgate/window"
+)
+
+// TakeRedis is what the take relay needs of Redis: read the take stream,
+// keep its cursor, trim what it published.
+type TakeRedis interface {
+	XRead(ctx context.Context, a *redis.XReadArgs) *redis.XStreamSliceCmd
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	XTrimMinIDApprox(ctx context.Context, key, minID string, limit int64) *redis.IntCmd
+}
+
+var _ TakeRedis = (*redis.Client)(nil)
+
+// TakeRelayConfig configures a TakeRelay.
+type TakeRelayConfig struct {
+	Store *window.Store // required
+	Redis TakeRedis     // required
+	// Kafka produces to the events topic, lists its offsets and reads
+	// back what a relay that failed mid-publish wrote. Required.
+	Kafka *kafka.Client
+	// MaxBatch caps the take entries of one produce request. Default 1000.
+	MaxBatch int
+	// Wait is how long a read of an empty stream blocks. Default 500ms.
+	Wait time.Duration
+	// ProduceTimeout bounds one produce request. Default 10s.
+	ProduceTimeout time.Duration
+	// RetryBackoff is the least pause after a failure; the pauses double,
+	// jittered, up to 5s. Default 200ms.
+	RetryBackoff time.Duration
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+}
+
+// TakeRelay publishes the events of strict takes, which the take script
+// appended to their slot's take stream with the count (window.TakeRequest
+// Events), to their partition of the events topic, exactly once: the
+// owner of the partition relays them in stream order, each produce request
+// a single attempt, and a publish whose outcome is unknown (an error, a
+// crash) is settled by reading back what reached the partition before
+// anything is sent again. The published records carry event.HeaderCounted
+// (live sinks skip them: the take counted them) and event.HeaderTake, the
+// entry's id, by which the read-back recognises them.
+//
+// The cursor key (window.Keys.TakesRelay) holds the last entry published
+// and, while a produce request is out, that request's last entry, the
+// partition's end offset before it and when it was sent: the read-back
+// scans the partition from that offset, for at most the records written
+// within ProduceTimeout (plus a minute of clock skew) of that time.
+//
+// Two owners of one partition at once (a member that has not noticed it
+// was revoked) could both publish an entry: the cursor is no fence. The
+// aggregator's dedup (--dedup) recognises such a repeat by its event id.
+type TakeRelay struct {
+	cfg       TakeRelayConfig
+	log       *slog.Logger
+	published prometheus.Counter
+	readBacks *prometheus.CounterVec
+}
+
+// headerTakeSep separates the partition from the entry id in
+// event.HeaderTake.
+const headerTakeSep = "/"
+
+// NewTakeRelay returns a TakeRelay.
+func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
+	if cfg.Store == nil || cfg.Redis == nil || cfg.Kafka == nil {
+		return nil, errors.New("take relay: store, redis and kafka are required")
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1000
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = 500 * time.Millisecond
+	}
+	if cfg.ProduceTimeout <= 0 {
+		cfg.ProduceTimeout = 10 * time.Second
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &TakeRelay{
+		cfg: cfg, log: cfg.Logger.With("component", "take-relay"),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_live_takes_published_total",
+			Help: "Strict takes' events published from the take streams to the events topic (exactly once).",
+		}),
+		readBacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_take_readbacks_total",
+			Help: "Publishes of take events whose outcome was unknown (a failed request, a crash), settled by reading the partition back, by what was found (published, not_published).",
+		}, []string{"found"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.published, r.readBacks} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("take relay: register metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Run relays the partition's take stream to topic until ctx ends. A
+// failure (Redis, Kafka) pauses it, then it starts again from its cursor.
+func (r *TakeRelay) Run(ctx context.Context, topic string, partition int) {
+	log := r.log.With("topic", topic, "partition", partition)
+	wait := jitter.New(r.cfg.RetryBackoff, 5*time.Second)
+	for {
+		err := r.follow(ctx, topic, partition, log)
+		if ctx.Err() != nil {
+			return
+		}
+		backoff := wait.Next()
+		log.Error("take relay failed; the partition's take events wait until it restarts from its cursor", "err", err, "backoff", backoff)
+		sleep(ctx, backoff)
+	}
+}
+
+// takeCursor is the cursor key's value.
+type takeCursor struct {
+	last string // the last entry published; "0-0" for none
+	// pending: a produce request whose outcome is not known
+	pending string // its last entry; "" for none
+	from    int64  // the partition's end offset before it
+	since   int64  // when it was sent, Unix ms
+}
+
+func (c takeCursor) String() string {
+	if c.pending == "" {
+		return c.last
+	}
+	return fmt.Sprintf("%s %s %d %d", c.last, c.pending, c.from, c.since)
+}
+
+func parseTakeCursor(v string) (takeCursor, error) {
+	f := strings.Fields(v)
+	switch len(f) {
+	case 1:
+		return takeCursor{last: f[0]}, nil
+	case 4:
+		from, err1 := strconv.ParseInt(f[2], 10, 64)
+		since, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 == nil && err2 == nil {
+			return takeCursor{last: f[0], pending: f[1], from: from, since: since}, nil
+		}
+	}
+	return takeCursor{}, fmt.Errorf("take relay cursor %q: want \"<id>\" or \"<id> <pending id> <offset> <ms>\"", v)
+}
+
+// follow relays from the cursor until ctx ends (nil) or something fails.
+func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log *slog.Logger) error {
+	keys := r.cfg.Store.Keys()
+	ckey := keys.TakesRelay(partition)
+	cur := takeCursor{last: "0-0"}
+	v, err := r.cfg.Redis.Get(ctx, ckey).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return fmt.Errorf("read %s: %w", ckey, err)
+	default:
+		if cur, err = parseTakeCursor(v); err != nil {
+			return err
+		}
+	}
+	for ctx.Err() == nil {
+		if cur.pending != "" {
+			if cur, err = r.settle(ctx, topic, partition, cur, log); err != nil {
+				return err
+			}
+			if err := r.cfg.Redis.Set(ctx, ckey, cur.String(), 0).Err(); err != nil {
+				return fmt.Errorf("write %s: %w", ckey, err)
+			}
+		}
+		res, err := r.cfg.Redis.XRead(ctx, &redis.XReadArgs{
+			Streams: []string{keys.Takes(partition), cur.last}, Count: int64(r.cfg.MaxBatch), Block: r.cfg.Wait,
+		}).Result()
+		if errors.Is(err, redis.Nil) || (err != nil && ctx.Err() != nil) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read take stream partition=%d: %w", partition, err)
+		}
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			continue
+		}
+		if cur, err = r.publish(ctx, topic, partition, cur, res[0].Messages, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish sends entries in one produce request and moves the cursor past
+// them. A request that fails leaves the cursor pending for settle.
+func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, cur takeCursor, msgs []redis.XMessage, log *slog.Logger) (takeCursor, error) {
+	keys := r.cfg.Store.Keys()
+	ckey := keys.TakesRelay(partition)
+	now := time.Now()
+	var records []kafka.Record
+	for _, m := range msgs {
+		hs := []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, {Key: event.HeaderTake, Value: []byte(strconv.Itoa(partition) + headerTakeSep + m.ID)}}
+		for field, v := range m.Values {
+			s, _ := v.(string)
+			key, value, err := window.ParseQueuedEvent(s)
+			if err != nil {
+				// Only the take script writes the stream: this is a bug or
+				// a foreign write, and the event is lost to history.
+				log.Error("take relay: unreadable take event dropped; history misses it", "entry", m.ID, "field", field, "err", err)
+				continue
+			}
+			records = append(records, kafka.Record{Time: now, Key: kafka.NewBytes(key), Value: kafka.NewBytes(value), Headers: hs})
+		}
+	}
+	last := msgs[len(msgs)-1].ID
+	f, err := r.fetcher(topic, partition, 0)
+	if err != nil {
+		return cur, err
+	}
+	_, end, err := f.Bounds(ctx)
+	if err != nil {
+		return cur, err
+	}
+	pending := takeCursor{last: cur.last, pending: last, from: end, since: now.UnixMilli()}
+	if err := r.cfg.Redis.Set(ctx, ckey, pending.String(), 0).Err(); err != nil {
+		return cur, fmt.Errorf("write %s: %w", ckey, err)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProduceTimeout)
+	res, err := r.cfg.Kafka.Produce(pctx, &kafka.ProduceRequest{
+		Topic: topic, Partition: partition, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(records...),
+	})
+	cancel()
+	if err == nil && res.Error != nil {
+		err = res.Error
+	}
+	if err != nil {
+		// The request may still land: the restart, after a pause, reads
+		// the partition back before it sends anything again.
+		return pending, fmt.Errorf("produce %d take entries: %w", len(msgs), err)
+	}
+	r.published.Add(float64(len(records)))
+	cur = takeCursor{last: last}
+	if err := r.cfg.Redis.Set(ctx, ckey, cur.String(), 0).Err(); err != nil {
+		// Published: the next start finds the pending batch in the
+		// partition and does not send it again.
+		return cur, fmt.Errorf("write %s: %w", ckey, err)
+	}
+	if err := r.cfg.Redis.XTrimMinIDApprox(ctx, keys.Takes(partition), nextStreamID(last), 0).Err(); err != nil {
+		log.Debug("trim take stream", "err", err)
+	}
+	return cur, nil
+}
+
+// settle finds how much of a pending produce request reached the
+// partition: it reads from the offset noted before the request, for the
+// records written until the request could have landed, and returns the
+// cursor past the last of its entries found.
+func (r *TakeRelay) settle(ctx context.Context, topic string, partition int, cur takeCursor, log *slog.Logger) (takeCursor, error) {
+	f, err := r.fetcher(topic, partition, cur.from)
+	if err != nil {
+		return cur, err
+	}
+	_, end, err := f.Bounds(ctx)
+	if err != nil {
+		return cur, err
+	}
+	// Our records carry the time they were sent; others' their own
+	// producers' clocks: a minute of skew either way.
+	deadline := time.UnixMilli(cur.since).Add(r.cfg.ProduceTimeout + time.Minute)
+	prefix := strconv.Itoa(partition) + headerTakeSep
+	found := cur.last
+	scanned := 0
+scan:
+	for f.Next() < end {
+		msgs, err := f.Fetch(ctx)
+		if err != nil {
+			return cur, fmt.Errorf("read back partition=%d from %d: %w", partition, cur.from, err)
+		}
+		for _, m := range msgs {
+			scanned++
+			if m.Time.After(deadline) {
+				break scan
+			}
+			id, ok := takeHeader(m.Headers, prefix)
+			if ok && streamIDLess(found, id) {
+				found = id
+			}
+			if found == cur.pending {
+				break scan
+			}
+		}
+	}
+	outcome := "not_published"
+	if found != cur.last {
+		outcome = "published"
+	}
+	r.readBacks.WithLabelValues(outcome).Inc()
+	log.Info("take relay: settled a publish of unknown outcome", "pending_last", cur.pending, "published_up_to", found, "from_offset", cur.from, "scanned", scanned)
+	return takeCursor{last: found}, nil
+}
+
+func (r *TakeRelay) fetcher(topic string, partition int, offset int64) (*aggregator.Fetcher, error) {
+	return aggregator.NewFetcher(aggregator.FetcherConfig{Client: r.cfg.Kafka, Topic: topic, Partition: partition, Offset: offset, MaxWait: 100 * time.Millisecond})
+}
+
+func takeHeader(hs []kafka.Header, prefix string) (string, bool) {
+	for _, h := range hs {
+		if h.Key == event.HeaderTake {
+			return strings.CutPrefix(string(h.Value), prefix)
+		}
+	}
+	return "", false
+}
+
+// streamIDLess orders Redis stream ids "<ms>-<seq>".
+func streamIDLess(a, b string) bool {
+	am, as := splitStreamID(a)
+	bm, bs := splitStreamID(b)
+	return am < bm || (am == bm && as < bs)
+}
+
+func splitStreamID(id string) (uint64, uint64) {
+	ms, seq, _ := strings.Cut(id, "-")
+	m, _ := strconv.ParseUint(ms, 10, 64)
+	s, _ := strconv.ParseUint(seq, 10, 64)
+	return m, s
+}
+
+// nextStreamID is the least id after id: trimming below it keeps nothing
+// up to id.
+func nextStreamID(id string) string {
+	m, s := splitStreamID(id)
+	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10)
+}

@@ -1,0 +1,234 @@
+package live_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/event"
+	"floodgate/live"
+	"floodgate/rules"
+	"floodgate/stacktest"
+	"floodgate/strict"
+	"floodgate/window"
+)
+
+// takeRelayEnv is a store of two partitions over the stack's Redis, a
+// topic of two partitions, a Taker, and a subject of partition 1.
+type takeRelayEnv struct {
+	rdb    *redis.Client
+	st     *window.Store
+	taker  *strict.Taker
+	topic  string
+	client *kafka.Client
+	q      window.EvalQuery
+	n      int
+}
+
+func newTakeRelayEnv(t *testing.T) *takeRelayEnv {
+	t.Helper()
+	rdb := stacktest.Redis(t)
+	bs := stacktest.Brokers(t)
+	e := &takeRelayEnv{rdb: rdb, topic: stacktest.Topic(t, bs, 2), client: &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}}
+	var err error
+	if e.st, err = window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }}); err != nil {
+		t.Fatal(err)
+	}
+	if e.taker, err = strict.New(strict.Config{Store: e.st}); err != nil {
+		t.Fatal(err)
+	}
+	lim := []window.EvalLimit{{Limit: rules.Limit{Count: 1_000_000, Window: time.Minute}, Block: true}}
+	for i := 0; ; i++ {
+		e.q = window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "email", Subject: "t" + strconv.Itoa(i) + "@example.com"}, MaxWindow: time.Minute, Limits: lim, Count: true}
+		if window.Partition(e.q.Subject, 2) == 1 {
+			return e
+		}
+	}
+}
+
+// take runs k strict takes of the subject, each queueing one event.
+func (e *takeRelayEnv) take(t *testing.T, k int) {
+	t.Helper()
+	for range k {
+		ev := event.Event{V: event.Version, ID: "take-" + strconv.Itoa(e.n), Action: "reset", Kind: "email", Subject: e.q.Subject.Subject, TS: time.Now(), N: 1}
+		v, err := event.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken, queued, _, err := e.taker.TakeQueued(context.Background(), time.Now(), []window.EvalQuery{e.q}, 1, []window.QueuedEvent{{Key: []byte(ev.Key()), Value: v}})
+		if err != nil || !taken || !queued {
+			t.Fatalf("take %d: taken %v queued %v err %v", e.n, taken, queued, err)
+		}
+		e.n++
+	}
+}
+
+// published reads partition 1 of the topic to its end: each event id with
+// how many times it is there. Every record must carry the counted header
+// and name its take entry.
+func (e *takeRelayEnv) published(t *testing.T) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{e.topic: {kafka.LastOffsetOf(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := res.Topics[e.topic][0].LastOffset
+	ids := map[string]int{}
+	if end == 0 {
+		return ids
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{e.client.Addr.String()}, Topic: e.topic, Partition: 1, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	for {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("read partition 1 (%d ids so far, end %d): %v", len(ids), end, err)
+		}
+		ev, err := event.Decode(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var counted, take string
+		for _, h := range m.Headers {
+			switch h.Key {
+			case event.HeaderCounted:
+				counted = string(h.Value)
+			case event.HeaderTake:
+				take = string(h.Value)
+			}
+		}
+		if counted != "1" || !strings.HasPrefix(take, "1/") || string(m.Key) != ev.Key() {
+			t.Fatalf("record %s: key %s counted %q take %q", m.Value, m.Key, counted, take)
+		}
+		ids[ev.ID]++
+		if m.Offset == end-1 {
+			return ids
+		}
+	}
+}
+
+// relayed waits until the relay has published and trimmed every queued
+// entry.
+func (e *takeRelayEnv) relayed(t *testing.T) {
+	t.Helper()
+	stacktest.WaitFor(t, "take stream relayed", 30*time.Second, func() bool {
+		n, err := e.rdb.XLen(context.Background(), e.st.Keys().Takes(1)).Result()
+		c, _ := e.rdb.Get(context.Background(), e.st.Keys().TakesRelay(1)).Result()
+		return err == nil && n == 0 && !strings.Contains(c, " ")
+	})
+}
+
+func (e *takeRelayEnv) run(t *testing.T) (stop func()) {
+	t.Helper()
+	r, err := live.NewTakeRelay(live.TakeRelayConfig{Store: e.st, Redis: e.rdb, Kafka: e.client, Wait: 50 * time.Millisecond, RetryBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx, e.topic, 1)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// exactlyOnce checks that every take so far is on the partition once.
+func (e *takeRelayEnv) exactlyOnce(t *testing.T) {
+	t.Helper()
+	ids := e.published(t)
+	for i := range e.n {
+		if c := ids["take-"+strconv.Itoa(i)]; c != 1 {
+			t.Errorf("take-%d published %d times, want once", i, c)
+		}
+	}
+	if len(ids) != e.n {
+		t.Errorf("%d events published, want %d", len(ids), e.n)
+	}
+}
+
+// crashAfterProduce does what a relay does up to its produce request, then
+// stops as a SIGKILL would: the cursor says the request is pending. With
+// produce false, the relay died before the request went out.
+func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
+	t.Helper()
+	ctx := context.Background()
+	keys := e.st.Keys()
+	last, err := e.rdb.Get(ctx, keys.TakesRelay(1)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := e.rdb.XRangeN(ctx, keys.Takes(1), "("+last, "+", 1000).Result()
+	if err != nil || len(xs) == 0 {
+		t.Fatalf("entries after %s: %d, %v", last, len(xs), err)
+	}
+	res, err := e.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{e.topic: {kafka.LastOffsetOf(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := res.Topics[e.topic][0].LastOffset
+	pending := last + " " + xs[len(xs)-1].ID + " " + strconv.FormatInt(from, 10) + " " + strconv.FormatInt(time.Now().UnixMilli(), 10)
+	if err := e.rdb.Set(ctx, keys.TakesRelay(1), pending, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !produce {
+		return
+	}
+	var recs []kafka.Record
+	for _, x := range xs {
+		for _, v := range x.Values {
+			k, val, err := window.ParseQueuedEvent(v.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, kafka.Record{Time: time.Now(), Key: kafka.NewBytes(k), Value: kafka.NewBytes(val),
+				Headers: []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, {Key: event.HeaderTake, Value: []byte("1/" + x.ID)}}})
+		}
+	}
+	pr, err := e.client.Produce(ctx, &kafka.ProduceRequest{Topic: e.topic, Partition: 1, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+	if err == nil {
+		err = pr.Error
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The take relay publishes each queued take event once, to its partition,
+// marked counted: also when a relay died with a produce request whose
+// outcome it never learnt, whether the request reached Kafka (the next
+// relay finds it there and does not send it again) or not (it sends it).
+func TestTakeRelayPublishesExactlyOnce(t *testing.T) {
+	e := newTakeRelayEnv(t)
+	e.take(t, 5)
+	stop := e.run(t)
+	e.relayed(t)
+	e.take(t, 3)
+	e.relayed(t)
+	stop()
+	e.exactlyOnce(t)
+
+	// Killed after Kafka took the request, before the cursor moved.
+	e.take(t, 4)
+	e.crashAfterProduce(t, true)
+	e.take(t, 2) // after the crash: the next relay publishes them
+	stop = e.run(t)
+	e.relayed(t)
+	stop()
+	e.exactlyOnce(t)
+
+	// Killed after noting the request, before sending it.
+	e.take(t, 3)
+	e.crashAfterProduce(t, false)
+	stop = e.run(t)
+	e.relayed(t)
+	stop()
+	e.exactlyOnce(t)
+}
