@@ -29,9 +29,11 @@ const (
 	cpuLoad   = "load generator"
 	cpuRedis  = "Redis"
 	cpuBroker = "Kafka broker"
+	// the aggregator that publishes strict takes' events (its take relay)
+	cpuRelay = "aggregator"
 )
 
-var cpuColumns = []string{cpuServer, cpuLoad, cpuRedis, cpuBroker}
+var cpuColumns = []string{cpuServer, cpuLoad, cpuRedis, cpuBroker, cpuRelay}
 
 // lookupMeters are the processes a lookup run on the single-node stack
 // keeps busy: the server under test, the load generator (this process),
@@ -39,9 +41,6 @@ var cpuColumns = []string{cpuServer, cpuLoad, cpuRedis, cpuBroker}
 // it cannot be read). Together they show where a lookup's cost goes and
 // how many a second two cores could answer at best.
 func (b *bench) lookupMeters(server *childproc.Proc) []cpuMeter {
-	pidCPU := func(pid int) func(context.Context) (time.Duration, error) {
-		return func(context.Context) (time.Duration, error) { return harness.ProcCPU(pid) }
-	}
 	ms := []cpuMeter{
 		{cpuServer, pidCPU(server.Pid())},
 		{cpuLoad, pidCPU(os.Getpid())},
@@ -56,6 +55,11 @@ func (b *bench) lookupMeters(server *childproc.Proc) []cpuMeter {
 		b.log.Warn("bench: no Kafka broker CPU in the lookup figures", "err", err)
 	}
 	return ms
+}
+
+// pidCPU reads a process's CPU time.
+func pidCPU(pid int) func(context.Context) (time.Duration, error) {
+	return func(context.Context) (time.Duration, error) { return harness.ProcCPU(pid) }
 }
 
 // readMeters reads every meter.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,16 +182,47 @@ func (b *bench) limiter(ctx context.Context) error {
 		return err
 	}
 
-	lim, err = b.startLimiter(ctx, t, "limiter-take", topic, prefix, rulesPath, "take")
+	relay, err := b.startTakeRelay(ctx, t, topic, prefix, rulesPath)
 	if err != nil {
 		return err
 	}
+	lim, err = b.startLimiter(ctx, t, "limiter-take", topic, prefix, rulesPath, "take")
+	if err != nil {
+		return errors.Join(err, relay.Stop(15*time.Second))
+	}
 	b.res.LookupCmds = append(b.res.LookupCmds, lim.cmd)
-	err = b.takeRuns(ctx, lim)
+	err = b.takeRuns(ctx, lim, relay)
 	if serr := b.stopProc(lim.Proc, "floodgate limiter --rls-mode take"); err == nil {
 		err = serr
 	}
+	if serr := relay.Stop(15 * time.Second); err == nil {
+		err = serr
+	}
 	return err
+}
+
+// startTakeRelay starts the live aggregator of the limiter's topic: its take
+// relay publishes the strict takes' events, which the take script queues in
+// Redis, so the takes' cost includes getting them to Kafka.
+func (b *bench) startTakeRelay(ctx context.Context, t target, topic, prefix, rulesPath string) (*childproc.Proc, error) {
+	if err := b.outputTopics(ctx, topic); err != nil {
+		return nil, err
+	}
+	addr, err := childproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := b.aggregatorArgs(t, topic, "bench-"+b.id+"-takes", prefix, addr)
+	args[slices.Index(args, "--rules")+1] = rulesPath
+	b.res.LookupCmds = append(b.res.LookupCmds, "floodgate "+strings.Join(args, " "))
+	p, err := childproc.Start(ctx, childproc.Config{Name: "aggregator-takes", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return nil, err
+	}
+	if err := childproc.WaitHTTP(ctx, "http://"+addr+"/healthz", time.Minute); err != nil {
+		return nil, errors.Join(err, p.Stop(15*time.Second))
+	}
+	return p, nil
 }
 
 // writeLookupRules writes the limiter step's rules file and parses it.
@@ -298,7 +330,7 @@ func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix s
 
 // takeRuns: strict takes (they admit and count in Redis), paced at half
 // their own c=16 rate: the no-op's would only measure a growing queue.
-func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
+func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc.Proc) error {
 	cl, err := rlsload.Dial(lim.rls, runtime.NumCPU())
 	if err != nil {
 		return err
@@ -308,7 +340,8 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
 		return err
 	}
 	op := cl.Op(shapeStrict, rlsload.OK)
-	runs, err := b.measure(ctx, lim.Proc, scStrict, false, op, lookupConcurrency, 0)
+	agg := cpuMeter{cpuRelay, pidCPU(relay.Pid())}
+	runs, err := b.measure(ctx, lim.Proc, scStrict, false, op, lookupConcurrency, 0, agg)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	if err != nil {
 		return err
@@ -319,7 +352,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
 			c16 = r.PerSec
 		}
 	}
-	runs, err = b.measure(ctx, lim.Proc, scStrict, false, op, nil, c16/2)
+	runs, err = b.measure(ctx, lim.Proc, scStrict, false, op, nil, c16/2, agg)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
 }
@@ -329,7 +362,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc) error {
 // the single-node stack also reports the CPU each process spent per lookup:
 // its CPU time over the run (warm-up included) ÷ (lookups/s × the run's
 // wall time).
-func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
+func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64, extra ...cpuMeter) ([]Lookup, error) {
 	cfgs := make([]rlsload.Config, 0, len(conc)+1)
 	for _, c := range conc {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Concurrency: c, Duration: b.cfg.LimiterD})
@@ -339,7 +372,7 @@ func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario st
 	}
 	var meters []cpuMeter
 	if server != nil && !cluster {
-		meters = b.lookupMeters(server)
+		meters = append(b.lookupMeters(server), extra...)
 	}
 	var runs []Lookup
 	for _, cfg := range cfgs {

@@ -127,7 +127,7 @@ func Render(r *Results) string {
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
 	if len(r.Lookups) > 0 {
-		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and publishes it. Rules: %s\n",
+		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Rules: %s\n",
 			runtime.NumCPU(), lookupSubjects, r.SketchOpts.LimiterD, strings.Join(r.LookupCmds, "`, `"), deniedEvents, strings.ReplaceAll(strings.TrimSpace(lookupRulesSummary), "\n", " "))
 	}
 	if r.Cluster.Skipped == "" && len(r.Cluster.One) > 0 {
@@ -244,7 +244,7 @@ var lookupLabels = map[string]string{
 	scAllowedOne:  "allowed check, one limit (ip 100/m)",
 	scAllowedFour: "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
 	scDenied:      "denied check (ip over 10/h)",
-	scStrict:      "strict take (`--rls-mode take`: counted in Redis, published to Kafka)",
+	scStrict:      "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
 	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
 }
 

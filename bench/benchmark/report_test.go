@@ -78,14 +78,14 @@ func TestRenderLookupsRatiosToTheNoopUnderTheSameLoad(t *testing.T) {
 
 func TestRenderLookupCPUSumsTheProcessesOfARun(t *testing.T) {
 	take := closedRun(scStrict, 16, 5000, time.Millisecond)
-	take.CPU = []ProcCPU{{cpuServer, 100 * time.Microsecond}, {cpuLoad, 60 * time.Microsecond}, {cpuRedis, 90 * time.Microsecond}}
+	take.CPU = []ProcCPU{{cpuServer, 100 * time.Microsecond}, {cpuLoad, 60 * time.Microsecond}, {cpuRedis, 90 * time.Microsecond}, {cpuRelay, 10 * time.Microsecond}}
 	paced := pacedRun(scStrict, 2000, time.Millisecond)
 	paced.CPU = take.CPU // paced runs are not in the table
 	r := &Results{Lookups: []Lookup{take, paced, closedRun(scNoop, 16, 10000, time.Millisecond)}}
 	var b strings.Builder
 	renderLookupCPU(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, r)
 	out := b.String()
-	want := "| strict take (`--rls-mode take`: counted in Redis, published to Kafka) | c=16 | 100 | 60 | 90 | — | 250 |"
+	want := "| " + lookupLabels[scStrict] + " | c=16 | 100 | 60 | 90 | — | 10 | 260 |"
 	if !strings.Contains(out, want) || strings.Count(out, "| strict take") != 1 || strings.Contains(out, "| no-op") {
 		t.Errorf("want one row %q, no paced or CPU-less row, in:\n%s", want, out)
 	}
