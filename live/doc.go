@@ -13,7 +13,9 @@
 // Applier.
 //
 // Sink is the aggregator.Sink of the live consumer group; Relay publishes
-// each owned partition's decisions from its change stream to Kafka:
+// each owned partition's decisions from its change stream to Kafka, and
+// TakeRelay its strict takes' events from its take stream to the events
+// topic, exactly once:
 //
 //	st, err := window.NewStore(redisClient, window.StoreConfig{Prefix: "fg", Partitions: parts.Get})
 //	ap, err := live.NewApplier(st, live.ApplierConfig{})

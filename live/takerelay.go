@@ -73,7 +73,9 @@ type TakeRelay struct {
 	cfg       TakeRelayConfig
 	log       *slog.Logger
 	published prometheus.Counter
+	dropped   prometheus.Counter
 	readBacks *prometheus.CounterVec
+	restarts  *prometheus.CounterVec
 }
 
 // headerTakeSep separates the partition from the entry id in
@@ -106,13 +108,21 @@ func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
 			Name: "floodgate_live_takes_published_total",
 			Help: "Strict takes' events published from the take streams to the events topic (exactly once).",
 		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_live_take_events_dropped_total",
+			Help: "Take stream fields the take relay could not read (not written by the take script): their events never reach the events topic.",
+		}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_take_relay_restarts_total",
+			Help: "Take relays of a partition restarted from their cursor after a failure (Redis, Kafka): the partition's take events wait meanwhile.",
+		}, []string{"partition"}),
 		readBacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_take_readbacks_total",
 			Help: "Publishes of take events whose outcome was unknown (a failed request, a crash), settled by reading the partition back, by what was found (published, not_published).",
 		}, []string{"found"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.published, r.readBacks} {
+		for _, c := range []prometheus.Collector{r.published, r.dropped, r.readBacks, r.restarts} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("take relay: register metrics: %w", err)
 			}
@@ -126,11 +136,13 @@ func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
 func (r *TakeRelay) Run(ctx context.Context, topic string, partition int) {
 	log := r.log.With("topic", topic, "partition", partition)
 	wait := jitter.New(r.cfg.RetryBackoff, 5*time.Second)
+	restarts := r.restarts.WithLabelValues(strconv.Itoa(partition))
 	for {
 		err := r.follow(ctx, topic, partition, log)
 		if ctx.Err() != nil {
 			return
 		}
+		restarts.Inc()
 		backoff := wait.Next()
 		log.Error("take relay failed; the partition's take events wait until it restarts from its cursor", "err", err, "backoff", backoff)
 		sleep(ctx, backoff)
@@ -227,6 +239,7 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, cu
 				// Only the take script writes the stream: this is a bug or
 				// a foreign write, and the event is lost to history.
 				log.Error("take relay: unreadable take event dropped; history misses it", "entry", m.ID, "field", field, "err", err)
+				r.dropped.Inc()
 				continue
 			}
 			records = append(records, kafka.Record{Time: now, Key: kafka.NewBytes(key), Value: kafka.NewBytes(value), Headers: hs})

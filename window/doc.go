@@ -25,5 +25,6 @@
 //	if states[0].Deny != nil { // denied until states[0].Deny.Until }
 //
 // Strict mode's check-and-increment (Store.TakeSlots, read.go) is a script
-// built from LuaLib over the same buckets.
+// built from LuaLib over the same buckets; a take that counts also appends
+// its events to the slot's take stream (Keys.Takes) in the same run.
 package window
