@@ -39,7 +39,11 @@ type TakeRelayConfig struct {
 	Kafka *kafka.Client
 	// MaxBatch caps the take entries of one produce request. Default 1000.
 	MaxBatch int
-	// Wait is how long a read of an empty stream blocks. Default 500ms.
+	// Wait is the pause after a read that found the stream empty. Reads
+	// do not block: a blocked read holds a pooled connection, and an
+	// aggregator owning many partitions would hold most of its pool
+	// (the decisions relay already blocks one per partition). Default
+	// 200ms: take events are history, not decisions.
 	Wait time.Duration
 	// ProduceTimeout bounds one produce request. Default 10s.
 	ProduceTimeout time.Duration
@@ -91,7 +95,7 @@ func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
 		cfg.MaxBatch = 1000
 	}
 	if cfg.Wait <= 0 {
-		cfg.Wait = 500 * time.Millisecond
+		cfg.Wait = 200 * time.Millisecond
 	}
 	if cfg.ProduceTimeout <= 0 {
 		cfg.ProduceTimeout = 10 * time.Second
@@ -205,15 +209,16 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			}
 		}
 		res, err := r.cfg.Redis.XRead(ctx, &redis.XReadArgs{
-			Streams: []string{keys.Takes(partition), cur.last}, Count: int64(r.cfg.MaxBatch), Block: r.cfg.Wait,
+			Streams: []string{keys.Takes(partition), cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1,
 		}).Result()
-		if errors.Is(err, redis.Nil) || (err != nil && ctx.Err() != nil) {
+		if ctx.Err() != nil {
 			continue
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("read take stream partition=%d: %w", partition, err)
 		}
 		if len(res) == 0 || len(res[0].Messages) == 0 {
+			sleep(ctx, r.cfg.Wait)
 			continue
 		}
 		if cur, err = r.publish(ctx, topic, partition, cur, res[0].Messages, log); err != nil {
