@@ -23,6 +23,7 @@ local nreq = tonumber(a[5])
 -- owner's relay only while it holds fewer entries (0: never)
 local qmax = tonumber(a[6])
 local takes = slot .. ':@takes'
+local qlen -- the stream's length, read at the run's first queued take
 local i = 7
 local c = {}
 local undo = {}
@@ -142,9 +143,12 @@ local err = fg_guard(undo, function()
       -- the events go out with the count (one entry per take, Kafka key
       -- and value pairs) unless the stream is full: its owner is not
       -- relaying, and the caller publishes them itself
-      if ne > 0 and qmax > 0 and redis.call('XLEN', takes) < qmax then
-        redis.call('XADD', takes, '*', unpack(evs))
-        queued = 1
+      if ne > 0 and qmax > 0 then
+        qlen = qlen or redis.call('XLEN', takes)
+        if qlen < qmax then
+          redis.call('XADD', takes, '*', unpack(evs))
+          qlen, queued = qlen + 1, 1
+        end
       end
     end
     out[r] = {taken, rows, queued}
