@@ -207,6 +207,7 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			if err := r.cfg.Redis.Set(ctx, ckey, cur.String(), 0).Err(); err != nil {
 				return fmt.Errorf("write %s: %w", ckey, err)
 			}
+			r.trim(ctx, partition, cur.last, log)
 		}
 		res, err := r.cfg.Redis.XRead(ctx, &redis.XReadArgs{
 			Streams: []string{keys.Takes(partition), cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1,
@@ -283,10 +284,19 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, cu
 		// partition and does not send it again.
 		return cur, fmt.Errorf("write %s: %w", ckey, err)
 	}
-	if err := r.cfg.Redis.XTrimMinIDApprox(ctx, keys.Takes(partition), nextStreamID(last), 0).Err(); err != nil {
+	r.trim(ctx, partition, last, log)
+	return cur, nil
+}
+
+// trim drops the stream's entries up to last, which are published; a
+// failure leaves them for the next trim (they only take room).
+func (r *TakeRelay) trim(ctx context.Context, partition int, last string, log *slog.Logger) {
+	if last == "0-0" {
+		return
+	}
+	if err := r.cfg.Redis.XTrimMinIDApprox(ctx, r.cfg.Store.Keys().Takes(partition), nextStreamID(last), 0).Err(); err != nil {
 		log.Debug("trim take stream", "err", err)
 	}
-	return cur, nil
 }
 
 // settle finds how much of a pending produce request reached the
