@@ -25,7 +25,7 @@ type TakeRedis interface {
 	XRead(ctx context.Context, a *redis.XReadArgs) *redis.XStreamSliceCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
-	XTrimMinIDApprox(ctx context.Context, key, minID string, limit int64) *redis.IntCmd
+	Pipeline() redis.Pipeliner
 }
 
 var _ TakeRedis = (*redis.Client)(nil)
@@ -45,6 +45,10 @@ type TakeRelayConfig struct {
 	// (the decisions relay already blocks one per partition). Default
 	// 200ms: take events are history, not decisions.
 	Wait time.Duration
+	// Linger is the pause after publishing fewer than MaxBatch entries, so
+	// that the next request carries more: a produce request per few takes
+	// made the broker the costliest process of a strict take. Default 50ms.
+	Linger time.Duration
 	// ProduceTimeout bounds one produce request. Default 10s.
 	ProduceTimeout time.Duration
 	// RetryBackoff is the least pause after a failure; the pauses double,
@@ -96,6 +100,9 @@ func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
 	}
 	if cfg.Wait <= 0 {
 		cfg.Wait = 200 * time.Millisecond
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = 50 * time.Millisecond
 	}
 	if cfg.ProduceTimeout <= 0 {
 		cfg.ProduceTimeout = 10 * time.Second
@@ -199,18 +206,20 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			return err
 		}
 	}
+	rs := &relayState{cur: cur}
 	for ctx.Err() == nil {
-		if cur.pending != "" {
-			if cur, err = r.settle(ctx, topic, partition, cur, log); err != nil {
+		if cur := rs.cur; cur.pending != "" {
+			cur, err := r.settle(ctx, topic, partition, cur, log)
+			if err != nil {
 				return err
 			}
-			if err := r.cfg.Redis.Set(ctx, ckey, cur.String(), 0).Err(); err != nil {
-				return fmt.Errorf("write %s: %w", ckey, err)
+			if err := r.moveCursor(ctx, partition, cur.last); err != nil {
+				return err
 			}
-			r.trim(ctx, partition, cur.last, log)
+			rs.cur = cur
 		}
 		res, err := r.cfg.Redis.XRead(ctx, &redis.XReadArgs{
-			Streams: []string{keys.Takes(partition), cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1,
+			Streams: []string{keys.Takes(partition), rs.cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1,
 		}).Result()
 		if ctx.Err() != nil {
 			continue
@@ -222,18 +231,60 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			sleep(ctx, r.cfg.Wait)
 			continue
 		}
-		if cur, err = r.publish(ctx, topic, partition, cur, res[0].Messages, log); err != nil {
+		if err := r.publish(ctx, topic, partition, rs, res[0].Messages, log); err != nil {
 			return err
 		}
+		if len(res[0].Messages) < r.cfg.MaxBatch {
+			sleep(ctx, r.cfg.Linger)
+		}
+	}
+	return nil
+}
+
+// relayState is a follow's position: the cursor, and where this relay's
+// last produce request ended in the partition, and when.
+type relayState struct {
+	cur    takeCursor
+	next   int64 // offset after the last records produced; 0: unknown
+	nextAt time.Time
+}
+
+// from is a lower bound of the offset the next produce request lands at,
+// for a read-back to start from: where this relay's last request ended,
+// when that was recent (a read-back then scans a second of records at
+// most), else the partition's end.
+func (r *TakeRelay) from(ctx context.Context, topic string, partition int, rs *relayState) (int64, error) {
+	if rs.next > 0 && time.Since(rs.nextAt) < time.Second {
+		return rs.next, nil
+	}
+	f, err := r.fetcher(topic, partition, 0)
+	if err != nil {
+		return 0, err
+	}
+	_, end, err := f.Bounds(ctx)
+	return end, err
+}
+
+// moveCursor sets the cursor past last and trims what it passed, in one
+// round trip; a failed trim leaves entries that only take room.
+func (r *TakeRelay) moveCursor(ctx context.Context, partition int, last string) error {
+	keys := r.cfg.Store.Keys()
+	pipe := r.cfg.Redis.Pipeline()
+	set := pipe.Set(ctx, keys.TakesRelay(partition), last, 0)
+	if last != "0-0" {
+		pipe.XTrimMinIDApprox(ctx, keys.Takes(partition), nextStreamID(last), 0)
+	}
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", keys.TakesRelay(partition), err)
 	}
 	return nil
 }
 
 // publish sends entries in one produce request and moves the cursor past
 // them. A request that fails leaves the cursor pending for settle.
-func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, cur takeCursor, msgs []redis.XMessage, log *slog.Logger) (takeCursor, error) {
-	keys := r.cfg.Store.Keys()
-	ckey := keys.TakesRelay(partition)
+func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs *relayState, msgs []redis.XMessage, log *slog.Logger) error {
+	ckey := r.cfg.Store.Keys().TakesRelay(partition)
 	now := time.Now()
 	var records []kafka.Record
 	for _, m := range msgs {
@@ -252,17 +303,13 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, cu
 		}
 	}
 	last := msgs[len(msgs)-1].ID
-	f, err := r.fetcher(topic, partition, 0)
+	from, err := r.from(ctx, topic, partition, rs)
 	if err != nil {
-		return cur, err
+		return err
 	}
-	_, end, err := f.Bounds(ctx)
-	if err != nil {
-		return cur, err
-	}
-	pending := takeCursor{last: cur.last, pending: last, from: end, since: now.UnixMilli()}
+	pending := takeCursor{last: rs.cur.last, pending: last, from: from, since: now.UnixMilli()}
 	if err := r.cfg.Redis.Set(ctx, ckey, pending.String(), 0).Err(); err != nil {
-		return cur, fmt.Errorf("write %s: %w", ckey, err)
+		return fmt.Errorf("write %s: %w", ckey, err)
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProduceTimeout)
 	res, err := r.cfg.Kafka.Produce(pctx, &kafka.ProduceRequest{
@@ -275,28 +322,17 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, cu
 	if err != nil {
 		// The request may still land: the restart, after a pause, reads
 		// the partition back before it sends anything again.
-		return pending, fmt.Errorf("produce %d take entries: %w", len(msgs), err)
+		rs.cur = pending
+		return fmt.Errorf("produce %d take entries: %w", len(msgs), err)
 	}
 	r.published.Add(float64(len(records)))
-	cur = takeCursor{last: last}
-	if err := r.cfg.Redis.Set(ctx, ckey, cur.String(), 0).Err(); err != nil {
-		// Published: the next start finds the pending batch in the
-		// partition and does not send it again.
-		return cur, fmt.Errorf("write %s: %w", ckey, err)
+	if res.BaseOffset > 0 || from == 0 {
+		rs.next, rs.nextAt = res.BaseOffset+int64(len(records)), time.Now()
 	}
-	r.trim(ctx, partition, last, log)
-	return cur, nil
-}
-
-// trim drops the stream's entries up to last, which are published; a
-// failure leaves them for the next trim (they only take room).
-func (r *TakeRelay) trim(ctx context.Context, partition int, last string, log *slog.Logger) {
-	if last == "0-0" {
-		return
-	}
-	if err := r.cfg.Redis.XTrimMinIDApprox(ctx, r.cfg.Store.Keys().Takes(partition), nextStreamID(last), 0).Err(); err != nil {
-		log.Debug("trim take stream", "err", err)
-	}
+	// Published: should the cursor not move, the next start finds the
+	// pending batch in the partition and does not send it again.
+	rs.cur = takeCursor{last: last}
+	return r.moveCursor(ctx, partition, last)
 }
 
 // settle finds how much of a pending produce request reached the
