@@ -19,10 +19,9 @@ import (
 	"floodgate/window"
 )
 
-// TakeRedis is what the take relay needs of Redis: read the take stream,
-// keep its cursor, trim what it published.
+// TakeRedis is what the take relay needs of Redis: read the take stream
+// and keep its cursor (pipelines read, and trim what it published).
 type TakeRedis interface {
-	XRead(ctx context.Context, a *redis.XReadArgs) *redis.XStreamSliceCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	Pipeline() redis.Pipeliner
@@ -84,6 +83,7 @@ type TakeRelay struct {
 	dropped   prometheus.Counter
 	readBacks *prometheus.CounterVec
 	restarts  *prometheus.CounterVec
+	backlog   *prometheus.GaugeVec
 }
 
 // headerTakeSep separates the partition from the entry id in
@@ -127,13 +127,17 @@ func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
 			Name: "floodgate_live_take_relay_restarts_total",
 			Help: "Take relays of a partition restarted from their cursor after a failure (Redis, Kafka): the partition's take events wait meanwhile.",
 		}, []string{"partition"}),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_live_take_backlog",
+			Help: "Entries in the partition's take stream at the relay's last read, published or not yet trimmed: near window.StoreConfig.MaxTakes, takes leave their events to the limiter.",
+		}, []string{"partition"}),
 		readBacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_take_readbacks_total",
 			Help: "Publishes of take events whose outcome was unknown (a failed request, a crash), settled by reading the partition back, by what was found (published, not_published).",
 		}, []string{"found"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.published, r.dropped, r.readBacks, r.restarts} {
+		for _, c := range []prometheus.Collector{r.published, r.dropped, r.readBacks, r.restarts, r.backlog} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("take relay: register metrics: %w", err)
 			}
@@ -148,6 +152,7 @@ func (r *TakeRelay) Run(ctx context.Context, topic string, partition int) {
 	log := r.log.With("topic", topic, "partition", partition)
 	wait := jitter.New(r.cfg.RetryBackoff, 5*time.Second)
 	restarts := r.restarts.WithLabelValues(strconv.Itoa(partition))
+	defer r.backlog.DeleteLabelValues(strconv.Itoa(partition))
 	for {
 		err := r.follow(ctx, topic, partition, log)
 		if ctx.Err() != nil {
@@ -207,6 +212,7 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 		}
 	}
 	rs := &relayState{cur: cur}
+	backlog := r.backlog.WithLabelValues(strconv.Itoa(partition))
 	for ctx.Err() == nil {
 		if cur := rs.cur; cur.pending != "" {
 			cur, err := r.settle(ctx, topic, partition, cur, log)
@@ -218,11 +224,18 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			}
 			rs.cur = cur
 		}
-		res, err := r.cfg.Redis.XRead(ctx, &redis.XReadArgs{
+		pipe := r.cfg.Redis.Pipeline()
+		read := pipe.XRead(ctx, &redis.XReadArgs{
 			Streams: []string{keys.Takes(partition), rs.cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1,
-		}).Result()
+		})
+		size := pipe.XLen(ctx, keys.Takes(partition))
+		_, _ = pipe.Exec(ctx)
+		res, err := read.Result()
 		if ctx.Err() != nil {
 			continue
+		}
+		if n, err := size.Result(); err == nil {
+			backlog.Set(float64(n))
 		}
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("read take stream partition=%d: %w", partition, err)
