@@ -18,10 +18,11 @@ import (
 	"floodgate/window"
 )
 
-// takeRelayEnv is a store of two partitions over the stack's Redis, a
-// topic of two partitions, a Taker, and a subject of partition 1.
+// takeRelayEnv is a store of two partitions over the stack's Redis (or its
+// Redis Cluster), a topic of two partitions, a Taker, and a subject of
+// partition 1.
 type takeRelayEnv struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	st     *window.Store
 	taker  *strict.Taker
 	topic  string
@@ -30,13 +31,20 @@ type takeRelayEnv struct {
 	n      int
 }
 
-func newTakeRelayEnv(t *testing.T) *takeRelayEnv {
+func newTakeRelayEnv(t *testing.T, cluster bool) *takeRelayEnv {
 	t.Helper()
-	rdb := stacktest.Redis(t)
 	bs := stacktest.Brokers(t)
-	e := &takeRelayEnv{rdb: rdb, topic: stacktest.Topic(t, bs, 2), client: &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}}
+	e := &takeRelayEnv{topic: stacktest.Topic(t, bs, 2), client: &kafka.Client{Addr: kafka.TCP(bs...), Timeout: 10 * time.Second}}
+	var prefix string
+	if cluster {
+		rdb := stacktest.ClusterRedis(t)
+		e.rdb, prefix = rdb, stacktest.ClusterPrefix(t, rdb)
+	} else {
+		rdb := stacktest.Redis(t)
+		e.rdb, prefix = rdb, stacktest.Prefix(t, rdb)
+	}
 	var err error
-	if e.st, err = window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }}); err != nil {
+	if e.st, err = window.NewStore(e.rdb, window.StoreConfig{Prefix: prefix, Partitions: func() int { return 2 }}); err != nil {
 		t.Fatal(err)
 	}
 	if e.taker, err = strict.New(strict.Config{Store: e.st}); err != nil {
@@ -206,7 +214,16 @@ func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 // outcome it never learnt, whether the request reached Kafka (the next
 // relay finds it there and does not send it again) or not (it sends it).
 func TestTakeRelayPublishesExactlyOnce(t *testing.T) {
-	e := newTakeRelayEnv(t)
+	for _, cluster := range []bool{false, true} {
+		name := "redis"
+		if cluster {
+			name = "redis-cluster"
+		}
+		t.Run(name, func(t *testing.T) { takeRelayExactlyOnce(t, newTakeRelayEnv(t, cluster)) })
+	}
+}
+
+func takeRelayExactlyOnce(t *testing.T, e *takeRelayEnv) {
 	e.take(t, 5)
 	stop := e.run(t)
 	e.relayed(t)
