@@ -38,6 +38,11 @@ type TakeRelayConfig struct {
 	Kafka *kafka.Client
 	// MaxBatch caps the take entries of one produce request. Default 1000.
 	MaxBatch int
+	// MaxRequestBytes caps the keys and values of one produce request
+	// (beyond its first entry), under the broker's default
+	// message.max.bytes (1 MiB): a request the broker refused as too large
+	// would be sent again forever. Default 512 KiB.
+	MaxRequestBytes int
 	// Wait is the pause after a read that found the stream empty. Reads
 	// do not block: a blocked read holds a pooled connection, and an
 	// aggregator owning many partitions would hold most of its pool
@@ -68,10 +73,12 @@ type TakeRelayConfig struct {
 // entry's id, by which the read-back recognises them.
 //
 // The cursor key (window.Keys.TakesRelay) holds the last entry published
-// and, while a produce request is out, that request's last entry, the
-// partition's end offset before it and when it was sent: the read-back
-// scans the partition from that offset, for at most the records written
-// within ProduceTimeout (plus a minute of clock skew) of that time.
+// and, while a produce request is out, that request's last entry, an
+// offset the request cannot land before (the end of this relay's previous
+// request if that was within a second, else the partition's end) and when
+// it was sent: the read-back scans the partition from that offset, for at
+// most the records written within ProduceTimeout (plus a minute of clock
+// skew) of that time.
 //
 // Two owners of one partition at once (a member that has not noticed it
 // was revoked) could both publish an entry: the cursor is no fence. The
@@ -97,6 +104,9 @@ func NewTakeRelay(cfg TakeRelayConfig) (*TakeRelay, error) {
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 1000
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 512 << 10
 	}
 	if cfg.Wait <= 0 {
 		cfg.Wait = 200 * time.Millisecond
@@ -198,21 +208,11 @@ func parseTakeCursor(v string) (takeCursor, error) {
 
 // follow relays from the cursor until ctx ends (nil) or something fails.
 func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log *slog.Logger) error {
-	keys := r.cfg.Store.Keys()
-	ckey := keys.TakesRelay(partition)
-	cur := takeCursor{last: "0-0"}
-	v, err := r.cfg.Redis.Get(ctx, ckey).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-	case err != nil:
-		return fmt.Errorf("read %s: %w", ckey, err)
-	default:
-		if cur, err = parseTakeCursor(v); err != nil {
-			return err
-		}
+	cur, err := r.cursor(ctx, partition)
+	if err != nil {
+		return err
 	}
 	rs := &relayState{cur: cur}
-	backlog := r.backlog.WithLabelValues(strconv.Itoa(partition))
 	for ctx.Err() == nil {
 		if cur := rs.cur; cur.pending != "" {
 			cur, err := r.settle(ctx, topic, partition, cur, log)
@@ -224,34 +224,62 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			}
 			rs.cur = cur
 		}
-		pipe := r.cfg.Redis.Pipeline()
-		read := pipe.XRead(ctx, &redis.XReadArgs{
-			Streams: []string{keys.Takes(partition), rs.cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1,
-		})
-		size := pipe.XLen(ctx, keys.Takes(partition))
-		_, _ = pipe.Exec(ctx)
-		res, err := read.Result()
-		if ctx.Err() != nil {
-			continue
+		msgs, err := r.read(ctx, partition, rs.cur.last)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		}
-		if n, err := size.Result(); err == nil {
-			backlog.Set(float64(n))
-		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("read take stream partition=%d: %w", partition, err)
-		}
-		if len(res) == 0 || len(res[0].Messages) == 0 {
+		if len(msgs) == 0 {
 			sleep(ctx, r.cfg.Wait)
 			continue
 		}
-		if err := r.publish(ctx, topic, partition, rs, res[0].Messages, log); err != nil {
+		if err := r.publish(ctx, topic, partition, rs, msgs, log); err != nil {
 			return err
 		}
-		if len(res[0].Messages) < r.cfg.MaxBatch {
+		if len(msgs) < r.cfg.MaxBatch {
 			sleep(ctx, r.cfg.Linger)
 		}
 	}
 	return nil
+}
+
+// cursor reads the relay's cursor ("0-0" when none: nothing published).
+func (r *TakeRelay) cursor(ctx context.Context, partition int) (takeCursor, error) {
+	key := r.cfg.Store.Keys().TakesRelay(partition)
+	v, err := r.cfg.Redis.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return takeCursor{last: "0-0"}, nil
+	case err != nil:
+		return takeCursor{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	return parseTakeCursor(v)
+}
+
+// read returns up to MaxBatch entries after last, and sets the backlog
+// gauge from the stream's length, in one round trip. Reads never block
+// (TakeRelayConfig.Wait says why).
+func (r *TakeRelay) read(ctx context.Context, partition int, last string) ([]redis.XMessage, error) {
+	key := r.cfg.Store.Keys().Takes(partition)
+	pipe := r.cfg.Redis.Pipeline()
+	read := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{key, last}, Count: int64(r.cfg.MaxBatch), Block: -1})
+	size := pipe.XLen(ctx, key)
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	if n, err := size.Result(); err == nil {
+		r.backlog.WithLabelValues(strconv.Itoa(partition)).Set(float64(n))
+	}
+	res, err := read.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read take stream partition=%d: %w", partition, err)
+	case len(res) == 0:
+		return nil, nil
+	}
+	return res[0].Messages, nil
 }
 
 // relayState is a follow's position: the cursor, and where this relay's
@@ -294,13 +322,20 @@ func (r *TakeRelay) moveCursor(ctx context.Context, partition int, last string) 
 	return nil
 }
 
-// publish sends entries in one produce request and moves the cursor past
-// them. A request that fails leaves the cursor pending for settle.
+// publish sends entries in one produce request, as many as fit
+// MaxRequestBytes (at least one), and moves the cursor past them; the
+// rest are read again. A request that fails leaves the cursor pending for
+// settle.
 func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs *relayState, msgs []redis.XMessage, log *slog.Logger) error {
 	ckey := r.cfg.Store.Keys().TakesRelay(partition)
 	now := time.Now()
 	var records []kafka.Record
-	for _, m := range msgs {
+	size := 0
+	for i, m := range msgs {
+		if i > 0 && size >= r.cfg.MaxRequestBytes {
+			msgs = msgs[:i]
+			break
+		}
 		hs := []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, {Key: event.HeaderTake, Value: []byte(strconv.Itoa(partition) + headerTakeSep + m.ID)}}
 		for field, v := range m.Values {
 			s, _ := v.(string)
@@ -313,9 +348,14 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 				continue
 			}
 			records = append(records, kafka.Record{Time: now, Key: kafka.NewBytes(key), Value: kafka.NewBytes(value), Headers: hs})
+			size += len(key) + len(value)
 		}
 	}
 	last := msgs[len(msgs)-1].ID
+	if len(records) == 0 {
+		rs.cur = takeCursor{last: last}
+		return r.moveCursor(ctx, partition, last)
+	}
 	from, err := r.from(ctx, topic, partition, rs)
 	if err != nil {
 		return err

@@ -135,7 +135,14 @@ func (e *takeRelayEnv) relayed(t *testing.T) {
 
 func (e *takeRelayEnv) run(t *testing.T) (stop func()) {
 	t.Helper()
-	r, err := live.NewTakeRelay(live.TakeRelayConfig{Store: e.st, Redis: e.rdb, Kafka: e.client, Wait: 50 * time.Millisecond, RetryBackoff: 10 * time.Millisecond})
+	return e.runWith(t, live.TakeRelayConfig{})
+}
+
+func (e *takeRelayEnv) runWith(t *testing.T, cfg live.TakeRelayConfig) (stop func()) {
+	t.Helper()
+	cfg.Store, cfg.Redis, cfg.Kafka = e.st, e.rdb, e.client
+	cfg.Wait, cfg.RetryBackoff = 50*time.Millisecond, 10*time.Millisecond
+	r, err := live.NewTakeRelay(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +252,14 @@ func takeRelayExactlyOnce(t *testing.T, e *takeRelayEnv) {
 	e.take(t, 3)
 	e.crashAfterProduce(t, false)
 	stop = e.run(t)
+	e.relayed(t)
+	stop()
+	e.exactlyOnce(t)
+
+	// Requests cut by size: each carries as many entries as fit (here
+	// about two events), the rest go in the next.
+	e.take(t, 9)
+	stop = e.runWith(t, live.TakeRelayConfig{MaxRequestBytes: 200})
 	e.relayed(t)
 	stop()
 	e.exactlyOnce(t)
