@@ -61,7 +61,11 @@ func newStack(t *testing.T, cli CLI) *stack {
 		Brokers: brokers, RedisAddr: stacktest.RedisAddr(), PostgresURL: pgURL, Topic: stacktest.Topic(t, brokers, 1),
 		Prefix: stacktest.Prefix(t, rdb), Rules: rules,
 	}}
-	s.limiter = servicetest.Limiter(t, servicetest.Build(t, servicetest.Floodgate), s.st)
+	bin := servicetest.Build(t, servicetest.Floodgate)
+	s.limiter = servicetest.Limiter(t, bin, s.st)
+	// The partition's owner publishes the strict takes' events, which the
+	// take script queues in Redis with the count.
+	servicetest.Aggregator(t, bin, s.st, "--no-history")
 
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -206,7 +210,8 @@ func TestLinksAndVisits(t *testing.T) {
 	if nf := send(t, "GET", s.shortener+"/Nope123", "", "", nil); nf.status != http.StatusNotFound || !strings.Contains(nf.body["error"].(string), "Nope123") {
 		t.Errorf("unknown code: %d %s", nf.status, nf.raw)
 	}
-	// Two creations (taken and published by the limiter), and the visit's
+	// Two creations (taken by the limiter, published by the aggregator's
+	// take relay), and the visit's
 	// two events (published by the shortener): nothing for the 404. Two
 	// producers, keys in different partitions, and the limiter's publisher
 	// lingers (--publish-linger) to share produce requests: the topic holds
