@@ -83,6 +83,10 @@ type TakeRelayConfig struct {
 // Two owners of one partition at once (a member that has not noticed it
 // was revoked) could both publish an entry: the cursor is no fence. The
 // aggregator's dedup (--dedup) recognises such a repeat by its event id.
+// The read-back trusts what the events topic holds: a producer that
+// writes records naming take entries, or stamped far in the future, can
+// make one pending request's entries count as published or be published
+// twice — never more than that request's.
 type TakeRelay struct {
 	cfg       TakeRelayConfig
 	log       *slog.Logger
@@ -410,7 +414,19 @@ func (r *TakeRelay) settle(ctx context.Context, topic string, partition int, cur
 scan:
 	for f.Next() < end {
 		msgs, err := f.Fetch(ctx)
-		if err != nil {
+		var unreadable *aggregator.UnreadableError
+		var lost *aggregator.LostOffsetsError
+		switch {
+		case errors.As(err, &unreadable):
+			// Not ours (a batch past the decompression bound): the
+			// Fetcher moved past it.
+			continue
+		case errors.As(err, &lost):
+			// Retention deleted what the scan starts from: what is left
+			// is read, or the settle would fail forever.
+			f.SetOffset(lost.To)
+			continue
+		case err != nil:
 			return cur, fmt.Errorf("read back partition=%d from %d: %w", partition, cur.from, err)
 		}
 		for _, m := range msgs {
@@ -418,8 +434,11 @@ scan:
 			if m.Time.After(deadline) {
 				break scan
 			}
+			// Only ids of the pending request count: a record that names
+			// a later entry is not this relay's, and believing it would
+			// skip entries never published.
 			id, ok := takeHeader(m.Headers, prefix)
-			if ok && streamIDLess(found, id) {
+			if ok && streamIDLess(found, id) && !streamIDLess(cur.pending, id) {
 				found = id
 			}
 			if found == cur.pending {

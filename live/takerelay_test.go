@@ -159,6 +159,7 @@ func (e *takeRelayEnv) runWith(t *testing.T, cfg live.TakeRelayConfig) (stop fun
 func (e *takeRelayEnv) exactlyOnce(t *testing.T) {
 	t.Helper()
 	ids := e.published(t)
+	delete(ids, forgedID)
 	for i := range e.n {
 		if c := ids["take-"+strconv.Itoa(i)]; c != 1 {
 			t.Errorf("take-%d published %d times, want once", i, c)
@@ -216,6 +217,28 @@ func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 	}
 }
 
+// forgedID is the event id of forge's record.
+const forgedID = "forged"
+
+// forge writes to partition 1 a record that claims to come from a take
+// entry far past any real one.
+func (e *takeRelayEnv) forge(t *testing.T) {
+	t.Helper()
+	v, err := event.Encode(event.Event{V: event.Version, ID: forgedID, Action: "reset", Kind: "email", Subject: e.q.Subject.Subject, TS: time.Now(), N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := kafka.Record{Time: time.Now(), Key: kafka.NewBytes([]byte("email:" + e.q.Subject.Subject)), Value: kafka.NewBytes(v),
+		Headers: []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, {Key: event.HeaderTake, Value: []byte("1/99999999999999-0")}}}
+	res, err := e.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: e.topic, Partition: 1, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(rec)})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The take relay publishes each queued take event once, to its partition,
 // marked counted: also when a relay died with a produce request whose
 // outcome it never learnt, whether the request reached Kafka (the next
@@ -248,9 +271,12 @@ func takeRelayExactlyOnce(t *testing.T, e *takeRelayEnv) {
 	stop()
 	e.exactlyOnce(t)
 
-	// Killed after noting the request, before sending it.
+	// Killed after noting the request, before sending it. A record
+	// someone else wrote, naming a later entry, does not make the read-back
+	// believe the request landed.
 	e.take(t, 3)
 	e.crashAfterProduce(t, false)
+	e.forge(t)
 	stop = e.run(t)
 	e.relayed(t)
 	stop()
