@@ -321,7 +321,8 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 // handed to the take stream with the count when Taker can queue them, and
 // what the take did.
 type takeRun struct {
-	counted []event.Event
+	strict  int           // subjects the take counts (with a strict rule)
+	counted []event.Event // their events; none without a Publisher
 	queue   []window.QueuedEvent
 	taken   bool
 	queued  bool // the counted events are in the take stream: not published here
@@ -337,10 +338,8 @@ func (l *Limiter) newTakeRun(req Request, now time.Time, plans []plan) *takeRun 
 			subs = append(subs, plans[i].sub)
 		}
 	}
+	tk.strict = len(subs)
 	tk.counted = l.events(req, now, subs)
-	if l.cfg.Publisher == nil {
-		return tk
-	}
 	for _, e := range tk.counted {
 		v, err := event.Encode(e)
 		if err != nil {
@@ -741,7 +740,7 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules
 	l.m.checks.WithLabelValues(op, "allowed").Inc()
 	if tk != nil {
 		afterTake(&d, int64(max(req.N, 1)))
-		d.Counted = len(tk.counted) > 0
+		d.Counted = tk.strict > 0
 		if d.Counted {
 			l.m.counted.Add(float64(max(req.N, 1)))
 		}
@@ -835,9 +834,10 @@ func (l *Limiter) degraded(ctx context.Context, op string, req Request, plans []
 }
 
 // events are Take's events of subs: one per subject, with the request's
-// id (per kind when it names several subjects) or a new one.
+// id (per kind when it names several subjects) or a new one. None without
+// a Publisher: nothing would publish them.
 func (l *Limiter) events(req Request, now time.Time, subs []Subject) []event.Event {
-	if len(subs) == 0 {
+	if len(subs) == 0 || l.cfg.Publisher == nil {
 		return nil
 	}
 	n := max(req.N, 1)
