@@ -527,7 +527,7 @@ func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []s
 		return f, err
 	}
 	single := target{brokers: b.cfg.Brokers, redis: []string{b.cfg.RedisAddr}}
-	args := append(b.aggregatorArgs(single, topic, "bench-"+b.id+"-live-"+run, prefix, addr), extra...)
+	args := append(b.aggregatorArgs(single, topic, "bench-"+b.id+"-live-"+run, prefix, b.rules, addr), extra...)
 	if bin != b.cfg.Bin {
 		// The legacy binary predates --live-group (it reads --group, which
 		// today's keeps as an alias).
@@ -578,13 +578,13 @@ func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []s
 }
 
 // aggregatorArgs are the arguments of a live aggregator (no history) on t
-// over topic, with the benchmark's rules.
-func (b *bench) aggregatorArgs(t target, topic, group, prefix, metricsAddr string) []string {
+// over topic, with the rules at rulesPath.
+func (b *bench) aggregatorArgs(t target, topic, group, prefix, rulesPath, metricsAddr string) []string {
 	args := []string{"aggregator", "--no-history", "--brokers", strings.Join(t.brokers, ","),
 		"--topic", topic, "--dlq-topic", topic + ".dlq", "--decisions-topic", topic + ".decisions",
 		"--live-group", group, "--key-prefix", prefix}
 	args = append(args, t.redisArgs()...)
-	return append(args, "--rules", b.rules, "--metrics-addr", metricsAddr)
+	return append(args, "--rules", rulesPath, "--metrics-addr", metricsAddr)
 }
 
 // waitCounted polls a counter on the metrics of one or more processes

@@ -165,7 +165,7 @@ func (b *bench) clusterLive(ctx context.Context, t target, topic, prefix string,
 		if err != nil {
 			return 0, errors.Join(err, stopAll())
 		}
-		args := b.aggregatorArgs(t, topic, group, prefix, addr)
+		args := b.aggregatorArgs(t, topic, group, prefix, b.rules, addr)
 		if fill != nil {
 			// Paused members keep their partitions while the topic fills.
 			args = append(args, pausedArgs...)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -212,8 +211,7 @@ func (b *bench) startTakeRelay(ctx context.Context, t target, topic, prefix, rul
 	if err != nil {
 		return nil, err
 	}
-	args := b.aggregatorArgs(t, topic, "bench-"+b.id+"-takes", prefix, addr)
-	args[slices.Index(args, "--rules")+1] = rulesPath
+	args := b.aggregatorArgs(t, topic, "bench-"+b.id+"-takes", prefix, rulesPath, addr)
 	b.res.LookupCmds = append(b.res.LookupCmds, "floodgate "+strings.Join(args, " "))
 	p, err := childproc.Start(ctx, childproc.Config{Name: "aggregator-takes", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
 	if err != nil {

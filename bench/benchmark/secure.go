@@ -111,7 +111,7 @@ func (b *bench) secure(ctx context.Context) error {
 			return err
 		}
 		prefix := "bench" + b.id + "s" + strconv.Itoa(i)
-		aargs := b.aggregatorArgs(target{brokers: []string{sp.brokers}, redis: []string{sp.redisAddr}}, t, "bench-"+b.id+"-secure-"+strconv.Itoa(i), prefix, addr)
+		aargs := b.aggregatorArgs(target{brokers: []string{sp.brokers}, redis: []string{sp.redisAddr}}, t, "bench-"+b.id+"-secure-"+strconv.Itoa(i), prefix, b.rules, addr)
 		ap, err := childproc.Start(ctx, childproc.Config{Name: "secure-aggregator-" + strconv.Itoa(i), Bin: b.cfg.Bin, Args: aargs, Env: sp.env(), LogDir: b.cfg.WorkDir})
 		if err != nil {
 			return err
