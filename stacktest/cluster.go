@@ -123,22 +123,21 @@ func ClusterTopic(tb testing.TB, brokers []string, partitions int) string {
 // KillKafkaNode kills Kafka node name ("kafka-1", "kafka-2" or "kafka-3")
 // with SIGKILL through scripts/stack. The cluster survives one node down,
 // not two, so kills are serialised across tests and test processes: this
-// waits until no other test has a Kafka node down. The node is restarted
-// when the test ends if StartKafkaNode was not called.
+// waits until no other test that killed a Kafka node is running, and until
+// every partition is in sync. The node is restarted when the test ends if
+// StartKafkaNode was not called. A test kills at most one Kafka node: a
+// second kill would wait for the lock the test itself holds.
 func KillKafkaNode(tb testing.TB, name string) {
 	tb.Helper()
 	kill(tb, "kafka", name)
 }
 
 // StartKafkaNode starts Kafka node name again through scripts/stack, which
-// returns once every running node lists it, then waits until no partition
+// returns once every running node lists it, and waits until no partition
 // of any topic is under-replicated.
 func StartKafkaNode(tb testing.TB, name string) {
 	tb.Helper()
 	if err := startNode(name); err != nil {
-		tb.Fatal(err)
-	}
-	if err := waitReplicated(strings.Split(DefaultClusterBrokers, ",")); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -361,9 +360,14 @@ func redisPID(port int) (int, error) {
 	return pid, nil
 }
 
-// killed holds the fault lock of each node killed by this process until it
-// is started again.
-var killed sync.Map // node name → *os.File
+// killed holds the fault of each node killed by this process, with its
+// kind's fault lock.
+var killed sync.Map // node name → *fault
+
+type fault struct {
+	lock *os.File
+	down bool // not started again yet
+}
 
 func kill(tb testing.TB, kind, name string) {
 	tb.Helper()
@@ -371,37 +375,61 @@ func kill(tb testing.TB, kind, name string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// A Kafka node restarted by another test process may still be out of
+	// some ISRs: killing a second node then leaves partitions (the group
+	// coordinator's among them) below min.insync.replicas, a double fault
+	// no test means to cause.
+	if kind == "kafka" {
+		if err := waitReplicated(strings.Split(DefaultClusterBrokers, ",")); err != nil {
+			unlock(lock)
+			tb.Fatal(err)
+		}
+	}
 	killLocked(tb, lock, name)
 }
 
-// killLocked kills node name holding its kind's fault lock, which it keeps
-// until the node is started again.
+// killLocked kills node name holding its kind's fault lock. A Redis node
+// keeps the lock until it is started again; a Kafka node until the test
+// ends, because the test goes on through the cluster once the node is back
+// and another test's kill would fail it with errors no single fault
+// causes. Should the test not start the node again, it is started when the
+// test ends.
 func killLocked(tb testing.TB, lock *os.File, name string) {
 	tb.Helper()
 	if _, err := stack("stop", "--cluster", name, "--kill"); err != nil {
 		unlock(lock)
 		tb.Fatal(err)
 	}
-	killed.Store(name, lock)
+	f := &fault{lock: lock, down: true}
+	killed.Store(name, f)
 	tb.Cleanup(func() {
-		if _, ok := killed.Load(name); !ok {
-			return // started again by the test
+		if f.down {
+			if err := startNode(name); err != nil {
+				tb.Errorf("restart %s after the test: %v", name, err)
+			}
 		}
-		if err := startNode(name); err != nil {
-			tb.Errorf("restart %s after the test: %v", name, err)
+		if _, ok := killed.LoadAndDelete(name); ok {
+			unlock(f.lock)
 		}
 	})
 }
 
-// startNode starts node name and releases its fault lock if this process
-// killed it.
+// startNode starts node name; a Kafka node once it is back in every ISR
+// (the script returns once it is registered). It releases a Redis node's
+// fault lock if this process killed it.
 func startNode(name string) error {
-	_, err := stack("start", "--cluster", name)
-	if err != nil {
+	if _, err := stack("start", "--cluster", name); err != nil {
 		return err
 	}
-	if lock, ok := killed.LoadAndDelete(name); ok {
-		unlock(lock.(*os.File))
+	v, ok := killed.Load(name)
+	if ok {
+		v.(*fault).down = false
+	}
+	if strings.HasPrefix(name, "kafka-") {
+		return waitReplicated(strings.Split(DefaultClusterBrokers, ","))
+	}
+	if ok && killed.CompareAndDelete(name, v) {
+		unlock(v.(*fault).lock)
 	}
 	return nil
 }
@@ -514,6 +542,42 @@ func waitReplicated(brokers []string) error {
 			return fmt.Errorf("kafka cluster %s: not fully replicated after %v: %s", strings.Join(brokers, ","), clusterWait, last)
 		}
 	}
+}
+
+// KafkaReplication describes, for a failing test's log, every partition of
+// the cluster that lacks a leader or has replicas out of sync (the group
+// coordinators' __consumer_offsets among them), or says all are in sync.
+func KafkaReplication(brokers []string) string {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second,
+		Transport: &kafka.Transport{MetadataTTL: time.Second}}
+	md, err := client.Metadata(context.Background(), &kafka.MetadataRequest{})
+	if err != nil {
+		return "metadata: " + err.Error()
+	}
+	var bad []string
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			leader := p.Leader.ID
+			if p.Leader.Host == "" {
+				leader = -1 // kafka-go reports no leader as an empty broker
+			}
+			if leader < 0 || len(p.Isr) < len(p.Replicas) {
+				bad = append(bad, fmt.Sprintf("%s/%d leader %d isr %v", t.Name, p.ID, leader, brokerIDs(p.Isr)))
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return fmt.Sprintf("every partition of %d topics in sync", len(md.Topics))
+	}
+	return strings.Join(bad, "; ")
+}
+
+func brokerIDs(bs []kafka.Broker) []int {
+	ids := make([]int, len(bs))
+	for i, b := range bs {
+		ids[i] = b.ID
+	}
+	return ids
 }
 
 // underReplicated names a partition with fewer in-sync replicas than

@@ -358,7 +358,10 @@ func (e *liveEnv) waitApplied(timeout time.Duration, fresh bool) {
 		}
 		if target != nil {
 			live, hist, err := e.sinkOffsets(ctx)
-			if last = err; err != nil {
+			if err != nil && ctx.Err() == nil {
+				last = err // not the deadline's error: what kept us waiting
+			}
+			if err != nil {
 				// After a primary died, a cluster client keeps asking it
 				// until its slot map is reloaded (ClusterRedis).
 				if cc, ok := e.rdb.(*redis.ClusterClient); ok {
@@ -380,7 +383,7 @@ func (e *liveEnv) waitApplied(timeout time.Duration, fresh bool) {
 		}
 		select {
 		case <-ctx.Done():
-			e.t.Fatalf("aggregators not past the topic's end after %v: %v", timeout, last)
+			e.t.Fatalf("aggregators not past the topic's end after %v: %v\nkafka cluster: %s", timeout, last, stacktest.KafkaReplication(e.brokers))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
