@@ -2,9 +2,11 @@ package live
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -20,10 +22,11 @@ import (
 )
 
 // TakeRedis is what the take relay needs of Redis: read the take stream
-// and keep its cursor (pipelines read, and trim what it published).
+// (pipelined with its length) and move its cursor (a script that also
+// trims what was published).
 type TakeRedis interface {
+	redis.Scripter
 	Get(ctx context.Context, key string) *redis.StringCmd
-	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	Pipeline() redis.Pipeliner
 }
 
@@ -53,7 +56,10 @@ type TakeRelayConfig struct {
 	// that the next request carries more: a produce request per few takes
 	// made the broker the costliest process of a strict take. Default 50ms.
 	Linger time.Duration
-	// ProduceTimeout bounds one produce request. Default 10s.
+	// ProduceTimeout bounds one produce request. A relay that takes over a
+	// request of unknown outcome waits until one and a half times it has
+	// passed since the request (its records land by then) before it reads
+	// the partition back. Default 10s.
 	ProduceTimeout time.Duration
 	// RetryBackoff is the least pause after a failure; the pauses double,
 	// jittered, up to 5s. Default 200ms.
@@ -80,10 +86,13 @@ type TakeRelayConfig struct {
 // most the records written within ProduceTimeout (plus a minute of clock
 // skew) of that time.
 //
-// Two owners of one partition at once (a member that has not noticed it
-// was revoked) could both publish an entry: the cursor is no fence. The
-// aggregator's dedup (--dedup) recognises such a repeat by its event id.
-// The read-back trusts what the events topic holds: a producer that
+// Each relay run claims the cursor under a token of its own, and moves it
+// only by compare-and-set (takecursor.lua): of two owners of one partition
+// at once (a member that has not noticed it was revoked), the one whose
+// claim was overwritten fails its next move, before its next request, and
+// stops; the one that took over waits until the other's request, if one
+// was noted, has landed, reads it back, and goes on. They may take turns
+// while both run, never publishing an entry twice. The read-back trusts what the events topic holds: a producer that
 // writes records naming take entries, or stamped far in the future, can
 // make one pending request's entries count as published or be published
 // twice — never more than that request's.
@@ -174,60 +183,91 @@ func (r *TakeRelay) Run(ctx context.Context, topic string, partition int) {
 		}
 		restarts.Inc()
 		backoff := wait.Next()
-		log.Error("take relay failed; the partition's take events wait until it restarts from its cursor", "err", err, "backoff", backoff)
+		if errors.Is(err, errTakeRelayFenced) {
+			// Another member relays the partition (one of us has not
+			// noticed a rebalance yet): nothing is lost, take turns.
+			log.Warn("take relay: another relay claimed the partition's cursor; claiming it again after a pause", "err", err, "backoff", backoff)
+		} else {
+			log.Error("take relay failed; the partition's take events wait until it restarts from its cursor", "err", err, "backoff", backoff)
+		}
 		sleep(ctx, backoff)
 	}
 }
 
 // takeCursor is the cursor key's value.
 type takeCursor struct {
-	last string // the last entry published; "0-0" for none
+	owner string // the token of the relay run that wrote it; "" before tokens
+	last  string // the last entry published; "0-0" for none
 	// pending: a produce request whose outcome is not known
 	pending string // its last entry; "" for none
 	from    int64  // the partition's end offset before it
 	since   int64  // when it was sent, Unix ms
 }
 
+// String is the cursor as stored: "@<owner> <last>", or with a pending
+// request "@<owner> <last> <pending> <from> <since>". Without since (a
+// request being noted) the script appends the server's time.
 func (c takeCursor) String() string {
-	if c.pending == "" {
-		return c.last
+	switch {
+	case c.pending == "":
+		return fmt.Sprintf("@%s %s", c.owner, c.last)
+	case c.since == 0:
+		return fmt.Sprintf("@%s %s %s %d", c.owner, c.last, c.pending, c.from)
 	}
-	return fmt.Sprintf("%s %s %d %d", c.last, c.pending, c.from, c.since)
+	return fmt.Sprintf("@%s %s %s %d %d", c.owner, c.last, c.pending, c.from, c.since)
 }
 
+// parseTakeCursor reads a stored cursor; "" (none stored) is the start.
+// Cursors written before owner tokens have no "@<owner>".
 func parseTakeCursor(v string) (takeCursor, error) {
+	if v == "" {
+		return takeCursor{last: "0-0"}, nil
+	}
 	f := strings.Fields(v)
+	var c takeCursor
+	if len(f) > 0 && strings.HasPrefix(f[0], "@") {
+		c.owner, f = f[0][1:], f[1:]
+		if c.owner == "" {
+			f = nil // refused below
+		}
+	}
 	switch len(f) {
 	case 1:
-		return takeCursor{last: f[0]}, nil
+		c.last = f[0]
+		return c, nil
 	case 4:
 		from, err1 := strconv.ParseInt(f[2], 10, 64)
 		since, err2 := strconv.ParseInt(f[3], 10, 64)
 		if err1 == nil && err2 == nil {
-			return takeCursor{last: f[0], pending: f[1], from: from, since: since}, nil
+			c.last, c.pending, c.from, c.since = f[0], f[1], from, since
+			return c, nil
 		}
 	}
-	return takeCursor{}, fmt.Errorf("take relay cursor %q: want \"<id>\" or \"<id> <pending id> <offset> <ms>\"", v)
+	return takeCursor{}, fmt.Errorf("take relay cursor %q: want \"@<owner> <id>\" or \"@<owner> <id> <pending id> <offset> <ms>\"", v)
 }
 
-// follow relays from the cursor until ctx ends (nil) or something fails.
+// follow claims the cursor, settles a request its last holder left
+// pending, and relays until ctx ends (nil) or something fails.
 func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log *slog.Logger) error {
-	cur, err := r.cursor(ctx, partition)
+	rs, wait, err := r.claim(ctx, partition)
 	if err != nil {
 		return err
 	}
-	rs := &relayState{cur: cur}
-	for ctx.Err() == nil {
-		if cur := rs.cur; cur.pending != "" {
-			cur, err := r.settle(ctx, topic, partition, cur, log)
-			if err != nil {
-				return err
-			}
-			if err := r.moveCursor(ctx, partition, cur.last); err != nil {
-				return err
-			}
-			rs.cur = cur
+	if rs.cur.pending != "" {
+		// The request may still be landing (its relay may even be alive,
+		// not yet fenced): read back only once it cannot land any more.
+		if sleep(ctx, wait); ctx.Err() != nil {
+			return nil
 		}
+		cur, err := r.settle(ctx, topic, partition, rs.cur, log)
+		if err != nil {
+			return err
+		}
+		if err := r.moveCursor(ctx, partition, rs, cur.last); err != nil {
+			return err
+		}
+	}
+	for ctx.Err() == nil {
 		msgs, err := r.read(ctx, partition, rs.cur.last)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -249,17 +289,84 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 	return nil
 }
 
-// cursor reads the relay's cursor ("0-0" when none: nothing published).
-func (r *TakeRelay) cursor(ctx context.Context, partition int) (takeCursor, error) {
+// errTakeRelayFenced is a cursor move refused: another relay run of the
+// partition claimed the cursor.
+var errTakeRelayFenced = errors.New("another take relay of the partition claimed its cursor")
+
+// takeCursorBody moves a take relay's cursor (see its header).
+//
+//go:embed takecursor.lua
+var takeCursorBody string
+
+var takeCursorScript = redis.NewScript("#!lua\n" + takeCursorBody)
+
+// takecursor.lua's reply codes.
+const (
+	cursorMoved  = 0 // MOVED
+	cursorFenced = 1 // FENCED: the cursor is not what this run wrote
+)
+
+// claim puts the cursor under a token of this run's own and returns how
+// long the request it notes pending, if any, may still take to land:
+// one and a half produce timeouts after it was noted, by Redis's clock.
+func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time.Duration, error) {
 	key := r.cfg.Store.Keys().TakesRelay(partition)
-	v, err := r.cfg.Redis.Get(ctx, key).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return takeCursor{last: "0-0"}, nil
-	case err != nil:
-		return takeCursor{}, fmt.Errorf("read %s: %w", key, err)
+	raw, err := r.cfg.Redis.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		raw, err = "", nil
 	}
-	return parseTakeCursor(v)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	cur, err := parseTakeCursor(raw)
+	if err != nil {
+		return nil, 0, err
+	}
+	cur.owner = strconv.FormatUint(rand.Uint64(), 36)
+	rs := &relayState{raw: raw}
+	now, err := r.write(ctx, partition, rs, cur, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	var wait time.Duration
+	if cur.pending != "" {
+		within := r.cfg.ProduceTimeout * 3 / 2
+		wait = min(max(time.Duration(cur.since-now)*time.Millisecond+within, 0), within)
+	}
+	return rs, wait, nil
+}
+
+// write sets the cursor to c by compare-and-set over the value this run
+// last wrote or read (rs.raw), stamps a request being noted with Redis's
+// time, and trims the stream's entries before keep ("": none). It returns
+// Redis's time, in ms.
+func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string) (int64, error) {
+	keys := r.cfg.Store.Keys()
+	key := keys.TakesRelay(partition)
+	stamp := ""
+	if c.pending != "" && c.since == 0 {
+		stamp = "1"
+	}
+	out, err := takeCursorScript.Run(ctx, r.cfg.Redis, []string{key, keys.Takes(partition)}, rs.raw, c.String(), stamp, keep).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", key, err)
+	}
+	if len(out) != 3 {
+		return 0, fmt.Errorf("write %s: reply %v", key, out)
+	}
+	v, _ := out[1].(string)
+	now, err := strconv.ParseInt(fmt.Sprint(out[2]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("write %s: time %v", key, out[2])
+	}
+	if replyInt(out, 0) != cursorMoved {
+		return 0, fmt.Errorf("take relay cursor %s is %q, not %q: %w", key, v, rs.raw, errTakeRelayFenced)
+	}
+	if rs.cur, err = parseTakeCursor(v); err != nil {
+		return 0, err
+	}
+	rs.raw = v
+	return now, nil
 }
 
 // read returns up to MaxBatch entries after last, and sets the backlog
@@ -290,7 +397,8 @@ func (r *TakeRelay) read(ctx context.Context, partition int, last string) ([]red
 // last produce request ended in the partition, and when.
 type relayState struct {
 	cur    takeCursor
-	next   int64 // offset after the last records produced; 0: unknown
+	raw    string // the cursor as this run last wrote or read it
+	next   int64  // offset after the last records produced; 0: unknown
 	nextAt time.Time
 }
 
@@ -311,19 +419,14 @@ func (r *TakeRelay) from(ctx context.Context, topic string, partition int, rs *r
 }
 
 // moveCursor sets the cursor past last and trims what it passed, in one
-// round trip; a failed trim leaves entries that only take room.
-func (r *TakeRelay) moveCursor(ctx context.Context, partition int, last string) error {
-	keys := r.cfg.Store.Keys()
-	pipe := r.cfg.Redis.Pipeline()
-	set := pipe.Set(ctx, keys.TakesRelay(partition), last, 0)
+// script run.
+func (r *TakeRelay) moveCursor(ctx context.Context, partition int, rs *relayState, last string) error {
+	keep := ""
 	if last != "0-0" {
-		pipe.XTrimMinIDApprox(ctx, keys.Takes(partition), nextStreamID(last), 0)
+		keep = nextStreamID(last)
 	}
-	_, _ = pipe.Exec(ctx)
-	if err := set.Err(); err != nil {
-		return fmt.Errorf("write %s: %w", keys.TakesRelay(partition), err)
-	}
-	return nil
+	_, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: last}, keep)
+	return err
 }
 
 // publish sends entries in one produce request, as many as fit
@@ -331,7 +434,6 @@ func (r *TakeRelay) moveCursor(ctx context.Context, partition int, last string) 
 // rest are read again. A request that fails leaves the cursor pending for
 // settle.
 func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs *relayState, msgs []redis.XMessage, log *slog.Logger) error {
-	ckey := r.cfg.Store.Keys().TakesRelay(partition)
 	now := time.Now()
 	var records []kafka.Record
 	size := 0
@@ -357,16 +459,16 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 	}
 	last := msgs[len(msgs)-1].ID
 	if len(records) == 0 {
-		rs.cur = takeCursor{last: last}
-		return r.moveCursor(ctx, partition, last)
+		return r.moveCursor(ctx, partition, rs, last)
 	}
 	from, err := r.from(ctx, topic, partition, rs)
 	if err != nil {
 		return err
 	}
-	pending := takeCursor{last: rs.cur.last, pending: last, from: from, since: now.UnixMilli()}
-	if err := r.cfg.Redis.Set(ctx, ckey, pending.String(), 0).Err(); err != nil {
-		return fmt.Errorf("write %s: %w", ckey, err)
+	// Noted, the request is this run's to send: a relay that claimed the
+	// cursor before it fails here instead.
+	if _, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: last, from: from}, ""); err != nil {
+		return err
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProduceTimeout)
 	res, err := r.cfg.Kafka.Produce(pctx, &kafka.ProduceRequest{
@@ -377,9 +479,8 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 		err = res.Error
 	}
 	if err != nil {
-		// The request may still land: the restart, after a pause, reads
-		// the partition back before it sends anything again.
-		rs.cur = pending
+		// The request may still land: the restart claims the cursor and
+		// reads the partition back before it sends anything again.
 		return fmt.Errorf("produce %d take entries: %w", len(msgs), err)
 	}
 	r.published.Add(float64(len(records)))
@@ -388,8 +489,7 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 	}
 	// Published: should the cursor not move, the next start finds the
 	// pending batch in the partition and does not send it again.
-	rs.cur = takeCursor{last: last}
-	return r.moveCursor(ctx, partition, last)
+	return r.moveCursor(ctx, partition, rs, last)
 }
 
 // settle finds how much of a pending produce request reached the
@@ -452,7 +552,7 @@ scan:
 	}
 	r.readBacks.WithLabelValues(outcome).Inc()
 	log.Info("take relay: settled a publish of unknown outcome", "pending_last", cur.pending, "published_up_to", found, "from_offset", cur.from, "scanned", scanned)
-	return takeCursor{last: found}, nil
+	return takeCursor{owner: cur.owner, last: found}, nil
 }
 
 func (r *TakeRelay) fetcher(topic string, partition int, offset int64) (*aggregator.Fetcher, error) {

@@ -129,7 +129,7 @@ func (e *takeRelayEnv) relayed(t *testing.T) {
 	stacktest.WaitFor(t, "take stream relayed", 30*time.Second, func() bool {
 		n, err := e.rdb.XLen(context.Background(), e.st.Keys().Takes(1)).Result()
 		c, _ := e.rdb.Get(context.Background(), e.st.Keys().TakesRelay(1)).Result()
-		return err == nil && n == 0 && !strings.Contains(c, " ")
+		return err == nil && n == 0 && len(strings.Fields(c)) == 2 // "@<owner> <last>": nothing pending
 	})
 }
 
@@ -142,6 +142,9 @@ func (e *takeRelayEnv) runWith(t *testing.T, cfg live.TakeRelayConfig) (stop fun
 	t.Helper()
 	cfg.Store, cfg.Redis, cfg.Kafka = e.st, e.rdb, e.client
 	cfg.Wait, cfg.RetryBackoff = 50*time.Millisecond, 10*time.Millisecond
+	if cfg.ProduceTimeout == 0 {
+		cfg.ProduceTimeout = 2 * time.Second // a take-over waits 3 s for a pending request
+	}
 	r, err := live.NewTakeRelay(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -177,10 +180,11 @@ func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 	t.Helper()
 	ctx := context.Background()
 	keys := e.st.Keys()
-	last, err := e.rdb.Get(ctx, keys.TakesRelay(1)).Result()
-	if err != nil {
-		t.Fatal(err)
+	cur, err := e.rdb.Get(ctx, keys.TakesRelay(1)).Result()
+	if f := strings.Fields(cur); err != nil || len(f) != 2 {
+		t.Fatalf("cursor %q, %v: want \"@<owner> <last>\"", cur, err)
 	}
+	owner, last, _ := strings.Cut(cur, " ")
 	xs, err := e.rdb.XRangeN(ctx, keys.Takes(1), "("+last, "+", 1000).Result()
 	if err != nil || len(xs) == 0 {
 		t.Fatalf("entries after %s: %d, %v", last, len(xs), err)
@@ -190,7 +194,7 @@ func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 		t.Fatal(err)
 	}
 	from := res.Topics[e.topic][0].LastOffset
-	pending := last + " " + xs[len(xs)-1].ID + " " + strconv.FormatInt(from, 10) + " " + strconv.FormatInt(time.Now().UnixMilli(), 10)
+	pending := owner + " " + last + " " + xs[len(xs)-1].ID + " " + strconv.FormatInt(from, 10) + " " + strconv.FormatInt(time.Now().UnixMilli(), 10)
 	if err := e.rdb.Set(ctx, keys.TakesRelay(1), pending, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -288,5 +292,23 @@ func takeRelayExactlyOnce(t *testing.T, e *takeRelayEnv) {
 	stop = e.runWith(t, live.TakeRelayConfig{MaxRequestBytes: 200})
 	e.relayed(t)
 	stop()
+	e.exactlyOnce(t)
+}
+
+// Two relays of one partition at once (a member that has not noticed it
+// was revoked, beside the new owner) publish each entry once: the cursor
+// fences them, and one that takes it over from the other waits out the
+// other's produce request before reading the partition back.
+func TestTakeRelaysOfOnePartitionPublishOnce(t *testing.T) {
+	e := newTakeRelayEnv(t, false)
+	cfg := live.TakeRelayConfig{ProduceTimeout: time.Second, Linger: time.Millisecond}
+	stopA := e.runWith(t, cfg)
+	stopB := e.runWith(t, cfg)
+	for range 4 {
+		e.take(t, 300)
+		e.relayed(t)
+	}
+	stopA()
+	stopB()
 	e.exactlyOnce(t)
 }

@@ -6,16 +6,26 @@ import "testing"
 // anything else rather than guessing a position.
 func TestTakeCursorRoundTrip(t *testing.T) {
 	for _, c := range []takeCursor{
-		{last: "0-0"},
-		{last: "1795771658632-1"},
-		{last: "1-0", pending: "2-5", from: 42, since: 1795771658632},
+		{owner: "k3x", last: "0-0"},
+		{owner: "k3x", last: "1795771658632-1"},
+		{owner: "k3x", last: "1-0", pending: "2-5", from: 42, since: 1795771658632},
 	} {
 		got, err := parseTakeCursor(c.String())
 		if err != nil || got != c {
 			t.Errorf("parse(%q) = %+v, %v; want %+v", c.String(), got, err, c)
 		}
 	}
-	for _, bad := range []string{"", "1-0 2-0", "1-0 2-0 x 5", "1-0 2-0 3 4 5"} {
+	// none stored, and cursors written before owner tokens
+	for v, want := range map[string]takeCursor{
+		"":                      {last: "0-0"},
+		"7-1":                   {last: "7-1"},
+		"1-0 2-5 42 1795771658": {last: "1-0", pending: "2-5", from: 42, since: 1795771658},
+	} {
+		if got, err := parseTakeCursor(v); err != nil || got != want {
+			t.Errorf("parse(%q) = %+v, %v; want %+v", v, got, err, want)
+		}
+	}
+	for _, bad := range []string{"@", "@k", "@k 1-0 2-0", "1-0 2-0", "1-0 2-0 x 5", "1-0 2-0 3 4 5", "@k 1-0 2-0 3 4 5"} {
 		if _, err := parseTakeCursor(bad); err == nil {
 			t.Errorf("parse(%q): no error", bad)
 		}
