@@ -28,7 +28,7 @@ var _ Store = (*window.Store)(nil)
 
 // Taker runs strict takes; *strict.Taker implements it.
 type Taker interface {
-	TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (taken, queued bool, states []window.EvalState, err error)
+	TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (taken bool, queued []bool, states []window.EvalState, err error)
 }
 
 var _ Taker = (*strict.Taker)(nil)
@@ -325,7 +325,7 @@ type takeRun struct {
 	counted []event.Event // their events; none without a Publisher
 	queue   []window.QueuedEvent
 	taken   bool
-	queued  bool // the counted events are in the take stream: not published here
+	queued  []bool // which counted events are in a take stream: not published here
 }
 
 // newTakeRun prepares a take's counted events. Without a Publisher nothing
@@ -744,10 +744,13 @@ func (l *Limiter) finish(ctx context.Context, op string, req Request, set *rules
 		if d.Counted {
 			l.m.counted.Add(float64(max(req.N, 1)))
 		}
-		counted := tk.counted
-		if tk.queued {
-			l.m.queued.Add(float64(len(counted)))
-			counted = nil
+		var counted []event.Event
+		for i, e := range tk.counted {
+			if i < len(tk.queued) && tk.queued[i] {
+				l.m.queued.Inc()
+				continue
+			}
+			counted = append(counted, e)
 		}
 		l.publish(ctx, req.Action, counted, l.events(req, d.Time, others))
 	}

@@ -71,7 +71,7 @@ func newMetrics() *metrics {
 		}),
 		queued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_strict_queued_total",
-			Help: "Strict takes' events handed to their slot's take stream with the count, for the partition owner to publish (the rest the limiter publishes itself: takes spanning slots, a full stream).",
+			Help: "Strict takes' events handed to their slot's take stream with the count, for the partition owner to publish (the rest the limiter publishes itself: a full stream).",
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_requests_total",

@@ -279,7 +279,9 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 			sleep(ctx, r.cfg.Wait)
 			continue
 		}
-		if err := r.publish(ctx, topic, partition, rs, msgs, log); err != nil {
+		if err := r.publish(ctx, topic, partition, rs, msgs, log); errors.Is(err, errTakeBatchChanged) {
+			continue // a refund took an entry back: read them again
+		} else if err != nil {
 			return err
 		}
 		if len(msgs) < r.cfg.MaxBatch {
@@ -293,6 +295,10 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 // partition claimed the cursor.
 var errTakeRelayFenced = errors.New("another take relay of the partition claimed its cursor")
 
+// errTakeBatchChanged is a request not noted: a refund deleted one of its
+// entries since they were read. They are read again.
+var errTakeBatchChanged = errors.New("take stream entries deleted since they were read")
+
 // takeCursorBody moves a take relay's cursor (see its header).
 //
 //go:embed takecursor.lua
@@ -302,8 +308,9 @@ var takeCursorScript = redis.NewScript("#!lua\n" + takeCursorBody)
 
 // takecursor.lua's reply codes.
 const (
-	cursorMoved  = 0 // MOVED
-	cursorFenced = 1 // FENCED: the cursor is not what this run wrote
+	cursorMoved   = 0 // MOVED
+	cursorFenced  = 1 // FENCED: the cursor is not what this run wrote
+	cursorChanged = 2 // CHANGED: the request's entries are not all there
 )
 
 // claim puts the cursor under a token of this run's own and returns how
@@ -324,7 +331,7 @@ func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time
 	}
 	cur.owner = strconv.FormatUint(rand.Uint64(), 36)
 	rs := &relayState{raw: raw}
-	now, err := r.write(ctx, partition, rs, cur, "")
+	now, err := r.write(ctx, partition, rs, cur, "", nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -337,17 +344,21 @@ func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time
 }
 
 // write sets the cursor to c by compare-and-set over the value this run
-// last wrote or read (rs.raw), stamps a request being noted with Redis's
-// time, and trims the stream's entries before keep ("": none). It returns
-// Redis's time, in ms.
-func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string) (int64, error) {
+// last wrote or read (rs.raw), and trims the stream's entries before keep
+// ("": none). Noting a request (msgs, its entries), it stamps it with
+// Redis's time, and refuses with errTakeBatchChanged when an entry is gone.
+// It returns Redis's time, in ms.
+func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string, msgs []redis.XMessage) (int64, error) {
 	keys := r.cfg.Store.Keys()
 	key := keys.TakesRelay(partition)
-	stamp := ""
+	args := []any{rs.raw, c.String(), "", keep}
 	if c.pending != "" && c.since == 0 {
-		stamp = "1"
+		args[2] = "1"
 	}
-	out, err := takeCursorScript.Run(ctx, r.cfg.Redis, []string{key, keys.Takes(partition)}, rs.raw, c.String(), stamp, keep).Slice()
+	if len(msgs) > 0 {
+		args = append(args, msgs[0].ID, msgs[len(msgs)-1].ID, len(msgs))
+	}
+	out, err := takeCursorScript.Run(ctx, r.cfg.Redis, []string{key, keys.Takes(partition)}, args...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", key, err)
 	}
@@ -359,7 +370,11 @@ func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c 
 	if err != nil {
 		return 0, fmt.Errorf("write %s: time %v", key, out[2])
 	}
-	if replyInt(out, 0) != cursorMoved {
+	switch replyInt(out, 0) {
+	case cursorMoved:
+	case cursorChanged:
+		return 0, errTakeBatchChanged
+	default:
 		return 0, fmt.Errorf("take relay cursor %s is %q, not %q: %w", key, v, rs.raw, errTakeRelayFenced)
 	}
 	if rs.cur, err = parseTakeCursor(v); err != nil {
@@ -425,7 +440,7 @@ func (r *TakeRelay) moveCursor(ctx context.Context, partition int, rs *relayStat
 	if last != "0-0" {
 		keep = nextStreamID(last)
 	}
-	_, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: last}, keep)
+	_, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: last}, keep, nil)
 	return err
 }
 
@@ -467,7 +482,7 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 	}
 	// Noted, the request is this run's to send: a relay that claimed the
 	// cursor before it fails here instead.
-	if _, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: last, from: from}, ""); err != nil {
+	if _, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: last, from: from}, "", msgs); err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProduceTimeout)

@@ -69,7 +69,7 @@ func (e *takeRelayEnv) take(t *testing.T, k int) {
 			t.Fatal(err)
 		}
 		taken, queued, _, err := e.taker.TakeQueued(context.Background(), time.Now(), []window.EvalQuery{e.q}, 1, []window.QueuedEvent{{Key: []byte(ev.Key()), Value: v}})
-		if err != nil || !taken || !queued {
+		if err != nil || !taken || len(queued) != 1 || !queued[0] {
 			t.Fatalf("take %d: taken %v queued %v err %v", e.n, taken, queued, err)
 		}
 		e.n++

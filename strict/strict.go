@@ -15,8 +15,9 @@ import (
 // Store is what a Taker needs of the live store; *window.Store has it.
 type Store interface {
 	PartitionOf(sub window.Subject) (int, error)
+	PartitionOfKey(key []byte) (int, error)
 	TakeSlots(ctx context.Context, runs []window.SlotTakes) ([][]window.TakeResult, []error)
-	Refund(ctx context.Context, partition int, now time.Time, qs []window.EvalQuery, n int64) error
+	Refund(ctx context.Context, partition int, now time.Time, qs []window.EvalQuery, n int64, entry string) (bool, error)
 	Evaluate(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64) ([]window.EvalState, error)
 }
 
@@ -113,24 +114,29 @@ func (t *Taker) Take(ctx context.Context, now time.Time, qs []window.EvalQuery, 
 	return taken, states, err
 }
 
-// TakeQueued is Take that also hands the take's events to the slot's take
-// stream, in the script run that counts them (window.TakeRequest.Events),
-// when every subject is in one slot: the partition owner publishes them
-// (live.TakeRelay), exactly once, and the caller publishes nothing.
-// queued is false when it did not (several slots, whose reservations may
-// be refunded after the event is out, or a full stream): the caller
-// publishes the events of a take that counted.
-func (t *Taker) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (taken, queued bool, states []window.EvalState, err error) {
+// TakeQueued is Take that also hands the take's events to the take streams,
+// in the script runs that count them (window.TakeRequest.Events): each
+// event to its own partition's slot, where the partition owner publishes
+// it (live.TakeRelay), exactly once. queued tells, event by event, which
+// are there: the caller publishes the others of a take that counted (a
+// full stream, or an event keyed to a partition none of qs is in).
+//
+// A take spanning several slots queues in each as it reserves there; a
+// refund takes the slot's entry back with its count, unless the relay
+// already has it: then the reservation stays counted, as a refund that
+// failed leaves it, and its events go out with it.
+func (t *Taker) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (taken bool, queued []bool, states []window.EvalState, err error) {
 	groups := map[int][]int{}
 	for i, q := range qs {
 		p, err := t.cfg.Store.PartitionOf(q.Subject)
 		if err != nil {
-			return false, false, nil, err
+			return false, nil, nil, err
 		}
 		groups[p] = append(groups[p], i)
 	}
-	if len(groups) > 1 {
-		events = nil
+	evs, evIdx, err := t.eventsBySlot(groups, events)
+	if err != nil {
+		return false, nil, nil, err
 	}
 	parts := make([]int, 0, len(groups))
 	for p := range groups {
@@ -138,48 +144,85 @@ func (t *Taker) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQ
 	}
 	slices.Sort(parts)
 	states = make([]window.EvalState, len(qs))
-	type reserved struct {
-		part int
-		qs   []window.EvalQuery
-		now  time.Time
-	}
-	var held []reserved
-	refund := func() error {
-		var errs []error
-		for i := len(held) - 1; i >= 0; i-- {
-			r := held[i]
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.Timeout)
-			if err := t.cfg.Store.Refund(rctx, r.part, r.now, r.qs, n); err != nil {
-				t.log.Error("strict take: refund failed; the reservation stays counted", "partition", r.part, "n", n, "err", err)
-				errs = append(errs, err)
-			}
-			cancel()
-		}
-		return errors.Join(errs...)
-	}
+	var held []reservation
 	for _, p := range parts {
 		idx := groups[p]
 		sub := make([]window.EvalQuery, len(idx))
 		for k, i := range idx {
 			sub[k] = qs[i]
 		}
-		r := t.submit(ctx, p, now, window.TakeRequest{Queries: sub, N: n, Events: events})
+		r := t.submit(ctx, p, now, window.TakeRequest{Queries: sub, N: n, Events: evs[p]})
 		if r.err != nil {
-			return false, false, nil, errors.Join(r.err, refund())
+			return false, nil, nil, errors.Join(r.err, t.refund(ctx, held, n))
 		}
 		for k, i := range idx {
 			states[i] = r.res.States[k]
 		}
 		if !r.res.Taken {
-			if err := refund(); err != nil {
-				return false, false, nil, err
+			if err := t.refund(ctx, held, n); err != nil {
+				return false, nil, nil, err
 			}
-			return false, false, states, t.fill(ctx, now, qs, states, n)
+			return false, nil, states, t.fill(ctx, now, qs, states, n)
 		}
-		queued = r.res.Queued
-		held = append(held, reserved{part: p, qs: sub, now: r.now})
+		held = append(held, reservation{part: p, qs: sub, now: r.now, entry: r.res.Entry})
+	}
+	if events != nil {
+		queued = make([]bool, len(events))
+		for _, h := range held {
+			if h.entry != "" {
+				for _, i := range evIdx[h.part] {
+					queued[i] = true
+				}
+			}
+		}
 	}
 	return true, queued, states, nil
+}
+
+// reservation is one slot's part of a take that counted there.
+type reservation struct {
+	part  int
+	qs    []window.EvalQuery
+	now   time.Time
+	entry string // the take stream entry of its events; "" for none
+}
+
+// eventsBySlot sorts a take's events by the partition of their keys, among
+// the take's own slots (groups): an event of another partition is left
+// to the caller.
+func (t *Taker) eventsBySlot(groups map[int][]int, events []window.QueuedEvent) (map[int][]window.QueuedEvent, map[int][]int, error) {
+	evs, idx := map[int][]window.QueuedEvent{}, map[int][]int{}
+	for i, e := range events {
+		p, err := t.cfg.Store.PartitionOfKey(e.Key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, ok := groups[p]; ok {
+			evs[p] = append(evs[p], e)
+			idx[p] = append(idx[p], i)
+		}
+	}
+	return evs, idx, nil
+}
+
+// refund takes back the reservations held, the last first.
+func (t *Taker) refund(ctx context.Context, held []reservation, n int64) error {
+	var errs []error
+	for i := len(held) - 1; i >= 0; i-- {
+		r := held[i]
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.Timeout)
+		refunded, err := t.cfg.Store.Refund(rctx, r.part, r.now, r.qs, n, r.entry)
+		cancel()
+		switch {
+		case err != nil:
+			t.log.Error("strict take: refund failed; the reservation stays counted", "partition", r.part, "n", n, "err", err)
+			errs = append(errs, err)
+		case !refunded:
+			t.log.Warn("strict take: the take relay had the take's events before another slot refused it; the reservation stays counted, as they are published",
+				"partition", r.part, "entry", r.entry, "n", n)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // fill evaluates, without taking, the subjects of the slots a refused take

@@ -2,6 +2,7 @@ package strict_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -385,9 +386,8 @@ func TestTakeDistinctCountsNewValuesOnly(t *testing.T) {
 }
 
 // A take of one slot queues its events in the slot's take stream with the
-// count, in the same script run: a refused take queues nothing, a take
-// spanning slots queues nothing (its caller publishes), and a full stream
-// leaves the events to the caller.
+// count, in the same script run: a refused take queues nothing, and a full
+// stream leaves the events to the caller.
 func TestTakeQueuesItsEventsInItsSlot(t *testing.T) {
 	stacktest.Redis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: stacktest.RedisAddr(), MaxRetries: -1})
@@ -430,7 +430,7 @@ func TestTakeQueuesItsEventsInItsSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := i < 2; taken != want || queued != want {
+		if want := i < 2; taken != want || all(queued) != want {
 			t.Fatalf("take %d: taken %v queued %v, want %v (limit 2)", i, taken, queued, want)
 		}
 	}
@@ -438,33 +438,129 @@ func TestTakeQueuesItsEventsInItsSlot(t *testing.T) {
 		t.Fatalf("take stream %q, want the two taken events in order", got)
 	}
 
-	// Across slots: counted, not queued.
-	var ip window.EvalQuery
-	for i := 0; ; i++ {
-		ip = window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "ip", Subject: "192.0.2." + strconv.Itoa(i)}, MaxWindow: time.Minute, Limits: lim, Count: true}
-		if window.Partition(ip.Subject, partitions) != part {
-			break
-		}
-	}
-	email.Subject.Subject = "r@example.com" // not yet taken
-	for i := 0; window.Partition(email.Subject, partitions) == window.Partition(ip.Subject, partitions); i++ {
-		email.Subject.Subject = "r" + strconv.Itoa(i) + "@example.com"
-	}
-	taken, queued, _, err := taker.TakeQueued(context.Background(), now, []window.EvalQuery{ip, email}, 1, ev(9))
-	if err != nil || !taken || queued {
-		t.Fatalf("take across slots: taken %v queued %v err %v, want taken, not queued", taken, queued, err)
-	}
-
 	// A full stream (MaxTakes 3) takes but leaves the events to the caller.
 	email.Subject.Subject = "q@example.com"
 	email.Limits = []window.EvalLimit{{Limit: rules.Limit{Count: 10, Window: time.Minute}, Block: true}}
 	for i, want := range []bool{true, false} {
 		taken, queued, _, err := taker.TakeQueued(context.Background(), now, []window.EvalQuery{email}, 1, ev(10+i))
-		if err != nil || !taken || queued != want {
+		if err != nil || !taken || all(queued) != want {
 			t.Fatalf("take %d near the cap: taken %v queued %v err %v, want taken, queued %v", i, taken, queued, err, want)
 		}
 	}
 	if got := stream(); len(got) != 3 {
 		t.Fatalf("take stream holds %d events, want the cap, 3", len(got))
 	}
+}
+
+// all reports whether every event was queued (none: false).
+func all(queued []bool) bool {
+	for _, q := range queued {
+		if !q {
+			return false
+		}
+	}
+	return len(queued) > 0
+}
+
+// A take spanning slots queues each slot's events in that slot's stream as
+// it reserves there. A refund takes the entry back with the count; once the
+// relay has reached the entry, the refund keeps both: counts and history
+// agree either way.
+func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return partitions }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taker, err := strict.New(strict.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Unix(1_800_000_200, 0)
+	lim := []window.EvalLimit{{Limit: rules.Limit{Count: 2, Window: time.Minute}, Block: true}}
+	q := func(kind, s string) window.EvalQuery {
+		return window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: kind, Subject: s}, MaxWindow: time.Minute, Limits: lim, Count: true}
+	}
+	// first and second: the order the take reserves in (slots ascending)
+	first, second := q("email", "a@example.com"), q("ip", "192.0.2.1")
+	for i := 2; window.Partition(first.Subject, partitions) == window.Partition(second.Subject, partitions); i++ {
+		second = q("ip", "192.0.2."+strconv.Itoa(i))
+	}
+	p1, p2 := window.Partition(first.Subject, partitions), window.Partition(second.Subject, partitions)
+	if p1 > p2 {
+		first, second, p1, p2 = second, first, p2, p1
+	}
+	evs := func(i int) []window.QueuedEvent {
+		return []window.QueuedEvent{
+			{Key: []byte(first.Subject.Kind + ":" + first.Subject.Subject), Value: []byte("first " + strconv.Itoa(i))},
+			{Key: []byte(second.Subject.Kind + ":" + second.Subject.Subject), Value: []byte("second " + strconv.Itoa(i))},
+		}
+	}
+	stream := func(p int) []string {
+		t.Helper()
+		xs, err := rdb.XRange(ctx, st.Keys().Takes(p), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range xs {
+			for _, v := range x.Values {
+				_, val, err := window.ParseQueuedEvent(v.(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, string(val))
+			}
+		}
+		return out
+	}
+	count := func(qq window.EvalQuery) int64 {
+		t.Helper()
+		states, err := st.Evaluate(ctx, now, []window.EvalQuery{qq}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return states[0].Sums[0]
+	}
+	check := func(what string, s1, s2 []string, c1, c2 int64) {
+		t.Helper()
+		if got := stream(p1); !slices.Equal(got, s1) {
+			t.Errorf("%s: first slot's stream %q, want %q", what, got, s1)
+		}
+		if got := stream(p2); !slices.Equal(got, s2) {
+			t.Errorf("%s: second slot's stream %q, want %q", what, got, s2)
+		}
+		if a, b := count(first), count(second); a != c1 || b != c2 {
+			t.Errorf("%s: counts %d and %d, want %d and %d", what, a, b, c1, c2)
+		}
+	}
+
+	taken, queued, _, err := taker.TakeQueued(ctx, now, []window.EvalQuery{first, second}, 1, evs(0))
+	if err != nil || !taken || !all(queued) {
+		t.Fatalf("take across slots: taken %v queued %v err %v, want taken, both queued", taken, queued, err)
+	}
+	check("taken", []string{"first 0"}, []string{"second 0"}, 1, 1)
+
+	// The second slot refuses (its subject is at the limit): the first
+	// slot's reservation and its entry are taken back.
+	if ok, _, err := taker.Take(ctx, now, []window.EvalQuery{second}, 1); err != nil || !ok {
+		t.Fatalf("fill the second slot: %v %v", ok, err)
+	}
+	taken, _, _, err = taker.TakeQueued(ctx, now, []window.EvalQuery{first, second}, 1, evs(1))
+	if err != nil || taken {
+		t.Fatalf("take refused by the second slot: taken %v err %v", taken, err)
+	}
+	check("refused", []string{"first 0"}, []string{"second 0"}, 1, 2)
+
+	// The relay is past every entry (noted in a request): the refund keeps
+	// the reservation, whose event goes out.
+	if err := rdb.Set(ctx, st.Keys().TakesRelay(p1), "@test 1-0 99999999999999-0 0 0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	taken, _, _, err = taker.TakeQueued(ctx, now, []window.EvalQuery{first, second}, 1, evs(2))
+	if err != nil || taken {
+		t.Fatalf("take refused after the relay took its entry: taken %v err %v", taken, err)
+	}
+	check("refund too late", []string{"first 0", "first 2"}, []string{"second 0"}, 2, 2)
 }

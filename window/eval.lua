@@ -110,7 +110,7 @@ local err = fg_guard(undo, function()
       rows[s] = row
       subs[s] = {f, maxw, count, seen, bks}
     end
-    local taken, queued = NOT_TAKEN, 0
+    local taken, queued, entry = NOT_TAKEN, 0, ''
     if take and not blocked then
       -- a subject queried twice is counted once: every row checked sum + n,
       -- so counting n per row would overshoot
@@ -146,12 +146,13 @@ local err = fg_guard(undo, function()
       if ne > 0 and qmax > 0 then
         qlen = qlen or redis.call('XLEN', takes)
         if qlen < qmax then
-          redis.call('XADD', takes, '*', unpack(evs))
+          entry = redis.call('XADD', takes, '*', unpack(evs))
           qlen, queued = qlen + 1, 1
         end
       end
     end
-    out[r] = {taken, rows, queued}
+    -- the entry, so that a refund can take the events back with the count
+    out[r] = {taken, rows, queued, entry}
   end
 end)
 if err then return err end

@@ -130,10 +130,11 @@ func ParseQueuedEvent(s string) (key, value []byte, err error) {
 type TakeResult struct {
 	Taken  bool
 	States []EvalState
-	// Queued: the request's Events are in the take stream. False for a
-	// take that counted while the stream was full: its caller publishes
-	// them.
+	// Queued: the request's Events are in the take stream, as Entry. False
+	// for a take that counted while the stream was full: its caller
+	// publishes them.
 	Queued bool
+	Entry  string
 }
 
 // Evaluate answers queries: each subject's deny record, the sum of each
@@ -255,9 +256,13 @@ func (s *Store) takeArgs(r SlotTakes) ([]any, error) {
 
 // Refund takes back n events that TakeSlot counted at now for the subjects
 // of qs marked Count (one slot): a strict take spanning several slots
-// reserves in each and refunds where another refused.
-func (s *Store) Refund(ctx context.Context, partition int, now time.Time, qs []EvalQuery, n int64) error {
-	args := []any{s.keys.Slot(partition), now.UnixMilli(), int64(s.slack / time.Second), n}
+// reserves in each and refunds where another refused. entry is the take
+// stream entry that queued the take's events in this slot (TakeResult.Entry;
+// "" for none): it goes with the count. Once the take relay has reached it
+// (published, or in a request on its way), nothing is refunded and
+// refunded is false: the reservation stays counted, as its events do.
+func (s *Store) Refund(ctx context.Context, partition int, now time.Time, qs []EvalQuery, n int64, entry string) (refunded bool, err error) {
+	args := []any{s.keys.Slot(partition), now.UnixMilli(), int64(s.slack / time.Second), n, entry}
 	var subs []any
 	count := 0
 	for _, q := range qs {
@@ -271,13 +276,17 @@ func (s *Store) Refund(ctx context.Context, partition int, now time.Time, qs []E
 	}
 	args = append(append(args, count), subs...)
 	start := time.Now()
-	err := refundScript.Run(ctx, s.rdb, []string{s.keys.State(partition)}, args...).Err()
+	code, err := refundScript.Run(ctx, s.rdb, []string{s.keys.State(partition), s.keys.Takes(partition), s.keys.TakesRelay(partition)}, args...).Int64()
 	s.observe("refund", start)
 	if err != nil {
-		return fmt.Errorf("refund %d subjects partition=%d: %w", count, partition, err)
+		return false, fmt.Errorf("refund %d subjects partition=%d: %w", count, partition, err)
 	}
-	return nil
+	return code == refundRefunded, nil
 }
+
+// refundRefunded is refund.lua's REFUNDED (KEPT, 0: the relay had the
+// take's events, and the count stays).
+const refundRefunded = 1
 
 // bySlot groups the indexes of n subjects by partition.
 func (s *Store) bySlot(n int, subject func(int) Subject) (map[int][]int, error) {
@@ -310,8 +319,8 @@ func (s *Store) runEval(ctx context.Context, op string, partition int, now time.
 // 0: it did not).
 const takeTaken = 1
 
-// parseTakes reads the reply of evalBody: one {taken, states, queued} per
-// request.
+// parseTakes reads the reply of evalBody: one {taken, states, queued,
+// entry} per request.
 func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 	if len(v) != len(reqs) {
 		return nil, fmt.Errorf("%s: %d answers for %d requests", op, len(v), len(reqs))
@@ -319,7 +328,7 @@ func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 	out := make([]TakeResult, len(reqs))
 	for r, x := range v {
 		reply, ok := x.([]any)
-		if !ok || len(reply) != 3 {
+		if !ok || len(reply) != 4 {
 			return nil, fmt.Errorf("%s: bad reply %v", op, x)
 		}
 		taken, _ := reply[0].(int64)
@@ -328,7 +337,8 @@ func parseTakes(op string, reqs []TakeRequest, v []any) ([]TakeResult, error) {
 			return nil, err
 		}
 		queued, _ := reply[2].(int64)
-		out[r] = TakeResult{Taken: taken == takeTaken, States: states, Queued: queued == 1}
+		entry, _ := reply[3].(string)
+		out[r] = TakeResult{Taken: taken == takeTaken, States: states, Queued: queued == 1, Entry: entry}
 	}
 	return out, nil
 }

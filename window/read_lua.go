@@ -34,10 +34,15 @@ var evalBody string
 // refundBody takes back n events counted at now_ms for subjects of one slot:
 // the reservation of a strict take that another slot refused. A bucket's
 // arrival time moves back by n intervals (a time before now is a full
-// bucket either way). Distinct values a take recorded stay recorded.
+// bucket either way). Distinct values a take recorded stay recorded. With
+// the take stream entry that holds the take's events, it deletes the entry
+// too, unless the relay's cursor has reached it (published, or in a
+// request noted): then it refunds nothing and replies KEPT, so that counts
+// and history agree.
 //
-//	KEYS: the slot's state key (routing only)
-//	ARGV: slot, now_ms, slack, n, nsubjects, {field, maxw, nbuckets, {rule, interval_us}*nbuckets}*nsubjects
+//	KEYS: the slot's state key (routing only), take stream, relay cursor
+//	ARGV: slot, now_ms, slack, n, entry ('' for none), nsubjects,
+//	      {field, maxw, nbuckets, {rule, interval_us}*nbuckets}*nsubjects
 //
 //go:embed refund.lua
 var refundBody string

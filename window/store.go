@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"floodgate/rules"
+	"floodgate/topics"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -149,6 +150,12 @@ func (s *Store) Slack() time.Duration { return s.slack }
 
 // PartitionOf returns the partition, and so the slot, of a subject.
 func (s *Store) PartitionOf(sub Subject) (int, error) {
+	return s.PartitionOfKey([]byte(sub.Kind + ":" + sub.Subject))
+}
+
+// PartitionOfKey returns the partition of an event's Kafka key
+// (event.Event.Key), as the producers' partitioner picks it.
+func (s *Store) PartitionOfKey(key []byte) (int, error) {
 	if s.parts == nil {
 		return 0, errors.New("window store: partition count unknown (StoreConfig.Partitions)")
 	}
@@ -156,7 +163,7 @@ func (s *Store) PartitionOf(sub Subject) (int, error) {
 	if n < 1 {
 		return 0, fmt.Errorf("window store: partition count %d", n)
 	}
-	return Partition(sub, n), nil
+	return topics.Partition(key, n), nil
 }
 
 // Redis returns the client the store runs its scripts on; the writers of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,8 +31,9 @@ rules:
     strict: true
 `
 
-// takeLoad runs strict takes as the limiter does, each queueing its one
-// event in its slot's take stream, and records them.
+// takeLoad runs strict takes as the limiter does, each of two subjects
+// (most often of two slots) queueing each subject's event in its slot's
+// take stream, and records them.
 type takeLoad struct {
 	e     *liveEnv
 	taker *strict.Taker
@@ -54,7 +56,7 @@ func (l *takeLoad) take(t *testing.T, n int) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := from + g; i < from+n; i += 8 {
-				if err := l.one(l.subs[i%len(l.subs)]); err != nil {
+				if err := l.one(l.pair(i)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -67,30 +69,45 @@ func (l *takeLoad) take(t *testing.T, n int) {
 	}
 }
 
-func (l *takeLoad) one(subject string) error {
-	ev := event.Event{ID: event.NewID(), Action: "crash", Kind: "k", Subject: subject, TS: time.Now(), N: 1}
-	v, err := event.Encode(ev)
-	if err != nil {
-		return err
-	}
+// pair is the i-th take's subjects: two neighbours of the list.
+func (l *takeLoad) pair(i int) (a, b string) {
+	return l.subs[i%len(l.subs)], l.subs[(i+1)%len(l.subs)]
+}
+
+func (l *takeLoad) one(subjects ...string) error {
 	r := l.set.Rules()[0]
-	q := window.EvalQuery{
-		Subject:    window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: subject},
-		MaxWindow:  l.set.MaxWindowFor(ev.Action, ev.Kind),
-		Limits:     []window.EvalLimit{{Limit: r.Limits[0], Block: true}},
-		BlockRules: []string{r.Name},
-		Count:      true,
+	var qs []window.EvalQuery
+	var evs []event.Event
+	var queue []window.QueuedEvent
+	for _, subject := range subjects {
+		ev := event.Event{ID: event.NewID(), Action: "crash", Kind: "k", Subject: subject, TS: time.Now(), N: 1}
+		v, err := event.Encode(ev)
+		if err != nil {
+			return err
+		}
+		qs = append(qs, window.EvalQuery{
+			Subject:    window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: subject},
+			MaxWindow:  l.set.MaxWindowFor(ev.Action, ev.Kind),
+			Limits:     []window.EvalLimit{{Limit: r.Limits[0], Block: true}},
+			BlockRules: []string{r.Name},
+			Count:      true,
+		})
+		evs = append(evs, ev)
+		queue = append(queue, window.QueuedEvent{Key: []byte(ev.Key()), Value: v})
 	}
-	taken, queued, _, err := l.taker.TakeQueued(context.Background(), time.Now(), []window.EvalQuery{q}, 1,
-		[]window.QueuedEvent{{Key: []byte(ev.Key()), Value: v}})
-	if err != nil || !taken || !queued {
-		return fmt.Errorf("take of %s: taken %v queued %v: %v", subject, taken, queued, err)
+	taken, queued, _, err := l.taker.TakeQueued(context.Background(), time.Now(), qs, 1, queue)
+	if err != nil || !taken || len(queued) != len(queue) || slices.Contains(queued, false) {
+		return fmt.Errorf("take of %v: taken %v queued %v: %v", subjects, taken, queued, err)
 	}
 	l.mu.Lock()
-	l.ids[ev.ID] = subject
+	for _, ev := range evs {
+		l.ids[ev.ID] = ev.Subject
+	}
 	l.mu.Unlock()
 	l.e.mu.Lock()
-	l.e.produced[subject]++
+	for _, ev := range evs {
+		l.e.produced[ev.Subject]++
+	}
 	l.e.mu.Unlock()
 	return nil
 }
@@ -137,7 +154,7 @@ func TestAggregatorCrashTakesExactlyOnce(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if err := l.one(l.subs[i%len(l.subs)]); err != nil {
+			if err := l.one(l.pair(i)); err != nil {
 				t.Error(err)
 				return
 			}
@@ -151,7 +168,7 @@ func TestAggregatorCrashTakesExactlyOnce(t *testing.T) {
 	// The last process relays what the dead ones left and this batch,
 	// and trims the streams behind it.
 	l.take(t, 200)
-	t.Logf("%d takes", len(l.ids))
+	t.Logf("%d events of takes of two subjects", len(l.ids))
 
 	ctx := context.Background()
 	keys := e.store.Keys()

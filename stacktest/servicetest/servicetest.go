@@ -144,11 +144,14 @@ func FreeAddr(tb testing.TB) string {
 }
 
 // Limiter runs `floodgate limiter serve` on st and returns its HTTP
-// surface (Connect/gRPC, /v1/check, /v1/take).
+// surface (Connect/gRPC, /v1/check, /v1/take). Its Redis budget is 2s
+// unless args set --redis-timeout (the last one given wins): the tests
+// check answers, not latency, and on a loaded CI machine the production
+// 50ms turned a slow first take into a 429.
 func Limiter(tb testing.TB, bin string, st Stack, args ...string) *Service {
 	tb.Helper()
 	addr := FreeAddr(tb)
-	a := append([]string{"limiter", "serve", "--http-addr", addr, "--rls-addr", "off"}, args...)
+	a := append([]string{"limiter", "serve", "--http-addr", addr, "--rls-addr", "off", "--redis-timeout", "2s"}, args...)
 	return Start(tb, "limiter", bin, addr, "/readyz", st.env(), a)
 }
 

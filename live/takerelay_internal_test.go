@@ -1,0 +1,65 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/stacktest"
+	"floodgate/window"
+)
+
+// A strict take's refund that deletes an entry the relay has read, but not
+// yet noted in a request, makes the note fail and change nothing: the relay
+// reads again and sends the rest, never the refunded entry.
+func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewTakeRelay(TakeRelayConfig{Store: st, Redis: rdb, Kafka: &kafka.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := st.Keys().Takes(1)
+	for range 3 {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []string{"1", "x"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, wait, err := r.claim(ctx, 1)
+	if err != nil || wait != 0 || rs.cur.last != "0-0" {
+		t.Fatalf("claim: %+v, wait %v, %v", rs, wait, err)
+	}
+	note := func(msgs []redis.XMessage) error {
+		c := takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: msgs[len(msgs)-1].ID, from: 7}
+		_, err := r.write(ctx, 1, rs, c, "", msgs)
+		return err
+	}
+	msgs, err := r.read(ctx, 1, rs.cur.last)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("read %d entries, %v", len(msgs), err)
+	}
+	if err := rdb.XDel(ctx, key, msgs[1].ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	claimed := rs.raw
+	if err := note(msgs); !errors.Is(err, errTakeBatchChanged) {
+		t.Fatalf("note over a deleted entry: %v, want errTakeBatchChanged", err)
+	}
+	if got, err := rdb.Get(ctx, st.Keys().TakesRelay(1)).Result(); err != nil || got != claimed || rs.raw != claimed {
+		t.Fatalf("cursor %q (%v), state %q: want %q unchanged", got, err, rs.raw, claimed)
+	}
+	msgs, err = r.read(ctx, 1, rs.cur.last)
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("read again: %d entries, %v", len(msgs), err)
+	}
+	if err := note(msgs); err != nil || rs.cur.pending != msgs[1].ID || rs.cur.since == 0 {
+		t.Fatalf("note: %v, cursor %+v", err, rs.cur)
+	}
+}
