@@ -502,9 +502,13 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 	if res.BaseOffset > 0 || from == 0 {
 		rs.next, rs.nextAt = res.BaseOffset+int64(len(records)), time.Now()
 	}
-	// Published: should the cursor not move, the next start finds the
-	// pending batch in the partition and does not send it again.
-	return r.moveCursor(ctx, partition, rs, last)
+	// Published: moved even when the partition was revoked meanwhile, or
+	// its next owner would wait out the request before reading it back.
+	// Should the cursor not move, that is what happens, and the batch is
+	// not sent again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return r.moveCursor(mctx, partition, rs, last)
 }
 
 // settle finds how much of a pending produce request reached the
