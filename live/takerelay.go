@@ -268,7 +268,7 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 		}
 	}
 	for ctx.Err() == nil {
-		msgs, err := r.read(ctx, partition, rs.cur.last)
+		msgs, err := r.read(ctx, partition, rs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -331,7 +331,7 @@ func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time
 	}
 	cur.owner = strconv.FormatUint(rand.Uint64(), 36)
 	rs := &relayState{raw: raw}
-	now, err := r.write(ctx, partition, rs, cur, "", nil)
+	now, err := r.write(ctx, partition, rs, cur, "")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -345,20 +345,19 @@ func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time
 
 // write sets the cursor to c by compare-and-set over the value this run
 // last wrote or read (rs.raw), and trims the stream's entries before keep
-// ("": none). Noting a request (msgs, its entries), it stamps it with
-// Redis's time, and refuses with errTakeBatchChanged when an entry is gone.
-// It returns Redis's time, in ms.
-func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string, msgs []redis.XMessage) (int64, error) {
+// ("": none). Noting a request, it stamps it with Redis's time, and
+// refuses with errTakeBatchChanged when a refund deleted an entry since
+// the request's entries were read (rs.refunds). It returns Redis's time,
+// in ms.
+func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string) (int64, error) {
 	keys := r.cfg.Store.Keys()
 	key := keys.TakesRelay(partition)
 	args := []any{rs.raw, c.String(), "", keep}
 	if c.pending != "" && c.since == 0 {
 		args[2] = "1"
+		args = append(args, rs.refunds)
 	}
-	if len(msgs) > 0 {
-		args = append(args, msgs[0].ID, msgs[len(msgs)-1].ID, len(msgs))
-	}
-	out, err := takeCursorScript.Run(ctx, r.cfg.Redis, []string{key, keys.Takes(partition)}, args...).Slice()
+	out, err := takeCursorScript.Run(ctx, r.cfg.Redis, []string{key, keys.Takes(partition), keys.TakesRefunds(partition)}, args...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", key, err)
 	}
@@ -384,17 +383,30 @@ func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c 
 	return now, nil
 }
 
-// read returns up to MaxBatch entries after last, and sets the backlog
-// gauge from the stream's length, in one round trip. Reads never block
+// read returns up to MaxBatch entries after the cursor's last, notes the
+// refunds counter before them in rs, and sets the backlog gauge from the
+// stream's length, in one round trip. Reads never block
 // (TakeRelayConfig.Wait says why).
-func (r *TakeRelay) read(ctx context.Context, partition int, last string) ([]redis.XMessage, error) {
-	key := r.cfg.Store.Keys().Takes(partition)
+func (r *TakeRelay) read(ctx context.Context, partition int, rs *relayState) ([]redis.XMessage, error) {
+	keys := r.cfg.Store.Keys()
+	key := keys.Takes(partition)
 	pipe := r.cfg.Redis.Pipeline()
-	read := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{key, last}, Count: int64(r.cfg.MaxBatch), Block: -1})
+	// the counter first: a refund between it and the read then fails the
+	// note, where one after the read would go unseen
+	refunds := pipe.Get(ctx, keys.TakesRefunds(partition))
+	read := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{key, rs.cur.last}, Count: int64(r.cfg.MaxBatch), Block: -1})
 	size := pipe.XLen(ctx, key)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	if n, err := size.Result(); err == nil {
 		r.backlog.WithLabelValues(strconv.Itoa(partition)).Set(float64(n))
+	}
+	switch v, err := refunds.Result(); {
+	case errors.Is(err, redis.Nil):
+		rs.refunds = "0"
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", keys.TakesRefunds(partition), err)
+	default:
+		rs.refunds = v
 	}
 	res, err := read.Result()
 	switch {
@@ -411,8 +423,9 @@ func (r *TakeRelay) read(ctx context.Context, partition int, last string) ([]red
 // relayState is a follow's position: the cursor, and where this relay's
 // last produce request ended in the partition, and when.
 type relayState struct {
-	cur    takeCursor
-	raw    string // the cursor as this run last wrote or read it
+	cur     takeCursor
+	raw     string // the cursor as this run last wrote or read it
+	refunds string // the refunds counter before the last read of entries
 	next   int64  // offset after the last records produced; 0: unknown
 	nextAt time.Time
 }
@@ -440,7 +453,7 @@ func (r *TakeRelay) moveCursor(ctx context.Context, partition int, rs *relayStat
 	if last != "0-0" {
 		keep = nextStreamID(last)
 	}
-	_, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: last}, keep, nil)
+	_, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: last}, keep)
 	return err
 }
 
@@ -482,7 +495,7 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 	}
 	// Noted, the request is this run's to send: a relay that claimed the
 	// cursor before it fails here instead.
-	if _, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: last, from: from}, "", msgs); err != nil {
+	if _, err := r.write(ctx, partition, rs, takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: last, from: from}, ""); err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProduceTimeout)

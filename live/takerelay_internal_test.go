@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
@@ -38,15 +39,15 @@ func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
 	}
 	note := func(msgs []redis.XMessage) error {
 		c := takeCursor{owner: rs.cur.owner, last: rs.cur.last, pending: msgs[len(msgs)-1].ID, from: 7}
-		_, err := r.write(ctx, 1, rs, c, "", msgs)
+		_, err := r.write(ctx, 1, rs, c, "")
 		return err
 	}
-	msgs, err := r.read(ctx, 1, rs.cur.last)
+	msgs, err := r.read(ctx, 1, rs)
 	if err != nil || len(msgs) != 3 {
 		t.Fatalf("read %d entries, %v", len(msgs), err)
 	}
-	if err := rdb.XDel(ctx, key, msgs[1].ID).Err(); err != nil {
-		t.Fatal(err)
+	if refunded, err := st.Refund(ctx, 1, time.Now(), nil, 1, msgs[1].ID); err != nil || !refunded {
+		t.Fatalf("refund of entry %s: %v, %v", msgs[1].ID, refunded, err)
 	}
 	claimed := rs.raw
 	if err := note(msgs); !errors.Is(err, errTakeBatchChanged) {
@@ -55,7 +56,7 @@ func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
 	if got, err := rdb.Get(ctx, st.Keys().TakesRelay(1)).Result(); err != nil || got != claimed || rs.raw != claimed {
 		t.Fatalf("cursor %q (%v), state %q: want %q unchanged", got, err, rs.raw, claimed)
 	}
-	msgs, err = r.read(ctx, 1, rs.cur.last)
+	msgs, err = r.read(ctx, 1, rs)
 	if err != nil || len(msgs) != 2 {
 		t.Fatalf("read again: %d entries, %v", len(msgs), err)
 	}

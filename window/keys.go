@@ -58,10 +58,12 @@ const (
 	// stream of strict takes' events, for the partition owner's relay to
 	// publish to the events topic (live/takerelay.go)
 	takesSuffix = ":@takes"
-	// "<entry id> <offset> [<pending entry id> <since ms>]": the last take
-	// entry published, the events topic's offset after it, and the batch
-	// being published when there is one
+	// "@<owner> <last entry> [<pending entry> <offset> <since ms>]": the
+	// take relay's cursor (live/takerelay.go, docs/redis.md)
 	takesRelaySuffix = ":@takes-relay"
+	// entries refunds deleted from the take stream, counted: a relay notes
+	// a request only if none was deleted since it read the entries
+	takesRefundsSuffix = ":@takes-refunds"
 	// hash field -> the decisions offset an operator's reset stood at: a
 	// write-back owner replaying from its checkpoint skips the subject's
 	// events before it (live/writeback.go)
@@ -127,6 +129,10 @@ func (k Keys) Takes(partition int) string { return k.Slot(partition) + takesSuff
 
 // TakesRelay returns the key holding the take relay's cursor.
 func (k Keys) TakesRelay(partition int) string { return k.Slot(partition) + takesRelaySuffix }
+
+// TakesRefunds returns the key counting the take stream entries refunds
+// deleted.
+func (k Keys) TakesRefunds(partition int) string { return k.Slot(partition) + takesRefundsSuffix }
 
 // Deny returns the key of a subject's deny record in its partition's slot.
 func (k Keys) Deny(partition int, sub Subject) string {

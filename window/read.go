@@ -276,7 +276,7 @@ func (s *Store) Refund(ctx context.Context, partition int, now time.Time, qs []E
 	}
 	args = append(append(args, count), subs...)
 	start := time.Now()
-	code, err := refundScript.Run(ctx, s.rdb, []string{s.keys.State(partition), s.keys.Takes(partition), s.keys.TakesRelay(partition)}, args...).Int64()
+	code, err := refundScript.Run(ctx, s.rdb, []string{s.keys.State(partition), s.keys.Takes(partition), s.keys.TakesRelay(partition), s.keys.TakesRefunds(partition)}, args...).Int64()
 	s.observe("refund", start)
 	if err != nil {
 		return false, fmt.Errorf("refund %d subjects partition=%d: %w", count, partition, err)

@@ -40,7 +40,8 @@ var evalBody string
 // request noted): then it refunds nothing and replies KEPT, so that counts
 // and history agree.
 //
-//	KEYS: the slot's state key (routing only), take stream, relay cursor
+//	KEYS: the slot's state key (routing only), take stream, relay cursor,
+//	      refunds counter (Keys.TakesRefunds: counts the entries deleted)
 //	ARGV: slot, now_ms, slack, n, entry ('' for none), nsubjects,
 //	      {field, maxw, nbuckets, {rule, interval_us}*nbuckets}*nsubjects
 //

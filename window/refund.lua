@@ -28,6 +28,8 @@ if entry ~= '' then
     end
   end
   redis.call('XDEL', KEYS[2], entry)
+  -- a relay that read the entry before this notes no request with it
+  redis.call('INCR', KEYS[4])
 end
 
 local i = 7

@@ -41,6 +41,11 @@ rules:
     kinds: [email]
     limits: [1000000000/m, 1000000000/h]
     strict: true
+  - name: bench-strict-two
+    action: bench_strict2
+    kinds: [ip, email]
+    limits: [1000000000/m, 1000000000/h]
+    strict: true
 `
 
 // lookupSubjects per scenario, drawn uniformly, so that no hot key
@@ -58,6 +63,7 @@ const (
 	scAllowedFour = "allowed-four"
 	scDenied      = "denied"
 	scStrict      = "strict"
+	scStrictTwo   = "strict-two"
 	scHTTP        = "http-allowed"
 )
 
@@ -67,6 +73,8 @@ var (
 	shapeFour   = rlsload.Shape{Domain: "bench_four", Kinds: []string{"ip", "email"}, Subjects: lookupSubjects}
 	shapeDenied = rlsload.Shape{Domain: "bench_four", Kinds: []string{"ip"}, Subjects: lookupSubjects, Base: 20_000}
 	shapeStrict = rlsload.Shape{Domain: "bench_strict", Kinds: []string{"email"}, Subjects: lookupSubjects, Base: 40_000}
+	// an IP and an e-mail: most often of two slots, as a strict login
+	shapeStrictTwo = rlsload.Shape{Domain: "bench_strict2", Kinds: []string{"ip", "email"}, Subjects: lookupSubjects, Base: 60_000}
 )
 
 // Concurrencies of the closed-loop runs.
@@ -351,6 +359,16 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc
 		}
 	}
 	runs, err = b.measure(ctx, lim.Proc, scStrict, false, op, nil, c16/2, agg)
+	b.res.Lookups = append(b.res.Lookups, runs...)
+	if err != nil {
+		return err
+	}
+	// Takes of two slots: a reservation in each, in turn, and each slot's
+	// event queued with its count. Closed loops only, to keep the step short.
+	if err := cl.WaitReady(ctx, shapeStrictTwo, 30*time.Second); err != nil {
+		return err
+	}
+	runs, err = b.measure(ctx, lim.Proc, scStrictTwo, false, cl.Op(shapeStrictTwo, rlsload.OK), []int{16, 64}, 0, agg)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
 }

@@ -245,13 +245,14 @@ var lookupLabels = map[string]string{
 	scAllowedFour: "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
 	scDenied:      "denied check (ip over 10/h)",
 	scStrict:      "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
+	scStrictTwo:   "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
 	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
 }
 
 // lookupRulesSummary is what the rules of the limiter step say, for the
 // "how" notes.
 const lookupRulesSummary = `bench_one: ip 100/m; bench_four: ip and email 2/s, 5/m, 10/h, 100/d;
-bench_strict: email 10⁹/m, 10⁹/h, strict (never reached: every take admits and counts).`
+bench_strict: email 10⁹/m, 10⁹/h, strict (never reached: every take admits and counts); bench_strict2: the same on ip and email.`
 
 // ceilingOf returns the no-op run under the same load as l: the same
 // concurrency, or a paced run at the same rate.
