@@ -426,8 +426,8 @@ type relayState struct {
 	cur     takeCursor
 	raw     string // the cursor as this run last wrote or read it
 	refunds string // the refunds counter before the last read of entries
-	next   int64  // offset after the last records produced; 0: unknown
-	nextAt time.Time
+	next    int64  // offset after the last records produced; 0: unknown
+	nextAt  time.Time
 }
 
 // from is a lower bound of the offset the next produce request lands at,
