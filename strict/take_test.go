@@ -407,24 +407,7 @@ func TestTakeQueuesItsEventsInItsSlot(t *testing.T) {
 	ev := func(i int) []window.QueuedEvent {
 		return []window.QueuedEvent{{Key: []byte("email:q@example.com"), Value: []byte(`{"n":` + strconv.Itoa(i) + `}`)}}
 	}
-	stream := func() []string {
-		t.Helper()
-		xs, err := rdb.XRange(context.Background(), st.Keys().Takes(part), "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, x := range xs {
-			for _, v := range x.Values {
-				k, val, err := window.ParseQueuedEvent(v.(string))
-				if err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, string(k)+" "+string(val))
-			}
-		}
-		return out
-	}
+	stream := func() []string { return takeStream(t, rdb, st, part) }
 	for i := range 3 {
 		taken, queued, _, err := taker.TakeQueued(context.Background(), now, []window.EvalQuery{email}, 1, ev(i))
 		if err != nil {
@@ -467,15 +450,8 @@ func all(queued []bool) bool {
 // relay has reached the entry, the refund keeps both: counts and history
 // agree either way.
 func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return partitions }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	taker, err := strict.New(strict.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, rdb := takeStore(t)
+	st, taker := f.Store, f.taker
 	ctx := context.Background()
 	now := time.Unix(1_800_000_200, 0)
 	lim := []window.EvalLimit{{Limit: rules.Limit{Count: 2, Window: time.Minute}, Block: true}}
@@ -497,24 +473,7 @@ func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
 			{Key: []byte(second.Subject.Kind + ":" + second.Subject.Subject), Value: []byte("second " + strconv.Itoa(i))},
 		}
 	}
-	stream := func(p int) []string {
-		t.Helper()
-		xs, err := rdb.XRange(ctx, st.Keys().Takes(p), "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, x := range xs {
-			for _, v := range x.Values {
-				_, val, err := window.ParseQueuedEvent(v.(string))
-				if err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, string(val))
-			}
-		}
-		return out
-	}
+
 	count := func(qq window.EvalQuery) int64 {
 		t.Helper()
 		states, err := st.Evaluate(ctx, now, []window.EvalQuery{qq}, 0)
@@ -525,10 +484,10 @@ func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
 	}
 	check := func(what string, s1, s2 []string, c1, c2 int64) {
 		t.Helper()
-		if got := stream(p1); !slices.Equal(got, s1) {
+		if got := takeStream(t, rdb, st, p1); !slices.Equal(got, s1) {
 			t.Errorf("%s: first slot's stream %q, want %q", what, got, s1)
 		}
-		if got := stream(p2); !slices.Equal(got, s2) {
+		if got := takeStream(t, rdb, st, p2); !slices.Equal(got, s2) {
 			t.Errorf("%s: second slot's stream %q, want %q", what, got, s2)
 		}
 		if a, b := count(first), count(second); a != c1 || b != c2 {
@@ -540,7 +499,9 @@ func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
 	if err != nil || !taken || !all(queued) {
 		t.Fatalf("take across slots: taken %v queued %v err %v, want taken, both queued", taken, queued, err)
 	}
-	check("taken", []string{"first 0"}, []string{"second 0"}, 1, 1)
+	k1 := first.Subject.Kind + ":" + first.Subject.Subject + " "
+	k2 := second.Subject.Kind + ":" + second.Subject.Subject + " "
+	check("taken", []string{k1 + "first 0"}, []string{k2 + "second 0"}, 1, 1)
 
 	// The second slot refuses (its subject is at the limit): the first
 	// slot's reservation and its entry are taken back.
@@ -551,7 +512,7 @@ func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
 	if err != nil || taken {
 		t.Fatalf("take refused by the second slot: taken %v err %v", taken, err)
 	}
-	check("refused", []string{"first 0"}, []string{"second 0"}, 1, 2)
+	check("refused", []string{k1 + "first 0"}, []string{k2 + "second 0"}, 1, 2)
 
 	// The relay is past every entry (noted in a request): the refund keeps
 	// the reservation, whose event goes out.
@@ -562,5 +523,26 @@ func TestTakeAcrossSlotsQueuesEventsWithTheirCounts(t *testing.T) {
 	if err != nil || taken {
 		t.Fatalf("take refused after the relay took its entry: taken %v err %v", taken, err)
 	}
-	check("refund too late", []string{"first 0", "first 2"}, []string{"second 0"}, 2, 2)
+	check("refund too late", []string{k1 + "first 0", k1 + "first 2"}, []string{k2 + "second 0"}, 2, 2)
+}
+
+// takeStream reads partition p's take stream: "<Kafka key> <value>" per
+// event, in order.
+func takeStream(t *testing.T, rdb *redis.Client, st *window.Store, p int) []string {
+	t.Helper()
+	xs, err := rdb.XRange(context.Background(), st.Keys().Takes(p), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, x := range xs {
+		for _, v := range x.Values {
+			k, val, err := window.ParseQueuedEvent(v.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(k)+" "+string(val))
+		}
+	}
+	return out
 }
