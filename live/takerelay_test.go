@@ -178,6 +178,16 @@ func (e *takeRelayEnv) exactlyOnce(t *testing.T) {
 // produce false, the relay died before the request went out.
 func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 	t.Helper()
+	send := e.notePending(t)
+	if produce {
+		send()
+	}
+}
+
+// notePending notes a produce request of the entries past the cursor, as a
+// relay does before it sends one, and returns the request's sending.
+func (e *takeRelayEnv) notePending(t *testing.T) (send func()) {
+	t.Helper()
 	ctx := context.Background()
 	keys := e.st.Keys()
 	cur, err := e.rdb.Get(ctx, keys.TakesRelay(1)).Result()
@@ -198,9 +208,6 @@ func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 	if err := e.rdb.Set(ctx, keys.TakesRelay(1), pending, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !produce {
-		return
-	}
 	var recs []kafka.Record
 	for _, x := range xs {
 		for _, v := range x.Values {
@@ -212,12 +219,15 @@ func (e *takeRelayEnv) crashAfterProduce(t *testing.T, produce bool) {
 				Headers: []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, {Key: event.HeaderTake, Value: []byte("1/" + x.ID)}}})
 		}
 	}
-	pr, err := e.client.Produce(ctx, &kafka.ProduceRequest{Topic: e.topic, Partition: 1, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
-	if err == nil {
-		err = pr.Error
-	}
-	if err != nil {
-		t.Fatal(err)
+	return func() {
+		t.Helper()
+		pr, err := e.client.Produce(ctx, &kafka.ProduceRequest{Topic: e.topic, Partition: 1, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+		if err == nil {
+			err = pr.Error
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -282,6 +292,25 @@ func takeRelayExactlyOnce(t *testing.T, e *takeRelayEnv) {
 	e.crashAfterProduce(t, false)
 	e.forge(t)
 	stop = e.run(t)
+	e.relayed(t)
+	stop()
+	e.exactlyOnce(t)
+
+	// A request still in flight when the next relay claims the cursor (its
+	// relay stalled, or the broker held it): it lands while the new owner
+	// waits it out, and is not sent again.
+	e.take(t, 3)
+	send := e.notePending(t)
+	noted, err := e.rdb.Get(context.Background(), e.st.Keys().TakesRelay(1)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = e.run(t)
+	stacktest.WaitFor(t, "the next relay to claim the cursor", 10*time.Second, func() bool {
+		c, err := e.rdb.Get(context.Background(), e.st.Keys().TakesRelay(1)).Result()
+		return err == nil && c != noted
+	})
+	send()
 	e.relayed(t)
 	stop()
 	e.exactlyOnce(t)
