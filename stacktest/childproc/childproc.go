@@ -252,17 +252,37 @@ func TailFile(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// FreePort returns a loopback address with a port that was free a moment ago.
+// handedOut are the ports FreePort returned in this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[string]bool
+}
+
+// FreePort returns a loopback address with a port that was free a moment
+// ago, and that it never returned before in this process: the kernel may
+// hand a port just closed out again, and a test that asked for two
+// addresses got one twice (its nginx could not bind beside its limiter).
 func FreePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[string]bool{}
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", err
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			return "", err
+		}
+		if !handedOut.ports[addr] {
+			handedOut.ports[addr] = true
+			return addr, nil
+		}
 	}
-	return addr, nil
+	return "", errors.New("free port: the kernel kept handing out ports this process already used")
 }
 
 // WaitHTTP polls url until it answers 200, for at most timeout.
