@@ -259,11 +259,11 @@ func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log
 		if sleep(ctx, wait); ctx.Err() != nil {
 			return nil
 		}
-		cur, err := r.settle(ctx, topic, partition, rs.cur, log)
+		last, err := r.settle(ctx, topic, partition, rs.cur, log)
 		if err != nil {
 			return err
 		}
-		if err := r.moveCursor(ctx, partition, rs, cur.last); err != nil {
+		if err := r.moveCursor(ctx, partition, rs, last); err != nil {
 			return err
 		}
 	}
@@ -373,8 +373,10 @@ func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c 
 	case cursorMoved:
 	case cursorChanged:
 		return 0, errTakeBatchChanged
-	default:
+	case cursorFenced:
 		return 0, fmt.Errorf("take relay cursor %s is %q, not %q: %w", key, v, rs.raw, errTakeRelayFenced)
+	default:
+		return 0, fmt.Errorf("write %s: reply code %v", key, out[0])
 	}
 	if rs.cur, err = parseTakeCursor(v); err != nil {
 		return 0, err
@@ -527,15 +529,15 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 // settle finds how much of a pending produce request reached the
 // partition: it reads from the offset noted before the request, for the
 // records written until the request could have landed, and returns the
-// cursor past the last of its entries found.
-func (r *TakeRelay) settle(ctx context.Context, topic string, partition int, cur takeCursor, log *slog.Logger) (takeCursor, error) {
+// last of its entries found there (the cursor's last when none was).
+func (r *TakeRelay) settle(ctx context.Context, topic string, partition int, cur takeCursor, log *slog.Logger) (string, error) {
 	f, err := r.fetcher(topic, partition, cur.from)
 	if err != nil {
-		return cur, err
+		return "", err
 	}
 	_, end, err := f.Bounds(ctx)
 	if err != nil {
-		return cur, err
+		return "", err
 	}
 	// Our records carry the time they were sent; others' their own
 	// producers' clocks: a minute of skew either way.
@@ -559,7 +561,7 @@ scan:
 			f.SetOffset(lost.To)
 			continue
 		case err != nil:
-			return cur, fmt.Errorf("read back partition=%d from %d: %w", partition, cur.from, err)
+			return "", fmt.Errorf("read back partition=%d from %d: %w", partition, cur.from, err)
 		}
 		for _, m := range msgs {
 			scanned++
@@ -584,7 +586,7 @@ scan:
 	}
 	r.readBacks.WithLabelValues(outcome).Inc()
 	log.Info("take relay: settled a publish of unknown outcome", "pending_last", cur.pending, "published_up_to", found, "from_offset", cur.from, "scanned", scanned)
-	return takeCursor{owner: cur.owner, last: found}, nil
+	return found, nil
 }
 
 func (r *TakeRelay) fetcher(topic string, partition int, offset int64) (*aggregator.Fetcher, error) {
