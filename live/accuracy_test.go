@@ -70,7 +70,7 @@ rules:
 	refs := map[string]*windowtest.Log{}
 	const maxW = 86400
 
-	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: writeBack})
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: writeBack, CheckpointPart: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

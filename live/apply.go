@@ -44,6 +44,11 @@ type ApplierConfig struct {
 	// Redis only at Checkpoint (writeback.go), with the ids of their events
 	// when Dedup is set.
 	WriteBack bool
+	// CheckpointPart is the most bucket fields one checkpoint script run
+	// writes. A larger checkpoint goes in several runs, each marking its
+	// subjects for a replay (checkpoint_part.lua), so that no run holds
+	// Redis — and every decision behind it — for long. Default 256.
+	CheckpointPart int
 }
 
 // Applier writes batches of the events topic into the slots of a
@@ -61,6 +66,7 @@ type Applier struct {
 	dedup  int64 // seconds; 0 off
 	keep   int64 // ms deny records outlive their until
 	wb     bool
+	part   int // bucket fields per checkpoint script run
 }
 
 // The scripts are immutable; redis.Script only caches their SHA. The
@@ -98,6 +104,8 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		return nil, errors.New("live applier: nil store")
 	case cfg.MaxSubjects < 0:
 		return nil, fmt.Errorf("live applier: max subjects %d is negative", cfg.MaxSubjects)
+	case cfg.CheckpointPart < 0:
+		return nil, fmt.Errorf("live applier: checkpoint part of %d fields is negative", cfg.CheckpointPart)
 	case cfg.KeepRecords < 0:
 		return nil, fmt.Errorf("live applier: keep records %s is negative", cfg.KeepRecords)
 	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
@@ -105,6 +113,9 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 	}
 	if cfg.MaxSubjects == 0 {
 		cfg.MaxSubjects = 1000
+	}
+	if cfg.CheckpointPart == 0 {
+		cfg.CheckpointPart = 256
 	}
 	return &Applier{
 		st:     st,
@@ -115,6 +126,7 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		dedup:  int64(cfg.Dedup / time.Second),
 		keep:   cfg.KeepRecords.Milliseconds(),
 		wb:     cfg.WriteBack,
+		part:   cfg.CheckpointPart,
 	}, nil
 }
 
@@ -131,7 +143,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, decideScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}
@@ -178,6 +190,9 @@ type ApplyResult struct {
 	// between the checkpoint and the decisions offset (counted, not
 	// evaluated); ResetSkipped those of them an operator's reset dropped.
 	Replayed, ResetSkipped int
+	// PartSkipped counts the replayed records a part of an unfinished
+	// checkpoint had written to Redis already (checkpoint_part.lua).
+	PartSkipped int
 	// Extended are the deny and shadow records the batch wrote over a live
 	// record of the same rule and window, with a later Until: no new
 	// decision (nothing is published), but the subject stays denied longer.
@@ -199,6 +214,7 @@ func (r *ApplyResult) add(o ApplyResult) {
 	r.Mirrored += o.Mirrored
 	r.Replayed += o.Replayed
 	r.ResetSkipped += o.ResetSkipped
+	r.PartSkipped += o.PartSkipped
 	r.Changes = max(r.Changes, o.Changes)
 	r.OffsetMissing = r.OffsetMissing || o.OffsetMissing
 	r.Decisions = append(r.Decisions, o.Decisions...)

@@ -3,48 +3,36 @@
 -- offset C moved to the last record counted, atomically; refused when the
 -- slot is not as the owner's memory is as of.
 -- KEYS: C, D (the decisions offset), the change sequence, reset boundaries,
--- the rules text kept with C, the event ids counted (dedup).
+-- the rules text kept with C, the event ids counted (dedup), the marks of
+-- parts (checkpoint_part.lua).
 -- ARGV: expected C ('' for none stored), new C, expected change sequence,
 -- expected D (-1 for none stored), the rules the records after the new C
 -- are counted under ('' when the slot holds them already), n, then n times
 -- {bucket key, field, increment, ttl}, then the dedup horizon in seconds
 -- (0: off), now (second), m, then m times {event id, second counted at}.
 
--- reply codes (live/writeback.go, checkpointWritten)
-local WRITTEN, FENCED = 0, 1
+-- reply codes (live/writeback.go, checkpointWritten); FENCED is
+-- fg_ckpt_fenced's
+local WRITTEN = 0
 
 local a = ARGV
-local cur = redis.call('GET', KEYS[1]) or ''
-local seq = redis.call('GET', KEYS[3]) or '0'
--- D too: a failover that lost decisions written after C (deny extensions
--- move D and not the sequence) must send the owner back to decide again
+local fenced = fg_ckpt_fenced(KEYS, a[1], a[3], a[4])
+if fenced then return fenced end
 local d = tonumber(redis.call('GET', KEYS[2]) or '-1') or -1
-if cur ~= a[1] or tonumber(seq) ~= tonumber(a[3]) or d ~= tonumber(a[4]) then return {FENCED, cur, seq, d} end
 local newc = tonumber(a[2])
 
--- the ids first: a key of another type fails here, before any write
+-- the ids and the marks first: a key of another type fails here, before
+-- any write
 local n = tonumber(a[6])
 local at = 7 + 4 * n
 local horizon, now, m = tonumber(a[at]), tonumber(a[at + 1]), tonumber(a[at + 2])
 if horizon > 0 then
   redis.call('ZCARD', KEYS[6])
 end
+redis.call('HLEN', KEYS[7])
 
--- a failing write (WRONGTYPE on a foreign key) undoes the ones before it
-local done = {}
-for k = 7, 7 + 4 * (n - 1), 4 do
-  local key, d = a[k], tonumber(a[k + 2])
-  local v = redis.pcall('HINCRBY', key, a[k + 1], d)
-  if type(v) == 'table' and v.err then
-    for j = #done, 1, -1 do
-      local x = done[j]
-      redis.call('HINCRBY', a[x], a[x + 1], -tonumber(a[x + 2]))
-    end
-    return redis.error_reply('floodgate checkpoint: ' .. key .. ': ' .. v.err)
-  end
-  if v == d then redis.call('EXPIRE', key, a[k + 3]) end
-  done[#done + 1] = k
-end
+local failed = fg_ckpt_fields(a, 7, n)
+if failed then return failed end
 
 for i = at + 3, at + 1 + 2 * m, 2000 do
   local za = {'ZADD', KEYS[6]}
@@ -65,5 +53,11 @@ if d < newc then redis.call('SET', KEYS[2], string.format('%d', newc)) end
 local rs = redis.call('HGETALL', KEYS[4])
 for i = 1, #rs, 2 do
   if (tonumber(rs[i + 1]) or 0) <= newc then redis.call('HDEL', KEYS[4], rs[i]) end
+end
+-- the marks of parts written before C (this checkpoint's, or a failed
+-- one's): a replay from the new C no longer crosses them
+local ms = redis.call('HKEYS', KEYS[7])
+for _, f in ipairs(ms) do
+  if (tonumber(string.match(f, '^(%d+)/')) or 0) <= newc then redis.call('HDEL', KEYS[7], f) end
 end
 return {WRITTEN}

@@ -26,7 +26,7 @@ var resetScript = redis.NewScript("#!lua\n" + resetBody)
 // log's end). It fails when the stored offset is not from.
 func (s *Applier) ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error {
 	key := s.keys.Offset(group, topic, partition)
-	n, err := resetScript.Run(ctx, s.rdb, []string{key, s.keys.Checkpoint(group, topic, partition)}, strconv.FormatInt(from, 10), strconv.FormatInt(to, 10)).Int()
+	n, err := resetScript.Run(ctx, s.rdb, []string{key, s.keys.Checkpoint(group, topic, partition), s.keys.CheckpointMarks(group, topic, partition)}, strconv.FormatInt(from, 10), strconv.FormatInt(to, 10)).Int()
 	if err != nil {
 		return fmt.Errorf("reset offset %s from %d to %d: %w", key, from, to, err)
 	}

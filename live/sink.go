@@ -406,6 +406,7 @@ func (s *Sink) count(b aggregator.Batch, res ApplyResult, done time.Time) {
 	s.m.events.WithLabelValues("no_rule").Add(float64(res.NoRule))
 	s.m.events.WithLabelValues("duplicate").Add(float64(res.Duplicates))
 	s.m.events.WithLabelValues("reset").Add(float64(res.ResetSkipped))
+	s.m.events.WithLabelValues("in_checkpoint_part").Add(float64(res.PartSkipped))
 	s.m.replayed.Add(float64(res.Replayed))
 	s.m.subjects.WithLabelValues("evaluated").Add(float64(res.Evaluated))
 	s.m.subjects.WithLabelValues("skipped").Add(float64(res.Subjects - res.Evaluated))
@@ -450,7 +451,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	m := &sinkMetrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_events_total", ConstLabels: labels,
-			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule, duplicate (an id counted already within the dedup horizon), reset (replayed before an operator's reset of their subject: dropped).",
+			Help: "Events of applied batches by result: applied (counted), old (older than every window of their rules), counted_by_limiter (strict mode counted them), no_rule, duplicate (an id counted already within the dedup horizon), reset (replayed before an operator's reset of their subject: dropped), in_checkpoint_part (replayed, and in Redis already: a part of a checkpoint its last owner did not finish wrote them).",
 		}, []string{"result"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_decisions_total", ConstLabels: labels,
@@ -508,7 +509,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}),
 	}
 	// Export every series from the start, so rates work from the first scrape.
-	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule", "duplicate", "reset"} {
+	for _, r := range []string{"applied", "old", "counted_by_limiter", "no_rule", "duplicate", "reset", "in_checkpoint_part"} {
 		m.events.WithLabelValues(r)
 	}
 	for _, r := range []string{"applied", "duplicate", "trimmed", "in_memory"} {

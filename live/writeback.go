@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +49,10 @@ type writeBack struct {
 	replayTo int64
 	// resets are the operators' reset boundaries at the resume, by field.
 	resets map[string]int64
+	// marks are, by field, the offsets an unfinished checkpoint's parts
+	// wrote the subject's increments to (checkpoint_part.lua): a replay
+	// skips its records before them.
+	marks map[string]int64
 	// rules are those the records from C on were counted under: which
 	// subjects memory counts and which the script does. nil: unknown
 	// (nothing stored), the current ones. stored is the text the slot
@@ -200,6 +206,7 @@ type offsets struct {
 	cKept  bool
 	seq    int64
 	resets map[string]int64
+	marks  map[string]int64
 	rules  []byte // nil: not stored
 }
 
@@ -215,6 +222,7 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 	dc = p.Get(ctx, s.keys.Offset(group, topic, partition))
 	sc = p.Get(ctx, s.keys.Seq(partition))
 	rc = p.HGetAll(ctx, s.keys.Resets(partition))
+	mc := p.HGetAll(ctx, s.keys.CheckpointMarks(group, topic, partition))
 	_, err := p.Exec(ctx)
 	s.st.Observe("resume", start)
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -241,7 +249,36 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 			o.resets[f] = n
 		}
 	}
+	if o.marks, err = parseMarks(mc.Val(), o.c); err != nil {
+		return offsets{}, fmt.Errorf("read offsets group=%s partition=%d: %w", group, partition, err)
+	}
 	return o, nil
+}
+
+// parseMarks reads the marks of checkpoint parts (checkpoint_part.lua)
+// past C: by field, the furthest offset a part wrote it to. A mark that
+// does not parse is an error: skipping what it names, or not, could count
+// its records twice or not at all.
+func parseMarks(h map[string]string, c int64) (map[string]int64, error) {
+	marks := map[string]int64{}
+	for f, v := range h {
+		at, _, _ := strings.Cut(f, "/")
+		to, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint mark %q: %w", f, err)
+		}
+		if to <= c {
+			continue // a part before C: its records are not replayed
+		}
+		var fields []string
+		if err := json.Unmarshal([]byte(v), &fields); err != nil {
+			return nil, fmt.Errorf("checkpoint mark %q: %w", f, err)
+		}
+		for _, field := range fields {
+			marks[field] = max(marks[field], to)
+		}
+	}
+	return marks, nil
 }
 
 // Resume makes hr a write-back owner's memory of the partition as of its
@@ -263,7 +300,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 		}
 	}
 	hr.drop()
-	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets,
+	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets, marks: o.marks,
 		rules: rs, stored: o.rules, pending: hr.t.pending}
 	hr.next, hr.seq = o.d, o.seq
 	return o.c, o.c >= 0, nil
@@ -320,6 +357,13 @@ func (s *Applier) replay(ctx context.Context, b aggregator.Batch, set *rules.Set
 				ps.ids = append(ps.ids, r.Event.ID)
 			}
 			res.ResetSkipped++
+		case len(wb.marks) > 0 && r.Offset < wb.marks[window.Field(ps.sub)]:
+			// in Redis already (a checkpoint's part); its id goes with the
+			// next checkpoint, as the ids of what it counts do
+			if s.dedup > 0 {
+				ps.ids = append(ps.ids, r.Event.ID)
+			}
+			res.PartSkipped++
 		default:
 			ps.incs[sec] += max(r.Event.N, 1)
 			if s.dedup > 0 {
@@ -351,25 +395,36 @@ func (s *Applier) replay(ctx context.Context, b aggregator.Batch, set *rules.Set
 }
 
 // checkpointBody writes a partition's pending increments and moves its
-// checkpoint offset (see its header).
-//
-//go:embed checkpoint.lua
-var checkpointBody string
+// checkpoint offset (see its header); checkpointPartBody writes a part of
+// them ahead of it; checkpointLib is what both share.
+var (
+	//go:embed checkpoint_lib.lua
+	checkpointLib string
+	//go:embed checkpoint.lua
+	checkpointBody string
+	//go:embed checkpoint_part.lua
+	checkpointPartBody string
+)
 
-var checkpointScript = redis.NewScript("#!lua\n" + checkpointBody)
+var (
+	checkpointScript     = redis.NewScript("#!lua\n" + checkpointLib + checkpointBody)
+	checkpointPartScript = redis.NewScript("#!lua\n" + checkpointLib + checkpointPartBody)
+)
 
-// checkpoint.lua's reply codes.
+// checkpoint.lua's and checkpoint_part.lua's reply codes.
 const (
 	checkpointWritten = 0 // WRITTEN
 	checkpointFenced  = 1 // FENCED: C or the change sequence moved
 )
 
 // Checkpoint writes the increments hr counted since the partition's last
-// checkpoint and moves its checkpoint offset to the last record counted,
-// in one script run. Refused (another writer, an operator's action), it
-// forgets hr's memory and returns an error wrapping errFenced: the next
-// batch resumes from Redis's checkpoint. A partition not in write-back or
-// with nothing to write is left alone.
+// checkpoint and moves its checkpoint offset to the last record counted:
+// in one script run, or, past ApplierConfig.CheckpointPart fields, in
+// parts that each mark their subjects and a last run that moves C.
+// Refused (another writer, an operator's action), it forgets hr's memory
+// and returns an error wrapping errFenced: the next batch resumes from
+// Redis's checkpoint. So does any failure once a part is written. A
+// partition not in write-back or with nothing to write is left alone.
 func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) (fields int, err error) {
 	defer runtime.KeepAlive(hr) // see Apply
 	if hr == nil || hr.wb == nil || hr.wb.at < 0 {
@@ -396,34 +451,41 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		expect = strconv.FormatInt(wb.c, 10)
 	}
 	nowSec := floorDiv(now.UnixMilli(), 1000)
-	slack := int64(s.slack / time.Second)
-	args := make([]any, 0, 9+4*wb.fields)
-	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), string(text), wb.fields)
-	p := wb.pending
-	for i := range p.subs.len() {
-		sub, ok := window.ParseField(string(p.subs.key(i)))
-		if !ok {
-			return 0, fmt.Errorf("checkpoint group=%s partition=%d: pending subject %q is not a field", group, partition, p.subs.key(i))
-		}
-		pre, d := s.keys.SubjectPrefix(partition, sub), p.subs.at(i)
-		p.each(d, func(f bucketField, n int64) {
-			ttl := max((f.id.n+1)*f.id.span()+d.maxw+slack-nowSec, 1)
-			args = append(args, window.BucketKey(pre, f.id.level, f.id.n), f.field, n, ttl)
-		})
+	parts, err := s.checkpointParts(group, partition, wb, nowSec)
+	if err != nil {
+		return 0, err
 	}
-	args[5] = (len(args) - 6) / 4 // fields: wb.fields counts ids too
+	for i, pt := range parts[:len(parts)-1] {
+		if err := s.writePart(ctx, group, topic, partition, hr, expect, i, pt); err != nil {
+			// The parts before it are in Redis, marked, and so are they in
+			// memory: forget it, and the next batch replays from C,
+			// skipping what the parts wrote.
+			hr.drop()
+			return 0, err
+		}
+	}
+	last := parts[len(parts)-1]
+	p := wb.pending
+	args := make([]any, 0, 9+len(last.fields)+2*p.ids.len())
+	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), string(text), len(last.fields)/4)
+	args = append(args, last.fields...)
 	args = append(args, s.dedup, nowSec, p.ids.len())
 	for i := range p.ids.len() {
 		args = append(args, string(p.ids.key(i)), *p.ids.at(i))
 	}
 	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
-		s.keys.Seq(partition), s.keys.Resets(partition), s.keys.CheckpointRules(group, topic, partition), s.keys.IDs(partition)}
+		s.keys.Seq(partition), s.keys.Resets(partition), s.keys.CheckpointRules(group, topic, partition), s.keys.IDs(partition),
+		s.keys.CheckpointMarks(group, topic, partition)}
 	start := time.Now()
 	out, err := checkpointScript.Run(ctx, s.rdb, keys, args...).Slice()
 	s.st.Observe("checkpoint", start)
 	if err != nil {
 		// Written or not, unknown: the next checkpoint's compare-and-set
 		// tells (a written one moved C: refused, and resumed from there).
+		// Not once parts are written: a retry would write them twice.
+		if len(parts) > 1 {
+			hr.drop()
+		}
 		return 0, fmt.Errorf("checkpoint group=%s partition=%d offset=%d: %w", group, partition, wb.at, err)
 	}
 	if replyInt(out, 0) != checkpointWritten {
@@ -444,7 +506,83 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 			delete(wb.resets, f)
 		}
 	}
+	for f, at := range wb.marks {
+		if at <= wb.c {
+			delete(wb.marks, f)
+		}
+	}
 	return n, nil
+}
+
+// ckptPart is one script run's share of a checkpoint: whole subjects.
+type ckptPart struct {
+	fields []any    // {bucket key, field, increment, ttl} per field
+	subs   []string // the subjects' fields
+}
+
+// checkpointParts splits the pending increments into parts of at most
+// s.part fields; a subject with more has a part of its own. There is
+// always a last part, empty when nothing but ids or rules is written.
+func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, nowSec int64) ([]ckptPart, error) {
+	slack := int64(s.slack / time.Second)
+	parts := []ckptPart{{}}
+	p := wb.pending
+	var one []any
+	for i := range p.subs.len() {
+		key := p.subs.key(i)
+		sub, ok := window.ParseField(string(key))
+		if !ok {
+			return nil, fmt.Errorf("checkpoint group=%s partition=%d: pending subject %q is not a field", group, partition, key)
+		}
+		pre, d := s.keys.SubjectPrefix(partition, sub), p.subs.at(i)
+		one = one[:0]
+		p.each(d, func(f bucketField, n int64) {
+			ttl := max((f.id.n+1)*f.id.span()+d.maxw+slack-nowSec, 1)
+			one = append(one, window.BucketKey(pre, f.id.level, f.id.n), f.field, n, ttl)
+		})
+		if len(one) == 0 {
+			continue
+		}
+		cur := &parts[len(parts)-1]
+		if len(cur.fields) > 0 && (len(cur.fields)+len(one))/4 > s.part {
+			parts = append(parts, ckptPart{})
+			cur = &parts[len(parts)-1]
+		}
+		cur.fields = append(cur.fields, one...)
+		cur.subs = append(cur.subs, string(key))
+	}
+	return parts, nil
+}
+
+// writePart writes part i of a checkpoint ahead of its last run, marked
+// with the offset the increments run to (checkpoint_part.lua), which also
+// moves D there. The mark's field is unique to this run: an owner that
+// resumed after a failed checkpoint may write a part at the same offset
+// again, and must not overwrite the mark of the first.
+func (s *Applier) writePart(ctx context.Context, group, topic string, partition int, hr *Headroom, expect string, i int, pt ckptPart) error {
+	wb := hr.wb
+	mark, err := json.Marshal(pt.subs)
+	if err != nil {
+		return fmt.Errorf("checkpoint group=%s partition=%d, part %d: %w", group, partition, i, err)
+	}
+	field := strconv.FormatInt(wb.at, 10) + "/" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.Itoa(i)
+	args := make([]any, 0, 7+len(pt.fields))
+	args = append(args, expect, wb.at, hr.seq, max(hr.next, -1), field, string(mark), len(pt.fields)/4)
+	args = append(args, pt.fields...)
+	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
+		s.keys.Seq(partition), s.keys.CheckpointMarks(group, topic, partition)}
+	start := time.Now()
+	out, err := checkpointPartScript.Run(ctx, s.rdb, keys, args...).Slice()
+	s.st.Observe("checkpoint", start)
+	if err != nil {
+		return fmt.Errorf("checkpoint group=%s partition=%d offset=%d, part %d: %w", group, partition, wb.at, i, err)
+	}
+	if replyInt(out, 0) != checkpointWritten {
+		return fmt.Errorf("checkpoint group=%s partition=%d, part %d: the slot's checkpoint stands at %v, change sequence %v, decisions offset %v, not %s, %d and %d: %w",
+			group, partition, i, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
+	}
+	hr.next = max(hr.next, wb.at)
+	return nil
 }
 
 func replyAny(v []any, i int) any {

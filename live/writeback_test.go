@@ -78,6 +78,7 @@ func (o *wbOwner) resume(batches []batchT, at time.Time) live.ApplyResult {
 		res := o.mustApply(aggregator.TrimBatch(b, max(next, b.First)), at)
 		total.Replayed += res.Replayed
 		total.ResetSkipped += res.ResetSkipped
+		total.PartSkipped += res.PartSkipped
 		total.Applied += res.Applied
 		total.Duplicates += res.Duplicates
 		total.Decisions = append(total.Decisions, res.Decisions...)
@@ -605,4 +606,106 @@ rules:
 	}
 	// The ids went with the checkpoint: a retry now is found in Redis.
 	apply(bo, 0, 2, e[3], e[4])
+}
+
+// A checkpoint larger than CheckpointPart goes in parts, C moving with the
+// last. Here the second part fails (a foreign key of another type where
+// one of its subjects' buckets goes), after the first is written: the
+// owner forgets its memory, and the next owner replays from C, skipping
+// the records the first part wrote. Without the part's mark, a would be
+// counted twice.
+func TestWriteBackCheckpointInParts(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [100/m, 1000/d]
+`)
+	// 1/d: second, minute and hour fields, three per subject: each subject
+	// is a part of its own
+	owner := func() *wbOwner { return newOwnerWith(t, st, set, live.ApplierConfig{CheckpointPart: 3}) }
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := owner()
+	batches := []batchT{b.Batch(append(eventsOf("a", 2, at), eventsOf("c", 2, at)...)...)}
+	a.mustApply(batches[0], at)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, redisGlob(st.Keys().SubjectPrefix(0, window.Subject{Action: "act", Kind: "k", Subject: "a"}))+"s:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("a's seconds: %v, %v", keys, err)
+	}
+	foreign := strings.Replace(keys[0], ":a:", ":b:", 1)
+	if err := rdb.Set(ctx, foreign, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	batches = append(batches, b.Batch(ev("act", "k", "a", at), ev("act", "k", "b", at), ev("act", "k", "c", at)))
+	a.mustApply(batches[1], at)
+	if err := a.checkpoint(at); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("checkpoint over a foreign key: %v, want its WRONGTYPE", err)
+	}
+	if got := countOf(t, st, "a", at); got != 3 {
+		t.Fatalf("after the first part, Redis holds %d of a, want 3", got)
+	}
+	if got := countOf(t, st, "c", at); got != 2 {
+		t.Fatalf("c's part never ran: Redis holds %d of it, want the checkpoint's 2", got)
+	}
+	// The owner itself resumes from C with its next batch: the part moved
+	// D past the batch, which it replays.
+	if res, err := a.apply(batches[1], at); err != nil || res.Applied != 2 || res.PartSkipped != 1 {
+		t.Fatalf("the owner's next batch: %v, applied %d, skipped %d as written by a part; want 2 and 1", err, res.Applied, res.PartSkipped)
+	}
+
+	if err := rdb.Del(ctx, foreign).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// So does another owner (a crash between the parts).
+	bo := owner()
+	got := bo.resume(batches, at)
+	if got.Applied != 2 || got.PartSkipped != 1 {
+		t.Fatalf("the next owner applied %d and skipped %d as written by a part; want 2 and 1", got.Applied, got.PartSkipped)
+	}
+	if err := bo.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	for sub, want := range map[string]int64{"a": 3, "b": 1, "c": 3} {
+		if got := countOf(t, st, sub, at); got != want {
+			t.Errorf("%s: %d, want %d", sub, got, want)
+		}
+	}
+	if n, err := rdb.HLen(ctx, st.Keys().CheckpointMarks("g", "wb", 0)).Result(); err != nil || n != 0 {
+		t.Fatalf("marks left after C moved past them: %d, %v", n, err)
+	}
+}
+
+// Moving a partition's offset back (the topic was recreated) drops C and
+// the marks of checkpoint parts with it: their offsets are of the old log.
+func TestResetOffsetDropsCheckpointMarks(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	ap := applierOf(t, st)
+	ctx := context.Background()
+	k := st.Keys()
+	if err := rdb.Set(ctx, k.Checkpoint("g", "wb", 0), 90, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, k.Offset("g", "wb", 0), 120, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, k.CheckpointMarks("g", "wb", 0), "110/x-0", `["act:k:a"]`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ap.ResetOffset(ctx, "g", "wb", 0, 90, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{k.Checkpoint("g", "wb", 0), k.CheckpointMarks("g", "wb", 0)} {
+		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+			t.Errorf("%s left: %d, %v", key, n, err)
+		}
+	}
 }

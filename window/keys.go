@@ -98,6 +98,14 @@ func (k Keys) CheckpointRules(group, topic string, partition int) string {
 	return k.Slot(partition) + ":@ckrules:" + group + ":" + topic
 }
 
+// CheckpointMarks returns the key of the marks a write-back checkpoint
+// written in parts leaves until its last part moves C (a hash:
+// '<offset>/<part>' -> JSON array of the subject fields whose increments
+// run to that offset): a replay from C skips their records before it.
+func (k Keys) CheckpointMarks(group, topic string, partition int) string {
+	return k.Slot(partition) + ":@ckmarks:" + group + ":" + topic
+}
+
 // Resets returns the key of a partition's reset boundaries (a hash: subject
 // field -> the decisions offset when an operator reset it).
 func (k Keys) Resets(partition int) string { return k.Slot(partition) + resetsSuffix }

@@ -43,7 +43,8 @@ type AggregatorCmd struct {
 	OnLostOffsets      string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
 	Dedup              time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" env:"FLOODGATE_CHECKPOINT_INTERVAL" default:"1s" help:"Write-back: window-only subjects are counted in this process's memory and written to Redis this often per partition (and at revoke and shutdown); Redis's counts of them lag by up to this much. 0 writes every batch through (as does --evaluate-all)."`
-	MaxPending         int           `name:"max-pending" env:"FLOODGATE_MAX_PENDING" default:"50000" help:"Write-back: most bucket fields a partition holds in memory before a batch writes them at once (bounds a checkpoint's script run, and memory: while checkpoints fail past it, batches wait)."`
+	MaxPending         int           `name:"max-pending" env:"FLOODGATE_MAX_PENDING" default:"50000" help:"Write-back: most bucket fields a partition holds in memory before a batch writes them at once (bounds memory: while checkpoints fail past it, batches wait)."`
+	CheckpointPart     int           `name:"checkpoint-part" env:"FLOODGATE_CHECKPOINT_PART" default:"256" help:"Write-back: most bucket fields one checkpoint script run writes; a larger checkpoint goes in parts that each mark their subjects, so that no run holds Redis, and the decisions queued behind it, for long."`
 	RelayKeep          time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
 	MaxFutureSkew      time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"Events further ahead of this clock are dead-lettered; events ahead by less are counted at this clock's time."`
 	SessionTimeout     time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
@@ -75,7 +76,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if c.CheckpointInterval > 0 && !writeBack {
 		logger.Info("write-back off: --evaluate-all writes every batch through")
 	}
-	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack})
+	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack, CheckpointPart: c.CheckpointPart})
 	if err != nil {
 		return err
 	}

@@ -434,6 +434,9 @@ func subjects(n int) []string {
 func TestAggregatorCrashExactlyOnce(t *testing.T) {
 	t.Parallel()
 	e := newLiveEnv(t, 6, countRules)
+	// A part per subject (three fields each): every checkpoint goes in
+	// parts, and the kills land between them too.
+	e.extraArgs = []string{"--checkpoint-part", "4"}
 	ctx := context.Background()
 	w := e.writer()
 	defer w.Close()

@@ -1,0 +1,38 @@
+-- Shared by checkpoint.lua and checkpoint_part.lua (live/writeback.go).
+
+-- fg_ckpt_fields raises n bucket fields, given from ARGV[from] on as
+-- {bucket key, field, increment, ttl}; a key is given its ttl when the
+-- field is new. A failing write (WRONGTYPE on a foreign key) undoes the
+-- ones before it and returns the error reply; nil when all were written.
+local function fg_ckpt_fields(a, from, n)
+  local done = {}
+  for k = from, from + 4 * (n - 1), 4 do
+    local key, d = a[k], tonumber(a[k + 2])
+    local v = redis.pcall('HINCRBY', key, a[k + 1], d)
+    if type(v) == 'table' and v.err then
+      for j = #done, 1, -1 do
+        local x = done[j]
+        redis.call('HINCRBY', a[x], a[x + 1], -tonumber(a[x + 2]))
+      end
+      return redis.error_reply('floodgate checkpoint: ' .. key .. ': ' .. v.err)
+    end
+    if v == d then redis.call('EXPIRE', key, a[k + 3]) end
+    done[#done + 1] = k
+  end
+  return nil
+end
+
+-- fg_ckpt_fenced tells whether the slot is not as the owner's memory is
+-- as of: C (KEYS[1]; '' for none stored), the change sequence (KEYS[3]) or
+-- D (KEYS[2]; -1 for none) moved. D too: a failover that lost decisions
+-- written after C (deny extensions move D and not the sequence) must send
+-- the owner back to decide again. Returns the reply to give, or nil.
+local function fg_ckpt_fenced(keys, expect_c, expect_seq, expect_d)
+  local cur = redis.call('GET', keys[1]) or ''
+  local seq = redis.call('GET', keys[3]) or '0'
+  local d = tonumber(redis.call('GET', keys[2]) or '-1') or -1
+  if cur ~= expect_c or tonumber(seq) ~= tonumber(expect_seq) or d ~= tonumber(expect_d) then
+    return {1, cur, seq, d} -- FENCED
+  end
+  return nil
+end
