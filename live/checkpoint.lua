@@ -16,9 +16,8 @@
 local WRITTEN = 0
 
 local a = ARGV
-local fenced = fg_ckpt_fenced(KEYS, a[1], a[3], a[4])
+local fenced, d = fg_ckpt_fenced(KEYS, a[1], a[3], a[4])
 if fenced then return fenced end
-local d = tonumber(redis.call('GET', KEYS[2]) or '-1') or -1
 local newc = tonumber(a[2])
 
 -- the ids and the marks first: a key of another type fails here, before

@@ -26,13 +26,14 @@ end
 -- as of: C (KEYS[1]; '' for none stored), the change sequence (KEYS[3]) or
 -- D (KEYS[2]; -1 for none) moved. D too: a failover that lost decisions
 -- written after C (deny extensions move D and not the sequence) must send
--- the owner back to decide again. Returns the reply to give, or nil.
+-- the owner back to decide again. Returns the reply to give (nil when
+-- not fenced), and D.
 local function fg_ckpt_fenced(keys, expect_c, expect_seq, expect_d)
   local cur = redis.call('GET', keys[1]) or ''
   local seq = redis.call('GET', keys[3]) or '0'
   local d = tonumber(redis.call('GET', keys[2]) or '-1') or -1
   if cur ~= expect_c or tonumber(seq) ~= tonumber(expect_seq) or d ~= tonumber(expect_d) then
-    return {1, cur, seq, d} -- FENCED
+    return {1, cur, seq, d}, d -- FENCED
   end
-  return nil
+  return nil, d
 end
