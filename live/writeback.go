@@ -455,6 +455,13 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	if err != nil {
 		return 0, err
 	}
+	if len(wb.marks) > 0 && len(parts) > 1 {
+		// Resumed from a checkpoint that failed between its parts: this one
+		// goes in one run, which a failure undoes whole, so that a fault
+		// that persists neither adds marks nor rewinds the partition at
+		// every interval. Parts again once C has passed the marks.
+		parts = []ckptPart{joinParts(parts)}
+	}
 	for i, pt := range parts[:len(parts)-1] {
 		if err := s.writePart(ctx, group, topic, partition, hr, expect, i, pt); err != nil {
 			// The parts before it are in Redis, marked, and so are they in
@@ -552,6 +559,16 @@ func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, no
 		cur.subs = append(cur.subs, string(key))
 	}
 	return parts, nil
+}
+
+// joinParts makes parts one.
+func joinParts(parts []ckptPart) ckptPart {
+	var one ckptPart
+	for _, pt := range parts {
+		one.fields = append(one.fields, pt.fields...)
+		one.subs = append(one.subs, pt.subs...)
+	}
+	return one
 }
 
 // writePart writes part i of a checkpoint ahead of its last run, marked
