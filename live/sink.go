@@ -337,9 +337,13 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 		s.log.Warn("checkpoint refused: another writer or an operator moved the partition; its memory is rebuilt from Redis's checkpoint", "partition", partition, "err", err)
 	case err != nil:
 		s.m.checkpoints.WithLabelValues("failed").Inc()
-		if final {
+		switch {
+		case final:
 			s.log.Warn("final checkpoint failed: the next owner replays from the last one", "partition", partition, "err", err)
-		} else if ctx.Err() == nil {
+		case p.hr.wb == nil:
+			// parts were written: a retry would write them twice
+			s.log.Warn("checkpoint failed after some of its parts were written; memory forgotten, the partition is read again from the last checkpoint", "partition", partition, "err", err)
+		case ctx.Err() == nil:
 			s.log.Warn("checkpoint failed; retrying", "partition", partition, "err", err)
 		}
 	default:

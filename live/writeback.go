@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -451,16 +452,17 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		expect = strconv.FormatInt(wb.c, 10)
 	}
 	nowSec := floorDiv(now.UnixMilli(), 1000)
-	parts, err := s.checkpointParts(group, partition, wb, nowSec)
-	if err != nil {
-		return 0, err
-	}
-	if len(wb.marks) > 0 && len(parts) > 1 {
+	size := s.part
+	if len(wb.marks) > 0 {
 		// Resumed from a checkpoint that failed between its parts: this one
 		// goes in one run, which a failure undoes whole, so that a fault
 		// that persists neither adds marks nor rewinds the partition at
 		// every interval. Parts again once C has passed the marks.
-		parts = []ckptPart{joinParts(parts)}
+		size = math.MaxInt
+	}
+	parts, err := s.checkpointParts(group, partition, wb, nowSec, size)
+	if err != nil {
+		return 0, err
 	}
 	for i, pt := range parts[:len(parts)-1] {
 		if err := s.writePart(ctx, group, topic, partition, hr, expect, i, pt); err != nil {
@@ -496,9 +498,9 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		return 0, fmt.Errorf("checkpoint group=%s partition=%d offset=%d: %w", group, partition, wb.at, err)
 	}
 	if replyInt(out, 0) != checkpointWritten {
+		err := checkpointRefused(group, partition, out, expect, hr)
 		hr.drop()
-		return 0, fmt.Errorf("checkpoint group=%s partition=%d: the slot's checkpoint stands at %v, change sequence %v, decisions offset %v, not %s, %d and %d: %w",
-			group, partition, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
+		return 0, err
 	}
 	n := wb.fields
 	wb.c, wb.cKept, wb.rules = wb.at, true, rs
@@ -521,6 +523,13 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	return n, nil
 }
 
+// checkpointRefused is the errFenced of a checkpoint script's FENCED reply:
+// what the slot holds against what hr is as of.
+func checkpointRefused(group string, partition int, out []any, expect string, hr *Headroom) error {
+	return fmt.Errorf("checkpoint group=%s partition=%d: the slot's checkpoint stands at %v, change sequence %v, decisions offset %v, not %s, %d and %d: %w",
+		group, partition, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
+}
+
 // ckptPart is one script run's share of a checkpoint: whole subjects.
 type ckptPart struct {
 	fields []any    // {bucket key, field, increment, ttl} per field
@@ -528,9 +537,9 @@ type ckptPart struct {
 }
 
 // checkpointParts splits the pending increments into parts of at most
-// s.part fields; a subject with more has a part of its own. There is
-// always a last part, empty when nothing but ids or rules is written.
-func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, nowSec int64) ([]ckptPart, error) {
+// size fields; a subject with more has a part of its own. There is always
+// a last part, empty when nothing but ids or rules is written.
+func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, nowSec int64, size int) ([]ckptPart, error) {
 	slack := int64(s.slack / time.Second)
 	parts := []ckptPart{{}}
 	p := wb.pending
@@ -551,7 +560,7 @@ func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, no
 			continue
 		}
 		cur := &parts[len(parts)-1]
-		if len(cur.fields) > 0 && (len(cur.fields)+len(one))/4 > s.part {
+		if len(cur.fields) > 0 && (len(cur.fields)+len(one))/4 > size {
 			parts = append(parts, ckptPart{})
 			cur = &parts[len(parts)-1]
 		}
@@ -559,16 +568,6 @@ func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, no
 		cur.subs = append(cur.subs, string(key))
 	}
 	return parts, nil
-}
-
-// joinParts makes parts one.
-func joinParts(parts []ckptPart) ckptPart {
-	var one ckptPart
-	for _, pt := range parts {
-		one.fields = append(one.fields, pt.fields...)
-		one.subs = append(one.subs, pt.subs...)
-	}
-	return one
 }
 
 // writePart writes part i of a checkpoint ahead of its last run, marked
@@ -595,8 +594,7 @@ func (s *Applier) writePart(ctx context.Context, group, topic string, partition 
 		return fmt.Errorf("checkpoint group=%s partition=%d offset=%d, part %d: %w", group, partition, wb.at, i, err)
 	}
 	if replyInt(out, 0) != checkpointWritten {
-		return fmt.Errorf("checkpoint group=%s partition=%d, part %d: the slot's checkpoint stands at %v, change sequence %v, decisions offset %v, not %s, %d and %d: %w",
-			group, partition, i, replyAny(out, 1), replyAny(out, 2), replyAny(out, 3), expect, hr.seq, max(hr.next, -1), errFenced)
+		return fmt.Errorf("part %d: %w", i, checkpointRefused(group, partition, out, expect, hr))
 	}
 	hr.next = max(hr.next, wb.at)
 	return nil
