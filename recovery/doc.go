@@ -7,10 +7,14 @@
 // for every partition whose offset is missing from Redis, the first offset
 // at or after now − (longest rule window + slack) with Kafka's time index
 // (ListOffsets by timestamp), replays the partition from there to its
-// current end through the same live.Applier the live aggregator uses,
-// and so stores the partition's next offset in the same script run as the
+// current end through the same live.Applier the live aggregator uses, in
+// write-back: counted in memory and written to Redis at checkpoints, each
+// storing the partition's checkpoint offset in the same script run as the
 // counters. When the live aggregator starts again it resumes exactly where
 // the rebuild stopped: nothing is counted twice and nothing is skipped.
+// With Force, a partition a write-back aggregator left between a
+// checkpoint and its decisions offset is replayed from the checkpoint, so
+// what was in that aggregator's memory only is counted too.
 //
 // Run it while the live aggregator group is stopped (after Redis came back
 // empty, before the aggregator restarts): it refuses while the group has
@@ -29,7 +33,7 @@
 //
 //	res, err := recovery.Rebuild(ctx, recovery.Config{
 //		Brokers: brokers, Topic: "floodgate.events", Group: "floodgate-live",
-//		Store: store, Applier: applier, Rules: set,
+//		Store: store, Applier: applier, Rules: set, // applier: live.ApplierConfig{WriteBack: true}
 //	})
 //	fmt.Printf("replayed %d events of %d partitions in %s\n", res.Events, res.Partitions, res.Took)
 package recovery

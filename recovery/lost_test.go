@@ -32,7 +32,8 @@ type lostEnv struct {
 	topic    string
 	parts    int
 	store    *window.Store
-	ap       *live.Applier
+	ap       *live.Applier // the live group's, writing through
+	rb       *live.Applier // the rebuild's, writing back
 	set      *rules.Set
 	subjects map[int]string // partition -> a subject that lives there
 	log      *syncBuffer
@@ -54,6 +55,9 @@ func newLostEnv(t *testing.T, parts int) *lostEnv {
 		t.Fatal(err)
 	}
 	if e.ap, err = live.NewApplier(e.store, live.ApplierConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.rb, err = live.NewApplier(e.store, live.ApplierConfig{WriteBack: true, CheckpointPart: 3}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; len(e.subjects) < parts; i++ {
@@ -128,6 +132,17 @@ func (e *lostEnv) offset(ctx context.Context, p int) int64 {
 	return next
 }
 
+// decided is partition p's decisions offset D (offset is where it
+// resumes: its checkpoint C when it has one).
+func (e *lostEnv) decided(ctx context.Context, p int) int64 {
+	e.t.Helper()
+	d, err := e.rdb.Get(ctx, e.store.Keys().Offset("live", e.topic, p)).Int64()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
 func (e *lostEnv) deleteBelow(ctx context.Context, p int, off int64) {
 	e.t.Helper()
 	if _, err := topics.DeleteRecords(ctx, e.brokers, e.topic, map[int]int64{p: off}); err != nil {
@@ -136,7 +151,7 @@ func (e *lostEnv) deleteBelow(ctx context.Context, p int, off int64) {
 }
 
 func (e *lostEnv) rebuild(ctx context.Context, policy aggregator.LostOffsetsPolicy, reset, force bool) (recovery.Result, error) {
-	return recovery.Rebuild(ctx, recovery.Config{Brokers: e.brokers, Topic: e.topic, Group: "live", Store: e.store, Applier: e.ap, Rules: e.set,
+	return recovery.Rebuild(ctx, recovery.Config{Brokers: e.brokers, Topic: e.topic, Group: "live", Store: e.store, Applier: e.rb, Rules: e.set,
 		Reset: reset, Force: force, Redis: e.rdb, OnLostOffsets: policy, Logger: slog.New(slog.NewTextHandler(e.log, nil))})
 }
 
@@ -272,5 +287,55 @@ func TestRebuildTopicRecreated(t *testing.T) {
 				t.Errorf("log lacks the ERROR naming the offsets:\n%s", log)
 			}
 		})
+	}
+}
+
+// TestRebuildForceReplaysWriteBackMemory: a write-back owner of the live
+// group checkpointed its partition at offset 4, decided up to 10 (a deny at
+// the sixth event) and died before its next checkpoint: Redis holds the
+// subject's count as of 4 only, the rest was in its memory. A forced
+// rebuild starts at the checkpoint, not at the decisions offset, and
+// leaves the count exact with both offsets at the log's end. (Were it to
+// write through, it would start at 10 and the count stay 4.)
+func TestRebuildForceReplaysWriteBackMemory(t *testing.T) {
+	e := newLostEnv(t, 1)
+	var err error
+	if e.set, err = rules.Parse([]byte("rules:\n  - name: r\n    action: login_failed\n    kinds: [ip]\n    limits: [5/1h]\n")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	recs := e.produce(ctx, 0, 10)
+	for i := range recs {
+		recs[i].Offset = int64(i)
+	}
+	owner, err := live.NewApplier(e.store, live.ApplierConfig{WriteBack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr := live.NewHeadroom(100)
+	if _, _, err := owner.Resume(ctx, "live", e.topic, 0, hr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Apply(ctx, "live", aggregator.Batch{Topic: e.topic, First: 0, Last: 3, Records: recs[:4]}, e.set, time.Now(), hr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Checkpoint(ctx, "live", e.topic, 0, hr, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := owner.Apply(ctx, "live", aggregator.Batch{Topic: e.topic, First: 4, Last: 9, Records: recs[4:]}, e.set, time.Now(), hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, d, got := e.offset(ctx, 0), e.decided(ctx, 0), e.count(ctx, 0); len(res.Decisions) != 1 || c != 4 || d != 10 || got != 4 {
+		t.Fatalf("owner left %d decisions, checkpoint %d, decisions offset %d, count %d in Redis; want 1, 4, 10 and 4",
+			len(res.Decisions), c, d, got)
+	}
+
+	if _, err := e.rebuild(ctx, aggregator.LostOffsetsSkip, false, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, c, d := e.count(ctx, 0), e.offset(ctx, 0), e.decided(ctx, 0); got != 10 || c != 10 || d != 10 {
+		t.Errorf("after the rebuild: count %d, checkpoint %d, decisions offset %d; want 10, 10 and 10\n%s", got, c, d, e.log.String())
 	}
 }

@@ -32,10 +32,18 @@ type Store interface {
 
 // Applier writes into the live store as the live aggregator does: batches
 // with their offsets, and a recreated topic's offsets moved back;
-// *live.Applier is it.
+// *live.Applier is it, in write-back (live.ApplierConfig.WriteBack): it
+// counts a partition in a Headroom's memory and writes it to Redis at
+// checkpoints, so that a replay starts at the checkpoint and gives back
+// what a write-back owner held in memory only when it died. Writing
+// through, the replay would start at the owner's decisions offset and
+// those counts would be lost.
 type Applier interface {
 	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *live.Headroom) (live.ApplyResult, error)
 	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
+	WriteBack() bool
+	Resume(ctx context.Context, group, topic string, partition int, hr *live.Headroom) (next int64, ok bool, err error)
+	Checkpoint(ctx context.Context, group, topic string, partition int, hr *live.Headroom, now time.Time) (fields int, err error)
 }
 
 var (
@@ -58,7 +66,7 @@ type Config struct {
 	// Required.
 	Store Store
 	// Applier counts the replayed batches into Store's slots (a
-	// live.Applier over Store). Required.
+	// live.Applier over Store, in write-back). Required.
 	Applier Applier
 	// Rules decide what is counted, as in the live aggregator. Required.
 	Rules *rules.Set
@@ -99,6 +107,11 @@ type Config struct {
 	MaxFutureSkew time.Duration
 	// BatchMax caps the events in one Apply. Default 5000.
 	BatchMax int
+	// MaxPending is how many bucket fields a partition counts in memory
+	// before they are written to Redis (a checkpoint), and MaxHeadroom how
+	// many subjects it keeps there: the live sink's settings of the same
+	// names. Defaults 50000 and 200000.
+	MaxPending, MaxHeadroom int
 	// Parallel is how many partitions replay at once. Default 4.
 	Parallel int
 	// Now is the clock. Default time.Now.
@@ -120,12 +133,14 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: no window store")
 	case c.Applier == nil:
 		return errors.New("rebuild config: no applier")
+	case !c.Applier.WriteBack():
+		return errors.New("rebuild config: the applier writes through: a rebuild counts in memory (live.ApplierConfig.WriteBack), or it would lose what a write-back owner counted past its checkpoint")
 	case c.Rules == nil:
 		return errors.New("rebuild config: no rules")
 	case c.Reset && c.Redis == nil:
 		return errors.New("rebuild config: reset needs the redis client")
-	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0 || c.MaxFutureSkew < 0:
-		return errors.New("rebuild config: since, batch max, parallel and max future skew must not be negative")
+	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0 || c.MaxFutureSkew < 0 || c.MaxPending < 0 || c.MaxHeadroom < 0:
+		return errors.New("rebuild config: since, batch max, parallel, max future skew, max pending and max headroom must not be negative")
 	case c.OnLostOffsets != "" && c.OnLostOffsets != aggregator.LostOffsetsSkip && c.OnLostOffsets != aggregator.LostOffsetsStop:
 		return fmt.Errorf("rebuild config: on lost offsets %q: want skip or stop", c.OnLostOffsets)
 	}
@@ -147,6 +162,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Parallel == 0 {
 		c.Parallel = 4
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 50000
+	}
+	if c.MaxHeadroom == 0 {
+		c.MaxHeadroom = 200000
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -319,7 +340,8 @@ type position struct {
 }
 
 // positions reads the live group's position on each partition: the offset
-// the store holds, else the group's last Kafka commit.
+// the store holds (its checkpoint, where a write-back owner kept one: what
+// it counted beyond was in its memory), else the group's last Kafka commit.
 func positions(ctx context.Context, cfg *Config, client *kafka.Client, parts []int) (map[int]position, error) {
 	out := make(map[int]position, len(parts))
 	var unknown []int
@@ -436,17 +458,24 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first
 	if err != nil {
 		return pr, err
 	}
+	hr, err := resumeMemory(ctx, cfg, p)
+	if err != nil {
+		return pr, err
+	}
 	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: first, Last: from - 1}
 	flush := func() error {
 		if b.Last < b.First {
 			return nil
 		}
-		res, err := cfg.Applier.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now(), nil)
+		res, err := cfg.Applier.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now(), hr)
 		if err != nil {
 			return fmt.Errorf("rebuild: %w", err)
 		}
 		pr.Events += int64(res.Applied)
 		b = aggregator.Batch{Topic: cfg.Topic, Partition: p, First: b.Last + 1, Last: b.Last, Records: b.Records[:0]}
+		if hr.Resident().Pending >= cfg.MaxPending {
+			return checkpoint(ctx, cfg, p, hr)
+		}
 		return nil
 	}
 	for f.Next() < end {
@@ -511,7 +540,30 @@ func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first
 		}
 	}
 	b.Last = max(b.Last, end-1)
-	return pr, flush()
+	if err := flush(); err != nil {
+		return pr, err
+	}
+	return pr, checkpoint(ctx, cfg, p, hr)
+}
+
+// resumeMemory returns the Applier's memory of partition p, as of its
+// checkpoint (empty when the store holds none).
+func resumeMemory(ctx context.Context, cfg *Config, p int) (*live.Headroom, error) {
+	hr := live.NewHeadroom(cfg.MaxHeadroom)
+	if _, _, err := cfg.Applier.Resume(ctx, cfg.Group, cfg.Topic, p, hr); err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
+	return hr, nil
+}
+
+// checkpoint writes what the partition's memory counted to Redis. Refused,
+// another writer moved the partition while the rebuild ran: the rebuild
+// fails, to be run again with the live group stopped.
+func checkpoint(ctx context.Context, cfg *Config, p int, hr *live.Headroom) error {
+	if _, err := cfg.Applier.Checkpoint(ctx, cfg.Group, cfg.Topic, p, hr, cfg.Now()); err != nil {
+		return fmt.Errorf("rebuild: partition %d: %w", p, err)
+	}
+	return nil
 }
 
 // groupIdle refuses a rebuild while the live group has members: a running

@@ -57,7 +57,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestRebuildResetDeletesOnlyFloodgateKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestRebuildSkipsABomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
 	if err != nil {
 		t.Fatal(err)
 	}

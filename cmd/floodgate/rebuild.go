@@ -39,7 +39,7 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer lc.close(logger)
 	rdb, kc, store := lc.redis, lc.kafka, lc.store
-	applier, err := live.NewApplier(store, live.ApplierConfig{})
+	applier, err := live.NewApplier(store, live.ApplierConfig{WriteBack: true})
 	if err != nil {
 		return err
 	}
