@@ -193,7 +193,7 @@ func newBackends(clients []*redis.Client, cfg *Config, sets []*rules.Set) ([]bac
 			if err != nil {
 				return nil, fmt.Errorf("backtest: %w", err)
 			}
-			ap, err := live.NewApplier(st, live.ApplierConfig{MaxSubjects: cfg.MaxSubjects, Dedup: cfg.Dedup, KeepRecords: replayKeep})
+			ap, err := live.NewApplier(st, live.ApplierConfig{MaxSubjects: cfg.MaxSubjects, Dedup: cfg.Dedup, KeepRecords: replayKeep, WriteBack: true})
 			if err != nil {
 				return nil, fmt.Errorf("backtest: %w", err)
 			}

@@ -82,6 +82,11 @@ type Config struct {
 	// of one partition with more is applied in several). Default 10000:
 	// nothing else uses the replay's Redis.
 	MaxSubjects int
+	// MaxPending is how many bucket fields one partition counts in memory,
+	// per rules set, before it writes them to its Redis, as the live
+	// aggregator's --max-pending (its checkpoints): the replay counts as
+	// the aggregator's write-back does. Default 50000.
+	MaxPending int
 
 	// RedisServer is the redis-server binary the replay runs privately: a
 	// unix socket in a temporary directory, no TCP port, no persistence,
@@ -138,8 +143,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("backtest: clock %q: want record or event", c.Clock)
 	case c.MaxFutureSkew < 0 || c.Dedup < 0 || c.ProgressEvery < 0 || c.WarmUp < 0:
 		return errors.New("backtest: warm-up, max future skew, dedup and progress interval must not be negative")
-	case c.Parallel < 0 || c.MaxSubjects < 0 || c.RedisServers < 0:
-		return errors.New("backtest: parallel, max subjects and redis servers must not be negative")
+	case c.Parallel < 0 || c.MaxSubjects < 0 || c.MaxPending < 0 || c.RedisServers < 0:
+		return errors.New("backtest: parallel, max subjects, max pending and redis servers must not be negative")
 	case c.FromHistory && c.History == nil:
 		return errors.New("backtest: from history needs the PostgreSQL pool")
 	}
@@ -170,6 +175,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxSubjects == 0 {
 		c.MaxSubjects = 10_000
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 50_000
 	}
 	if c.RedisServer == "" {
 		c.RedisServer = "redis-server"

@@ -82,6 +82,7 @@ func TestBaselineDiffAgainstReference(t *testing.T) {
 	rep, err := backtest.Run(context.Background(), backtest.Config{
 		Rules: cand, RulesName: "candidate.yaml", Baseline: base, BaselineName: "baseline.yaml",
 		From: from, To: to, Brokers: brokers, Topic: topic, Scratch: rdb,
+		MaxPending: 64, // checkpoints all along, as live's interval makes them
 	})
 	if err != nil {
 		t.Fatal(err)

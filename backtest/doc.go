@@ -1,8 +1,9 @@
 // Package backtest answers "had these rules been live over that range,
 // whom would they have denied?" It replays the events topic — from the
 // offsets Kafka's time index gives for the range's start less a warm-up, up
-// to its end — through the live path's own writer (live.Applier: the same
-// batching, headroom and Lua scripts) over a private, throwaway
+// to its end — through the live path's own writer (live.Applier in
+// write-back, as the aggregator runs it: the same batching, headroom,
+// memory and Lua scripts) over a private, throwaway
 // redis-server, and reports per rule, limit and subject the denies, their
 // first and last times and deny seconds; with a baseline rules set replayed
 // beside it, what changes. Nothing is written to the production Redis, no

@@ -38,8 +38,10 @@ type partition struct {
 	rdb   *redis.Client
 	sets  []*setState
 	onDec func(set string, d window.DecisionMessage)
-	from  int64 // ms: decisions before are the warm-up's
-	to    int64 // ms: the range's end: nothing from there on is reported
+	// maxPending: bucket fields counted in memory before a checkpoint
+	maxPending int
+	from       int64 // ms: decisions before are the warm-up's
+	to         int64 // ms: the range's end: nothing from there on is reported
 
 	clock int64 // ms: the replay's clock, never going back
 	next  int64 // the offset after the last tick applied; -1 before
@@ -65,7 +67,7 @@ type partStats struct {
 }
 
 func newPartition(id int, topic string, be backend, cfg *Config, stats *partStats) *partition {
-	p := &partition{id: id, topic: topic, rdb: be.rdb, onDec: cfg.OnDecision, from: cfg.From.UnixMilli(), to: cfg.To.UnixMilli(), stats: stats,
+	p := &partition{id: id, topic: topic, rdb: be.rdb, onDec: cfg.OnDecision, maxPending: cfg.MaxPending, from: cfg.From.UnixMilli(), to: cfg.To.UnixMilli(), stats: stats,
 		next: -1, batch: aggregator.Batch{Topic: topic, Partition: id}}
 	for _, s := range be.stores {
 		p.sets = append(p.sets, &setState{
@@ -138,6 +140,14 @@ func (p *partition) apply(ctx context.Context, s *setState, b aggregator.Batch, 
 	res, err := s.store.Apply(ctx, group, b, s.rules, now, s.room)
 	if err != nil {
 		return fmt.Errorf("backtest %s: partition %d offsets %d-%d at %s: %w", s.name, p.id, b.First, b.Last, now.UTC().Format(time.RFC3339), err)
+	}
+	if s.room.Resident().Pending >= p.maxPending {
+		// Counts wait in memory (write-back, as live) until they are many:
+		// nothing but the replay reads this Redis, so a checkpoint only
+		// bounds the memory.
+		if _, err := s.store.Checkpoint(ctx, group, p.topic, p.id, s.room, now); err != nil {
+			return fmt.Errorf("backtest %s: partition %d checkpoint at offset %d: %w", s.name, p.id, b.Last+1, err)
+		}
 	}
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
