@@ -20,6 +20,7 @@ import (
 	"floodgate/rules"
 	"floodgate/stacktest"
 	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/promtext"
 	"floodgate/window"
 )
 
@@ -88,6 +89,11 @@ type Lookup struct {
 	// CPU per lookup of each process (closed loops on the single-node
 	// stack only).
 	CPU []ProcCPU
+	// FailedClosed counts the limiter's answers in the run that Redis did
+	// not give in time or at all, denied by the failure mode (strict takes
+	// always fail closed): floodgate_limiter_failure_mode_total{mode="closed"}.
+	// They are among Unexpected.
+	FailedClosed int64
 }
 
 // target is where a step's processes run: the single-node stack or the
@@ -112,6 +118,9 @@ type limiterProc struct {
 	http, rls string // addresses
 	cmd       string
 }
+
+// metrics is the limiter's /metrics URL.
+func (l *limiterProc) metrics() string { return "http://" + l.http + "/metrics" }
 
 // startLimiter starts `floodgate limiter` on t with the RLS mode given and
 // waits until it is ready (every partition's state loaded).
@@ -283,7 +292,7 @@ func (b *bench) rlsMeasure(ctx context.Context, server *childproc.Proc, addr, sc
 	if err := cl.WaitReady(ctx, s, 30*time.Second); err != nil {
 		return nil, err
 	}
-	return b.measure(ctx, server, scenario, cluster, cl.Op(s, want), conc, rate)
+	return b.measure(ctx, server, "", scenario, cluster, cl.Op(s, want), conc, rate)
 }
 
 // noopRate is the no-op's closed-loop rate at concurrency c (0 if not
@@ -321,7 +330,7 @@ func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix s
 		{scAllowedFour, shapeFour, rlsload.OK},
 		{scDenied, shapeDenied, rlsload.OverLimit},
 	} {
-		runs, err := b.measure(ctx, lim.Proc, sc.name, false, cl.Op(sc.shape, sc.want), lookupConcurrency, rate)
+		runs, err := b.measure(ctx, lim.Proc, lim.metrics(), sc.name, false, cl.Op(sc.shape, sc.want), lookupConcurrency, rate)
 		b.res.Lookups = append(b.res.Lookups, runs...)
 		if err != nil {
 			return err
@@ -329,7 +338,7 @@ func (b *bench) checkRuns(ctx context.Context, lim *limiterProc, topic, prefix s
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
 	defer client.CloseIdleConnections()
-	runs, err := b.measure(ctx, lim.Proc, scHTTP, false, rlsload.HTTPCheck(client, "http://"+lim.http, shapeFour, http.StatusOK), lookupConcurrency, 0)
+	runs, err := b.measure(ctx, lim.Proc, lim.metrics(), scHTTP, false, rlsload.HTTPCheck(client, "http://"+lim.http, shapeFour, http.StatusOK), lookupConcurrency, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
 }
@@ -347,7 +356,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc
 	}
 	op := cl.Op(shapeStrict, rlsload.OK)
 	agg := cpuMeter{cpuRelay, pidCPU(relay.Pid())}
-	runs, err := b.measure(ctx, lim.Proc, scStrict, false, op, lookupConcurrency, 0, agg)
+	runs, err := b.measure(ctx, lim.Proc, lim.metrics(), scStrict, false, op, lookupConcurrency, 0, agg)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	if err != nil {
 		return err
@@ -358,7 +367,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc
 			c16 = r.PerSec
 		}
 	}
-	runs, err = b.measure(ctx, lim.Proc, scStrict, false, op, nil, c16/2, agg)
+	runs, err = b.measure(ctx, lim.Proc, lim.metrics(), scStrict, false, op, nil, c16/2, agg)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	if err != nil {
 		return err
@@ -368,7 +377,7 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc
 	if err := cl.WaitReady(ctx, shapeStrictTwo, 30*time.Second); err != nil {
 		return err
 	}
-	runs, err = b.measure(ctx, lim.Proc, scStrictTwo, false, cl.Op(shapeStrictTwo, rlsload.OK), []int{16, 64}, 0, agg)
+	runs, err = b.measure(ctx, lim.Proc, lim.metrics(), scStrictTwo, false, cl.Op(shapeStrictTwo, rlsload.OK), []int{16, 64}, 0, agg)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
 }
@@ -377,8 +386,9 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc
 // positive), and returns the runs done. A closed loop against server on
 // the single-node stack also reports the CPU each process spent per lookup:
 // its CPU time over the run (warm-up included) ÷ (lookups/s × the run's
-// wall time).
-func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64, extra ...cpuMeter) ([]Lookup, error) {
+// wall time). With the server's metrics URL (a limiter's), each run counts
+// the answers its failure mode denied.
+func (b *bench) measure(ctx context.Context, server *childproc.Proc, metrics, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64, extra ...cpuMeter) ([]Lookup, error) {
 	cfgs := make([]rlsload.Config, 0, len(conc)+1)
 	for _, c := range conc {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Concurrency: c, Duration: b.cfg.LimiterD})
@@ -393,10 +403,15 @@ func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario st
 	var runs []Lookup
 	for _, cfg := range cfgs {
 		before, merr := readMeters(ctx, meters)
+		closed0, cerr := failedClosed(ctx, metrics)
 		start := time.Now()
 		r, err := rlsload.Run(ctx, cfg)
 		if err != nil {
 			return runs, fmt.Errorf("%s %s: %w", scenario, r.Load(), err)
+		}
+		closed1, cerr1 := failedClosed(ctx, metrics)
+		if cerr = errors.Join(cerr, cerr1); cerr != nil {
+			b.log.Warn("bench: no count of answers failed closed", "scenario", scenario, "err", cerr)
 		}
 		var cpu []ProcCPU
 		if after, aerr := readMeters(ctx, meters); merr == nil && aerr == nil && !r.Paced() {
@@ -404,11 +419,25 @@ func (b *bench) measure(ctx context.Context, server *childproc.Proc, scenario st
 		} else if merr != nil || aerr != nil {
 			b.log.Warn("bench: no CPU per lookup", "scenario", scenario, "err", errors.Join(merr, aerr))
 		}
+		closed := int64(closed1 - closed0)
 		b.log.Info("bench: lookups", "scenario", scenario, "cluster", cluster, "load", r.Load(), "per_sec", int(r.PerSec),
-			"p99", r.P99, "unexpected", r.Unexpected, "errors", r.Errors)
-		runs = append(runs, Lookup{Scenario: scenario, Cluster: cluster, Result: r, CPU: cpu})
+			"p99", r.P99, "unexpected", r.Unexpected, "failed_closed", closed, "errors", r.Errors)
+		runs = append(runs, Lookup{Scenario: scenario, Cluster: cluster, Result: r, CPU: cpu, FailedClosed: closed})
 	}
 	return runs, nil
+}
+
+// failedClosed reads the limiter's count of answers its failure mode
+// denied (0 without a URL).
+func failedClosed(ctx context.Context, metrics string) (float64, error) {
+	if metrics == "" {
+		return 0, nil
+	}
+	s, err := promtext.Scrape(ctx, metrics)
+	if err != nil {
+		return 0, err
+	}
+	return s.Sum("floodgate_limiter_failure_mode_total", `mode="closed"`), nil
 }
 
 // seedDenied applies deniedEvents events for every subject of shapeDenied

@@ -127,7 +127,7 @@ func Render(r *Results) string {
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
 	if len(r.Lookups) > 0 {
-		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Rules: %s\n",
+		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Unexpected answers: another code than the scenario's; those marked failed closed are the limiter's own count (`floodgate_limiter_failure_mode_total{mode=\"closed\"}`) of answers Redis did not give within `--redis-timeout` (50 ms), which a strict take always denies — under load the take's wait for its slot's script run. Rules: %s\n",
 			runtime.NumCPU(), lookupSubjects, r.SketchOpts.LimiterD, strings.Join(r.LookupCmds, "`, `"), deniedEvents, strings.ReplaceAll(strings.TrimSpace(lookupRulesSummary), "\n", " "))
 	}
 	if r.Cluster.Skipped == "" && len(r.Cluster.One) > 0 {
@@ -296,8 +296,12 @@ func renderLookups(w func(string, ...any), r *Results) {
 		if n, ok := ceilingOf(r, l); ok && l.Scenario != scHTTP {
 			x = ratio(l.PerSec, n.PerSec)
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %d / %d |\n", label, l.Load(), harness.Human(l.PerSec),
-			rlsload.Latency(l.P50), rlsload.Latency(l.P99), rlsload.Latency(l.P999), x, l.Unexpected, l.Errors)
+		unexpected := fmt.Sprint(l.Unexpected)
+		if l.FailedClosed > 0 {
+			unexpected += fmt.Sprintf(" (%d failed closed)", l.FailedClosed)
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %s / %d |\n", label, l.Load(), harness.Human(l.PerSec),
+			rlsload.Latency(l.P50), rlsload.Latency(l.P99), rlsload.Latency(l.P999), x, unexpected, l.Errors)
 	}
 	renderLookupCPU(w, r)
 	if !slices.ContainsFunc(r.Lookups, func(l Lookup) bool { return !l.Cluster && l.Scenario != scNoop }) {

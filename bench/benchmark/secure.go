@@ -149,7 +149,7 @@ func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn
 	cl, err := rlsload.Dial(lim.rls, runtime.NumCPU())
 	if err == nil {
 		var runs []Lookup
-		runs, err = b.measure(ctx, lim.Proc, "plain-allowed-one", false, cl.Op(shapeOne, rlsload.OK), conc, 0)
+		runs, err = b.measure(ctx, lim.Proc, lim.metrics(), "plain-allowed-one", false, cl.Op(shapeOne, rlsload.OK), conc, 0)
 		b.res.SecurePlainChecks = append(b.res.SecurePlainChecks, runs...)
 		err = errors.Join(err, cl.Close())
 	}
@@ -212,7 +212,7 @@ func (b *bench) secureChecks(ctx context.Context, sp secureProfile, kc kafkaconn
 		return err
 	}
 	defer scl.Close()
-	runs, err := b.measure(ctx, p, "secure-allowed-one", false, scl.Op(shapeOne, rlsload.OK), conc, 0)
+	runs, err := b.measure(ctx, p, "", "secure-allowed-one", false, scl.Op(shapeOne, rlsload.OK), conc, 0)
 	b.res.SecureChecks = append(b.res.SecureChecks, runs...)
 	srdb, rerr := sp.redis()
 	if rerr == nil {
