@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"floodgate/event"
+	"floodgate/live"
 	"floodgate/recovery"
 	"floodgate/rules"
 	"floodgate/stacktest/childproc"
@@ -308,8 +309,12 @@ func (s *Suite) redisRestart(ctx context.Context) (Row, error) {
 	if err != nil {
 		return row, err
 	}
+	ap, err := live.NewApplier(s.store, live.ApplierConfig{WriteBack: true}) // as `floodgate rebuild`
+	if err != nil {
+		return row, err
+	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
-		Brokers: s.brokers, Topic: s.topic, Group: s.live, Store: s.store, Rules: set,
+		Brokers: s.brokers, Topic: s.topic, Group: s.live, Store: s.store, Applier: ap, Rules: set,
 		Reset: true, Redis: s.rdb, Logger: s.log,
 	})
 	if err != nil {

@@ -254,7 +254,8 @@ func (s *Suite) runAll(ctx context.Context, list []scenario) []Row {
 		row, err := sc.run(s, ctx)
 		row.Scenario = sc.name
 		if err != nil {
-			row.Fault = sc.name
+			// A scenario that could not finish proves nothing: it fails.
+			row.Fault, row.Pass = sc.name, false
 			row.Note = "ERROR: " + err.Error()
 			s.log.Error("chaos: scenario failed", "scenario", sc.name, "err", err)
 		}
