@@ -31,6 +31,7 @@ type BacktestCmd struct {
 	Dedup         time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"As the aggregator's: skip an event whose id was counted within this horizon; 0 counts every event."`
 	Parallel      int           `name:"parallel" env:"FLOODGATE_BACKTEST_PARALLEL" default:"4" help:"Partitions replayed at once."`
 	MaxSubjects   int           `name:"max-subjects" env:"FLOODGATE_BACKTEST_MAX_SUBJECTS" default:"10000" help:"Most distinct subjects per Redis script run of the replay."`
+	MaxPending    int           `name:"max-pending" env:"FLOODGATE_BACKTEST_MAX_PENDING" default:"50000" help:"Most bucket fields a partition counts in memory before they are written to the replay's Redis (as the aggregator's write-back)."`
 
 	RedisServer  string `name:"redis-server" env:"FLOODGATE_BACKTEST_REDIS_SERVER" default:"redis-server" help:"redis-server binary the replay runs privately (unix socket in a temp dir, nothing saved, removed at the end)."`
 	RedisServers int    `name:"redis-servers" env:"FLOODGATE_BACKTEST_REDIS_SERVERS" help:"Private redis-servers, the partitions spread over them (Redis runs scripts on one core each). Default: half the CPUs, at most --parallel."`
@@ -141,7 +142,7 @@ func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), erro
 		Security:  sec,
 		RulesName: c.Rules, From: from, To: to, WarmUp: c.WarmUp,
 		Brokers: c.Brokers, Topic: c.Topic, Clock: backtest.Clock(c.Clock),
-		MaxFutureSkew: c.MaxFutureSkew, Dedup: c.Dedup, Parallel: c.Parallel, MaxSubjects: c.MaxSubjects,
+		MaxFutureSkew: c.MaxFutureSkew, Dedup: c.Dedup, Parallel: c.Parallel, MaxSubjects: c.MaxSubjects, MaxPending: c.MaxPending,
 		RedisServer: c.RedisServer, RedisServers: c.RedisServers, FromHistory: c.FromHistory,
 		ProgressEvery: c.Progress, Logger: logger,
 	}

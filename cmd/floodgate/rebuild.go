@@ -18,11 +18,12 @@ type RebuildCmd struct {
 	KafkaFlags
 	RedisFlags
 
-	Rules     string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's."`
-	LiveGroup string        `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path."`
-	KeyPrefix string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
-	Since     time.Duration `name:"since" env:"FLOODGATE_REBUILD_SINCE" help:"How far back to replay (default: the longest rule window + 1m)."`
-	Reset     bool          `name:"reset" help:"Delete every key under the prefix first and replay every partition (the aggregator kept running after Redis came back)."`
+	Rules      string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's."`
+	LiveGroup  string        `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path."`
+	KeyPrefix  string        `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key."`
+	Since      time.Duration `name:"since" env:"FLOODGATE_REBUILD_SINCE" help:"How far back to replay (default: the longest rule window + 1m)."`
+	Reset      bool          `name:"reset" help:"Delete every key under the prefix first and replay every partition (the aggregator kept running after Redis came back)."`
+	MaxPending int           `name:"max-pending" env:"FLOODGATE_MAX_PENDING" default:"50000" help:"Most bucket fields a partition counts in memory before they are written to Redis (a checkpoint, as the aggregator's write-back)."`
 
 	OnLostOffsets string `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When records the live group had not counted are gone from the log (retention, topic recreated): skip (report and replay what the log holds) or stop (fail; nothing is written when that is known before the replay)."`
 }
@@ -45,7 +46,7 @@ func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
 		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Group: c.LiveGroup, Store: store, Applier: applier, Rules: set, Since: c.Since,
-		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: aggregator.LostOffsetsPolicy(c.OnLostOffsets),
+		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: aggregator.LostOffsetsPolicy(c.OnLostOffsets), MaxPending: c.MaxPending,
 	})
 	if err != nil {
 		return err
