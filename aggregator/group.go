@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/semaphore"
 
 	"floodgate/event"
 
@@ -72,6 +73,13 @@ type Config struct {
 	BatchWait time.Duration
 	// FetchMaxBytes bounds one fetch response. Default 1 MiB.
 	FetchMaxBytes int64
+	// ReadAheadBytes bounds what a partition holds fetched and not yet
+	// taken into a batch: its records' keys, values and headers plus
+	// their bookkeeping (about 160 bytes each). A response is decompressed
+	// on arrival and may hold ten times its size on the wire, so counting
+	// responses would not bound memory. One response larger than the
+	// bound is still taken, alone. Default 16 MiB.
+	ReadAheadBytes int64
 	// FetchMaxWait is how long a fetch waits on an idle partition. Default
 	// 500ms.
 	FetchMaxWait time.Duration
@@ -142,8 +150,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("aggregator config: batch max %d is negative", c.BatchMax)
 	case c.BatchWait < 0 || c.MaxFutureSkew < 0 || c.DeadLetterMaxWait < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.FetchMaxWait < 0 || c.CommitInterval < 0:
 		return errors.New("aggregator config: durations must not be negative")
-	case c.FetchMaxBytes < 0:
-		return fmt.Errorf("aggregator config: fetch max bytes %d is negative", c.FetchMaxBytes)
+	case c.FetchMaxBytes < 0 || c.ReadAheadBytes < 0:
+		return fmt.Errorf("aggregator config: fetch max bytes %d, read-ahead bytes %d: must not be negative", c.FetchMaxBytes, c.ReadAheadBytes)
 	case c.OnLostOffsets != "" && c.OnLostOffsets != LostOffsetsSkip && c.OnLostOffsets != LostOffsetsStop:
 		return fmt.Errorf("aggregator config: on lost offsets %q: want skip or stop", c.OnLostOffsets)
 	}
@@ -153,6 +161,9 @@ func (c *Config) Validate() error {
 func (c *Config) setDefaults() {
 	if c.BatchMax == 0 {
 		c.BatchMax = 10000
+	}
+	if c.ReadAheadBytes == 0 {
+		c.ReadAheadBytes = 16 << 20
 	}
 	if c.OnLostOffsets == "" {
 		c.OnLostOffsets = LostOffsetsSkip
@@ -359,8 +370,13 @@ type worker struct {
 	// start of the log).
 	next  int64
 	carry *fetched // fetched beyond the last batch's BatchMax
-	held  *fetched // an offset reset met while filling a batch
-	log   *slog.Logger
+	// ahead bounds the records fetched and not yet taken into a batch
+	// (Config.ReadAheadBytes): the fetch loop acquires a response's size
+	// before it hands the response over, take releases it.
+	ahead      *semaphore.Weighted
+	aheadBytes prometheus.Gauge // floodgate_aggregator_read_ahead_bytes
+	held       *fetched         // an offset reset met while filling a batch
+	log        *slog.Logger
 }
 
 // fetched is what the fetch loop hands the apply loop: records, or a
@@ -368,6 +384,7 @@ type worker struct {
 // waits for done before it fetches on).
 type fetched struct {
 	msgs  []kafka.Message
+	size  int64 // what msgs holds of the read-ahead bound
 	end   int64 // the offset after everything read (records and transaction markers)
 	hw    int64 // high-water mark when fetched
 	reset *LostOffsetsError
@@ -448,12 +465,16 @@ func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 		return nil
 	}
 	w.next, w.carry, w.held = next, nil, nil
+	w.ahead = semaphore.NewWeighted(g.cfg.ReadAheadBytes)
+	w.aheadBytes = g.metrics.readAhead.WithLabelValues(strconv.Itoa(w.partition))
+	w.aheadBytes.Set(0) // what a previous run left queued is gone with it
 	// The fetch loop stops with the apply loop: what it fetched past a
 	// rewind is read again.
 	fstop, fcancel := context.WithCancel(stop)
 	defer fcancel()
 	// Room for a few responses: the next batch is fetched while this one is
-	// applied, and batches grow only while a backlog waits here.
+	// applied, and batches grow only while a backlog waits here. What the
+	// responses hold is bounded by w.ahead, not by their number.
 	ch := make(chan fetched, 8)
 	fetching := make(chan struct{})
 	go func() {
@@ -528,6 +549,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 			return out, false
 		case out = <-ch:
 		}
+		w.release(out.size)
 		if out.reset != nil || out.unreadable != nil {
 			return out, true
 		}
@@ -555,6 +577,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 				return w.cut(out), true
 			}
 		}
+		w.release(more.size)
 		if more.reset != nil || more.unreadable != nil {
 			w.held = &more
 			break
@@ -632,12 +655,44 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 			continue
 		}
 		last = f.Next()
+		// Wait for room before handing the records over: a backlog of
+		// large, well-compressed responses would otherwise pile up here.
+		size := min(readAheadSize(msgs), g.cfg.ReadAheadBytes)
+		if err := w.ahead.Acquire(stop, size); err != nil {
+			return
+		}
+		w.aheadBytes.Add(float64(size))
 		select {
-		case ch <- fetched{msgs: msgs, end: f.Next(), hw: f.HighWatermark}:
+		case ch <- fetched{msgs: msgs, size: size, end: f.Next(), hw: f.HighWatermark}:
 		case <-stop.Done():
 			return
 		}
 	}
+}
+
+// release gives back what a response held of the read-ahead bound.
+func (w *worker) release(size int64) {
+	if size > 0 {
+		w.ahead.Release(size)
+		w.aheadBytes.Sub(float64(size))
+	}
+}
+
+// messageOverhead is what a kafka.Message costs beside its key, value and
+// headers: its own fields, about 150 bytes.
+const messageOverhead = 160
+
+// readAheadSize is what msgs holds against Config.ReadAheadBytes.
+func readAheadSize(msgs []kafka.Message) int64 {
+	var n int64
+	for i := range msgs {
+		m := &msgs[i]
+		n += int64(len(m.Key)+len(m.Value)) + messageOverhead
+		for _, h := range m.Headers {
+			n += int64(len(h.Key) + len(h.Value))
+		}
+	}
+	return n
 }
 
 // lostOffsets applies the lost-offsets policy; false stops the fetch loop.

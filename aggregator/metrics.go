@@ -21,6 +21,7 @@ type metrics struct {
 	batchSize    prometheus.Histogram
 	applySeconds prometheus.Histogram
 	lag          *prometheus.GaugeVec
+	readAhead    *prometheus.GaugeVec
 	skipped      *prometheus.CounterVec
 	resets       *prometheus.CounterVec
 	rewinds      *prometheus.CounterVec
@@ -59,6 +60,8 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_aggregator_lag_messages", Help: "High-water mark minus the next offset, per partition.", ConstLabels: labels}, []string{"partition"}),
+		readAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_aggregator_read_ahead_bytes", Help: "Records fetched and not yet taken into a batch, per partition (bounded by --read-ahead-bytes).", ConstLabels: labels}, []string{"partition"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_skipped_offsets_total", Help: "Offsets deleted by retention before this group read them (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -84,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -39,6 +39,7 @@ type AggregatorCmd struct {
 	MetricsAddr        string        `name:"metrics-addr" env:"FLOODGATE_AGGREGATOR_METRICS_ADDR,FLOODGATE_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address serving /metrics and /healthz (port 0 picks one)."`
 	BatchMax           int           `name:"batch-max" env:"FLOODGATE_BATCH_MAX" default:"10000" help:"Most messages in one batch."`
 	BatchWait          time.Duration `name:"batch-wait" env:"FLOODGATE_BATCH_WAIT" default:"0s" help:"Keep filling a batch this long after its first message (0: apply what is fetched at once; batches grow only with a backlog)."`
+	ReadAheadBytes     int64         `name:"read-ahead-bytes" env:"FLOODGATE_READ_AHEAD_BYTES" default:"16777216" help:"Most bytes of fetched records a partition holds ahead of the batch being applied, decompressed (bounds memory under a backlog: about that much per assigned partition and group)."`
 	EvaluateAll        bool          `name:"evaluate-all" env:"FLOODGATE_EVALUATE_ALL" help:"Evaluate every touched subject on every batch, in the apply script (no headroom, no bucket copies; for comparisons)."`
 	OnLostOffsets      string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
 	Dedup              time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
@@ -180,6 +181,7 @@ func (c *AggregatorCmd) groupConfig(id string, dlq aggregator.MessageWriter, log
 		GroupID:        id,
 		BatchMax:       c.BatchMax,
 		BatchWait:      c.BatchWait,
+		ReadAheadBytes: c.ReadAheadBytes,
 		MaxFutureSkew:  c.MaxFutureSkew,
 		SessionTimeout: c.SessionTimeout,
 		CommitInterval: c.CommitInterval,

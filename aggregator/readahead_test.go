@@ -1,0 +1,120 @@
+package aggregator_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"floodgate/aggregator"
+	"floodgate/stacktest"
+)
+
+// gateSink is an offsetSink whose Apply waits until open is closed: a sink
+// stalled on its store, while the partition's backlog waits in Kafka.
+type gateSink struct {
+	*offsetSink
+	entered chan struct{} // closed at the first Apply
+	open    chan struct{}
+	opened  sync.Once
+	first   bool
+}
+
+// release lets Apply go on, once.
+func (s *gateSink) release() { s.opened.Do(func() { close(s.open) }) }
+
+func (s *gateSink) Apply(ctx context.Context, b aggregator.Batch) error {
+	if !s.first {
+		s.first = true
+		close(s.entered)
+	}
+	<-s.open
+	return s.offsetSink.Apply(ctx, b)
+}
+
+// TestGroupBoundsReadAhead: while the sink is stalled, the fetch loop
+// stops once what it fetched ahead reaches ReadAheadBytes, however much
+// the topic holds (3 MB here, against 64 KiB); a fetch loop that counted
+// responses instead held up to eight of them, which decompressed can be
+// far more than their size on the wire. Once the sink goes on, every event
+// is applied once.
+func TestGroupBoundsReadAhead(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const n = 20000
+	for from := 0; from < n; from += 5000 {
+		writeVisits(ctx, t, w, "ra", 50, from, from+5000)
+	}
+
+	const bound = 64 << 10
+	sink := &gateSink{offsetSink: newOffsetSink(), entered: make(chan struct{}), open: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "readahead-" + topic,
+		BatchMax: 100, FetchMaxBytes: 8 << 10, ReadAheadBytes: bound, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		sink.release() // a failed check must not leave the group stuck in Apply
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}()
+
+	<-sink.entered
+	var most float64
+	stacktest.WaitFor(t, "the fetch loop to fill its read-ahead", time.Minute, func() bool {
+		v := gauge(t, reg, "floodgate_aggregator_read_ahead_bytes")
+		most = max(most, v)
+		return v >= bound/2
+	})
+	// A bound is only shown by its not being passed: watch for half a
+	// second more, many fetches' worth (the topic holds forty times the
+	// bound; without it this read 234 540 bytes).
+	for range 50 {
+		most = max(most, gauge(t, reg, "floodgate_aggregator_read_ahead_bytes"))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if most > bound {
+		t.Fatalf("read ahead %.0f bytes with the sink stalled, bound %d", most, bound)
+	}
+	sink.release()
+	stacktest.WaitFor(t, "every event applied", time.Minute, func() bool { return sink.count() >= n })
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for id, k := range sink.seen {
+		if k != 1 {
+			t.Fatalf("event %s applied %d times", id, k)
+		}
+	}
+}
+
+// gauge sums a metric's series in reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return v
+}
