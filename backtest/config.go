@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"floodgate/history"
+	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/window"
 
@@ -145,6 +146,8 @@ func (c *Config) Validate() error {
 		return errors.New("backtest: warm-up, max future skew, dedup and progress interval must not be negative")
 	case c.Parallel < 0 || c.MaxSubjects < 0 || c.MaxPending < 0 || c.RedisServers < 0:
 		return errors.New("backtest: parallel, max subjects, max pending and redis servers must not be negative")
+	case c.MaxPending > live.MaxPendingFields:
+		return fmt.Errorf("backtest: max pending %d: at most %d", c.MaxPending, live.MaxPendingFields)
 	case c.FromHistory && c.History == nil:
 		return errors.New("backtest: from history needs the PostgreSQL pool")
 	}

@@ -62,10 +62,11 @@ type SinkConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// maxPendingFields bounds SinkConfig.MaxPending: a field's subject key is
+// MaxPendingFields bounds SinkConfig.MaxPending (and the same setting of
+// backtest and rebuild): a field's subject key is
 // at most 386 bytes, so a partition's pending keys stay below the 4 GiB its
 // table holds.
-const maxPendingFields = 10_000_000
+const MaxPendingFields = 10_000_000
 
 // Validate reports the first problem with c.
 func (c *SinkConfig) Validate() error {
@@ -78,8 +79,8 @@ func (c *SinkConfig) Validate() error {
 		return errors.New("live sink: no rules source")
 	case c.MaxHeadroom < 0:
 		return fmt.Errorf("live sink: max headroom %d is negative", c.MaxHeadroom)
-	case c.CheckpointEvery < 0 || c.MaxPending < 0 || c.MaxPending > maxPendingFields:
-		return fmt.Errorf("live sink: checkpoint every %s, max pending %d: want positive values (max pending at most %d) or 0 (default)", c.CheckpointEvery, c.MaxPending, maxPendingFields)
+	case c.CheckpointEvery < 0 || c.MaxPending < 0 || c.MaxPending > MaxPendingFields:
+		return fmt.Errorf("live sink: checkpoint every %s, max pending %d: want positive values (max pending at most %d) or 0 (default)", c.CheckpointEvery, c.MaxPending, MaxPendingFields)
 	case c.EvaluateAll && c.Applier.WriteBack():
 		return errors.New("live sink: write-back evaluates from memory: it cannot evaluate every subject by the script")
 	}

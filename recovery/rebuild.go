@@ -141,6 +141,8 @@ func (c *Config) Validate() error {
 		return errors.New("rebuild config: reset needs the redis client")
 	case c.Since < 0 || c.BatchMax < 0 || c.Parallel < 0 || c.MaxFutureSkew < 0 || c.MaxPending < 0 || c.MaxHeadroom < 0:
 		return errors.New("rebuild config: since, batch max, parallel, max future skew, max pending and max headroom must not be negative")
+	case c.MaxPending > live.MaxPendingFields:
+		return fmt.Errorf("rebuild config: max pending %d: at most %d", c.MaxPending, live.MaxPendingFields)
 	case c.OnLostOffsets != "" && c.OnLostOffsets != aggregator.LostOffsetsSkip && c.OnLostOffsets != aggregator.LostOffsetsStop:
 		return fmt.Errorf("rebuild config: on lost offsets %q: want skip or stop", c.OnLostOffsets)
 	}
