@@ -374,8 +374,9 @@ type worker struct {
 	// (Config.ReadAheadBytes): the fetch loop acquires a response's size
 	// before it hands the response over, take releases it.
 	ahead      *semaphore.Weighted
-	aheadBytes prometheus.Gauge // floodgate_aggregator_read_ahead_bytes
-	held       *fetched         // an offset reset met while filling a batch
+	aheadBytes prometheus.Gauge   // floodgate_aggregator_read_ahead_bytes
+	aheadWaits prometheus.Counter // floodgate_aggregator_read_ahead_waits_total
+	held       *fetched           // an offset reset met while filling a batch
 	log        *slog.Logger
 }
 
@@ -467,6 +468,7 @@ func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 	w.next, w.carry, w.held = next, nil, nil
 	w.ahead = semaphore.NewWeighted(g.cfg.ReadAheadBytes)
 	w.aheadBytes = g.metrics.readAhead.WithLabelValues(strconv.Itoa(w.partition))
+	w.aheadWaits = g.metrics.aheadWaits.WithLabelValues(strconv.Itoa(w.partition))
 	w.aheadBytes.Set(0) // what a previous run left queued is gone with it
 	// The fetch loop stops with the apply loop: what it fetched past a
 	// rewind is read again.
@@ -658,8 +660,11 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 		// Wait for room before handing the records over: a backlog of
 		// large, well-compressed responses would otherwise pile up here.
 		size := min(readAheadSize(msgs), g.cfg.ReadAheadBytes)
-		if err := w.ahead.Acquire(stop, size); err != nil {
-			return
+		if !w.ahead.TryAcquire(size) {
+			w.aheadWaits.Inc()
+			if err := w.ahead.Acquire(stop, size); err != nil {
+				return
+			}
 		}
 		w.aheadBytes.Add(float64(size))
 		select {

@@ -22,6 +22,7 @@ type metrics struct {
 	applySeconds prometheus.Histogram
 	lag          *prometheus.GaugeVec
 	readAhead    *prometheus.GaugeVec
+	aheadWaits   *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
 	resets       *prometheus.CounterVec
 	rewinds      *prometheus.CounterVec
@@ -62,6 +63,8 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_lag_messages", Help: "High-water mark minus the next offset, per partition.", ConstLabels: labels}, []string{"partition"}),
 		readAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_aggregator_read_ahead_bytes", Help: "Records fetched and not yet taken into a batch, per partition (bounded by --read-ahead-bytes).", ConstLabels: labels}, []string{"partition"}),
+		aheadWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_read_ahead_waits_total", Help: "Fetched responses that waited for room under --read-ahead-bytes before they were handed over, per partition (the sink is the slower side).", ConstLabels: labels}, []string{"partition"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_skipped_offsets_total", Help: "Offsets deleted by retention before this group read them (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -87,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.aheadWaits, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
