@@ -294,9 +294,10 @@ func TestRebuildTopicRecreated(t *testing.T) {
 // group checkpointed its partition at offset 4, decided up to 10 (a deny at
 // the sixth event) and died before its next checkpoint: Redis holds the
 // subject's count as of 4 only, the rest was in its memory. A forced
-// rebuild starts at the checkpoint, not at the decisions offset, and
+// rebuild counts from the checkpoint, not from the decisions offset, and
 // leaves the count exact with both offsets at the log's end. (Were it to
-// write through, it would start at 10 and the count stay 4.)
+// write through, the records before 10 would be skipped as held and the
+// count stay 4.)
 func TestRebuildForceReplaysWriteBackMemory(t *testing.T) {
 	e := newLostEnv(t, 1)
 	var err error

@@ -36,8 +36,9 @@ type Store interface {
 // counts a partition in a Headroom's memory and writes it to Redis at
 // checkpoints, so that a replay starts at the checkpoint and gives back
 // what a write-back owner held in memory only when it died. Writing
-// through, the replay would start at the owner's decisions offset and
-// those counts would be lost.
+// through, the apply script would take the records before the owner's
+// decisions offset for ones it holds and skip them: those counts would be
+// lost.
 type Applier interface {
 	Apply(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *live.Headroom) (live.ApplyResult, error)
 	ResetOffset(ctx context.Context, group, topic string, partition int, from, to int64) error
