@@ -413,7 +413,7 @@ func TestGroupIdleMembersDoNotStorm(t *testing.T) {
 	generations := func() []float64 {
 		out := make([]float64, len(regs))
 		for i, reg := range regs {
-			out[i] = metricValue(t, reg, "floodgate_aggregator_generations_total")
+			out[i] = sumMetric(t, reg, "floodgate_aggregator_generations_total")
 		}
 		return out
 	}
@@ -541,7 +541,7 @@ func TestGroupSkipsTransactionMarkers(t *testing.T) {
 	if !caughtUp() {
 		t.Fatalf("sink at %v, want the end offsets %v", sink.next, end)
 	}
-	markers := metricValue(t, reg, "floodgate_aggregator_transaction_markers_total")
+	markers := sumMetric(t, reg, "floodgate_aggregator_transaction_markers_total")
 	if want := float64(total - records); markers != want {
 		t.Errorf("skipped %v transaction markers, want %v (end offsets %v, %d records)", markers, want, end, records)
 	}
@@ -567,19 +567,4 @@ func TestGroupSkipsTransactionMarkers(t *testing.T) {
 		t.Fatalf("%d dead letters, want %d", n, records)
 	}
 	t.Logf("end offsets %v: %d records, %v markers skipped, %d dead letters", end, records, markers, records)
-}
-
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
 }

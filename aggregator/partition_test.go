@@ -59,7 +59,8 @@ func produce(t *testing.T, ctx context.Context, brokers []string, topic string, 
 	}
 }
 
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// sumMetric sums the series of a counter or a gauge in reg.
+func sumMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -71,7 +72,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return sum
@@ -131,10 +132,10 @@ func TestGroupGoesOnPastOversizedAndBombRecords(t *testing.T) {
 			t.Errorf("event at offset %d counted at %s, ahead of the clock", r.Offset, r.Event.TS)
 		}
 	}
-	if got := counter(t, reg, "floodgate_aggregator_clamped_total"); got != 2 {
+	if got := sumMetric(t, reg, "floodgate_aggregator_clamped_total"); got != 2 {
 		t.Errorf("clamped_total = %v, want 2", got)
 	}
-	if got := counter(t, reg, "floodgate_aggregator_unreadable_offsets_total"); got != 1 {
+	if got := sumMetric(t, reg, "floodgate_aggregator_unreadable_offsets_total"); got != 1 {
 		t.Errorf("unreadable_offsets_total = %v, want 1", got)
 	}
 
@@ -209,7 +210,7 @@ func TestGroupDropsDeadLettersTheDLQRefuses(t *testing.T) {
 	if n := sink.count(); n != 2 {
 		t.Fatalf("%d events counted, want 2", n)
 	}
-	if got := counter(t, reg, "floodgate_aggregator_dead_letter_dropped_total"); got != 1 {
+	if got := sumMetric(t, reg, "floodgate_aggregator_dead_letter_dropped_total"); got != 1 {
 		t.Errorf("dead_letter_dropped_total = %v, want 1", got)
 	}
 }
@@ -246,7 +247,7 @@ func TestGroupReportsASinkThatLostItsOffsets(t *testing.T) {
 	lost := newOffsetSink()
 	reg := prometheus.NewRegistry()
 	run(lost, reg, func() bool { return lost.count() == 1 })
-	if got := counter(t, reg, "floodgate_aggregator_sink_offset_missing_total"); got != 1 {
+	if got := sumMetric(t, reg, "floodgate_aggregator_sink_offset_missing_total"); got != 1 {
 		t.Errorf("sink_offset_missing_total = %v, want 1", got)
 	}
 }

@@ -78,9 +78,9 @@ func TestGroupBoundsReadAhead(t *testing.T) {
 	// topic holds forty times the bound (without it, it read 234 540
 	// bytes ahead).
 	stacktest.WaitFor(t, "the fetch loop to wait for room", time.Minute, func() bool {
-		return metric(t, reg, "floodgate_aggregator_read_ahead_waits_total") >= 1
+		return sumMetric(t, reg, "floodgate_aggregator_read_ahead_waits_total") >= 1
 	})
-	if v := metric(t, reg, "floodgate_aggregator_read_ahead_bytes"); v > bound || v < bound/4 {
+	if v := sumMetric(t, reg, "floodgate_aggregator_read_ahead_bytes"); v > bound || v < bound/4 {
 		t.Fatalf("read ahead %.0f bytes with the sink stalled, bound %d", v, bound)
 	}
 	sink.release()
@@ -92,22 +92,4 @@ func TestGroupBoundsReadAhead(t *testing.T) {
 			t.Fatalf("event %s applied %d times", id, k)
 		}
 	}
-}
-
-// metric sums a gauge's or a counter's series in reg.
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				v += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	return v
 }
