@@ -486,6 +486,9 @@ func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 	rewind := w.applyLoop(ctx, stop, ch)
 	fcancel()
 	<-fetching
+	// What is still queued goes with the channel: a revoked partition
+	// must not go on showing it.
+	w.aheadBytes.Set(0)
 	return rewind
 }
 
