@@ -57,6 +57,9 @@ type Fetcher struct {
 	HighWatermark int64
 	// Markers counts the transaction markers read past.
 	Markers int64
+	// hint is the number of records the last response held: the next
+	// one's slice starts that large instead of growing by copies.
+	hint int
 }
 
 // FetcherConfig configures a Fetcher.
@@ -226,7 +229,9 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 	if s, ok := rr.(*protocol.RecordStream); ok {
 		batches = s.Records
 	}
-	var msgs []kafka.Message
+	msgs := make([]kafka.Message, 0, f.hint)
+	var mem arena
+	defer func() { f.hint = len(msgs) }()
 	for _, b := range batches {
 		_, control := b.(*protocol.ControlBatch)
 		for {
@@ -245,7 +250,7 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 				f.Markers++
 				continue
 			}
-			m, err := message(f.topic, f.partition, r)
+			m, err := message(f.topic, f.partition, r, &mem)
 			if err != nil {
 				return msgs, next, err
 			}
@@ -294,20 +299,65 @@ func (f *Fetcher) Bounds(ctx context.Context) (first, end int64, err error) {
 	return 0, 0, fmt.Errorf("list offsets topic %s partition %d: not in the answer", f.topic, f.partition)
 }
 
-func message(topic string, partition int, r *kafka.Record) (kafka.Message, error) {
-	key, err := kafka.ReadAll(r.Key)
+func message(topic string, partition int, r *kafka.Record, mem *arena) (kafka.Message, error) {
+	key, err := mem.read(r.Key)
 	if err != nil {
 		return kafka.Message{}, err
 	}
-	value, err := kafka.ReadAll(r.Value)
+	value, err := mem.read(r.Value)
 	if err != nil {
 		return kafka.Message{}, err
 	}
 	// Header values may point into the response's buffers, reused once it
 	// is closed.
-	hs := make([]kafka.Header, len(r.Headers))
-	for i, h := range r.Headers {
-		hs[i] = kafka.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)}
+	var hs []kafka.Header
+	if len(r.Headers) > 0 {
+		hs = make([]kafka.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = kafka.Header{Key: h.Key, Value: mem.copy(h.Value)}
+		}
 	}
 	return kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Key: key, Value: value, Headers: hs, Time: r.Time}, nil
+}
+
+// arenaChunk is the size of the chunks an arena hands slices out of.
+const arenaChunk = 64 << 10
+
+// arena holds one response's keys, values and header values in a few
+// chunks instead of an allocation each: two or three per record were most
+// of the aggregator's garbage. A chunk lives while any record cut from it
+// does, which the read-ahead bound already counts. Each slice is capped at
+// its length, so that an append by its user copies instead of writing into
+// its neighbour.
+type arena struct{ buf []byte }
+
+func (a *arena) take(n int) []byte {
+	if n > arenaChunk/4 {
+		return make([]byte, n)
+	}
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, arenaChunk)
+	}
+	at := len(a.buf)
+	a.buf = a.buf[:at+n]
+	return a.buf[at : at+n : at+n]
+}
+
+// read reads b whole, as kafka.ReadAll does.
+func (a *arena) read(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out := a.take(b.Len())
+	_, err := io.ReadFull(b, out)
+	return out, err
+}
+
+func (a *arena) copy(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	out := a.take(len(b))
+	copy(out, b)
+	return out
 }
