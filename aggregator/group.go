@@ -587,6 +587,14 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 			w.held = &more
 			break
 		}
+		if len(out.msgs)+len(more.msgs) > cap(out.msgs) {
+			// Room for what waits in ch too: growing by doubling copied
+			// each record two or three times.
+			want := min(len(out.msgs)+(1+len(ch))*len(more.msgs), w.g.cfg.BatchMax)
+			grown := make([]kafka.Message, len(out.msgs), max(want, len(out.msgs)+len(more.msgs)))
+			copy(grown, out.msgs)
+			out.msgs = grown
+		}
 		out.msgs = append(out.msgs, more.msgs...)
 		out.end, out.hw = more.end, more.hw
 	}
@@ -597,9 +605,11 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 func (w *worker) cut(out fetched) fetched {
 	if n := w.g.cfg.BatchMax; len(out.msgs) > n {
 		rest := out
-		rest.msgs = append([]kafka.Message(nil), out.msgs[n:]...)
+		// The rest shares the array; the batch is capped at n so that no
+		// append to it can reach the rest.
+		rest.msgs = out.msgs[n:]
 		w.carry = &rest
-		out.msgs = out.msgs[:n]
+		out.msgs = out.msgs[:n:n]
 		out.end = out.msgs[n-1].Offset + 1
 	}
 	return out
