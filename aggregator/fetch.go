@@ -243,14 +243,17 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 				return msgs, next, err
 			}
 			if r.Offset < next {
+				release(r)
 				continue // batches may start before the offset asked for
 			}
 			if control {
+				release(r)
 				next = r.Offset + 1
 				f.Markers++
 				continue
 			}
 			m, err := message(f.topic, f.partition, r, &mem)
+			release(r)
 			if err != nil {
 				return msgs, next, err
 			}
@@ -318,6 +321,18 @@ func message(topic string, partition int, r *kafka.Record, mem *arena) (kafka.Me
 		}
 	}
 	return kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Key: key, Value: value, Headers: hs, Time: r.Time}, nil
+}
+
+// release hands r's key and value back to kafka-go once copied: their
+// pages return to its pool. Left open, every response allocated new pages,
+// the aggregator's largest garbage.
+func release(r *kafka.Record) {
+	if r.Key != nil {
+		r.Key.Close()
+	}
+	if r.Value != nil {
+		r.Value.Close()
+	}
 }
 
 // arenaChunk is the size of the chunks an arena hands slices out of.
