@@ -384,8 +384,12 @@ type worker struct {
 // stored offset to move back (the topic was recreated; the fetch loop
 // waits for done before it fetches on).
 type fetched struct {
-	msgs  []kafka.Message
-	size  int64 // what msgs holds of the read-ahead bound
+	// parts are the records in offset order: one fetch's, or the several
+	// fetches take gathered (kept apart: joining them copied every
+	// record's kafka.Message again).
+	parts [][]kafka.Message
+	n     int   // records in parts
+	size  int64 // what parts hold of the read-ahead bound
 	end   int64 // the offset after everything read (records and transaction markers)
 	hw    int64 // high-water mark when fetched
 	reset *LostOffsetsError
@@ -513,7 +517,7 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) *Rewind
 			}
 			continue
 		}
-		if len(item.msgs) == 0 && w.next < 0 && item.unreadable == nil {
+		if item.n == 0 && w.next < 0 && item.unreadable == nil {
 			// Transaction markers before any record of a partition never
 			// applied: nothing to store yet.
 			w.next = item.end
@@ -565,7 +569,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 		defer t.Stop()
 		fill = t.C
 	}
-	for len(out.msgs) < w.g.cfg.BatchMax {
+	for out.n < w.g.cfg.BatchMax {
 		var more fetched
 		if fill == nil {
 			select {
@@ -587,15 +591,8 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 			w.held = &more
 			break
 		}
-		if len(out.msgs)+len(more.msgs) > cap(out.msgs) {
-			// Room for what waits in ch too: growing by doubling copied
-			// each record two or three times.
-			want := min(len(out.msgs)+(1+len(ch))*len(more.msgs), w.g.cfg.BatchMax)
-			grown := make([]kafka.Message, len(out.msgs), max(want, len(out.msgs)+len(more.msgs)))
-			copy(grown, out.msgs)
-			out.msgs = grown
-		}
-		out.msgs = append(out.msgs, more.msgs...)
+		out.parts = append(out.parts, more.parts...)
+		out.n += more.n
 		out.end, out.hw = more.end, more.hw
 	}
 	return w.cut(out), true
@@ -603,15 +600,33 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 
 // cut keeps BatchMax messages and carries the rest to the next batch.
 func (w *worker) cut(out fetched) fetched {
-	if n := w.g.cfg.BatchMax; len(out.msgs) > n {
-		rest := out
-		// The rest shares the array; the batch is capped at n so that no
-		// append to it can reach the rest.
-		rest.msgs = out.msgs[n:]
-		w.carry = &rest
-		out.msgs = out.msgs[:n:n]
-		out.end = out.msgs[n-1].Offset + 1
+	n := w.g.cfg.BatchMax
+	if out.n <= n {
+		return out
 	}
+	rest := out
+	kept, end := 0, out.end
+	for i, p := range out.parts {
+		if kept+len(p) <= n {
+			kept += len(p)
+			if len(p) > 0 {
+				end = p[len(p)-1].Offset + 1
+			}
+			continue
+		}
+		k := n - kept
+		if k > 0 {
+			end = p[k-1].Offset + 1
+		}
+		// The rest shares the part's array; the batch's piece is capped at
+		// k so that no append to it can reach the rest.
+		rest.parts = append([][]kafka.Message{p[k:]}, out.parts[i+1:]...)
+		out.parts = append(out.parts[:i:i], p[:k:k])
+		break
+	}
+	rest.n = out.n - n
+	w.carry = &rest
+	out.n, out.end = n, end
 	return out
 }
 
@@ -681,7 +696,7 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 		}
 		w.aheadBytes.Add(float64(size))
 		select {
-		case ch <- fetched{msgs: msgs, size: size, end: f.Next(), hw: f.HighWatermark}:
+		case ch <- fetched{parts: [][]kafka.Message{msgs}, n: len(msgs), size: size, end: f.Next(), hw: f.HighWatermark}:
 		case <-stop.Done():
 			return
 		}
@@ -813,16 +828,18 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 // letters of the messages that failed validation (which have no Record but
 // whose offsets the batch covers).
 func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
-	msgs := item.msgs
 	b := Batch{
 		Topic:     w.g.cfg.Topic,
 		Partition: w.partition,
 		First:     item.end,
 		Last:      item.end - 1,
-		Records:   make([]Record, 0, len(msgs)),
+		Records:   make([]Record, 0, item.n),
 	}
-	if len(msgs) > 0 {
-		b.First = msgs[0].Offset
+	for _, p := range item.parts {
+		if len(p) > 0 {
+			b.First = p[0].Offset
+			break
+		}
 	}
 	if w.next >= 0 && w.next < b.First {
 		// Offsets the log holds no message for (transaction markers,
@@ -843,21 +860,23 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 		dead = append(dead, w.unreadableStub(u))
 	}
 	now := w.g.cfg.Now()
-	for i := range msgs {
-		m := &msgs[i]
-		ev, clamped, derr := accept(m, now, w.g.cfg.MaxFutureSkew)
-		if clamped {
-			w.g.metrics.clamped.Inc()
+	for _, msgs := range item.parts {
+		for i := range msgs {
+			m := &msgs[i]
+			ev, clamped, derr := accept(m, now, w.g.cfg.MaxFutureSkew)
+			if clamped {
+				w.g.metrics.clamped.Inc()
+			}
+			if derr != nil {
+				w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
+				dead = append(dead, w.deadLetterOf(m, derr))
+				continue
+			}
+			b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers)})
 		}
-		if derr != nil {
-			w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
-			dead = append(dead, w.deadLetterOf(m, derr))
-			continue
-		}
-		b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers)})
 	}
-	w.g.metrics.in.Add(float64(len(msgs)))
-	w.g.metrics.batchSize.Observe(float64(len(msgs)))
+	w.g.metrics.in.Add(float64(item.n))
+	w.g.metrics.batchSize.Observe(float64(item.n))
 	return b, dead
 }
 
