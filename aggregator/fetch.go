@@ -58,8 +58,9 @@ type Fetcher struct {
 	// Markers counts the transaction markers read past.
 	Markers int64
 	// hint is the number of records the last response held: the next
-	// one's slice starts that large instead of growing by copies.
-	hint int
+	// one's slice starts that large instead of growing by copies. used is
+	// the bytes its arena handed out: the next one's first chunk.
+	hint, used int
 }
 
 // FetcherConfig configures a Fetcher.
@@ -230,8 +231,8 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 		batches = s.Records
 	}
 	msgs := make([]kafka.Message, 0, f.hint)
-	var mem arena
-	defer func() { f.hint = len(msgs) }()
+	mem := arena{first: f.used}
+	defer func() { f.hint, f.used = len(msgs), mem.used }()
 	for _, b := range batches {
 		_, control := b.(*protocol.ControlBatch)
 		for {
@@ -335,8 +336,13 @@ func release(r *kafka.Record) {
 	}
 }
 
-// arenaChunk is the size of the chunks an arena hands slices out of.
-const arenaChunk = 64 << 10
+// arenaChunk is the size of the chunks an arena hands slices out of; the
+// first is the size the last response needed (at least arenaMin), so that a
+// partition fetched a record at a time does not allocate 64 KiB for each.
+const (
+	arenaChunk = 64 << 10
+	arenaMin   = 512
+)
 
 // arena holds one response's keys, values and header values in a few
 // chunks instead of an allocation each: two or three per record were most
@@ -344,14 +350,23 @@ const arenaChunk = 64 << 10
 // does, which the read-ahead bound already counts. Each slice is capped at
 // its length, so that an append by its user copies instead of writing into
 // its neighbour.
-type arena struct{ buf []byte }
+type arena struct {
+	buf   []byte
+	first int // size of the first chunk, if below arenaChunk
+	used  int // bytes handed out
+}
 
 func (a *arena) take(n int) []byte {
+	a.used += n
 	if n > arenaChunk/4 {
 		return make([]byte, n)
 	}
 	if cap(a.buf)-len(a.buf) < n {
-		a.buf = make([]byte, 0, arenaChunk)
+		size := arenaChunk
+		if a.buf == nil && a.first < arenaChunk {
+			size = max(a.first, n, arenaMin)
+		}
+		a.buf = make([]byte, 0, size)
 	}
 	at := len(a.buf)
 	a.buf = a.buf[:at+n]

@@ -54,3 +54,31 @@ func TestCutSplitsParts(t *testing.T) {
 		}
 	}
 }
+
+// TestArenaChunks: a response's first chunk is what the last one needed,
+// later ones arenaChunk, large values their own; no slice can grow into its
+// neighbour.
+func TestArenaChunks(t *testing.T) {
+	a := arena{first: 100}
+	k := a.take(10)
+	if cap(a.buf) != arenaMin {
+		t.Fatalf("first chunk %d bytes, want %d", cap(a.buf), arenaMin)
+	}
+	v := a.copy([]byte("value"))
+	k = append(k[:0], "0123456789+"...) // longer than its slice: must copy
+	if string(v) != "value" || cap(v) != len(v) {
+		t.Fatalf("neighbour overwritten: %q (cap %d)", v, cap(v))
+	}
+	_ = k
+	a.take(arenaMin) // does not fit: a full chunk follows
+	if cap(a.buf) != arenaChunk {
+		t.Fatalf("second chunk %d bytes, want %d", cap(a.buf), arenaChunk)
+	}
+	big := a.take(arenaChunk/4 + 1)
+	if len(big) != arenaChunk/4+1 || len(a.buf) != arenaMin {
+		t.Fatalf("large value cut from the chunk: len %d, chunk used %d", len(big), len(a.buf))
+	}
+	if want := 10 + 5 + arenaMin + arenaChunk/4 + 1; a.used != want {
+		t.Fatalf("used %d, want %d", a.used, want)
+	}
+}
