@@ -1,6 +1,11 @@
 package event
 
-import "strconv"
+import (
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
 
 // decodeEncoded reads a value written exactly as Encode writes it — the
 // fields in Encode's order, no whitespace, integers, strings without
@@ -17,8 +22,8 @@ func decodeEncoded(b []byte) (w wire, ok bool) {
 	var v, ts, n []byte
 	if !r.lit(`{"v":`) || !r.int(&v) ||
 		!r.lit(`,"id":`) || !r.str(&w.ID) ||
-		!r.lit(`,"action":`) || !r.str(&w.Action) ||
-		!r.lit(`,"kind":`) || !r.str(&w.Kind) ||
+		!r.lit(`,"action":`) || !r.name(&w.Action) ||
+		!r.lit(`,"kind":`) || !r.name(&w.Kind) ||
 		!r.lit(`,"subject":`) || !r.str(&w.Subject) ||
 		!r.lit(`,"ts":`) || !r.int(&ts) ||
 		!r.lit(`,"n":`) || !r.int(&n) {
@@ -67,20 +72,74 @@ func (r *scanner) lit(s string) bool {
 // str reads a string without escapes or control characters (encoding/json
 // would unescape or refuse them; its path does).
 func (r *scanner) str(dst *string) bool {
+	b, ok := r.raw()
+	if ok {
+		*dst = string(b)
+	}
+	return ok
+}
+
+// name reads a string as str does, interned: a topic carries a handful of
+// actions and kinds, and a string allocated for each event's two was a
+// fifth of the decoder's allocations.
+func (r *scanner) name(dst *string) bool {
+	b, ok := r.raw()
+	if ok {
+		*dst = intern(b)
+	}
+	return ok
+}
+
+// raw reads a string's bytes (see str).
+func (r *scanner) raw() ([]byte, bool) {
 	if !r.lit(`"`) {
-		return false
+		return nil, false
 	}
 	for j := r.i; j < len(r.b); j++ {
 		switch c := r.b[j]; {
 		case c == '"':
-			*dst = string(r.b[r.i:j])
+			b := r.b[r.i:j]
 			r.i = j + 1
-			return true
+			return b, true
 		case c == '\\' || c < 0x20:
-			return false
+			return nil, false
 		}
 	}
-	return false
+	return nil, false
+}
+
+// maxNames bounds the interned names: a producer inventing names cannot
+// grow the table, only fill it (then new names are allocated as before).
+const maxNames = 256
+
+var (
+	names   atomic.Pointer[map[string]string] // read without a lock; replaced whole
+	namesMu sync.Mutex                        // serialises replacements
+)
+
+func intern(b []byte) string {
+	m := names.Load()
+	if m != nil {
+		if s, ok := (*m)[string(b)]; ok {
+			return s
+		}
+		if len(*m) >= maxNames {
+			return string(b)
+		}
+	}
+	s := string(b)
+	namesMu.Lock()
+	defer namesMu.Unlock()
+	cur := names.Load()
+	if cur != nil && len(*cur) >= maxNames {
+		return s
+	}
+	next := map[string]string{s: s}
+	if cur != nil {
+		maps.Copy(next, *cur)
+	}
+	names.Store(&next)
+	return s
 }
 
 // int reads the text of a JSON integer, -?(0|[1-9][0-9]*).
