@@ -137,6 +137,8 @@ func (r *scanner) raw() ([]byte, bool) {
 
 // maxNames bounds the interned names: a producer inventing names cannot
 // grow the table, only fill it (then new names are allocated as before).
+// Only names of a valid name's length are kept (checkName refuses longer
+// ones later), so the table holds at most maxNames × MaxNameLen bytes.
 const maxNames = 256
 
 var (
@@ -145,6 +147,9 @@ var (
 )
 
 func intern(b []byte) string {
+	if len(b) > MaxNameLen {
+		return string(b)
+	}
 	m := names.Load()
 	if m != nil {
 		if s, ok := (*m)[string(b)]; ok {

@@ -2,6 +2,7 @@ package event
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -21,5 +22,19 @@ func TestInternBounded(t *testing.T) {
 	}
 	if n := len(*names.Load()); n > maxNames {
 		t.Fatalf("%d names kept, bound %d", n, maxNames)
+	}
+}
+
+// TestInternSkipsLongNames: a name longer than any valid one is decoded but
+// not kept, so a producer cannot pin large strings in the table.
+func TestInternSkipsLongNames(t *testing.T) {
+	long := strings.Repeat("x", MaxNameLen+1)
+	if got := intern([]byte(long)); got != long {
+		t.Fatalf("intern changed a long name")
+	}
+	if m := names.Load(); m != nil {
+		if _, kept := (*m)[long]; kept {
+			t.Fatalf("a name of %d bytes was kept", len(long))
+		}
 	}
 }
