@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unsafe"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -61,6 +62,10 @@ type Fetcher struct {
 	// one's slice starts that large instead of growing by copies. used is
 	// the bytes its arena handed out: the next one's first chunk.
 	hint, used int
+	// held is the memory the last response's records hold: the chunks
+	// their keys, values and header values were cut from, and their slice
+	// (what Config.ReadAheadBytes counts).
+	held int64
 }
 
 // FetcherConfig configures a Fetcher.
@@ -232,7 +237,10 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 	}
 	msgs := make([]kafka.Message, 0, f.hint)
 	mem := arena{first: f.used}
-	defer func() { f.hint, f.used = len(msgs), mem.used }()
+	defer func() {
+		f.hint, f.used = len(msgs), mem.used
+		f.held = mem.alloc + int64(cap(msgs))*messageSize
+	}()
 	for _, b := range batches {
 		_, control := b.(*protocol.ControlBatch)
 		for {
@@ -336,6 +344,9 @@ func release(r *kafka.Record) {
 	}
 }
 
+// messageSize is a kafka.Message's own fields, beside what they point to.
+const messageSize = int64(unsafe.Sizeof(kafka.Message{}))
+
 // arenaChunk is the size of the chunks an arena hands slices out of; the
 // first is the size the last response needed (at least arenaMin), so that a
 // partition fetched a record at a time does not allocate 64 KiB for each.
@@ -352,13 +363,15 @@ const (
 // its neighbour.
 type arena struct {
 	buf   []byte
-	first int // size of the first chunk, if below arenaChunk
-	used  int // bytes handed out
+	first int   // size of the first chunk, if below arenaChunk
+	used  int   // bytes handed out
+	alloc int64 // bytes allocated: what the slices keep alive
 }
 
 func (a *arena) take(n int) []byte {
 	a.used += n
 	if n > arenaChunk/4 {
+		a.alloc += int64(n)
 		return make([]byte, n)
 	}
 	if cap(a.buf)-len(a.buf) < n {
@@ -367,6 +380,7 @@ func (a *arena) take(n int) []byte {
 			size = max(a.first, n, arenaMin)
 		}
 		a.buf = make([]byte, 0, size)
+		a.alloc += int64(size)
 	}
 	at := len(a.buf)
 	a.buf = a.buf[:at+n]

@@ -74,8 +74,9 @@ type Config struct {
 	// FetchMaxBytes bounds one fetch response. Default 1 MiB.
 	FetchMaxBytes int64
 	// ReadAheadBytes bounds what a partition holds fetched and not yet
-	// taken into a batch: its records' keys, values and headers plus
-	// their bookkeeping (about 160 bytes each). A response is decompressed
+	// taken into a batch: the memory its records keep alive (the chunks
+	// their keys, values and headers are cut from, and the records
+	// themselves, about 150 bytes each). A response is decompressed
 	// on arrival and may hold ten times its size on the wire, so counting
 	// responses would not bound memory. One response larger than the
 	// bound is still taken, alone. Default 16 MiB.
@@ -687,7 +688,7 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 		last = f.Next()
 		// Wait for room before handing the records over: a backlog of
 		// large, well-compressed responses would otherwise pile up here.
-		size := min(readAheadSize(msgs), g.cfg.ReadAheadBytes)
+		size := min(f.held, g.cfg.ReadAheadBytes)
 		if !w.ahead.TryAcquire(size) {
 			w.aheadWaits.Inc()
 			if err := w.ahead.Acquire(stop, size); err != nil {
@@ -709,23 +710,6 @@ func (w *worker) release(size int64) {
 		w.ahead.Release(size)
 		w.aheadBytes.Sub(float64(size))
 	}
-}
-
-// messageOverhead is what a kafka.Message costs beside its key, value and
-// headers: its own fields, about 150 bytes.
-const messageOverhead = 160
-
-// readAheadSize is what msgs holds against Config.ReadAheadBytes.
-func readAheadSize(msgs []kafka.Message) int64 {
-	var n int64
-	for i := range msgs {
-		m := &msgs[i]
-		n += int64(len(m.Key)+len(m.Value)) + messageOverhead
-		for _, h := range m.Headers {
-			n += int64(len(h.Key) + len(h.Value))
-		}
-	}
-	return n
 }
 
 // lostOffsets applies the lost-offsets policy; false stops the fetch loop.
