@@ -176,19 +176,8 @@ func (s *server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest
 		}
 		msgs = append(msgs, kafka.Message{Key: []byte(key), Value: v})
 	}
-	if s.noProduce {
-		msgs = nil
-	}
-	if s.journal != nil && len(msgs) > 0 {
-		done := make(chan error, 1)
-		s.journal <- jtake{msgs: msgs, done: done}
-		if err := <-done; err != nil {
-			return nil, fmt.Errorf("journal: %w", err)
-		}
-		msgs = nil
-	}
-	if err := s.w.WriteMessages(ctx, msgs...); len(msgs) > 0 && err != nil {
-		return nil, fmt.Errorf("produce: %w", err)
+	if err := s.record(ctx, msgs); err != nil {
+		return nil, err
 	}
 	overall := rlsv3.RateLimitResponse_OK
 	for _, x := range st {
@@ -197,6 +186,26 @@ func (s *server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest
 		}
 	}
 	return &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: st}, nil
+}
+
+// record makes the admitted takes' events durable as the flags choose,
+// before the answer.
+func (s *server) record(ctx context.Context, msgs []kafka.Message) error {
+	switch {
+	case len(msgs) == 0 || s.noProduce:
+		return nil
+	case s.journal != nil:
+		done := make(chan error, 1)
+		s.journal <- jtake{msgs: msgs, done: done}
+		if err := <-done; err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		return nil
+	}
+	if err := s.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	return nil
 }
 
 func envOr(k, def string) string {
