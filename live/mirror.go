@@ -655,8 +655,16 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 	offCmd := pipe.Get(ctx, offkey)
 	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
 	hashes := make([]*redis.MapStringStringCmd, len(targets))
+	slot := s.keys.Slot(partition)
+	var bk bucketKeys
+	var fk []byte
+	var last *pendingSubject
 	for i, t := range targets {
-		hashes[i] = pipe.HGetAll(ctx, window.BucketKey(s.keys.SubjectPrefix(partition, t.ps.sub), t.id.level, t.id.n))
+		if t.ps != last {
+			bk.subjectOf(slot, t.ps.sub, &fk)
+			last = t.ps
+		}
+		hashes[i] = pipe.HGetAll(ctx, bk.key(t.id.level, t.id.n))
 	}
 	_, err := pipe.Exec(ctx)
 	s.st.Observe("mirror", start)
@@ -690,8 +698,10 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		hr.forget()
 		return errMirrorStale
 	}
+	var scratch [60]int64 // store and addPending keep none of it
 	for i, t := range targets {
-		h := make([]int64, fieldsOf(t.id.level))
+		h := scratch[:fieldsOf(t.id.level)]
+		clear(h)
 		for fs, ns := range hashes[i].Val() {
 			field, err1 := strconv.ParseInt(fs, 10, 64)
 			n, err2 := strconv.ParseInt(ns, 10, 64)

@@ -544,17 +544,19 @@ func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, no
 	parts := []ckptPart{{}}
 	p := wb.pending
 	var one []any
+	var bk bucketKeys
+	slot := s.keys.Slot(partition)
 	for i := range p.subs.len() {
 		key := p.subs.key(i)
-		sub, ok := window.ParseField(string(key))
-		if !ok {
+		if _, ok := window.ParseField(string(key)); !ok {
 			return nil, fmt.Errorf("checkpoint group=%s partition=%d: pending subject %q is not a field", group, partition, key)
 		}
-		pre, d := s.keys.SubjectPrefix(partition, sub), p.subs.at(i)
+		bk.subject(slot, key)
+		d := p.subs.at(i)
 		one = one[:0]
 		p.each(d, func(f bucketField, n int64) {
 			ttl := max((f.id.n+1)*f.id.span()+d.maxw+slack-nowSec, 1)
-			one = append(one, window.BucketKey(pre, f.id.level, f.id.n), f.field, n, ttl)
+			one = append(one, bk.key(f.id.level, f.id.n), f.field, n, ttl)
 		})
 		if len(one) == 0 {
 			continue
