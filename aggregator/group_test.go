@@ -392,7 +392,9 @@ func TestGroupIdleMembersDoNotStorm(t *testing.T) {
 			}
 		}()
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, BatchTimeout: time.Millisecond}
+	// acks=all: kafka-go's default (none) lets the broker drop a write
+	// silently, and the wait below would then run out the test's minute.
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	// produce writes events [from, to) one request each and waits until
 	// the sink holds them: each is a round trip through the generation in

@@ -217,7 +217,7 @@ func TestKafkaPathCountsOverlongSubjects(t *testing.T) {
 		t.Fatalf("publish overlong e-mails: %v", err)
 	}
 	raw := `{"v":1,"id":"raw1","action":"login_failed","kind":"email","subject":"victim@example.com\t","ts":` + strconv.FormatInt(now.UnixMilli(), 10) + `}`
-	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic}
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("email:" + tab), Value: []byte(raw)}); err != nil {
 		t.Fatal(err)
 	}
