@@ -32,6 +32,7 @@ import (
 type Options struct {
 	Events        int           `name:"events" default:"200000" help:"Events per throughput run."`
 	Runs          int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
+	SteadyEvents  int           `name:"steady-events" default:"1000000" help:"Events per run of the live-steady step: the live aggregator and ConsumerPerformance, alternated, on a topic long enough that neither's start-up dominates (0 skips it)."`
 	Subjects      int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes        int           `name:"probes" default:"200" help:"Deny probes of each latency run (the p99 of 40 is their largest; of 200, the third largest)."`
 	LegacyRev     string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
@@ -50,7 +51,7 @@ type Options struct {
 	// own, at small sizes, without the whole run. Steps that read an
 	// earlier step's topic (live, history, java-consumer) need producer;
 	// backtest makes its own topic and ceiling when run alone.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, history, backtest, latency, limiter, cluster, roller, sketches, owner-memory, secure (needs producer and live for its ratios)."`
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, live-steady, history, backtest, latency, limiter, cluster, roller, sketches, owner-memory, secure (needs producer and live for its ratios)."`
 }
 
 // Config configures Run.
@@ -125,10 +126,15 @@ type Results struct {
 	// uniformly (ColdSubjects of them), write-back and write-through.
 	LiveCold, LiveColdThrough liveFigures
 	ColdSubjects              int
-	History                   []float64
-	HistoryRows               []float64 // rows/s
-	HistoryDedup              HistoryDedup
-	Lat                       []Latency // at Options.LatFractions of the end-to-end maximum
+	// LiveSteady and JavaSteady: the live aggregator (write-back) and
+	// ConsumerPerformance alternated on a topic of SteadyEvents events.
+	LiveSteady   liveFigures
+	JavaSteady   []float64
+	SteadyEvents int
+	History      []float64
+	HistoryRows  []float64 // rows/s
+	HistoryDedup HistoryDedup
+	Lat          []Latency // at Options.LatFractions of the end-to-end maximum
 	// LatE2EMax is the end-to-end maximum (events/s the aggregator consumed
 	// with the producer, broker and limiter beside it) the shares are of.
 	LatE2EMax  float64
@@ -206,6 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"java-producer", b.javaProducer},
 		{"java-consumer", b.javaConsumer},
 		{"live", b.live},
+		{"live-steady", b.liveSteady},
 		{"history", b.history},
 		{"backtest", b.backtest},
 		{"latency", b.latency},
@@ -380,14 +387,54 @@ func (b *bench) javaConsumer(ctx context.Context) error {
 		return errors.New("no pre-filled topic")
 	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		r, err := b.java.ConsumerPerformance(ctx, "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
-			"--topic", b.topics[0], "--messages", strconv.Itoa(b.cfg.Events), "--timeout", "60000",
-			"--group", fmt.Sprintf("bench-%s-java-%d", b.id, i))
-		b.res.JavaConsCmd = strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1)
+		rate, cmd, err := b.javaConsumeOnce(ctx, b.topics[0], b.cfg.Events, strconv.Itoa(i))
+		b.res.JavaConsCmd = cmd
 		if err != nil {
 			return err
 		}
-		b.res.JavaConsume = append(b.res.JavaConsume, r.FetchPerSec)
+		b.res.JavaConsume = append(b.res.JavaConsume, rate)
+	}
+	return nil
+}
+
+// javaConsumeOnce runs ConsumerPerformance over events of topic in a fresh
+// group: its fetch.nMsg.sec, and its command line for the report.
+func (b *bench) javaConsumeOnce(ctx context.Context, topic string, events int, run string) (float64, string, error) {
+	r, err := b.java.ConsumerPerformance(ctx, "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
+		"--topic", topic, "--messages", strconv.Itoa(events), "--timeout", "60000",
+		"--group", fmt.Sprintf("bench-%s-java-%s", b.id, run))
+	return r.FetchPerSec, strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1), err
+}
+
+// liveSteady: the live aggregator (write-back) and ConsumerPerformance,
+// alternated, on a topic of SteadyEvents events of the same mix. A 200k-event
+// run is mostly start-up on both sides — the JVM warming up, a fresh group
+// loading the copies of every subject — so this is the ratio of the two
+// once warm.
+func (b *bench) liveSteady(ctx context.Context) error {
+	if b.cfg.SteadyEvents <= 0 {
+		return nil
+	}
+	t, err := b.topic("steady")
+	if err != nil {
+		return err
+	}
+	args := b.produceArgs(b.cfg.Brokers, t, b.cfg.SteadyEvents, 98)
+	if _, err := childproc.Run(ctx, childproc.Config{Name: "produce-steady", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir}); err != nil {
+		return err
+	}
+	b.res.SteadyEvents = b.cfg.SteadyEvents
+	for i := 0; i < b.cfg.Runs; i++ {
+		rate, _, err := b.javaConsumeOnce(ctx, t, b.cfg.SteadyEvents, "steady-"+strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		b.res.JavaSteady = append(b.res.JavaSteady, rate)
+		f, err := b.liveRunOn(ctx, t, b.cfg.SteadyEvents, fmt.Sprintf("%dsteady", i), b.cfg.Bin, nil)
+		if err != nil {
+			return err
+		}
+		b.res.LiveSteady.add(f)
 	}
 	return nil
 }
@@ -458,7 +505,7 @@ func (b *bench) liveCold(ctx context.Context) error {
 		args []string
 		into *liveFigures
 	}{{"cold", nil, &b.res.LiveCold}, {"coldthrough", throughArgs, &b.res.LiveColdThrough}} {
-		f, err := b.liveRunOn(ctx, t, v.name, b.cfg.Bin, v.args)
+		f, err := b.liveRunOn(ctx, t, b.cfg.Events, v.name, b.cfg.Bin, v.args)
 		if err != nil {
 			return err
 		}
@@ -515,11 +562,11 @@ func (l *liveFigures) add(o liveFigures) {
 }
 
 func (b *bench) liveRun(ctx context.Context, run, bin string, extra []string) (liveFigures, error) {
-	return b.liveRunOn(ctx, b.topics[0], run, bin, extra)
+	return b.liveRunOn(ctx, b.topics[0], b.cfg.Events, run, bin, extra)
 }
 
-// liveRunOn is liveRun over topic.
-func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []string) (liveFigures, error) {
+// liveRunOn is liveRun over a topic of events events.
+func (b *bench) liveRunOn(ctx context.Context, topic string, events int, run, bin string, extra []string) (liveFigures, error) {
 	var f liveFigures
 	prefix := "bench" + b.id + "r" + run
 	addr, err := childproc.FreePort()
@@ -549,7 +596,7 @@ func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []s
 	if err != nil {
 		return f, err
 	}
-	rate, err := waitCounted(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(b.cfg.Events))
+	rate, err := waitCounted(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(events))
 	// Redis is read after the stop: a write-back aggregator's last
 	// checkpoint (at shutdown) is part of what the events cost.
 	serr := p.Stop(15 * time.Second)
@@ -566,10 +613,10 @@ func (b *bench) liveRunOn(ctx context.Context, topic, run, bin string, extra []s
 	}
 	// Only the aggregator talks to this Redis during the run (plus our INFO
 	// calls).
-	events := float64(b.cfg.Events)
+	n := float64(events)
 	f.Rate = []float64{rate}
-	f.Cmds = []float64{float64(after.TotalCalls("info")-before.TotalCalls("info")) / events}
-	f.CPU = []float64{(after.CPU - before.CPU) * 1e6 / events}
+	f.Cmds = []float64{float64(after.TotalCalls("info")-before.TotalCalls("info")) / n}
+	f.CPU = []float64{(after.CPU - before.CPU) * 1e6 / n}
 	f.Subjects = []int{subs}
 	if subs > 0 {
 		f.Bytes = []float64{float64(after.UsedMemory-before.UsedMemory) / float64(subs)}

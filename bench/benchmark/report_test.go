@@ -90,3 +90,20 @@ func TestRenderLookupCPUSumsTheProcessesOfARun(t *testing.T) {
 		t.Errorf("want one row %q, no paced or CPU-less row, in:\n%s", want, out)
 	}
 }
+
+// The steady-state row compares the live aggregator with the Java tool run
+// on the same long topic, not with the 200k-event ceiling of the live row.
+func TestRenderLiveSteadyRatiosToItsOwnCeiling(t *testing.T) {
+	r := &Results{Events: 200000, Runs: 3, JavaConsume: []float64{200000}, Live: []float64{150000},
+		SteadyEvents: 1000000, JavaSteady: []float64{700000, 650000, 600000},
+		LiveSteady: liveFigures{Rate: []float64{250000, 260000, 270000}, CPU: []float64{2, 1.8, 2.2}, Cmds: []float64{0.58, 0.6, 0.59}}}
+	out := Render(r)
+	want := "| aggregator live events/s in steady state (1.00M events per run, alternated with ConsumerPerformance on the same topic: neither's start-up dominates) | 260k | 650k (ConsumerPerformance fetch.nMsg.sec) | 0.40× | ours 250k, 260k, 270k; Java 700k, 650k, 600k; Redis CPU µs per event 2.00, 1.80, 2.20, commands per event 0.5900 |"
+	if !strings.Contains(out, want) {
+		t.Errorf("missing %q in:\n%s", want, out)
+	}
+	r.SteadyEvents, r.LiveSteady = 0, liveFigures{}
+	if out := Render(r); strings.Contains(out, "steady state") {
+		t.Errorf("a run without the step renders its row:\n%s", out)
+	}
+}
