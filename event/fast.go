@@ -137,8 +137,9 @@ func (r *scanner) raw() ([]byte, bool) {
 
 // maxNames bounds the interned names: a producer inventing names cannot
 // grow the table, only fill it (then new names are allocated as before).
-// Only names of a valid name's length are kept (checkName refuses longer
-// ones later), so the table holds at most maxNames × MaxNameLen bytes.
+// Only valid names are kept (checkName refuses the others later, and an
+// event carrying one is dead-lettered), so the table holds at most
+// maxNames × MaxNameLen bytes, and malformed events cannot take its slots.
 const maxNames = 256
 
 var (
@@ -160,6 +161,9 @@ func intern(b []byte) string {
 		}
 	}
 	s := string(b)
+	if checkName("", s) != nil {
+		return s
+	}
 	namesMu.Lock()
 	defer namesMu.Unlock()
 	cur := names.Load()

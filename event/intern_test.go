@@ -25,16 +25,19 @@ func TestInternBounded(t *testing.T) {
 	}
 }
 
-// TestInternSkipsLongNames: a name longer than any valid one is decoded but
-// not kept, so a producer cannot pin large strings in the table.
-func TestInternSkipsLongNames(t *testing.T) {
-	long := strings.Repeat("x", MaxNameLen+1)
-	if got := intern([]byte(long)); got != long {
-		t.Fatalf("intern changed a long name")
-	}
-	if m := names.Load(); m != nil {
-		if _, kept := (*m)[long]; kept {
-			t.Fatalf("a name of %d bytes was kept", len(long))
+// TestInternSkipsInvalidNames: a name checkName refuses — longer than any
+// valid one, or with characters a name cannot hold — is decoded but not
+// kept, so a producer cannot pin large strings in the table, nor fill it
+// with events that are dead-lettered anyway.
+func TestInternSkipsInvalidNames(t *testing.T) {
+	for _, bad := range []string{strings.Repeat("x", MaxNameLen+1), "Login", "a b", "é"} {
+		if got := intern([]byte(bad)); got != bad {
+			t.Fatalf("intern changed %q into %q", bad, got)
+		}
+		if m := names.Load(); m != nil {
+			if _, kept := (*m)[bad]; kept {
+				t.Fatalf("the invalid name %.20q was kept", bad)
+			}
 		}
 	}
 }
