@@ -38,9 +38,12 @@ type Limit struct {
 	Limit               int64         // allowed events per window
 	Window              time.Duration // sliding window
 	// Count is the events in the window now, as far as the aggregator has
-	// counted them (0 when Estimated).
+	// written them (0 when Estimated): for a limit with room left, a
+	// write-back aggregator writes it with its checkpoint, up to that
+	// interval after the events.
 	Count int64
-	// Remaining is max(Limit-Count, 0): never more than what is left. When
+	// Remaining is max(Limit-Count, 0): never more than what was left as
+	// of Count. When
 	// Estimated, a guaranteed lower bound: the subject is under half the
 	// limit, so at least Limit - (ceil(Limit/2) - 1) are left.
 	Remaining int64

@@ -380,8 +380,9 @@ type pendingSubject struct {
 	plan    string            // which limits to evaluate (Headroom.needs)
 	verdict *verdict          // evaluated from the partition's copies (mirror.go)
 	// memory: write-back counts its increments in the owner's memory;
-	// writes: its verdict has something to write (decideInMemory).
-	memory, writes bool
+	// writes: its verdict has something to write (decideInMemory);
+	// deferred: its state waits for the checkpoint (deferred.go).
+	memory, writes, deferred bool
 }
 
 type seenKey struct{ kind, value string }

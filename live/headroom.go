@@ -72,6 +72,7 @@ const (
 	statedUnknown byte = iota
 	statedNone
 	statedSome
+	statedBlocks // a state saying one more event does not fit
 )
 
 // notEvaluated is the apply script's headroom of a limit it was told not
@@ -178,12 +179,23 @@ func (h *Headroom) roomFor(sub window.Subject, n int) *room {
 // and whether the subject's state says anything now.
 func (h *Headroom) setVerdict(ps *pendingSubject) {
 	h.set(ps.sub, ps.verdict.h, ps.eval)
-	if r := h.roomOf(ps.sub); r != nil {
-		r.stated = statedNone
-		if ps.verdict.state != "" {
-			r.stated = statedSome
-		}
+	if ps.deferred {
+		return // the slot holds what it held
 	}
+	if r := h.roomOf(ps.sub); r != nil {
+		r.stated = stated(ps.verdict)
+	}
+}
+
+// stated is what the slot holds for a subject once v's state is written.
+func stated(v *verdict) byte {
+	switch {
+	case v.state == "":
+		return statedNone
+	case v.blocks:
+		return statedBlocks
+	}
+	return statedSome
 }
 
 // learnVerdicts records the verdicts of a batch that wrote nothing.

@@ -439,6 +439,8 @@ type verdict struct {
 	// it stops saying anything.
 	state   string
 	expires int64
+	// blocks: a near limit of the state has no room for one more event.
+	blocks bool
 }
 
 type candidate struct {
@@ -497,6 +499,7 @@ func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, boo
 	for i := range pr.limits {
 		if near[i].l != 0 {
 			v.near = append(v.near, near[i])
+			v.blocks = v.blocks || near[i].until != 0
 		}
 	}
 	v.state, v.expires = stateOf(pr, v.near, max(e, now))

@@ -30,7 +30,9 @@ import (
 //     (HINCRBY, one call per slot) and moves C, compare-and-set on C and on
 //     the slot's change sequence.
 //   - D, the decisions offset (the Offset key, as before): deny records and
-//     states are written for every event before it. A batch runs the apply
+//     states are written for every event before it (a state that moves
+//     only counts waits for the checkpoint, deferred.go, which moves D
+//     once it is written). A batch runs the apply
 //     script only when it has something to write there (a verdict, a subject
 //     the script counts); the script moves D, compare-and-set on D and the
 //     change sequence. A checkpoint moves D up to C.
@@ -62,6 +64,9 @@ type writeBack struct {
 	stored  []byte
 	pending *pending // the Headroom's tables'
 	fields  int      // bucket fields pending
+	// deferred are the states held back until the checkpoint, by field
+	// (deferred.go).
+	deferred map[string]deferredState
 }
 
 // pending is a write-back owner's increments since the checkpoint, outside
@@ -438,6 +443,9 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 // after it are counted under.
 func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, rs *rules.Set, now time.Time) (fields int, err error) {
 	wb := hr.wb
+	if err := s.writeDeferred(ctx, group, topic, partition, hr, now); err != nil {
+		return 0, err
+	}
 	text := rs.Source()
 	keepRules := text != nil && !bytes.Equal(text, wb.stored)
 	if wb.fields == 0 && wb.c == wb.at && wb.cKept && !keepRules {
@@ -724,7 +732,15 @@ func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Head
 			}
 			continue
 		}
-		ps.writes = !hr.quiet(ps.sub, ps.verdict)
+		switch {
+		case hr.quiet(ps.sub, ps.verdict):
+			hr.wb.undefer(ps.sub)
+		case hr.wb.deferState(hr, ps.sub, ps.verdict):
+			ps.deferred = true
+		default:
+			ps.writes = true
+			hr.wb.undefer(ps.sub)
+		}
 		done = done && !ps.writes
 	}
 	return done, nil

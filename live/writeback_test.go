@@ -167,14 +167,15 @@ rules:
 
 func TestWriteBackResetDuringReplay(t *testing.T) {
 	st := newStore(t, stacktest.Redis(t))
-	// Near 10/m from the 5th event on: every batch writes the subject's
-	// state, so the decisions offset D runs ahead of the checkpoint.
+	// Over 5/m from x's 6th event on, and y at 5/m blocks: every batch
+	// writes a decision at once (a state that only changes counts waits for
+	// the checkpoint), so the decisions offset D runs ahead of it.
 	set := mustRules(t, `
 rules:
   - name: r
     action: act
     kinds: [k]
-    limits: [10/m, 1000/d]
+    limits: [5/m, 1000/d]
 `)
 	ctx := context.Background()
 	at := base.Add(time.Hour)
@@ -247,9 +248,9 @@ rules:
 	if res := bo.mustApply(second, at); !denied(res, "x") {
 		t.Fatalf("new owner: 12 in the minute and no deny: %+v", res)
 	}
-	// A, stale, is handed a batch after its memory: its verdict would be
-	// written over B's.
-	res, err := a.apply(b.Batch(eventsOf("x", 1, at)...), at)
+	// A, stale, is handed a batch after its memory: 10 in its minute, a
+	// state that blocks (written at once), which would go over B's.
+	res, err := a.apply(b.Batch(eventsOf("x", 4, at)...), at)
 	var rw *aggregator.RewindError
 	if !errors.As(err, &rw) || rw.Reason == "" {
 		t.Fatalf("stale owner's verdict: %+v, %v; want a rewind", res, err)
@@ -716,5 +717,68 @@ func TestResetOffsetDropsCheckpointMarks(t *testing.T) {
 		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
 			t.Errorf("%s left: %d, %v", key, n, err)
 		}
+	}
+}
+
+// A state that changes only the counts a limiter reports waits for the
+// checkpoint; one that blocks is written at once, and so is a deny.
+func TestWriteBackHoldsCountOnlyStatesUntilCheckpoint(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [10/m]
+`)
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	field := window.Field(window.Subject{Action: "act", Kind: "k", Subject: "x"})
+	stateCount := func() (count int64, blocks bool) {
+		t.Helper()
+		js, err := rdb.HGet(ctx, st.Keys().State(0), field).Result()
+		if err != nil {
+			t.Fatalf("x's state: %v", err)
+		}
+		s, err := window.ParseState([]byte(js))
+		if err != nil || len(s.Limits) != 1 {
+			t.Fatalf("x's state %s: %v", js, err)
+		}
+		return s.Limits[0].Count, !s.Limits[0].Until.IsZero()
+	}
+	offset := func() int64 {
+		t.Helper()
+		v, err := rdb.Get(ctx, st.Keys().Offset("g", "wb", 0)).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	a.mustApply(b.Batch(eventsOf("x", 6, at)...), at) // near: first written at once
+	if c, _ := stateCount(); c != 6 {
+		t.Fatalf("first state says %d, want 6", c)
+	}
+	d := offset()
+	a.mustApply(b.Batch(eventsOf("x", 2, at)...), at)
+	if c, _ := stateCount(); c != 6 || offset() != d {
+		t.Fatalf("a count-only change was written at once: state %d (want 6), D %d (want %d)", c, offset(), d)
+	}
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if c, blocks := stateCount(); c != 8 || blocks {
+		t.Fatalf("after the checkpoint the state says %d (blocks %v), want 8", c, blocks)
+	}
+	a.mustApply(b.Batch(eventsOf("x", 2, at)...), at) // 10 of 10: no room left
+	if c, blocks := stateCount(); c != 10 || !blocks {
+		t.Fatalf("a state that blocks waited: %d, blocks %v", c, blocks)
+	}
+	res := a.mustApply(b.Batch(eventsOf("x", 1, at)...), at)
+	if !denied(res, "x") {
+		t.Fatalf("11 of 10 and no deny: %+v", res)
 	}
 }

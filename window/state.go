@@ -46,8 +46,10 @@ type LimitState struct {
 	Rule  string
 	Limit rules.Limit
 	// Count is the events in the window at At: an upper bound of the count
-	// at any later time without new events (which the aggregator would have
-	// evaluated), so Limit-Count never overstates what is left.
+	// at any later time without new events evaluated since, so Limit-Count
+	// never overstates what is left as of the state. A write-back owner
+	// writes a state that does not block with its checkpoint
+	// (live/deferred.go), so such a state may be up to that interval old.
 	Count int64
 	// Until is when one more event fits again; zero when one more fits now.
 	Until time.Time
