@@ -131,10 +131,13 @@ type Results struct {
 	LiveSteady   liveFigures
 	JavaSteady   []float64
 	SteadyEvents int
-	History      []float64
-	HistoryRows  []float64 // rows/s
-	HistoryDedup HistoryDedup
-	Lat          []Latency // at Options.LatFractions of the end-to-end maximum
+	// FetchSteady and DecodeSteady: the same topic read by the
+	// aggregator's Fetcher alone, records dropped or decoded (fetchonly.go).
+	FetchSteady, DecodeSteady []float64
+	History                   []float64
+	HistoryRows               []float64 // rows/s
+	HistoryDedup              HistoryDedup
+	Lat                       []Latency // at Options.LatFractions of the end-to-end maximum
 	// LatE2EMax is the end-to-end maximum (events/s the aggregator consumed
 	// with the producer, broker and limiter beside it) the shares are of.
 	LatE2EMax  float64
@@ -435,6 +438,16 @@ func (b *bench) liveSteady(ctx context.Context) error {
 			return err
 		}
 		b.res.LiveSteady.add(f)
+		for _, v := range []struct {
+			decode bool
+			into   *[]float64
+		}{{false, &b.res.FetchSteady}, {true, &b.res.DecodeSteady}} {
+			rate, err := b.fetchOnly(ctx, t, v.decode)
+			if err != nil {
+				return err
+			}
+			*v.into = append(*v.into, rate)
+		}
 	}
 	return nil
 }

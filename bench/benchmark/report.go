@@ -55,6 +55,18 @@ func Render(r *Results) string {
 		w("| aggregator live events/s in steady state (%s events per run, alternated with ConsumerPerformance on the same topic: neither's start-up dominates) | %s | %s (ConsumerPerformance fetch.nMsg.sec) | %s | ours %s; Java %s; Redis CPU µs per event %s, commands per event %.4f |\n",
 			harness.Human(float64(r.SteadyEvents)), harness.Human(harness.Median(st.Rate)), harness.Human(harness.Median(r.JavaSteady)),
 			ratio(harness.Median(st.Rate), harness.Median(r.JavaSteady)), runs(st.Rate), runs(r.JavaSteady), fmtF(st.CPU, "%.2f"), harness.Median(st.Cmds))
+		for _, v := range []struct {
+			what  string
+			rates []float64
+		}{
+			{"kafka-go alone in steady state: the aggregator's Fetcher on every partition at once, records dropped (what any floodgate consumer could reach)", r.FetchSteady},
+			{"the same, each record run through the event decoder", r.DecodeSteady},
+		} {
+			if len(v.rates) > 0 {
+				w("| %s | %s | %s (same) | %s | %s |\n", v.what, harness.Human(harness.Median(v.rates)), harness.Human(harness.Median(r.JavaSteady)),
+					ratio(harness.Median(v.rates), harness.Median(r.JavaSteady)), runs(v.rates))
+			}
+		}
 	}
 	w("| aggregator history events/s (Postgres) | %s | %s (same) | %s | %s |\n",
 		harness.Human(harness.Median(r.History)), harness.Human(harness.Median(r.JavaConsume)),
@@ -126,7 +138,7 @@ func Render(r *Results) string {
 	w("- live: a fresh group of `%s` over the first producer topic (pre-filled with %d events); the rate is taken from its first to its last counted message (floodgate_aggregator_messages_in_total), so the group join is excluded, as ConsumerPerformance's fetch.nMsg.sec excludes it: `%s`. After the first run, the same command once with the aggregator built from `%s` (git archive + go build: issue 11's baseline, fixed 50 ms batches, every touched subject re-evaluated, decisions published inline) and once with `%s`.\n",
 		r.LiveNow.Cmd, r.Events, r.JavaConsCmd, r.LegacyRev, strings.Join(dedupArgs, " "))
 	if r.SteadyEvents > 0 {
-		w("- live in steady state: a topic of %d events of the same mix (`floodgate produce --count %d`), then %d times ConsumerPerformance over all of it in a fresh group and the live command above over it in a fresh group and key prefix, alternated; rates taken as in the live row. Over %d events the Java tool's start-up is most of its run, and a fresh group's loading of every subject's copies most of the aggregator's.\n",
+		w("- live in steady state: a topic of %d events of the same mix (`floodgate produce --count %d`), then %d times ConsumerPerformance over all of it in a fresh group and the live command above over it in a fresh group and key prefix, alternated; rates taken as in the live row. Over %d events the Java tool's start-up is most of its run, and a fresh group's loading of every subject's copies most of the aggregator's. After each pair, floodbench reads the topic with aggregator.Fetcher (kafka-go's Client.Fetch, every partition at once, 1 MiB fetches), once dropping the records and once decoding each with event.Decode; the rate runs from the first fetch to the last record.\n",
 			r.SteadyEvents, r.SteadyEvents, r.Runs, r.Events)
 	}
 	w("- history: the history group (aggregator.Group + history.Sink, exactly what `floodgate aggregator` wires) run in floodbench's process over the same topic, timed by its stored offsets in floodgate.consumer_offsets; rows/s from floodgate_history_bucket_rows_written_total. The dedup row: once, after the runs, the same group without and then with `SinkConfig.Dedup` = %s (what `%s` sets), each in a database of its own (migrations.CreateDatabase), so that both start from empty tables; the topic's ids are all distinct, so it is the price of checking and recording every id; bytes per event: pg_total_relation_size of history_ids (heap and both indexes) after the run, divided by the events.\n",

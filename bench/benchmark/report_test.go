@@ -102,6 +102,19 @@ func TestRenderLiveSteadyRatiosToItsOwnCeiling(t *testing.T) {
 	if !strings.Contains(out, want) {
 		t.Errorf("missing %q in:\n%s", want, out)
 	}
+	if strings.Contains(out, "kafka-go alone") {
+		t.Errorf("a run without the fetch-only reads renders their rows:\n%s", out)
+	}
+	r.FetchSteady, r.DecodeSteady = []float64{700000, 720000, 650000}, []float64{500000, 520000, 480000}
+	out = Render(r)
+	for _, want := range []string{
+		"records dropped (what any floodgate consumer could reach) | 700k | 650k (same) | 1.08× | 700k, 720k, 650k |",
+		"| the same, each record run through the event decoder | 500k | 650k (same) | 0.77× | 500k, 520k, 480k |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
 	r.SteadyEvents, r.LiveSteady = 0, liveFigures{}
 	if out := Render(r); strings.Contains(out, "steady state") {
 		t.Errorf("a run without the step renders its row:\n%s", out)
