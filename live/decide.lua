@@ -5,9 +5,12 @@
 -- Its reply has apply.lua's shape, so the caller reads both alike.
 -- KEYS[1]: D. ARGV: slot, expected D (-1: none stored), new D, now ms,
 -- keep ms, max log, expected change sequence, n subjects, then per subject
--- {field, state JSON or '', state expiry, n candidates, then per candidate
--- {kind 'deny'|'shadow', limit index, rule, message, limit, window s,
--- count, until ms, evaluated second}}.
+-- {field, field as JSON, state JSON or '', state expiry, n candidates, then
+-- per candidate {kind 'deny'|'shadow', limit index, rule, window as
+-- fg_fmt_window writes it ('' for none), count, until ms, evaluated second,
+-- its deny record's JSON up to the value of "since", its decision's JSON}}
+-- (live/decideargs.go builds the JSON: Lua's string building was most of
+-- this script's time).
 
 -- reply codes: apply.lua's
 local APPLIED, STALE = 0, 5
@@ -32,11 +35,11 @@ redis.call('XLEN', logkey)
 local subs = {}
 local i = 9
 for s = 1, tonumber(a[8]) do
-  local sub = {f = a[i], js = a[i + 1], x = tonumber(a[i + 2]), cands = {}}
-  local nc = tonumber(a[i + 3]); i = i + 4
+  local sub = {f = a[i], fj = a[i + 1], js = a[i + 2], x = tonumber(a[i + 3]), cands = {}}
+  local nc = tonumber(a[i + 4]); i = i + 5
   for k = 1, nc do
-    local c = {kind = a[i], l = tonumber(a[i + 1]), rule = a[i + 2], msg = a[i + 3], L = tonumber(a[i + 4]),
-      w = tonumber(a[i + 5]), count = tonumber(a[i + 6]), u_ms = tonumber(a[i + 7]), t = tonumber(a[i + 8])}
+    local c = {kind = a[i], l = tonumber(a[i + 1]), rule = a[i + 2], wfmt = a[i + 3], count = tonumber(a[i + 4]),
+      u_ms = tonumber(a[i + 5]), t = tonumber(a[i + 6]), head = a[i + 7], dj = a[i + 8]}
     c.key = slot .. ':' .. sub.f .. ':' .. c.kind
     c.old = redis.call('GET', c.key)
     sub.cands[k] = c
@@ -50,31 +53,25 @@ end
 local decs, exts, changes, djson = {}, {}, {}, {}
 for s, sub in ipairs(subs) do
   for _, c in ipairs(sub.cands) do
-    local wfmt = fg_fmt_window(c.w)
     local write, new, since = true, true, c.t * 1000
-    if c.old then
-      local ok, o = pcall(cjson.decode, c.old)
-      if ok and type(o) == 'table' and tonumber(o['until']) and tonumber(o['until']) > now_ms then
-        if tonumber(o['until']) >= c.u_ms then write = false end
-        new = write and (o['rule'] ~= c.rule or o['window'] ~= wfmt)
-        if not new and tonumber(o['since']) then since = tonumber(o['since']) end
-      end
+    -- The old record's fields, read by pattern: a key's name inside a
+    -- JSON string (the message) is escaped (\"until\":), so what matches
+    -- is the record's own key.
+    local ou = c.old and tonumber(string.match(c.old, '"until":(%-?%d+)'))
+    if ou and ou > now_ms then
+      if ou >= c.u_ms then write = false end
+      new = write and (string.match(c.old, '"rule":"([^"]*)"') ~= c.rule or string.match(c.old, '"window":"([^"]*)"') ~= c.wfmt)
+      if not new then since = tonumber(string.match(c.old, '"since":(%-?%d+)')) or since end
     end
     if write and c.u_ms > now_ms then
-      redis.call('SET', c.key, fg_deny_json(c.rule, c.L, c.w, c.count, c.u_ms, c.msg, since), 'PX', c.u_ms - now_ms + keep_ms)
+      redis.call('SET', c.key, c.head .. string.format('%d', since) .. '}', 'PX', c.u_ms - now_ms + keep_ms)
       local shadow = c.kind == 'shadow'
       local list = new and decs or exts
       for _, x in ipairs({s, c.l, c.count, c.u_ms, shadow and 1 or 0, c.t}) do list[#list + 1] = x end
-      if new then
-        djson[#djson + 1] = '{"f":' .. cjson.encode(sub.f) .. ',"rule":' .. cjson.encode(c.rule) ..
-          ',"limit":' .. string.format('%d', c.L) .. ',"window":"' .. wfmt ..
-          '","count":' .. string.format('%d', c.count) .. ',"until":' .. string.format('%d', c.u_ms) ..
-          ',"shadow":' .. tostring(shadow) .. ',"message":' .. cjson.encode(c.msg) ..
-          ',"ts":' .. string.format('%d', c.t * 1000) .. '}'
-      end
+      if new then djson[#djson + 1] = c.dj end
     end
   end
-  fg_state(statekey, expkey, sub.f, sub.js, sub.old, sub.x, changes)
+  fg_state(statekey, expkey, sub.f, sub.js, sub.old, sub.x, changes, sub.fj)
 end
 
 fg_prune_states(statekey, expkey, now)

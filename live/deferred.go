@@ -72,7 +72,7 @@ func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partit
 	args := make([]any, 0, 8+4*len(wb.deferred))
 	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(wb.deferred))
 	for f, st := range wb.deferred {
-		args = append(args, f, st.state, st.expires, 0)
+		args = append(args, f, jsonString(f), st.state, st.expires, 0)
 	}
 	start := time.Now()
 	out, err := decideScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, topic, partition)}, args...).Slice()

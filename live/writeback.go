@@ -798,25 +798,7 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 			continue
 		}
 		sent = append(sent, ps)
-		v := ps.verdict
-		n := 0
-		for _, c := range v.best {
-			if c != nil {
-				n++
-			}
-		}
-		args = append(args, window.Field(ps.sub), v.state, v.expires, n)
-		for k, c := range v.best {
-			if c == nil {
-				continue
-			}
-			lim := pl.list[ps.profile].limits[c.l-1]
-			kind := "deny"
-			if k == 1 {
-				kind = "shadow"
-			}
-			args = append(args, kind, c.l, lim.rule.Name, lim.rule.Message, lim.limit.Count, int64(lim.limit.Window/time.Second), c.count, c.untilMS, c.t)
-		}
+		args = decideArgs(args, ps.sub, ps.verdict.state, ps.verdict.expires, ps.verdict.best, &pl.list[ps.profile])
 	}
 	args[7] = len(sent)
 	start := time.Now()

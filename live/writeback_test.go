@@ -782,3 +782,59 @@ rules:
 		t.Fatalf("11 of 10 and no deny: %+v", res)
 	}
 }
+
+// decide.lua writes deny records and decisions from JSON built in Go: a
+// message and a subject that need escaping come back whole, a key's name
+// inside the message is not taken for the record's own, and an extension
+// keeps the record's "since".
+func TestWriteBackDecisionJSONRoundTrips(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	msg := `slow down: "until":1,"since":2,"rule":"x","window":"1s" \ é </>`
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [3/m]
+    message: '`+msg+`'
+`)
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	subject := `a "quoted" \ subject é`
+	sub := window.Subject{Action: "act", Kind: "k", Subject: subject}
+
+	a.mustApply(b.Batch(eventsOf(subject, 2, at)...), at)
+	res := a.mustApply(b.Batch(eventsOf(subject, 3, at.Add(time.Second))...), at.Add(time.Second)) // 5 of 3
+	if len(res.Decisions) != 1 {
+		t.Fatalf("decisions %+v, want one", res.Decisions)
+	}
+	first := readDeny(t, rdb, st, sub)
+	if first == nil || first.Message != msg || first.Count != 5 || first.Rule != "r" || first.Limit.Count != 3 || first.Limit.Window != time.Minute {
+		t.Fatalf("deny record %+v", first)
+	}
+	changes, err := rdb.XRange(ctx, st.Keys().Log(0), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decided []window.DecisionMessage
+	for _, m := range changes {
+		c, err := window.ParseChange(m)
+		if err != nil {
+			t.Fatalf("change entry %v: %v", m.Values, err)
+		}
+		decided = append(decided, c.Decisions...)
+	}
+	if len(decided) != 1 || decided[0].Subject != subject || decided[0].Message != msg || !decided[0].Until.Equal(first.Until) {
+		t.Fatalf("decisions in the change stream %+v, want %s's with the record's until %s", decided, subject, first.Until)
+	}
+
+	// Two more a second later: the deny is extended, not a new decision.
+	res = a.mustApply(b.Batch(eventsOf(subject, 2, at.Add(2*time.Second))...), at.Add(2*time.Second))
+	ext := readDeny(t, rdb, st, sub)
+	if len(res.Decisions) != 0 || len(res.Extended) != 1 || !ext.Until.After(first.Until) || !ext.Since.Equal(first.Since) || ext.Count != 7 {
+		t.Fatalf("extension: decisions %+v, extended %+v, record %+v (first %+v)", res.Decisions, res.Extended, ext, first)
+	}
+}

@@ -230,17 +230,18 @@ end
 -- fg_state writes a subject's state as a batch found it (js '' for none:
 -- near no limit) over old, the one stored, and appends the change entry
 -- part to changes when it differs; x is the second it stops saying anything.
-local function fg_state(statekey, expkey, f, js, old, x, changes)
+-- fj is f as JSON when the caller has it (cjson.encode(f) otherwise).
+local function fg_state(statekey, expkey, f, js, old, x, changes, fj)
   if js ~= '' then
     if js ~= old then
       redis.call('HSET', statekey, f, js)
       redis.call('ZADD', expkey, x, f)
-      changes[#changes + 1] = '[' .. cjson.encode(f) .. ',' .. js .. ']'
+      changes[#changes + 1] = '[' .. (fj or cjson.encode(f)) .. ',' .. js .. ']'
     end
   elseif old then
     redis.call('HDEL', statekey, f)
     redis.call('ZREM', expkey, f)
-    changes[#changes + 1] = '[' .. cjson.encode(f) .. ',null]'
+    changes[#changes + 1] = '[' .. (fj or cjson.encode(f)) .. ',null]'
   end
 end
 
