@@ -47,7 +47,9 @@ type ApplierConfig struct {
 	// CheckpointPart is the most bucket fields one checkpoint script run
 	// writes. A larger checkpoint goes in several runs, each marking its
 	// subjects for a replay (checkpoint_part.lua), so that no run holds
-	// Redis — and every decision behind it — for long. Default 256.
+	// Redis — and every decision behind it — for long. It also bounds the
+	// held-back states one run writes before a checkpoint (deferred.go).
+	// Default 256.
 	CheckpointPart int
 }
 

@@ -61,24 +61,44 @@ func (w *writeBack) undefer(sub window.Subject) {
 
 // writeDeferred writes the states held back, and moves D up to memory's
 // position: every verdict before it is then written (a batch that ran no
-// script had nothing else to write). Refused, it drops hr's memory and
-// returns errFenced; failed, it keeps them for the next checkpoint.
+// script had nothing else to write). It writes them in runs of at most
+// the checkpoint's part size, so that no run holds Redis long; each run
+// moves D there. Refused, it drops hr's memory and returns errFenced;
+// failed, it keeps the states not written for the next checkpoint.
 func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) error {
 	wb := hr.wb
-	if len(wb.deferred) == 0 {
-		return nil
-	}
 	d := max(hr.next, wb.at)
-	args := make([]any, 0, 8+4*len(wb.deferred))
-	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(wb.deferred))
-	for f, st := range wb.deferred {
+	run := make([]string, 0, min(len(wb.deferred), s.part))
+	for len(wb.deferred) > 0 {
+		run = run[:0]
+		for f := range wb.deferred {
+			if len(run) == cap(run) {
+				break
+			}
+			run = append(run, f)
+		}
+		if err := s.writeStates(ctx, group, topic, partition, hr, d, run, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeStates writes the held-back states of the fields in run with
+// decide.lua, moving D to d, and forgets them.
+func (s *Applier) writeStates(ctx context.Context, group, topic string, partition int, hr *Headroom, d int64, run []string, now time.Time) error {
+	wb := hr.wb
+	args := make([]any, 0, 8+5*len(run))
+	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(run))
+	for _, f := range run {
+		st := wb.deferred[f]
 		args = append(args, f, jsonString(f), st.state, st.expires, 0)
 	}
 	start := time.Now()
 	out, err := decideScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, topic, partition)}, args...).Slice()
 	s.st.Observe("decide", start)
 	if err != nil {
-		return fmt.Errorf("write %d held-back states partition=%d: %w", len(wb.deferred), partition, err)
+		return fmt.Errorf("write %d held-back states partition=%d: %w", len(run), partition, err)
 	}
 	if replyInt(out, 0) != replyApplied || len(out) < 8 {
 		err := fmt.Errorf("write held-back states partition=%d: the slot's offset is %d, this owner's %d: %w",
@@ -86,13 +106,13 @@ func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partit
 		hr.drop()
 		return err
 	}
-	for f := range wb.deferred {
+	for _, f := range run {
 		hr.key = append(hr.key[:0], f...) // the rooms' key: fieldKey
 		if r := hr.t.rooms.get(hr.key); r != nil {
 			r.stated = statedSome
 		}
+		delete(wb.deferred, f)
 	}
-	clear(wb.deferred)
 	hr.next, hr.seq = d, replyInt(out, 7)
 	return nil
 }

@@ -3,6 +3,7 @@ package live_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -836,5 +837,59 @@ rules:
 	ext := readDeny(t, rdb, st, sub)
 	if len(res.Decisions) != 0 || len(res.Extended) != 1 || !ext.Until.After(first.Until) || !ext.Since.Equal(first.Since) || ext.Count != 7 {
 		t.Fatalf("extension: decisions %+v, extended %+v, record %+v (first %+v)", res.Decisions, res.Extended, ext, first)
+	}
+}
+
+// Held-back states go in runs of at most the checkpoint's part size, and
+// all of them are written before C moves.
+func TestWriteBackWritesHeldBackStatesInParts(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [10/m]
+`)
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwnerWith(t, st, set, live.ApplierConfig{CheckpointPart: 3})
+	const n = 8
+	var first, second []eventT
+	for i := range n {
+		first = append(first, eventsOf("s"+strconv.Itoa(i), 6, at)...)   // near: written at once
+		second = append(second, eventsOf("s"+strconv.Itoa(i), 1, at)...) // 7: held back
+	}
+	a.mustApply(b.Batch(first...), at)
+	a.mustApply(b.Batch(second...), at)
+	seq := func() int64 {
+		v, err := rdb.Get(ctx, st.Keys().Seq(0)).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := seq()
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if runs := seq() - before; runs != (n+2)/3 {
+		t.Fatalf("the held-back states went in %d runs, want %d of at most 3", runs, (n+2)/3)
+	}
+	for i := range n {
+		field := window.Field(window.Subject{Action: "act", Kind: "k", Subject: "s" + strconv.Itoa(i)})
+		js, err := rdb.HGet(ctx, st.Keys().State(0), field).Result()
+		if err != nil {
+			t.Fatalf("%s's state: %v", field, err)
+		}
+		s, err := window.ParseState([]byte(js))
+		if err != nil || len(s.Limits) != 1 || s.Limits[0].Count != 7 {
+			t.Fatalf("%s's state after the checkpoint: %s (%v), want a count of 7", field, js, err)
+		}
+	}
+	if d, err := rdb.Get(ctx, st.Keys().Offset("g", "wb", 0)).Int64(); err != nil || d != b.Next {
+		t.Fatalf("D %d (%v), want %d", d, err, b.Next)
 	}
 }
