@@ -737,18 +737,10 @@ rules:
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
 	a := newOwner(t, st, set)
-	field := window.Field(window.Subject{Action: "act", Kind: "k", Subject: "x"})
 	stateCount := func() (count int64, blocks bool) {
 		t.Helper()
-		js, err := rdb.HGet(ctx, st.Keys().State(0), field).Result()
-		if err != nil {
-			t.Fatalf("x's state: %v", err)
-		}
-		s, err := window.ParseState([]byte(js))
-		if err != nil || len(s.Limits) != 1 {
-			t.Fatalf("x's state %s: %v", js, err)
-		}
-		return s.Limits[0].Count, !s.Limits[0].Until.IsZero()
+		l := stateLimit(t, rdb, st, "x")
+		return l.Count, !l.Until.IsZero()
 	}
 	offset := func() int64 {
 		t.Helper()
@@ -879,17 +871,27 @@ rules:
 		t.Fatalf("the held-back states went in %d runs, want %d of at most 3", runs, (n+2)/3)
 	}
 	for i := range n {
-		field := window.Field(window.Subject{Action: "act", Kind: "k", Subject: "s" + strconv.Itoa(i)})
-		js, err := rdb.HGet(ctx, st.Keys().State(0), field).Result()
-		if err != nil {
-			t.Fatalf("%s's state: %v", field, err)
-		}
-		s, err := window.ParseState([]byte(js))
-		if err != nil || len(s.Limits) != 1 || s.Limits[0].Count != 7 {
-			t.Fatalf("%s's state after the checkpoint: %s (%v), want a count of 7", field, js, err)
+		if l := stateLimit(t, rdb, st, "s"+strconv.Itoa(i)); l.Count != 7 {
+			t.Fatalf("s%d's state after the checkpoint counts %d, want 7", i, l.Count)
 		}
 	}
 	if d, err := rdb.Get(ctx, st.Keys().Offset("g", "wb", 0)).Int64(); err != nil || d != b.Next {
 		t.Fatalf("D %d (%v), want %d", d, err, b.Next)
 	}
+}
+
+// stateLimit is the one limit of the state partition 0's slot holds for
+// subject (action act, kind k).
+func stateLimit(t *testing.T, rdb *redis.Client, st *window.Store, subject string) window.LimitState {
+	t.Helper()
+	field := window.Field(window.Subject{Action: "act", Kind: "k", Subject: subject})
+	js, err := rdb.HGet(context.Background(), st.Keys().State(0), field).Result()
+	if err != nil {
+		t.Fatalf("%s's state: %v", field, err)
+	}
+	s, err := window.ParseState([]byte(js))
+	if err != nil || len(s.Limits) != 1 {
+		t.Fatalf("%s's state %s: %v, want one limit", field, js, err)
+	}
+	return s.Limits[0]
 }
