@@ -3,7 +3,6 @@ package live
 import (
 	"encoding/json"
 	"strconv"
-	"time"
 
 	"floodgate/rules"
 	"floodgate/window"
@@ -44,7 +43,7 @@ func decideArgs(args []any, sub window.Subject, state string, expires int64, bes
 		msg := jsonString(lim.rule.Message)
 		head := `{` + common + `,"message":` + msg + `,"since":`
 		decision := `{"f":` + fj + `,` + common + `,"shadow":` + shadow + `,"message":` + msg +
-			`,"ts":` + strconv.FormatInt(c.t*int64(time.Second/time.Millisecond), 10) + `}`
+			`,"ts":` + strconv.FormatInt(c.t*1000, 10) + `}`
 		args = append(args, kind, c.l, lim.rule.Name, wf, c.count, c.untilMS, c.t, head, decision)
 	}
 	return args

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,17 +95,12 @@ func (s *Applier) writeStates(ctx context.Context, group, topic string, partitio
 		st := wb.deferred[f]
 		args = append(args, f, jsonString(f), st.state, st.expires, 0)
 	}
-	start := time.Now()
-	out, err := decideScript.Run(ctx, s.rdb, []string{s.keys.Offset(group, topic, partition)}, args...).Slice()
-	s.st.Observe("decide", start)
+	out, err := s.runDecide(ctx, s.keys.Offset(group, topic, partition), args, hr)
 	if err != nil {
+		if errors.Is(err, errFenced) {
+			hr.drop()
+		}
 		return fmt.Errorf("write %d held-back states partition=%d: %w", len(run), partition, err)
-	}
-	if replyInt(out, 0) != replyApplied || len(out) < 8 {
-		err := fmt.Errorf("write held-back states partition=%d: the slot's offset is %d, this owner's %d: %w",
-			partition, replyInt(out, 1), hr.next, errFenced)
-		hr.drop()
-		return err
 	}
 	for _, f := range run {
 		hr.key = append(hr.key[:0], f...) // the rooms' key: fieldKey

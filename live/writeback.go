@@ -787,6 +787,21 @@ func onlyMemory(order []*pendingSubject) bool {
 	return true
 }
 
+// runDecide runs decide.lua with args; a refusal (the slot's D or change
+// sequence is not hr's) is errFenced.
+func (s *Applier) runDecide(ctx context.Context, offkey string, args []any, hr *Headroom) ([]any, error) {
+	start := time.Now()
+	out, err := decideScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
+	s.st.Observe("decide", start)
+	if err != nil {
+		return nil, err
+	}
+	if replyInt(out, 0) != replyApplied || len(out) < 8 {
+		return nil, fmt.Errorf("the slot's offset is %d, this owner's %d: %w", replyInt(out, 1), hr.next, errFenced)
+	}
+	return out, nil
+}
+
 // decide writes the verdicts of a batch whose subjects are all counted in
 // memory, and moves D to the batch's end; refused (another writer, an
 // operator's action), it returns errFenced.
@@ -801,17 +816,10 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 		args = decideArgs(args, ps.sub, ps.verdict.state, ps.verdict.expires, ps.verdict.best, &pl.list[ps.profile])
 	}
 	args[7] = len(sent)
-	start := time.Now()
-	out, err := decideScript.Run(ctx, s.rdb, []string{offkey}, args...).Slice()
-	s.st.Observe("decide", start)
+	out, err := s.runDecide(ctx, offkey, args, hr)
 	if err != nil {
 		hr.forget() // the copies hold the batch's increments, memory does not yet
 		return fmt.Errorf("write decisions partition=%d offsets=%d-%d: %w", b.Partition, b.First, b.Last, err)
-	}
-	if replyInt(out, 0) != replyApplied || len(out) < 8 {
-		hr.forget()
-		return fmt.Errorf("write decisions partition=%d offsets=%d-%d: the slot's offset is %d, this owner's %d: %w",
-			b.Partition, b.First, b.Last, replyInt(out, 1), hr.next, errFenced)
 	}
 	res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
 	res.Changes = replyInt(out, 5)
