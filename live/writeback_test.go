@@ -724,19 +724,10 @@ func TestResetOffsetDropsCheckpointMarks(t *testing.T) {
 // A state that changes only the counts a limiter reports waits for the
 // checkpoint; one that blocks is written at once, and so is a deny.
 func TestWriteBackHoldsCountOnlyStatesUntilCheckpoint(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	st := newStore(t, rdb)
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: act
-    kinds: [k]
-    limits: [10/m]
-`)
+	rdb, st, a := newHeldBackOwner(t, live.ApplierConfig{})
 	ctx := context.Background()
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
-	a := newOwner(t, st, set)
 	stateCount := func() (count int64, blocks bool) {
 		t.Helper()
 		l := stateLimit(t, rdb, st, "x")
@@ -835,19 +826,10 @@ rules:
 // Held-back states go in runs of at most the checkpoint's part size, and
 // all of them are written before C moves.
 func TestWriteBackWritesHeldBackStatesInParts(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	st := newStore(t, rdb)
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: act
-    kinds: [k]
-    limits: [10/m]
-`)
+	rdb, st, a := newHeldBackOwner(t, live.ApplierConfig{CheckpointPart: 3})
 	ctx := context.Background()
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
-	a := newOwnerWith(t, st, set, live.ApplierConfig{CheckpointPart: 3})
 	const n = 8
 	var first, second []eventT
 	for i := range n {
@@ -894,4 +876,19 @@ func stateLimit(t *testing.T, rdb *redis.Client, st *window.Store, subject strin
 		t.Fatalf("%s's state %s: %v, want one limit", field, js, err)
 	}
 	return s.Limits[0]
+}
+
+// newHeldBackOwner is a write-back owner of partition 0 under one rule of
+// 10/m on act/k: near from the 5th event, blocking from the 10th.
+func newHeldBackOwner(t *testing.T, cfg live.ApplierConfig) (*redis.Client, *window.Store, *wbOwner) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [10/m]
+`)
+	return rdb, st, newOwnerWith(t, st, set, cfg)
 }
