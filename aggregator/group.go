@@ -397,6 +397,8 @@ type fetched struct {
 	done  chan<- bool
 	// unreadable are offsets before end the fetcher moved past unread.
 	unreadable *UnreadableError
+	// reread is the sink's reason to read the partition again (Rereader).
+	reread string
 }
 
 func (w *worker) run(ctx, genCtx context.Context) {
@@ -488,7 +490,11 @@ func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 		defer close(fetching)
 		w.fetchLoop(fstop, f, ch)
 	}()
-	rewind := w.applyLoop(ctx, stop, ch)
+	var reread <-chan string
+	if rr, ok := g.sink.(Rereader); ok {
+		reread = rr.Rereads(w.partition)
+	}
+	rewind := w.applyLoop(ctx, stop, ch, reread)
 	fcancel()
 	<-fetching
 	// What is still queued goes with the channel: a revoked partition
@@ -500,16 +506,25 @@ func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 // applyLoop applies what the fetch loop hands over until stop fires,
 // finishing the batch in hand. It returns the sink's *RewindError when the
 // sink refused a batch because it lost earlier ones, nil otherwise.
-func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) *RewindError {
+func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched, reread <-chan string) *RewindError {
 	w.g.metrics.partitionStarted(w.partition)
 	lag := w.g.metrics.lag.WithLabelValues(strconv.Itoa(w.partition))
 	for {
-		item, ok := w.take(stop, ch)
+		item, ok := w.take(stop, ch, reread)
 		if !ok {
 			return nil
 		}
 		// Past this point the batch is applied even if stop fires.
 		work := context.WithoutCancel(ctx)
+		if item.reread != "" {
+			next, ok, err := w.g.sink.Resume(work, w.g.cfg.Topic, w.partition)
+			if err != nil || !ok {
+				// The next batch finds the sink's memory gone and rewinds.
+				w.log.Warn("the sink asked to read the partition again, but its offset could not be read", "reason", item.reread, "err", err)
+				continue
+			}
+			return &RewindError{Topic: w.g.cfg.Topic, Partition: w.partition, Next: next, First: w.next, Reason: item.reread}
+		}
 		if item.reset != nil {
 			ok := w.resetOffset(stop, work, item.reset)
 			item.done <- ok
@@ -544,7 +559,7 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched) *Rewind
 // take returns the next batch's messages: everything fetched by now, up to
 // BatchMax (the rest is carried to the next batch). It waits for more only
 // when nothing is in hand, or for BatchWait when that is set.
-func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
+func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan string) (fetched, bool) {
 	if w.held != nil {
 		out := *w.held
 		w.held = nil
@@ -557,6 +572,8 @@ func (w *worker) take(stop context.Context, ch <-chan fetched) (fetched, bool) {
 		select {
 		case <-stop.Done():
 			return out, false
+		case why := <-reread:
+			return fetched{reread: why}, true
 		case out = <-ch:
 		}
 		w.release(out.size)

@@ -58,6 +58,16 @@ type PartitionRunner interface {
 	RunPartition(ctx context.Context, topic string, partition int)
 }
 
+// Rereader is implemented by sinks that can drop what they keep of a
+// partition between batches (a write-back checkpoint refused because an
+// operator or another writer moved the partition): a reason sent on the
+// partition's channel has the partition read again from the sink's Resume
+// while it waits for records, rather than at its next batch, which an idle
+// partition may not get for long.
+type Rereader interface {
+	Rereads(partition int) <-chan string
+}
+
 // OffsetResetter is implemented by sinks that can move a partition's stored
 // offset back, from from to to, when the topic was deleted and recreated
 // and the stored offset lies beyond the new log's end. It must change

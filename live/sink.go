@@ -113,11 +113,15 @@ type partState struct {
 	hr *Headroom
 	// due is when the next periodic checkpoint is (write-back).
 	due time.Time
+	// reread asks the partition's worker to read it again now: a
+	// checkpoint dropped its memory (aggregator.Rereader).
+	reread chan string
 }
 
 var (
 	_ aggregator.Sink            = (*Sink)(nil)
 	_ aggregator.PartitionRunner = (*Sink)(nil)
+	_ aggregator.Rereader        = (*Sink)(nil)
 )
 
 // NewSink returns a Sink.
@@ -196,13 +200,27 @@ func (s *Sink) part(partition int) *partState {
 	if p == nil {
 		// The first checkpoint one interval after the start, as every
 		// later one after the last, at the partition's own phase.
-		p = &partState{due: s.cfg.Now().Add(s.cfg.CheckpointEvery + checkpointPhase(partition, s.cfg.CheckpointEvery))}
+		p = &partState{due: s.cfg.Now().Add(s.cfg.CheckpointEvery + checkpointPhase(partition, s.cfg.CheckpointEvery)), reread: make(chan string, 1)}
 		if !s.cfg.EvaluateAll {
 			p.hr = NewHeadroom(s.cfg.MaxHeadroom)
 		}
 		s.parts[partition] = p
 	}
 	return p
+}
+
+// Rereads implements aggregator.Rereader. A checkpoint that drops the
+// partition's memory asks for it: the decisions its owner held back
+// (deferred.go) pin the decisions offset until the partition is read again,
+// which an idle partition's next batch could leave for long.
+func (s *Sink) Rereads(partition int) <-chan string { return s.part(partition).reread }
+
+// rereadLocked asks the partition's worker to read it again, once.
+func (p *partState) rereadLocked(why string) {
+	select {
+	case p.reread <- why:
+	default: // asked already
+	}
 }
 
 // RunPartition implements aggregator.PartitionRunner: while this member
@@ -336,6 +354,7 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 	case errors.Is(err, errFenced):
 		s.m.checkpoints.WithLabelValues("fenced").Inc()
 		s.log.Warn("checkpoint refused: another writer or an operator moved the partition; its memory is rebuilt from Redis's checkpoint", "partition", partition, "err", err)
+		p.rereadLocked(err.Error())
 	case err != nil:
 		s.m.checkpoints.WithLabelValues("failed").Inc()
 		switch {
@@ -344,6 +363,7 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 		case p.hr.wb == nil:
 			// parts were written: a retry would write them twice
 			s.log.Warn("checkpoint failed after some of its parts were written; memory forgotten, the partition is read again from the last checkpoint", "partition", partition, "err", err)
+			p.rereadLocked(err.Error())
 		case ctx.Err() == nil:
 			s.log.Warn("checkpoint failed; retrying", "partition", partition, "err", err)
 		}
