@@ -38,9 +38,10 @@ type Limit struct {
 	Limit               int64         // allowed events per window
 	Window              time.Duration // sliding window
 	// Count is the events in the window now, as far as the aggregator has
-	// written them (0 when Estimated): for a limit with room left, a
-	// write-back aggregator writes it with its checkpoint, up to that
-	// interval after the events.
+	// written them (0 when Estimated): a write-back aggregator writes it
+	// with its checkpoint, up to that interval after the events, unless it
+	// changes whether the subject is denied; so does a denied subject's
+	// ResetAfter, which is then earlier than the truth, never later.
 	Count int64
 	// Remaining is max(Limit-Count, 0): never more than what was left as
 	// of Count. When

@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"context"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -35,11 +34,7 @@ rules:
     limits: [3/s, 10/10s, 20/m, 60/5m, 150/h]
 `)
 	limits := e.set.Rules()[0].Limits
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FLOODGATE_ACCURACY_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (FLOODGATE_ACCURACY_SEED reproduces)", seed)
+	seed := windowtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	zipf := rand.NewZipf(rng, 1.3, 2, 19)
 	refs := map[string]*windowtest.Log{}

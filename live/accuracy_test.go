@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -58,11 +57,7 @@ rules:
     limits: [3/s, 10/10s, 20/m, 60/5m, 150/h, 400/d]
 `)
 	limits := set.Rules()[0].Limits
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FLOODGATE_ACCURACY_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (FLOODGATE_ACCURACY_SEED reproduces)", seed)
+	seed := windowtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	zipf := rand.NewZipf(rng, 1.3, 2, 29)
 	ctx := context.Background()

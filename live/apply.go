@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
@@ -51,6 +52,17 @@ type ApplierConfig struct {
 	// held-back states one run writes before a checkpoint (deferred.go).
 	// Default 256.
 	CheckpointPart int
+	// HoldDecisions, with WriteBack, lets the owner hold back until its
+	// next checkpoint a blocked subject's verdict that only extends what
+	// it wrote — its limits blocked longer, its deny records extended —
+	// while every retry time written lies at least this far ahead
+	// (deferred.go). It must exceed the checkpoint interval by what a
+	// checkpoint may take: the aggregator sets twice the interval plus 5s.
+	// 0 (the default) writes such verdicts at once.
+	HoldDecisions time.Duration
+	// Logger receives what the Applier notices on its own. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Applier writes batches of the events topic into the slots of a
@@ -68,7 +80,9 @@ type Applier struct {
 	dedup  int64 // seconds; 0 off
 	keep   int64 // ms deny records outlive their until
 	wb     bool
-	part   int // bucket fields per checkpoint script run
+	part   int   // bucket fields per checkpoint script run
+	hold   int64 // seconds; 0 off (ApplierConfig.HoldDecisions)
+	log    *slog.Logger
 }
 
 // The scripts are immutable; redis.Script only caches their SHA. The
@@ -106,6 +120,8 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		return nil, errors.New("live applier: nil store")
 	case cfg.MaxSubjects < 0:
 		return nil, fmt.Errorf("live applier: max subjects %d is negative", cfg.MaxSubjects)
+	case cfg.HoldDecisions < 0 || (cfg.HoldDecisions > 0 && !cfg.WriteBack):
+		return nil, fmt.Errorf("live applier: hold decisions %s: want 0, or a positive duration with write-back", cfg.HoldDecisions)
 	case cfg.CheckpointPart < 0:
 		return nil, fmt.Errorf("live applier: checkpoint part of %d fields is negative", cfg.CheckpointPart)
 	case cfg.KeepRecords < 0:
@@ -119,6 +135,9 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 	if cfg.CheckpointPart == 0 {
 		cfg.CheckpointPart = 256
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	return &Applier{
 		st:     st,
 		rdb:    st.Redis(),
@@ -129,6 +148,8 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		keep:   cfg.KeepRecords.Milliseconds(),
 		wb:     cfg.WriteBack,
 		part:   cfg.CheckpointPart,
+		hold:   int64((cfg.HoldDecisions + time.Second - 1) / time.Second),
+		log:    cfg.Logger,
 	}, nil
 }
 
@@ -464,7 +485,13 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		}
 	}
 	if wb {
-		done, err := s.decideInMemory(pl, order, hr)
+		only := onlyMemory(order)
+		h := holdAt{now: nowSec, from: b.First}
+		if s.hold > 0 && only {
+			// A batch the script writes moves D past it: it holds none.
+			h.deadline = nowSec + s.hold
+		}
+		done, err := s.decideInMemory(pl, order, hr, h)
 		if err != nil || done {
 			if err == nil {
 				res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
@@ -473,8 +500,20 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 			}
 			return res, -1, err
 		}
-		if onlyMemory(order) {
+		if only {
 			return res, -1, s.decide(ctx, offkey, b, pl, order, hr, now, &res)
+		}
+		if hr.wb.pinned {
+			// The script moves D past this batch: the decisions held back
+			// before it go first.
+			if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+				return res, -1, err
+			}
+		}
+		for _, ps := range order {
+			if ps.writes && hr.wb.written != nil {
+				delete(hr.wb.written, window.Field(ps.sub)) // apply.lua's writes are not remembered
+			}
 		}
 	}
 	args, sent := s.applyArgs(b, now, pl, order, hr)

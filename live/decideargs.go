@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"floodgate/rules"
-	"floodgate/window"
 )
 
 // decideArgs appends one subject's part of decide.lua's arguments: its
@@ -15,8 +14,7 @@ import (
 // message whole: built here, where they cost a fraction of what building
 // them in Lua cost Redis (docs/profiles.md), in the layout window/lib.lua's
 // fg_deny_json writes.
-func decideArgs(args []any, sub window.Subject, state string, expires int64, best [2]*candidate, pr *profile) []any {
-	field := window.Field(sub)
+func decideArgs(args []any, field, state string, expires int64, best [2]*candidate, limits []profileLimit) []any {
 	fj := jsonString(field)
 	n := 0
 	for _, c := range best {
@@ -29,7 +27,7 @@ func decideArgs(args []any, sub window.Subject, state string, expires int64, bes
 		if c == nil {
 			continue
 		}
-		lim := pr.limits[c.l-1]
+		lim := limits[c.l-1]
 		kind, shadow := "deny", "false"
 		if k == 1 {
 			kind, shadow = "shadow", "true"

@@ -11,46 +11,242 @@ import (
 
 // A near subject's state changes with every event counted, and most of
 // those changes move only what the limiter reports as its Count and
-// Remaining: the decision — one more fits, or not until a time — stays.
-// Writing each costs Redis a script's share (decide.lua: the state's field,
-// its expiry entry and its change entry). So a write-back owner writes a
-// verdict at once when it carries a decision: a deny or shadow record, a
-// state that blocks, or a slot whose state blocks or is unknown. It holds
-// back a state that does not block, over one that did not either — the
-// latest of each subject — and writes them before its next checkpoint. A
-// limiter's Count and Remaining for a subject that has room left are then
-// as of its last decision or checkpoint, up to the checkpoint interval old;
-// its allow, its deny and its retry time are not. An owner that dies
-// before the checkpoint loses them: the states say the counts of the last
-// write until the subject's next event.
+// Remaining, or how long a subject it denies waits: the decision — one more
+// fits, or not — stays. Writing each costs Redis a script's share
+// (decide.lua: the state's field, its expiry entry, its change entry, a
+// deny record's extension). So a write-back owner holds back, until its
+// next checkpoint, the latest verdict of a subject when it changes no
+// decision:
+//
+//   - a state that does not block, over one that did not either: it moves
+//     only Count and Remaining;
+//   - with HoldDecisions set, a state that blocks where the state it wrote
+//     blocks until at least HoldDecisions ahead (written.covers), with its
+//     deny and shadow records the ones it wrote extended (same limit,
+//     later until): the limiter decides as it would with the new verdict
+//     until the checkpoint writes it, and tells earlier retry times, older
+//     counts, and not yet a limit newly exceeded beside one that denies.
+//
+// Everything else is written at once: a new deny or shadow record, a
+// subject newly denied or no longer, a slot whose state is unknown (evicted rooms,
+// a subject whose writes this owner does not remember). A held-back
+// decision pins the decisions offset D at the batch it came from, so that
+// an owner that dies before its checkpoint leaves it to the next owner to
+// evaluate again; a held-back count-only state does not, and is lost with
+// the owner (the counts of the last write stand until the subject's next
+// event).
 
-// maxDeferred bounds the states one partition holds back: past it, a state
-// is written at once, as a write-through owner writes it.
-const maxDeferred = 2048
+// maxDeferred bounds the verdicts one partition holds back, and maxWritten
+// the blocked subjects whose written decisions it remembers: past them, a
+// verdict is written at once, as a write-through owner writes it.
+const (
+	maxDeferred = 2048
+	maxWritten  = 4096
+)
 
 type deferredState struct {
 	state   string
 	expires int64
+	// A held-back decision's: its records' candidates (l 0: none), the
+	// profile's limits they name, and the limits its state blocks.
+	best     [2]candidate
+	limits   []profileLimit
+	blocking []nearLimit
 }
+
+// written is what this owner last wrote for a subject whose state blocks:
+// the limits it blocks and until when, and its deny and shadow records.
+type written struct {
+	blocking []nearLimit // l, until (s)
+	records  [2]writtenRecord
+}
+
+type writtenRecord struct{ l, untilMS int64 } // l 0: none known
+
+// holdAt says whether a batch's verdicts, evaluated at second now, may
+// hold decisions back: deadline is the second a retry time written must
+// reach (0: none held), from is the batch's first offset.
+type holdAt struct{ deadline, now, from int64 }
 
 // deferState holds v's state back until the checkpoint when it changes no
 // decision (see above), and tells whether it did.
-func (w *writeBack) deferState(hr *Headroom, sub window.Subject, v *verdict) bool {
-	if v.best != [2]*candidate{} || v.state == "" || v.blocks {
+func (w *writeBack) deferState(hr *Headroom, sub window.Subject, v *verdict, pr *profile, h holdAt) bool {
+	if v.state == "" {
 		return false
 	}
-	if r := hr.roomOf(sub); r == nil || (r.stated != statedNone && r.stated != statedSome) {
+	r := hr.roomOf(sub)
+	if r == nil {
 		return false
 	}
 	f := window.Field(sub)
+	held := false
+	switch {
+	case v.best == [2]*candidate{} && !v.blocks && (r.stated == statedNone || r.stated == statedSome):
+	case h.deadline > 0 && v.blocks && r.stated == statedBlocks && w.written[f].covers(v, pr, h.deadline, h.now):
+		held = true
+	default:
+		return false
+	}
 	if _, ok := w.deferred[f]; !ok && len(w.deferred) >= maxDeferred {
 		return false
 	}
 	if w.deferred == nil {
 		w.deferred = map[string]deferredState{}
 	}
-	w.deferred[f] = deferredState{v.state, v.expires}
+	d := deferredState{state: v.state, expires: v.expires}
+	if held {
+		d.best, d.limits, d.blocking = candidates(v.best), pr.limits, blockingOf(v.near)
+		if !w.pinned {
+			w.pinned, w.heldFrom = true, h.from
+		}
+	}
+	w.deferred[f] = d
 	return true
+}
+
+// covers tells whether v denies as wr does until deadline: each class of
+// limits v blocks (enforced, shadow) has a limit wr blocks until deadline
+// at least, which v blocks as long; every limit wr blocks that has not
+// ended v blocks too, none earlier; and each record v has extends the one
+// written (same limit, later until, that until deadline at least). What
+// differs is then what the limiter reports beside its decision: counts,
+// retry times, a limit newly exceeded beside one that denies already.
+func (wr *written) covers(v *verdict, pr *profile, deadline, now int64) bool {
+	if wr == nil {
+		return false
+	}
+	var need, anchored [2]bool
+	for _, nr := range v.near {
+		if nr.until == 0 {
+			continue
+		}
+		need[shadowIx(pr, nr.l)] = true
+		if u := wr.until(nr.l); nr.until < u {
+			return false
+		}
+	}
+	for _, b := range wr.blocking {
+		u := untilOf(v.near, b.l)
+		if b.until > now && u == 0 {
+			return false
+		}
+		if b.until >= deadline && u >= b.until {
+			anchored[shadowIx(pr, b.l)] = true
+		}
+	}
+	if need[0] && !anchored[0] || need[1] && !anchored[1] {
+		return false
+	}
+	for k, c := range v.best {
+		if c == nil {
+			continue
+		}
+		if rec := wr.records[k]; rec.l != c.l || rec.untilMS < deadline*1000 || c.untilMS < rec.untilMS {
+			return false
+		}
+	}
+	return true
+}
+
+// shadowIx is 1 for a limit of a shadow rule, else 0.
+func shadowIx(pr *profile, l int64) int {
+	if l >= 1 && l <= int64(len(pr.limits)) && pr.limits[l-1].rule.Shadow {
+		return 1
+	}
+	return 0
+}
+
+func untilOf(near []nearLimit, l int64) int64 {
+	for _, nr := range near {
+		if nr.l == l {
+			return nr.until
+		}
+	}
+	return 0
+}
+
+func (wr *written) until(l int64) int64 {
+	for _, b := range wr.blocking {
+		if b.l == l {
+			return b.until
+		}
+	}
+	return 0
+}
+
+// wrote remembers what a verdict's write left in the slot for field f: the
+// limits its state blocks, and the records decide.lua wrote (wroteK) or
+// left as they were (a candidate not written: the slot holds a record this
+// owner does not know).
+func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wroteK [2]bool) {
+	wr := w.written[f]
+	if len(blocking) == 0 {
+		if wr != nil {
+			delete(w.written, f)
+		}
+		return
+	}
+	if wr == nil {
+		if len(w.written) >= maxWritten {
+			return
+		}
+		if w.written == nil {
+			w.written = map[string]*written{}
+		}
+		wr = &written{}
+		w.written[f] = wr
+	}
+	wr.blocking = blocking
+	for k, c := range best {
+		switch {
+		case wroteK[k]:
+			wr.records[k] = writtenRecord{c.l, c.untilMS}
+		case c.l != 0:
+			wr.records[k] = writtenRecord{}
+		}
+	}
+}
+
+// pruneWritten forgets the written decisions that have all ended by second
+// now, once they fill half the bound.
+func (w *writeBack) pruneWritten(now int64) {
+	if len(w.written) < maxWritten/2 {
+		return
+	}
+	for f, wr := range w.written {
+		end := int64(0)
+		for _, b := range wr.blocking {
+			end = max(end, b.until)
+		}
+		for _, rec := range wr.records {
+			end = max(end, rec.untilMS/1000+1)
+		}
+		if end <= now {
+			delete(w.written, f)
+		}
+	}
+}
+
+// candidates copies a verdict's candidates (l 0: none).
+func candidates(best [2]*candidate) [2]candidate {
+	var out [2]candidate
+	for k, c := range best {
+		if c != nil {
+			out[k] = *c
+		}
+	}
+	return out
+}
+
+// blockingOf returns the near limits that block.
+func blockingOf(near []nearLimit) []nearLimit {
+	var out []nearLimit
+	for _, nr := range near {
+		if nr.until != 0 {
+			out = append(out, nearLimit{l: nr.l, until: nr.until})
+		}
+	}
+	return out
 }
 
 // undefer forgets sub's state held back: a later verdict supersedes it.
@@ -60,15 +256,15 @@ func (w *writeBack) undefer(sub window.Subject) {
 	}
 }
 
-// writeDeferred writes the states held back, and moves D up to memory's
+// writeDeferred writes the verdicts held back, and moves D up to memory's
 // position: every verdict before it is then written (a batch that ran no
 // script had nothing else to write). It writes them in runs of at most
-// the checkpoint's part size, so that no run holds Redis long; each run
-// moves D there. Refused, it drops hr's memory and returns errFenced;
-// failed, it keeps the states not written for the next checkpoint.
+// the checkpoint's part size, so that no run holds Redis long; only the
+// last moves D, past the decisions held back. Refused, it drops hr's
+// memory and returns errFenced; failed, it keeps the verdicts not written
+// for the next checkpoint.
 func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) error {
 	wb := hr.wb
-	d := max(hr.next, wb.at)
 	run := make([]string, 0, min(len(wb.deferred), s.part))
 	for len(wb.deferred) > 0 {
 		run = run[:0]
@@ -78,14 +274,19 @@ func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partit
 			}
 			run = append(run, f)
 		}
+		d := hr.next
+		if len(run) == len(wb.deferred) {
+			d = max(hr.next, wb.at)
+		}
 		if err := s.writeStates(ctx, group, topic, partition, hr, d, run, now); err != nil {
 			return err
 		}
 	}
+	wb.pinned = false
 	return nil
 }
 
-// writeStates writes the held-back states of the fields in run with
+// writeStates writes the held-back verdicts of the fields in run with
 // decide.lua, moving D to d, and forgets them.
 func (s *Applier) writeStates(ctx context.Context, group, topic string, partition int, hr *Headroom, d int64, run []string, now time.Time) error {
 	wb := hr.wb
@@ -93,22 +294,58 @@ func (s *Applier) writeStates(ctx context.Context, group, topic string, partitio
 	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(run))
 	for _, f := range run {
 		st := wb.deferred[f]
-		args = append(args, f, jsonString(f), st.state, st.expires, 0)
+		var best [2]*candidate
+		for k := range st.best {
+			if st.best[k].l != 0 {
+				best[k] = &st.best[k]
+			}
+		}
+		args = decideArgs(args, f, st.state, st.expires, best, st.limits)
 	}
 	out, err := s.runDecide(ctx, s.keys.Offset(group, topic, partition), args, hr)
 	if err != nil {
 		if errors.Is(err, errFenced) {
 			hr.drop()
 		}
-		return fmt.Errorf("write %d held-back states partition=%d: %w", len(run), partition, err)
+		return fmt.Errorf("write %d held-back verdicts partition=%d: %w", len(run), partition, err)
 	}
-	for _, f := range run {
+	wroteK := recordsWritten(out, len(run))
+	if decs := replyInts(out[3]); len(decs) > 0 {
+		// Held back as extensions of the records written, taken by the
+		// script as new decisions (published by the relay all the same): the
+		// slot's records changed under this owner, or the checkpoint came
+		// later than the retry times written.
+		s.log.Warn("held-back deny extensions written as new decisions", "partition", partition, "records", len(decs)/6)
+	}
+	for i, f := range run {
+		st := wb.deferred[f]
 		hr.key = append(hr.key[:0], f...) // the rooms' key: fieldKey
 		if r := hr.t.rooms.get(hr.key); r != nil {
 			r.stated = statedSome
+			if len(st.blocking) > 0 {
+				r.stated = statedBlocks
+			}
+		}
+		if s.hold > 0 {
+			wb.wrote(f, st.blocking, st.best, wroteK[i])
 		}
 		delete(wb.deferred, f)
 	}
 	hr.next, hr.seq = d, replyInt(out, 7)
 	return nil
+}
+
+// recordsWritten reads decide.lua's reply: of each of n subjects, whether
+// its deny and its shadow record were written, new or extended.
+func recordsWritten(out []any, n int) [][2]bool {
+	w := make([][2]bool, n)
+	for _, ix := range []int{3, 6} {
+		flat := replyInts(out[ix])
+		for i := 0; i+5 < len(flat); i += 6 {
+			if s := flat[i] - 1; s >= 0 && s < int64(n) {
+				w[s][min(max(flat[i+4], 0), 1)] = true
+			}
+		}
+	}
+	return w
 }

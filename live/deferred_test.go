@@ -22,11 +22,11 @@ func TestDeferStateOnlyCountChangesAndBounded(t *testing.T) {
 	}
 	for i := range maxDeferred + 3 {
 		stated(i, statedSome)
-		if got := w.deferState(hr, sub(i), counts); got != (i < maxDeferred) {
+		if got := w.deferState(hr, sub(i), counts, nil, holdAt{}); got != (i < maxDeferred) {
 			t.Fatalf("subject %d of a bound of %d: held back %v", i, maxDeferred, got)
 		}
 	}
-	if !w.deferState(hr, sub(0), counts) {
+	if !w.deferState(hr, sub(0), counts, nil, holdAt{}) {
 		t.Fatal("a subject held back already was refused at the bound")
 	}
 	w.undefer(sub(0))
@@ -41,17 +41,53 @@ func TestDeferStateOnlyCountChangesAndBounded(t *testing.T) {
 	none := *counts
 	none.state = ""
 	for name, v := range map[string]*verdict{"a state that blocks": &blocks, "a deny": &deny, "a state cleared": &none} {
-		if w.deferState(hr, sub(0), v) {
+		if w.deferState(hr, sub(0), v, nil, holdAt{}) {
 			t.Errorf("%s was held back", name)
 		}
 	}
 	for name, s := range map[string]byte{"unknown": statedUnknown, "blocking": statedBlocks} {
 		stated(1, s)
-		if w.deferState(hr, sub(1), counts) {
+		if w.deferState(hr, sub(1), counts, nil, holdAt{}) {
 			t.Errorf("held back over a slot whose state is %s", name)
 		}
 	}
-	if w.deferState(hr, sub(maxDeferred*3), counts) {
+	if w.deferState(hr, sub(maxDeferred*3), counts, nil, holdAt{}) {
 		t.Error("held back a subject with no room")
+	}
+}
+
+// An owner remembers the decisions it wrote only for subjects whose state
+// blocks, at most maxWritten of them, a record it did not write as unknown,
+// and forgets them once they have all ended.
+func TestWrittenDecisionsBoundedAndForgotten(t *testing.T) {
+	w := &writeBack{}
+	blocking := []nearLimit{{l: 1, until: 100}}
+	deny := [2]candidate{{l: 1, untilMS: 100_000}}
+	for i := range maxWritten + 5 {
+		w.wrote(strconv.Itoa(i), blocking, deny, [2]bool{true, false})
+	}
+	if len(w.written) != maxWritten {
+		t.Fatalf("%d subjects remembered, want the bound %d", len(w.written), maxWritten)
+	}
+	if got := w.written["0"].records; got != [2]writtenRecord{{1, 100_000}, {}} {
+		t.Fatalf("records remembered %+v", got)
+	}
+	w.wrote("0", blocking, [2]candidate{{l: 1, untilMS: 90_000}}, [2]bool{})
+	if got := w.written["0"].records[0]; got != (writtenRecord{}) {
+		t.Fatalf("a candidate the script did not write left %+v remembered, want none known", got)
+	}
+	w.wrote("1", nil, [2]candidate{}, [2]bool{})
+	if _, ok := w.written["1"]; ok {
+		t.Fatal("a subject whose state no longer blocks is still remembered")
+	}
+	// At second 100 the states have ended; the records, at 100s, end
+	// within it: only "0", whose record is unknown, has ended whole.
+	w.pruneWritten(100)
+	if _, ok := w.written["0"]; ok || len(w.written) != maxWritten-2 {
+		t.Fatalf("%d remembered after pruning at second 100, want %d, not \"0\"", len(w.written), maxWritten-2)
+	}
+	w.pruneWritten(101)
+	if len(w.written) != 0 {
+		t.Fatalf("%d remembered once all ended", len(w.written))
 	}
 }

@@ -64,9 +64,16 @@ type writeBack struct {
 	stored  []byte
 	pending *pending // the Headroom's tables'
 	fields  int      // bucket fields pending
-	// deferred are the states held back until the checkpoint, by field
-	// (deferred.go).
+	// deferred are the verdicts held back until the checkpoint, by field
+	// (deferred.go); pinned tells that a decision is among them, held back
+	// from the batch at offset heldFrom on: D stays there until they are
+	// written.
 	deferred map[string]deferredState
+	pinned   bool
+	heldFrom int64
+	// written are, by field, the decisions this owner wrote for its
+	// subjects whose states block (deferred.go).
+	written map[string]*written
 }
 
 // pending is a write-back owner's increments since the checkpoint, outside
@@ -511,6 +518,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		return 0, err
 	}
 	n := wb.fields
+	wb.pruneWritten(nowSec)
 	wb.c, wb.cKept, wb.rules = wb.at, true, rs
 	if keepRules {
 		wb.stored = text
@@ -681,6 +689,7 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		if _, err := s.checkpoint(ctx, group, b.Topic, b.Partition, hr, set, now); err != nil {
 			return res, s.fenced(ctx, group, b, hr, err)
 		}
+		wb.written = nil // it names the old rules' limits
 	}
 	wb.rules = set
 	for _, c := range s.split(b) {
@@ -717,7 +726,7 @@ func (s *Applier) fenced(ctx context.Context, group string, b aggregator.Batch, 
 // decideInMemory tells whether a write-back batch is done without the
 // apply script: every subject's increments kept in memory and no verdict
 // with anything to write. It marks the subjects whose verdicts write.
-func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Headroom) (done bool, err error) {
+func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Headroom, h holdAt) (done bool, err error) {
 	done = true
 	for _, ps := range order {
 		if !ps.memory {
@@ -735,7 +744,7 @@ func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Head
 		switch {
 		case hr.quiet(ps.sub, ps.verdict):
 			hr.wb.undefer(ps.sub)
-		case hr.wb.deferState(hr, ps.sub, ps.verdict):
+		case hr.wb.deferState(hr, ps.sub, ps.verdict, &pl.list[ps.profile], h):
 			ps.deferred = true
 		default:
 			ps.writes = true
@@ -807,13 +816,18 @@ func (s *Applier) runDecide(ctx context.Context, offkey string, args []any, hr *
 // operator's action), it returns errFenced.
 func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch, pl *profiles, order []*pendingSubject, hr *Headroom, now time.Time, res *ApplyResult) error {
 	var sent []*pendingSubject
-	args := []any{s.keys.Slot(b.Partition), hr.next, b.Last + 1, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, 0}
+	wb := hr.wb
+	d := b.Last + 1
+	if wb.pinned {
+		d = wb.heldFrom // decisions held back: evaluated again after a crash
+	}
+	args := []any{s.keys.Slot(b.Partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, 0}
 	for _, ps := range order {
 		if !ps.writes {
 			continue
 		}
 		sent = append(sent, ps)
-		args = decideArgs(args, ps.sub, ps.verdict.state, ps.verdict.expires, ps.verdict.best, &pl.list[ps.profile])
+		args = decideArgs(args, window.Field(ps.sub), ps.verdict.state, ps.verdict.expires, ps.verdict.best, pl.list[ps.profile].limits)
 	}
 	args[7] = len(sent)
 	out, err := s.runDecide(ctx, offkey, args, hr)
@@ -825,6 +839,12 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	res.Changes = replyInt(out, 5)
 	res.Decisions = pl.decisions(replyInts(out[3]), sent)
 	res.Extended = pl.decisions(replyInts(out[6]), sent)
-	hr.next, hr.seq = b.Last+1, replyInt(out, 7)
+	hr.next, hr.seq = d, replyInt(out, 7)
+	if s.hold > 0 {
+		for i, w := range recordsWritten(out, len(sent)) {
+			v := sent[i].verdict
+			wb.wrote(window.Field(sent[i].sub), blockingOf(v.near), candidates(v.best), w)
+		}
+	}
 	return hr.commit(pl, order, floorDiv(now.UnixMilli(), 1000))
 }

@@ -725,7 +725,6 @@ func TestResetOffsetDropsCheckpointMarks(t *testing.T) {
 // checkpoint; one that blocks is written at once, and so is a deny.
 func TestWriteBackHoldsCountOnlyStatesUntilCheckpoint(t *testing.T) {
 	rdb, st, a := newHeldBackOwner(t, live.ApplierConfig{})
-	ctx := context.Background()
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
 	stateCount := func() (count int64, blocks bool) {
@@ -733,14 +732,7 @@ func TestWriteBackHoldsCountOnlyStatesUntilCheckpoint(t *testing.T) {
 		l := stateLimit(t, rdb, st, "x")
 		return l.Count, !l.Until.IsZero()
 	}
-	offset := func() int64 {
-		t.Helper()
-		v, err := rdb.Get(ctx, st.Keys().Offset("g", "wb", 0)).Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	offset := func() int64 { t.Helper(); return slotOffset(t, rdb, st) }
 
 	a.mustApply(b.Batch(eventsOf("x", 6, at)...), at) // near: first written at once
 	if c, _ := stateCount(); c != 6 {
@@ -891,4 +883,94 @@ rules:
     limits: [10/m]
 `)
 	return rdb, st, newOwnerWith(t, st, set, cfg)
+}
+
+// With HoldDecisions, a verdict that only extends a deny this owner wrote
+// waits for the checkpoint, D pinned before its batch: a crash before the
+// checkpoint leaves the batch to be evaluated again, so the extension is
+// not lost. A deny whose written retry time is near is extended at once.
+func TestWriteBackHoldsDenyExtensionsUntilCheckpoint(t *testing.T) {
+	rdb, st, a := newHeldBackOwner(t, live.ApplierConfig{HoldDecisions: 7 * time.Second})
+	at := base.Add(time.Hour)
+	sec := func(n int) time.Time { return at.Add(time.Duration(n) * time.Second) }
+	b := &batcher{Topic: "wb"}
+	x := window.Subject{Action: "act", Kind: "k", Subject: "x"}
+	offset := func() int64 { t.Helper(); return slotOffset(t, rdb, st) }
+	// record is x's deny record and state: count and until of each.
+	type record struct {
+		count, stateCount int64
+		until, stateUntil time.Time
+	}
+	read := func() record {
+		t.Helper()
+		d := readDeny(t, rdb, st, x)
+		if d == nil {
+			t.Fatal("x has no deny record")
+		}
+		l := stateLimit(t, rdb, st, "x")
+		return record{d.Count, l.Count, d.Until, l.Until}
+	}
+	want := func(what string, n int64, until int) {
+		t.Helper()
+		if got := read(); got != (record{n, n, sec(until), sec(until + 1)}) {
+			t.Fatalf("%s: record and state %+v, want count %d until %s (the state's a second later)", what, got, n, sec(until))
+		}
+	}
+
+	// 11 of 10/m, one a second: denied until the first leaves, +60s.
+	var evs []eventT
+	for i := range 11 {
+		evs = append(evs, eventsOf("x", 1, sec(i))...)
+	}
+	first := b.Batch(evs...)
+	if res := a.mustApply(first, sec(10)); !denied(res, "x") {
+		t.Fatalf("11 of 10 and no deny: %+v", res)
+	}
+	want("the first deny", 11, 60)
+	since, d0 := readDeny(t, rdb, st, x).Since, offset()
+	// One more at +20s: denied until +61s, the record's +60s 40s ahead. The
+	// batch writes y's first state: D would move past it, but for x.
+	second := b.Batch(append(eventsOf("x", 1, sec(20)), eventsOf("y", 6, sec(20))...)...)
+	res := a.mustApply(second, sec(20))
+	if len(res.Decisions)+len(res.Extended) != 0 || res.InMemory || offset() != d0 {
+		t.Fatalf("an extension was written at once: %+v, D %d (want %d)", res, offset(), d0)
+	}
+	want("an extension held back", 11, 60)
+
+	// A crash now: the next owner replays the first batch and evaluates the
+	// second again.
+	a.resume([]batchT{first, second}, sec(21))
+	want("after a crash with an extension held back", 12, 61)
+
+	// Held again, then written by the checkpoint, with D past the batch.
+	third := b.Batch(eventsOf("x", 1, sec(25))...)
+	a.mustApply(third, sec(25))
+	want("an extension held back by the next owner", 12, 61)
+	if err := a.checkpoint(sec(26)); err != nil {
+		t.Fatal(err)
+	}
+	want("after the checkpoint", 13, 62)
+	if d := readDeny(t, rdb, st, x); !d.Since.Equal(since) {
+		t.Fatalf("the extended record's since is %s, want the first deny's %s", d.Since, since)
+	}
+	if offset() <= third.Last {
+		t.Fatalf("D %d after the checkpoint, want past %d", offset(), third.Last)
+	}
+
+	// Its written retry time 5s ahead, under the 7s asked: extended at once.
+	res = a.mustApply(b.Batch(eventsOf("x", 1, sec(57))...), sec(57))
+	if len(res.Extended) != 1 {
+		t.Fatalf("an extension of a deny ending in 5s waited: %+v", res)
+	}
+	want("an extension of a deny ending soon", 14, 63)
+}
+
+// slotOffset is D, the decisions offset of topic wb's partition 0.
+func slotOffset(t *testing.T, rdb *redis.Client, st *window.Store) int64 {
+	t.Helper()
+	v, err := rdb.Get(context.Background(), st.Keys().Offset("g", "wb", 0)).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -1,6 +1,8 @@
 package windowtest
 
 import (
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,4 +72,20 @@ func (b *Batcher) Batch(evs ...event.Event) aggregator.Batch {
 // Event is one event of action by kind=subject at ts.
 func Event(action, kind, subject string, ts time.Time) event.Event {
 	return event.Event{V: 1, ID: event.NewID(), Action: action, Kind: kind, Subject: subject, TS: ts, N: 1}
+}
+
+// Seed returns the seed of a randomized test: FLOODGATE_ACCURACY_SEED when
+// set, else the clock's. It logs it, so that a failure can be reproduced.
+func Seed(tb testing.TB) uint64 {
+	tb.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("FLOODGATE_ACCURACY_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			tb.Fatalf("FLOODGATE_ACCURACY_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	tb.Logf("seed %d (FLOODGATE_ACCURACY_SEED reproduces)", seed)
+	return seed
 }
