@@ -570,3 +570,82 @@ func TestGroupSkipsTransactionMarkers(t *testing.T) {
 	}
 	t.Logf("end offsets %v: %d records, %v markers skipped, %d dead letters", end, records, markers, records)
 }
+
+// rereadSink is an offsetSink that can ask for a partition to be read
+// again (aggregator.Rereader), as the live sink does when a checkpoint
+// drops its memory of it.
+type rereadSink struct {
+	*offsetSink
+	ch [2]chan string
+}
+
+func (s *rereadSink) Rereads(p int) <-chan string { return s.ch[p] }
+
+// A sink that drops what it applied of an idle partition and asks for it
+// to be read again gets it read again without waiting for a new record.
+func TestGroupRereadsAnIdlePartitionWhenTheSinkAsks(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 2)
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sink := &rereadSink{offsetSink: newOffsetSink(), ch: [2]chan string{make(chan string, 1), make(chan string, 1)}}
+	waitCount := func(want int) {
+		t.Helper()
+		for sink.count() < want {
+			if ctx.Err() != nil {
+				t.Fatalf("applied %d distinct events, want %d", sink.count(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "reread-" + topic, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+
+	writeVisits(ctx, t, w, "r", 7, 0, 400)
+	waitCount(400)
+	sink.mu.Lock()
+	to := sink.next[0] / 2
+	sink.mu.Unlock()
+	lost := sink.lose(0, to)
+	if lost == 0 {
+		t.Fatal("partition 0 had nothing to lose")
+	}
+	sink.ch[0] <- "memory dropped by the test"
+	waitCount(400) // nothing new produced: only a read again restores them
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range sink.seen {
+		if n != 1 {
+			t.Errorf("event %s applied %d times", id, n)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebuilds := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "floodgate_aggregator_memory_rebuilds_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "partition" {
+						rebuilds[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if rebuilds["0"] != 1 || rebuilds["1"] != 0 {
+		t.Errorf("floodgate_aggregator_memory_rebuilds_total by partition %v, want 1 on partition 0 only", rebuilds)
+	}
+}
