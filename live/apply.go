@@ -380,7 +380,7 @@ func (g *gather) subject(ev *event.Event, res *ApplyResult) (ps *pendingSubject,
 	if ps = g.subjects[sub]; ps != nil {
 		return ps, sec, false
 	}
-	ps = &pendingSubject{sub: sub, eval: g.nowSec, incs: map[int64]int64{}}
+	ps = &pendingSubject{sub: sub, eval: g.nowSec}
 	ps.profile = g.pl.of(sub, maxw)
 	g.subjects[sub] = ps
 	g.order = append(g.order, ps)
@@ -394,7 +394,7 @@ type pendingSubject struct {
 	eval    int64 // evaluation second: max of now and its latest event
 	latest  int64 // its latest event, Unix ms
 	added   int64 // events of the batch, counted or not
-	incs    map[int64]int64
+	incs    secCounts
 	sums    []bucketSum       // incs added up per bucket hash field, at every level (sumLevels)
 	seen    map[seenKey]int64 // distinct values of the batch -> latest second
 	bev     []bucketEvent     // events for its buckets, in arrival order
@@ -461,7 +461,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 			}
 			ps.ids = append(ps.ids, ev.ID)
 		}
-		ps.incs[sec] += n
+		ps.incs.add(sec, n)
 		g.pl.observe(ps, ev, sec)
 		res.Applied++
 	}
@@ -778,12 +778,12 @@ func sumLevels(pl *profiles, order []*pendingSubject) {
 	for _, ps := range order {
 		maxw := pl.list[ps.profile].maxw
 		start := len(buf)
-		for sec, c := range ps.incs {
+		ps.incs.each(func(sec, c int64) {
 			lv, k := levelsOf(sec, maxw)
 			for _, f := range lv[:k] {
 				buf = addBucketSum(buf, start, f, c)
 			}
-		}
+		})
 		sums := buf[start:len(buf):len(buf)]
 		slices.SortFunc(sums, func(a, b bucketSum) int { return a.compare(b) })
 		ps.sums = sums

@@ -378,7 +378,7 @@ func (s *Applier) replay(ctx context.Context, b aggregator.Batch, set *rules.Set
 			}
 			res.PartSkipped++
 		default:
-			ps.incs[sec] += max(r.Event.N, 1)
+			ps.incs.add(sec, max(r.Event.N, 1))
 			if s.dedup > 0 {
 				ps.ids = append(ps.ids, r.Event.ID)
 			}
