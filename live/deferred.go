@@ -28,8 +28,9 @@ import (
 //     counts, and not yet a limit newly exceeded beside one that denies.
 //
 // Everything else is written at once: a new deny or shadow record, a
-// subject newly denied or no longer, a slot whose state is unknown (evicted rooms,
-// a subject whose writes this owner does not remember). A held-back
+// subject newly denied or no longer, a slot whose state is unknown
+// (evicted rooms, a subject whose writes this owner does not remember),
+// and any verdict of a batch apply.lua writes (it moves D). A held-back
 // decision pins the decisions offset D at the batch it came from, so that
 // an owner that dies before its checkpoint leaves it to the next owner to
 // evaluate again; a held-back count-only state does not, and is lost with
