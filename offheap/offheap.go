@@ -1,6 +1,7 @@
 package offheap
 
 import (
+	"math/bits"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -109,22 +110,27 @@ const chunkBytes = 1 << 20
 // is an empty array.
 type Array[T any] struct {
 	chunks [][]T
-	per    int // values per chunk
-	n      int
+	// per is the values per chunk, a power of two (1 << shift): At's
+	// division by it was half the time of an evaluation from the bucket
+	// copies.
+	per   int
+	shift uint
+	n     int
 }
 
 // Len is the number of values appended since the last Reset.
 func (a *Array[T]) Len() int { return a.n }
 
 // At returns the i-th value; i must be below Len.
-func (a *Array[T]) At(i int) *T { return &a.chunks[i/a.per][i%a.per] }
+func (a *Array[T]) At(i int) *T { return &a.chunks[i>>a.shift][i&(a.per-1)] }
 
 // Append adds a zero value and returns its index.
 func (a *Array[T]) Append() int {
 	if a.per == 0 {
-		a.per = max(chunkBytes/int(unsafe.Sizeof(*new(T))), 1)
+		a.shift = uint(bits.Len(uint(max(chunkBytes/int(unsafe.Sizeof(*new(T))), 1))) - 1)
+		a.per = 1 << a.shift
 	}
-	c := a.n / a.per
+	c := a.n >> a.shift
 	if c == len(a.chunks) {
 		a.chunks = append(a.chunks, Make[T](a.per))
 	}
