@@ -323,7 +323,15 @@ func (ev *evaluation) hash(id hashID) (counts, bool) {
 
 func appendSegs(out []seg, level byte, per, a, b int64) []seg {
 	for a <= b {
-		n := floorDiv(a, per)
+		var n int64
+		switch per { // constants: a multiplication, not a division
+		case 60:
+			n = floorDiv(a, 60)
+		case 24:
+			n = floorDiv(a, 24)
+		default:
+			n = floorDiv(a, per)
+		}
 		e := min(b, n*per+per-1)
 		out = append(out, seg{hashID{level, n}, a - n*per, e - n*per})
 		a = e + 1
