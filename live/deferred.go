@@ -75,20 +75,19 @@ func (w *writeBack) deferState(hr *Headroom, sub window.Subject, v *verdict, pr 
 	if v.state == "" {
 		return false
 	}
-	r := hr.roomOf(sub)
+	r := hr.roomOf(sub) // hr.key: its field, looked up without a string
 	if r == nil {
 		return false
 	}
-	f := window.Field(sub)
 	held := false
 	switch {
 	case v.best == [2]*candidate{} && !v.blocks && (r.stated == statedNone || r.stated == statedSome):
-	case h.deadline > 0 && v.blocks && r.stated == statedBlocks && w.written[f].covers(v, pr, h.deadline, h.now):
+	case h.deadline > 0 && v.blocks && r.stated == statedBlocks && w.written[string(hr.key)].covers(v, pr, h.deadline, h.now):
 		held = true
 	default:
 		return false
 	}
-	if _, ok := w.deferred[f]; !ok && len(w.deferred) >= maxDeferred {
+	if _, ok := w.deferred[string(hr.key)]; !ok && len(w.deferred) >= maxDeferred {
 		return false
 	}
 	if w.deferred == nil {
@@ -101,7 +100,7 @@ func (w *writeBack) deferState(hr *Headroom, sub window.Subject, v *verdict, pr 
 			w.pinned, w.heldFrom = true, h.from
 		}
 	}
-	w.deferred[f] = d
+	w.deferred[string(hr.key)] = d
 	return true
 }
 
@@ -251,9 +250,10 @@ func blockingOf(near []nearLimit) []nearLimit {
 }
 
 // undefer forgets sub's state held back: a later verdict supersedes it.
-func (w *writeBack) undefer(sub window.Subject) {
+func (w *writeBack) undefer(hr *Headroom, sub window.Subject) {
 	if len(w.deferred) > 0 {
-		delete(w.deferred, window.Field(sub))
+		hr.key = fieldKey(hr.key, sub)
+		delete(w.deferred, string(hr.key))
 	}
 }
 

@@ -29,7 +29,7 @@ func TestDeferStateOnlyCountChangesAndBounded(t *testing.T) {
 	if !w.deferState(hr, sub(0), counts, nil, holdAt{}) {
 		t.Fatal("a subject held back already was refused at the bound")
 	}
-	w.undefer(sub(0))
+	w.undefer(hr, sub(0))
 	if len(w.deferred) != maxDeferred-1 {
 		t.Fatalf("%d held back after undefer, want %d", len(w.deferred), maxDeferred-1)
 	}

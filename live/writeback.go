@@ -743,12 +743,12 @@ func (s *Applier) decideInMemory(pl *profiles, order []*pendingSubject, hr *Head
 		}
 		switch {
 		case hr.quiet(ps.sub, ps.verdict):
-			hr.wb.undefer(ps.sub)
+			hr.wb.undefer(hr, ps.sub)
 		case hr.wb.deferState(hr, ps.sub, ps.verdict, &pl.list[ps.profile], h):
 			ps.deferred = true
 		default:
 			ps.writes = true
-			hr.wb.undefer(ps.sub)
+			hr.wb.undefer(hr, ps.sub)
 		}
 		done = done && !ps.writes
 	}
@@ -816,6 +816,7 @@ func (s *Applier) runDecide(ctx context.Context, offkey string, args []any, hr *
 // operator's action), it returns errFenced.
 func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch, pl *profiles, order []*pendingSubject, hr *Headroom, now time.Time, res *ApplyResult) error {
 	var sent []*pendingSubject
+	var fields []string
 	wb := hr.wb
 	d := b.Last + 1
 	if wb.pinned {
@@ -826,8 +827,9 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 		if !ps.writes {
 			continue
 		}
-		sent = append(sent, ps)
-		args = decideArgs(args, window.Field(ps.sub), ps.verdict.state, ps.verdict.expires, ps.verdict.best, pl.list[ps.profile].limits)
+		f := window.Field(ps.sub)
+		sent, fields = append(sent, ps), append(fields, f)
+		args = decideArgs(args, f, ps.verdict.state, ps.verdict.expires, ps.verdict.best, pl.list[ps.profile].limits)
 	}
 	args[7] = len(sent)
 	out, err := s.runDecide(ctx, offkey, args, hr)
@@ -843,7 +845,7 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	if s.hold > 0 {
 		for i, w := range recordsWritten(out, len(sent)) {
 			v := sent[i].verdict
-			wb.wrote(window.Field(sent[i].sub), blockingOf(v.near), candidates(v.best), w)
+			wb.wrote(fields[i], blockingOf(v.near), candidates(v.best), w)
 		}
 	}
 	return hr.commit(pl, order, floorDiv(now.UnixMilli(), 1000))
