@@ -280,14 +280,7 @@ func TestGroupRewindsWhenTheSinkLostBatches(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "rewind-" + topic, Registerer: reg}, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(runCtx) }()
+	reg, stop := startGroup(ctx, t, bs, topic, "rewind-"+topic, sink)
 
 	produce(0, 400)
 	waitCount(400)
@@ -301,8 +294,7 @@ func TestGroupRewindsWhenTheSinkLostBatches(t *testing.T) {
 	t.Logf("the sink lost %d applied events", lost)
 	produce(400, 600)
 	waitCount(600)
-	stop()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if got := sink.count(); got != 600 {
@@ -313,17 +305,9 @@ func TestGroupRewindsWhenTheSinkLostBatches(t *testing.T) {
 			t.Errorf("event %s applied %d times", id, n)
 		}
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	rewinds := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == "floodgate_aggregator_rewinds_total" {
-			for _, m := range mf.GetMetric() {
-				rewinds += m.GetCounter().GetValue()
-			}
-		}
+	for _, n := range counterByPartition(t, reg, "floodgate_aggregator_rewinds_total") {
+		rewinds += n
 	}
 	if rewinds != 2 {
 		t.Errorf("floodgate_aggregator_rewinds_total = %v, want 2 (one per partition)", rewinds)
@@ -600,14 +584,7 @@ func TestGroupRereadsAnIdlePartitionWhenTheSinkAsks(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "reread-" + topic, Registerer: reg}, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(runCtx) }()
+	reg, stop := startGroup(ctx, t, bs, topic, "reread-"+topic, sink)
 
 	writeVisits(ctx, t, w, "r", 7, 0, 400)
 	waitCount(400)
@@ -620,8 +597,7 @@ func TestGroupRereadsAnIdlePartitionWhenTheSinkAsks(t *testing.T) {
 	}
 	sink.ch[0] <- "memory dropped by the test"
 	waitCount(400) // nothing new produced: only a read again restores them
-	stop()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	for id, n := range sink.seen {
@@ -629,23 +605,46 @@ func TestGroupRereadsAnIdlePartitionWhenTheSinkAsks(t *testing.T) {
 			t.Errorf("event %s applied %d times", id, n)
 		}
 	}
+	rebuilds := counterByPartition(t, reg, "floodgate_aggregator_memory_rebuilds_total")
+	if rebuilds["0"] != 1 || rebuilds["1"] != 0 {
+		t.Errorf("floodgate_aggregator_memory_rebuilds_total by partition %v, want 1 on partition 0 only", rebuilds)
+	}
+}
+
+// startGroup runs a group of sink over topic; stop stops it and returns
+// what its Run returned.
+func startGroup(ctx context.Context, t *testing.T, bs []string, topic, id string, sink aggregator.Sink) (reg *prometheus.Registry, stop func() error) {
+	t.Helper()
+	reg = prometheus.NewRegistry()
+	g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: id, Registerer: reg}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	return reg, func() error { cancel(); return <-done }
+}
+
+// counterByPartition is a counter of reg summed by its partition label.
+func counterByPartition(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rebuilds := map[string]float64{}
+	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() == "floodgate_aggregator_memory_rebuilds_total" {
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "partition" {
-						rebuilds[l.GetValue()] += m.GetCounter().GetValue()
-					}
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "partition" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	if rebuilds["0"] != 1 || rebuilds["1"] != 0 {
-		t.Errorf("floodgate_aggregator_memory_rebuilds_total by partition %v, want 1 on partition 0 only", rebuilds)
-	}
+	return out
 }
