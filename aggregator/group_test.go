@@ -577,12 +577,7 @@ func TestGroupRereadsAnIdlePartitionWhenTheSinkAsks(t *testing.T) {
 	sink := &rereadSink{offsetSink: newOffsetSink(), ch: [2]chan string{make(chan string, 1), make(chan string, 1)}}
 	waitCount := func(want int) {
 		t.Helper()
-		for sink.count() < want {
-			if ctx.Err() != nil {
-				t.Fatalf("applied %d distinct events, want %d", sink.count(), want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		stacktest.WaitFor(t, fmt.Sprintf("%d distinct events applied", want), time.Minute, func() bool { return sink.count() >= want })
 	}
 	reg, stop := startGroup(ctx, t, bs, topic, "reread-"+topic, sink)
 
