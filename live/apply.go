@@ -487,9 +487,16 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 	if wb {
 		only := onlyMemory(order)
 		h := holdAt{now: nowSec, from: b.First}
-		if s.hold > 0 && only {
-			// A batch the script writes moves D past it: it holds none.
+		switch {
+		case s.hold > 0 && only:
 			h.deadline = nowSec + s.hold
+		case !only && hr.wb.pinned:
+			// The script moves D past this batch, which therefore holds no
+			// decision back, and the decisions held back before it go
+			// first.
+			if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+				return res, -1, err
+			}
 		}
 		done, err := s.decideInMemory(pl, order, hr, h)
 		if err != nil || done {
@@ -502,13 +509,6 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		}
 		if only {
 			return res, -1, s.decide(ctx, offkey, b, pl, order, hr, now, &res)
-		}
-		if hr.wb.pinned {
-			// The script moves D past this batch: the decisions held back
-			// before it go first.
-			if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
-				return res, -1, err
-			}
 		}
 		for _, ps := range order {
 			if ps.writes && hr.wb.written != nil {

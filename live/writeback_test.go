@@ -974,3 +974,37 @@ func slotOffset(t *testing.T, rdb *redis.Client, st *window.Store) int64 {
 	}
 	return v
 }
+
+// A batch with a subject the apply script counts moves D past itself, so
+// the decisions held back before it are written first.
+func TestWriteBackHeldDecisionsGoBeforeAScriptBatch(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - {name: r, action: act, kinds: [k], limits: [10/m]}
+  - {name: b, action: bkt, kinds: [k], limits: [1000/d], bucket: {rate: 1/s, burst: 1000}}
+`)
+	a := newOwnerWith(t, st, set, live.ApplierConfig{HoldDecisions: 7 * time.Second})
+	at := base.Add(time.Hour)
+	sec := func(n int) time.Time { return at.Add(time.Duration(n) * time.Second) }
+	b := &batcher{Topic: "wb"}
+	x := window.Subject{Action: "act", Kind: "k", Subject: "x"}
+	var evs []eventT
+	for i := range 11 {
+		evs = append(evs, eventsOf("x", 1, sec(i))...)
+	}
+	a.mustApply(b.Batch(evs...), sec(10)) // denied until +60s
+	a.mustApply(b.Batch(eventsOf("x", 1, sec(20))...), sec(20))
+	if d := readDeny(t, rdb, st, x); d == nil || !d.Until.Equal(sec(60)) {
+		t.Fatalf("record %+v, want the extension to +61s held back", d)
+	}
+	script := b.Batch(ev("bkt", "k", "z", sec(21)))
+	a.mustApply(script, sec(21))
+	if d := readDeny(t, rdb, st, x); d == nil || !d.Until.Equal(sec(61)) || d.Count != 12 {
+		t.Fatalf("after a batch the script wrote, x's record is %+v, want count 12 until %s", d, sec(61))
+	}
+	if d := slotOffset(t, rdb, st); d != script.Last+1 {
+		t.Fatalf("D %d, want %d", d, script.Last+1)
+	}
+}
