@@ -164,6 +164,10 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 		p := s.part(partition)
 		p.mu.Lock()
 		next, ok, err = s.cfg.Applier.Resume(ctx, s.cfg.Group, topic, partition, p.hr)
+		select {
+		case <-p.reread: // asked before this resume (a revoke's final checkpoint): done by it
+		default:
+		}
 		p.mu.Unlock()
 	} else {
 		next, ok, err = s.cfg.Applier.Store().Resume(ctx, s.cfg.Group, topic, partition)
