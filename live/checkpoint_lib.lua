@@ -1,9 +1,11 @@
 -- Shared by checkpoint.lua and checkpoint_part.lua (live/writeback.go).
 
 -- fg_ckpt_fields raises n bucket fields, given from ARGV[from] on as
--- {bucket key, field, increment, ttl}; a key is given its ttl when the
--- field is new. A failing write (WRONGTYPE on a foreign key) undoes the
--- ones before it and returns the error reply; nil when all were written.
+-- {bucket key, field, increment, ttl}; a key is given a positive ttl when
+-- the field is new, -ttl for a negative one, and keeps its expiry for 0
+-- (live/writeback.go, ckptTTL). A failing write (WRONGTYPE on a foreign
+-- key) undoes the ones before it and returns the error reply; nil when all
+-- were written.
 local function fg_ckpt_fields(a, from, n)
   local done = {}
   for k = from, from + 4 * (n - 1), 4 do
@@ -16,7 +18,12 @@ local function fg_ckpt_fields(a, from, n)
       end
       return redis.error_reply('floodgate checkpoint: ' .. key .. ': ' .. v.err)
     end
-    if v == d then redis.call('EXPIRE', key, a[k + 3]) end
+    local ttl = tonumber(a[k + 3])
+    if ttl < 0 then
+      redis.call('EXPIRE', key, -ttl)
+    elseif ttl > 0 and v == d then
+      redis.call('EXPIRE', key, ttl)
+    end
     done[#done + 1] = k
   end
   return nil

@@ -51,11 +51,14 @@ type mirror struct {
 
 // block is one bucket hash of one subject: 136 bytes.
 type block struct {
-	n      int64  // hash number (hashID.n)
-	next   uint32 // the subject's next block (or the next free one), plus one
-	level  byte   // hashID.level
-	wide   bool   // counts are in mirror.wide
-	counts [60]int16
+	n     int64  // hash number (hashID.n)
+	next  uint32 // the subject's next block (or the next free one), plus one
+	level byte   // hashID.level
+	wide  bool   // counts are in mirror.wide
+	// expiring: a checkpoint of this owner, under the rules the copy was
+	// loaded with, set the hash's expiry; later ones need not (ckptTTL).
+	expiring bool
+	counts   [60]int16
 }
 
 // hashID names one bucket hash of a subject: level 's' (seconds of a
@@ -130,7 +133,7 @@ func (m *mirror) store(r *room, id hashID, h []int64) {
 		m.hashes++
 	}
 	b := m.t.blocks.At(int(bi - 1))
-	b.level, b.n = id.level, id.n
+	b.level, b.n, b.expiring = id.level, id.n, false
 	if b.wide {
 		delete(m.wide, bi)
 		b.wide = false

@@ -475,7 +475,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		// every interval. Parts again once C has passed the marks.
 		size = math.MaxInt
 	}
-	parts, err := s.checkpointParts(group, partition, wb, nowSec, size)
+	parts, err := s.checkpointParts(group, partition, hr, nowSec, size)
 	if err != nil {
 		return 0, err
 	}
@@ -517,6 +517,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		hr.drop()
 		return 0, err
 	}
+	hr.mir.markExpiring(last.expiring)
 	n := wb.fields
 	wb.pruneWritten(nowSec)
 	wb.c, wb.cKept, wb.rules = wb.at, true, rs
@@ -550,16 +551,20 @@ func checkpointRefused(group string, partition int, out []any, expect string, hr
 type ckptPart struct {
 	fields []any    // {bucket key, field, increment, ttl} per field
 	subs   []string // the subjects' fields
+	// expiring are the copies whose hashes the part sets the expiry of:
+	// once it is written, later checkpoints need not (ckptTTL).
+	expiring []uint32
 }
 
 // checkpointParts splits the pending increments into parts of at most
 // size fields; a subject with more has a part of its own. There is always
 // a last part, empty when nothing but ids or rules is written.
-func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, nowSec int64, size int) ([]ckptPart, error) {
+func (s *Applier) checkpointParts(group string, partition int, hr *Headroom, nowSec int64, size int) ([]ckptPart, error) {
 	slack := int64(s.slack / time.Second)
 	parts := []ckptPart{{}}
-	p := wb.pending
+	p := hr.wb.pending
 	var one []any
+	var expiring []uint32
 	var bk bucketKeys
 	slot := s.keys.Slot(partition)
 	for i := range p.subs.len() {
@@ -569,9 +574,18 @@ func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, no
 		}
 		bk.subject(slot, key)
 		d := p.subs.at(i)
-		one = one[:0]
+		r := hr.t.rooms.get(key) // the rooms' key is the field too
+		one, expiring = one[:0], expiring[:0]
 		p.each(d, func(f bucketField, n int64) {
 			ttl := max((f.id.n+1)*f.id.span()+d.maxw+slack-nowSec, 1)
+			var bi uint32
+			if r != nil {
+				bi = hr.mir.find(r, f.id)
+			}
+			ttl, mark := ckptTTL(hr.mir, bi, ttl)
+			if mark {
+				expiring = append(expiring, bi)
+			}
 			one = append(one, bk.key(f.id.level, f.id.n), f.field, n, ttl)
 		})
 		if len(one) == 0 {
@@ -584,8 +598,41 @@ func (s *Applier) checkpointParts(group string, partition int, wb *writeBack, no
 		}
 		cur.fields = append(cur.fields, one...)
 		cur.subs = append(cur.subs, string(key))
+		cur.expiring = append(cur.expiring, expiring...)
 	}
 	return parts, nil
+}
+
+// expiryKnownFor is how long a hash whose expiry this owner set must have
+// left for a checkpoint to skip setting it again: a hash whose time is
+// nearly up may have ended (clocks, a late event), and HINCRBY would make
+// it again with none.
+const expiryKnownFor = 60
+
+// ckptTTL is the expiry a checkpoint sends with a field of the hash whose
+// copy is block bi (0: none held), ttl seconds from now, as
+// fg_ckpt_fields reads it: 0 to leave the hash's expiry as it is, a
+// negative one to set it whether the field is new or not, a positive one
+// to set it when the field is new. Setting it costs Redis a command per
+// field; a hash of seconds gets up to 60 new fields. So an owner sets it
+// once per copy it holds (mark: remember it once written, the copy's
+// expiring), and as before with every new field of a hash it holds no copy
+// of.
+func ckptTTL(m *mirror, bi uint32, ttl int64) (out int64, mark bool) {
+	if bi == 0 {
+		return ttl, false
+	}
+	if m.t.blocks.At(int(bi-1)).expiring && ttl > expiryKnownFor {
+		return 0, false
+	}
+	return -ttl, true
+}
+
+// markExpiring remembers the copies whose hashes' expiry a written part set.
+func (m *mirror) markExpiring(blocks []uint32) {
+	for _, bi := range blocks {
+		m.t.blocks.At(int(bi - 1)).expiring = true
+	}
 }
 
 // writePart writes part i of a checkpoint ahead of its last run, marked
@@ -614,6 +661,7 @@ func (s *Applier) writePart(ctx context.Context, group, topic string, partition 
 	if replyInt(out, 0) != checkpointWritten {
 		return fmt.Errorf("part %d: %w", i, checkpointRefused(group, partition, out, expect, hr))
 	}
+	hr.mir.markExpiring(pt.expiring)
 	hr.next = max(hr.next, wb.at)
 	return nil
 }

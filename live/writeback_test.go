@@ -1008,3 +1008,70 @@ rules:
 		t.Fatalf("D %d, want %d", d, script.Last+1)
 	}
 }
+
+// A checkpoint sets a bucket hash's expiry once per copy the owner holds,
+// not with every new field (a hash of seconds gets up to 60): the hash
+// keeps the expiry the first write set, and every hash has one.
+func TestWriteBackSetsAHashExpiryOnce(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [1000/d]
+`)
+	ctx := context.Background()
+	at := base.Add(time.Hour).Truncate(time.Minute)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	sub := window.Subject{Action: "act", Kind: "k", Subject: "x"}
+	secs := st.Keys().Bucket(0, sub, 's', at)
+	step := func(sec int) {
+		t.Helper()
+		now := at.Add(time.Duration(sec) * time.Second)
+		a.mustApply(b.Batch(eventsOf("x", 2, now)...), now)
+		if err := a.checkpoint(now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(0)
+	if ttl := rdb.TTL(ctx, secs).Val(); ttl <= 0 {
+		t.Fatalf("seconds hash %s after its first checkpoint: TTL %s, want one", secs, ttl)
+	}
+	// A mark: a checkpoint that set the expiry again would overwrite it.
+	const mark = 500 * time.Hour
+	if err := rdb.Expire(ctx, secs, mark).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for sec := 1; sec < 5; sec++ {
+		step(sec) // a new field of the same hash each time
+	}
+	if ttl := rdb.TTL(ctx, secs).Val(); ttl < mark-time.Minute {
+		t.Fatalf("seconds hash TTL %s after later checkpoints, want the %s set between them kept", ttl, mark)
+	}
+	if n := rdb.HLen(ctx, secs).Val(); n != 5 {
+		t.Fatalf("seconds hash holds %d fields, want 5", n)
+	}
+
+	// Another owner, which loads the hash, sets its expiry once again.
+	a = newOwner(t, st, set)
+	a.resume(nil, at)
+	step(5)
+	if ttl := rdb.TTL(ctx, secs).Val(); ttl <= 0 || ttl > 25*time.Hour {
+		t.Fatalf("seconds hash TTL %s after a new owner's checkpoint, want its own (a day and slack)", ttl)
+	}
+	keys, err := rdb.Keys(ctx, st.Keys().Slot(0)+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, ":@") {
+			continue // the slot's own keys
+		}
+		if ttl := rdb.TTL(ctx, k).Val(); ttl <= 0 && ttl != -2 {
+			t.Errorf("%s has no expiry (TTL %s)", k, ttl)
+		}
+	}
+}
