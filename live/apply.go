@@ -60,6 +60,12 @@ type ApplierConfig struct {
 	// checkpoint may take: the aggregator sets twice the interval plus 5s.
 	// 0 (the default) writes such verdicts at once.
 	HoldDecisions time.Duration
+	// RefreshDecisions, with HoldDecisions, lets a checkpoint carry a
+	// held-back decision past it (carried.go) while the state written for
+	// its subject is younger than this: a denied subject's retry time and
+	// counts are then up to this old (earlier, never later) instead of a
+	// checkpoint interval. 0 (the default) writes them at every checkpoint.
+	RefreshDecisions time.Duration
 	// Logger receives what the Applier notices on its own. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -82,7 +88,9 @@ type Applier struct {
 	wb     bool
 	part   int   // bucket fields per checkpoint script run
 	hold   int64 // seconds; 0 off (ApplierConfig.HoldDecisions)
-	log    *slog.Logger
+	// refresh: seconds; 0 off (ApplierConfig.RefreshDecisions)
+	refresh int64
+	log     *slog.Logger
 }
 
 // The scripts are immutable; redis.Script only caches their SHA. The
@@ -122,6 +130,8 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		return nil, fmt.Errorf("live applier: max subjects %d is negative", cfg.MaxSubjects)
 	case cfg.HoldDecisions < 0 || (cfg.HoldDecisions > 0 && !cfg.WriteBack):
 		return nil, fmt.Errorf("live applier: hold decisions %s: want 0, or a positive duration with write-back", cfg.HoldDecisions)
+	case cfg.RefreshDecisions < 0 || (cfg.RefreshDecisions > 0 && cfg.HoldDecisions == 0):
+		return nil, fmt.Errorf("live applier: refresh decisions %s: want 0, or a positive duration with hold decisions", cfg.RefreshDecisions)
 	case cfg.CheckpointPart < 0:
 		return nil, fmt.Errorf("live applier: checkpoint part of %d fields is negative", cfg.CheckpointPart)
 	case cfg.KeepRecords < 0:
@@ -149,7 +159,9 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		wb:     cfg.WriteBack,
 		part:   cfg.CheckpointPart,
 		hold:   int64((cfg.HoldDecisions + time.Second - 1) / time.Second),
-		log:    cfg.Logger,
+		// rounded down: a state is not kept past it
+		refresh: int64(cfg.RefreshDecisions / time.Second),
+		log:     cfg.Logger,
 	}, nil
 }
 
@@ -166,7 +178,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript, heldScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}
@@ -493,8 +505,9 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		case !only && hr.wb.pinned:
 			// The script moves D past this batch, which therefore holds no
 			// decision back, and the decisions held back before it go
-			// first.
-			if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+			// first (but those carried past a checkpoint: D does not hold
+			// them).
+			if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now, keepCarried, true); err != nil {
 				return res, -1, err
 			}
 		}

@@ -4,7 +4,9 @@
 -- and the decisions offset D, compare-and-set on D and the change sequence.
 -- Its reply has apply.lua's shape, so the caller reads both alike.
 -- KEYS[1]: D. ARGV: slot, expected D (-1: none stored), new D, now ms,
--- keep ms, max log, expected change sequence, n subjects, then per subject
+-- keep ms, max log, expected change sequence, n subjects, extend only
+-- ('1': a new owner writing the verdicts its predecessor held back past
+-- its checkpoint, live/carried.go; else '0'), then per subject
 -- {field, field as JSON, state JSON or '', state expiry, n candidates, then
 -- per candidate {kind 'deny'|'shadow', limit index, rule, window as
 -- fg_fmt_window writes it ('' for none), count, until ms, evaluated second,
@@ -32,8 +34,9 @@ if prev ~= expect or seq0 ~= gseq then return {STALE, prev or -1} end
 redis.call('HLEN', statekey)
 redis.call('ZCARD', expkey)
 redis.call('XLEN', logkey)
+local extend_only = a[9] == '1'
 local subs = {}
-local i = 9
+local i = 10
 for s = 1, tonumber(a[8]) do
   local sub = {f = a[i], fj = a[i + 1], js = a[i + 2], x = tonumber(a[i + 3]), cands = {}}
   local nc = tonumber(a[i + 4]); i = i + 5
@@ -49,10 +52,32 @@ for s = 1, tonumber(a[8]) do
   subs[s] = sub
 end
 
+-- extends tells whether sub's verdict only extends what its slot shows:
+-- its state is there, newer than none of the verdict's, and each record
+-- is there, of the same limit, ending earlier. An operator's unban or
+-- reset since (its state or records gone), or a later verdict written
+-- (a record ending as late), makes a held-back verdict one to drop.
+local function extends(sub)
+  if not sub.old then return false end
+  local ot = tonumber(string.match(sub.old, '^{"t":(%-?%d+)'))
+  local nt = tonumber(string.match(sub.js, '^{"t":(%-?%d+)'))
+  if not ot or not nt or ot > nt then return false end
+  for _, c in ipairs(sub.cands) do
+    if not c.old then return false end
+    local ou = tonumber(string.match(c.old, '"until":(%-?%d+)'))
+    if not ou or ou >= c.u_ms or string.match(c.old, '"rule":"([^"]*)"') ~= c.rule or
+      string.match(c.old, '"window":"([^"]*)"') ~= c.wfmt then
+      return false
+    end
+  end
+  return true
+end
+
 -- Phase 2: writes, as apply.lua writes verdicts.
 local decs, exts, changes, djson = {}, {}, {}, {}
 for s, sub in ipairs(subs) do
-  for _, c in ipairs(sub.cands) do
+  if extend_only and not extends(sub) then sub.skip = true end
+  for _, c in ipairs(sub.skip and {} or sub.cands) do
     local write, new, since = true, true, c.t * 1000
     -- The old record's fields, read by pattern: a key's name inside a
     -- JSON string (the message) is escaped (\"until\":), so what matches
@@ -71,7 +96,7 @@ for s, sub in ipairs(subs) do
       if new then djson[#djson + 1] = c.dj end
     end
   end
-  fg_state(statekey, expkey, sub.f, sub.js, sub.old, sub.x, changes, sub.fj)
+  if not sub.skip then fg_state(statekey, expkey, sub.f, sub.js, sub.old, sub.x, changes, sub.fj) end
 end
 
 fg_prune_states(statekey, expkey, now)

@@ -53,13 +53,22 @@ type deferredState struct {
 	best     [2]candidate
 	limits   []profileLimit
 	blocking []nearLimit
+	// carried: the slot holds it for a new owner to write (carried.go)
+	carried bool
+	at      int64 // the second it was evaluated at
 }
 
+// held tells whether st is a decision held back (else a state that only
+// moves counts).
+func (st *deferredState) held() bool { return len(st.blocking) > 0 }
+
 // written is what this owner last wrote for a subject whose state blocks:
-// the limits it blocks and until when, and its deny and shadow records.
+// the limits it blocks and until when, its deny and shadow records, and
+// the second the verdict written was evaluated at.
 type written struct {
 	blocking []nearLimit // l, until (s)
 	records  [2]writtenRecord
+	at       int64
 }
 
 type writtenRecord struct{ l, untilMS int64 } // l 0: none known
@@ -93,7 +102,7 @@ func (w *writeBack) deferState(hr *Headroom, sub window.Subject, v *verdict, pr 
 	if w.deferred == nil {
 		w.deferred = map[string]deferredState{}
 	}
-	d := deferredState{state: v.state, expires: v.expires}
+	d := deferredState{state: v.state, expires: v.expires, at: h.now}
 	if held {
 		d.best, d.limits, d.blocking = candidates(v.best), pr.limits, blockingOf(v.near)
 		if !w.pinned {
@@ -178,7 +187,7 @@ func (wr *written) until(l int64) int64 {
 // limits its state blocks, and the records decide.lua wrote (wroteK) or
 // left as they were (a candidate not written: the slot holds a record this
 // owner does not know).
-func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wroteK [2]bool) {
+func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wroteK [2]bool, now int64) {
 	wr := w.written[f]
 	if len(blocking) == 0 {
 		if wr != nil {
@@ -196,7 +205,7 @@ func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wro
 		wr = &written{}
 		w.written[f] = wr
 	}
-	wr.blocking = blocking
+	wr.blocking, wr.at = blocking, now
 	for k, c := range best {
 		switch {
 		case wroteK[k]:
@@ -257,26 +266,26 @@ func (w *writeBack) undefer(hr *Headroom, sub window.Subject) {
 	}
 }
 
-// writeDeferred writes the verdicts held back, and moves D up to memory's
+// writeDeferred writes the verdicts held back but those keep keeps (nil:
+// none), in runs of at most the checkpoint's part size, so that no run
+// holds Redis long. With moveD, the last run moves D up to memory's
 // position: every verdict before it is then written (a batch that ran no
-// script had nothing else to write). It writes them in runs of at most
-// the checkpoint's part size, so that no run holds Redis long; only the
-// last moves D, past the decisions held back. Refused, it drops hr's
-// memory and returns errFenced; failed, it keeps the verdicts not written
-// for the next checkpoint.
-func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) error {
+// script had nothing else to write), but those carried past a checkpoint
+// (carried.go), which do not depend on D. Refused, it drops hr's memory
+// and returns errFenced; failed, it keeps the verdicts not written for the
+// next checkpoint.
+func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time, keep func(f string, st *deferredState) bool, moveD bool) error {
 	wb := hr.wb
-	run := make([]string, 0, min(len(wb.deferred), s.part))
-	for len(wb.deferred) > 0 {
-		run = run[:0]
-		for f := range wb.deferred {
-			if len(run) == cap(run) {
-				break
-			}
-			run = append(run, f)
+	todo := make([]string, 0, len(wb.deferred))
+	for f, st := range wb.deferred {
+		if keep == nil || !keep(f, &st) {
+			todo = append(todo, f)
 		}
+	}
+	for i := 0; i < len(todo); i += s.part {
+		run := todo[i:min(i+s.part, len(todo))]
 		d := hr.next
-		if len(run) == len(wb.deferred) {
+		if moveD && i+len(run) == len(todo) {
 			d = max(hr.next, wb.at)
 		}
 		if err := s.writeStates(ctx, group, topic, partition, hr, d, run, now); err != nil {
@@ -284,6 +293,9 @@ func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partit
 		}
 	}
 	wb.pinned = false
+	for _, st := range wb.deferred {
+		wb.pinned = wb.pinned || st.held() && !st.carried
+	}
 	return nil
 }
 
@@ -292,7 +304,7 @@ func (s *Applier) writeDeferred(ctx context.Context, group, topic string, partit
 func (s *Applier) writeStates(ctx context.Context, group, topic string, partition int, hr *Headroom, d int64, run []string, now time.Time) error {
 	wb := hr.wb
 	args := make([]any, 0, 8+5*len(run))
-	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(run))
+	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(run), "0")
 	for _, f := range run {
 		st := wb.deferred[f]
 		var best [2]*candidate
@@ -328,7 +340,7 @@ func (s *Applier) writeStates(ctx context.Context, group, topic string, partitio
 			}
 		}
 		if s.hold > 0 {
-			wb.wrote(f, st.blocking, st.best, wroteK[i])
+			wb.wrote(f, st.blocking, st.best, wroteK[i], st.at)
 		}
 		delete(wb.deferred, f)
 	}

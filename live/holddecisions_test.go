@@ -26,9 +26,19 @@ import (
 // subject, what a limiter reads from either store must decide alike:
 // denied or not by a deny record of the same limit, shadow-denied or not,
 // blocked or not by its state's enforced and shadow limits, the held
-// store's retry times never later. After every checkpoint the records and
-// the blocking limits must be the same, retry times included.
+// store's retry times never later. After every checkpoint, for every
+// subject, the records and the blocking limits must be the same, retry
+// times included; or, when
+// the held owner carries decisions past checkpoints (RefreshDecisions),
+// decide alike, each state that blocks no more than the refresh (and a few
+// checkpoint intervals) older. (A state that does not block is lost with
+// its owner until the subject's next event, carried or not.)
 func TestHeldDecisionsDecideAsWrittenAtOnce(t *testing.T) {
+	t.Run("written at checkpoints", func(t *testing.T) { heldDecisionsDecideAsWrittenAtOnce(t, 0) })
+	t.Run("carried past checkpoints", func(t *testing.T) { heldDecisionsDecideAsWrittenAtOnce(t, 5*time.Second) })
+}
+
+func heldDecisionsDecideAsWrittenAtOnce(t *testing.T, refresh time.Duration) {
 	rdb := stacktest.Redis(t)
 	set := mustRules(t, `
 rules:
@@ -48,7 +58,7 @@ rules:
 
 	refStore, heldStore := newStore(t, rdb), newStore(t, rdb)
 	ref := newOwnerWith(t, refStore, set, live.ApplierConfig{})
-	held := newOwnerWith(t, heldStore, set, live.ApplierConfig{HoldDecisions: 3 * time.Second})
+	held := newOwnerWith(t, heldStore, set, live.ApplierConfig{HoldDecisions: 3 * time.Second, RefreshDecisions: refresh})
 	ctx := context.Background()
 	b := &batcher{Topic: "wb"}
 	type appliedBatch struct {
@@ -58,8 +68,8 @@ rules:
 	var since []appliedBatch // the held owner's batches since its checkpoint
 	clock := base.UnixMilli()
 	lastCk := clock
-	var batches, crashes, checkpoints, compared, denials, heldBack int
-	touchedSinceCk := map[string]bool{}
+	var batches, crashes, checkpoints, compared, denials, heldBack, carried int
+	seen := map[string]bool{}
 	for end := clock + 4*60*1000; clock < end; {
 		clock += int64(rng.ExpFloat64() * 120)
 		now := time.UnixMilli(clock).UTC()
@@ -72,7 +82,7 @@ rules:
 				ts = clock - rng.Int64N(120_000) // late
 			}
 			evs = append(evs, ev("act", "k", subj, time.UnixMilli(ts).UTC()))
-			touched[subj], touchedSinceCk[subj] = true, true
+			touched[subj], seen[subj] = true, true
 		}
 		batch := b.Batch(evs...)
 		ref.mustApply(batch, now)
@@ -117,25 +127,36 @@ rules:
 			}
 			checkpoints++
 			since = since[:0]
-			for subj := range touchedSinceCk {
-				sub := window.Subject{Action: "act", Kind: "k", Subject: subj}
-				r, h := readDecision(t, rdb, refStore, sub, now), readDecision(t, rdb, heldStore, sub, now)
-				if !h.sameAfterCheckpoint(r) {
+			// Every subject: a decision carried past a checkpoint and lost
+			// would show once its written until passes, events or not.
+			subs := make([]window.Subject, 0, len(seen))
+			for subj := range seen {
+				subs = append(subs, window.Subject{Action: "act", Kind: "k", Subject: subj})
+			}
+			rs, hs := readDecisions(t, rdb, refStore, subs, now), readDecisions(t, rdb, heldStore, subs, now)
+			for i, r := range rs {
+				h, subj := hs[i], subs[i].Subject
+				switch {
+				case refresh == 0 && !h.sameAfterCheckpoint(r):
 					t.Fatalf("after checkpoint %d (%d crashes) at %s, subject %s: held back %+v, written at once %+v", checkpoints, crashes, now, subj, h, r)
+				case refresh > 0 && (!h.decidesAs(r) || h.blocks != [2]bool{} && r.at.Sub(h.at) > refresh+3*time.Second):
+					t.Fatalf("after checkpoint %d (%d crashes) at %s, subject %s: carried %+v, written at once %+v", checkpoints, crashes, now, subj, h, r)
+				case !h.sameAfterCheckpoint(r):
+					carried++
 				}
 			}
-			clear(touchedSinceCk)
 		}
 	}
-	t.Logf("%d batches, %d checkpoints, %d crashes; %d subject decisions compared (%d denied), %d of them with something held back",
-		batches, checkpoints, crashes, compared, denials, heldBack)
-	if heldBack == 0 || denials == 0 || crashes == 0 {
-		t.Fatal("nothing was held back, denied or crashed: the test proves nothing")
+	t.Logf("%d batches, %d checkpoints, %d crashes; %d subject decisions compared (%d denied), %d of them with something held back; %d carried past a checkpoint",
+		batches, checkpoints, crashes, compared, denials, heldBack, carried)
+	if heldBack == 0 || denials == 0 || crashes == 0 || refresh > 0 && carried == 0 {
+		t.Fatal("nothing was held back, carried, denied or crashed: the test proves nothing")
 	}
 }
 
 // decision is what a limiter reads of a subject at one instant.
 type decision struct {
+	at            time.Time // its state's
 	deny, shadow  recordView
 	blocks        [2]bool              // enforced, shadow limits of the state
 	blockingUntil map[string]time.Time // rule/limit -> until, of the limits blocking
@@ -150,30 +171,49 @@ type recordView struct {
 
 func readDecision(t *testing.T, rdb *redis.Client, st *window.Store, sub window.Subject, now time.Time) decision {
 	t.Helper()
-	var d decision
-	d.deny = readRecord(t, rdb, st.Keys().Deny(0, sub), now)
-	d.shadow = readRecord(t, rdb, st.Keys().Shadow(0, sub), now)
-	js, err := rdb.HGet(context.Background(), st.Keys().State(0), window.Field(sub)).Result()
-	if err == redis.Nil {
-		return d
+	return readDecisions(t, rdb, st, []window.Subject{sub}, now)[0]
+}
+
+// readDecisions reads the decisions of subs in one round trip.
+func readDecisions(t *testing.T, rdb *redis.Client, st *window.Store, subs []window.Subject, now time.Time) []decision {
+	t.Helper()
+	ctx := context.Background()
+	p := rdb.Pipeline()
+	cmds := make([][3]*redis.StringCmd, len(subs))
+	for i, sub := range subs {
+		cmds[i] = [3]*redis.StringCmd{p.Get(ctx, st.Keys().Deny(0, sub)), p.Get(ctx, st.Keys().Shadow(0, sub)),
+			p.HGet(ctx, st.Keys().State(0), window.Field(sub))}
 	}
-	if err != nil {
+	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
 		t.Fatal(err)
 	}
-	s, err := window.ParseState([]byte(js))
-	if err != nil {
-		t.Fatalf("state %s: %v", js, err)
-	}
-	for _, l := range s.Limits {
-		if l.Until.After(now) {
-			d.blocks[shadowOf(l.Rule)] = true
-			if d.blockingUntil == nil {
-				d.blockingUntil = map[string]time.Time{}
+	out := make([]decision, len(subs))
+	for i, c := range cmds {
+		d := &out[i]
+		d.deny, d.shadow = recordOf(t, c[0], now), recordOf(t, c[1], now)
+		js, err := c[2].Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := window.ParseState([]byte(js))
+		if err != nil {
+			t.Fatalf("state %s: %v", js, err)
+		}
+		d.at = s.At
+		for _, l := range s.Limits {
+			if l.Until.After(now) {
+				d.blocks[shadowOf(l.Rule)] = true
+				if d.blockingUntil == nil {
+					d.blockingUntil = map[string]time.Time{}
+				}
+				d.blockingUntil[l.Rule+"/"+l.Limit.String()] = l.Until
 			}
-			d.blockingUntil[l.Rule+"/"+l.Limit.String()] = l.Until
 		}
 	}
-	return d
+	return out
 }
 
 func shadowOf(rule string) int {
@@ -183,9 +223,9 @@ func shadowOf(rule string) int {
 	return 0
 }
 
-func readRecord(t *testing.T, rdb *redis.Client, key string, now time.Time) recordView {
+func recordOf(t *testing.T, c *redis.StringCmd, now time.Time) recordView {
 	t.Helper()
-	v, err := rdb.Get(context.Background(), key).Bytes()
+	v, err := c.Bytes()
 	if err == redis.Nil {
 		return recordView{}
 	}

@@ -187,7 +187,14 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 // memory only, and a write-through sink does not replay them.
 func (s *Sink) warnWriteBackPast(ctx context.Context, topic string, partition int) {
 	o, err := s.cfg.Applier.readOffsets(ctx, s.cfg.Group, topic, partition)
-	if err != nil || !o.cKept || o.c >= o.d {
+	if err != nil || !o.cKept {
+		return
+	}
+	if o.held != nil {
+		s.log.Warn("write-through resumes a partition whose write-back owner held deny extensions back past its checkpoint: they are not written, so those subjects' denies end as last written unless their next events deny again",
+			"topic", topic, "partition", partition, "checkpoint", o.c)
+	}
+	if o.c >= o.d {
 		return
 	}
 	s.m.unreplayed.WithLabelValues(strconv.Itoa(partition)).Add(float64(o.d - o.c))

@@ -71,6 +71,11 @@ type writeBack struct {
 	deferred map[string]deferredState
 	pinned   bool
 	heldFrom int64
+	// carried is how many held-back decisions the slot holds as this
+	// owner's (carried.go; -1: unknown, the last owner's maybe), and
+	// inherited the last owner's it has to write yet.
+	carried   int
+	inherited []byte
 	// written are, by field, the decisions this owner wrote for its
 	// subjects whose states block (deferred.go).
 	written map[string]*written
@@ -221,6 +226,7 @@ type offsets struct {
 	resets map[string]int64
 	marks  map[string]int64
 	rules  []byte // nil: not stored
+	held   []byte // the decisions carried past C (carried.go); nil: none
 }
 
 // readOffsets reads C, D, the change sequence and the reset boundaries of
@@ -236,6 +242,7 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 	sc = p.Get(ctx, s.keys.Seq(partition))
 	rc = p.HGetAll(ctx, s.keys.Resets(partition))
 	mc := p.HGetAll(ctx, s.keys.CheckpointMarks(group, topic, partition))
+	hc := p.Get(ctx, s.keys.CheckpointHeld(group, topic, partition))
 	_, err := p.Exec(ctx)
 	s.st.Observe("resume", start)
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -255,6 +262,9 @@ func (s *Applier) readOffsets(ctx context.Context, group, topic string, partitio
 	}
 	if b, err := rsc.Bytes(); err == nil {
 		o.rules = b
+	}
+	if b, err := hc.Bytes(); err == nil && len(b) > 0 {
+		o.held = b
 	}
 	o.resets = map[string]int64{}
 	for f, v := range rc.Val() {
@@ -314,7 +324,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 	}
 	hr.drop()
 	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets, marks: o.marks,
-		rules: rs, stored: o.rules, pending: hr.t.pending}
+		rules: rs, stored: o.rules, pending: hr.t.pending, carried: -1, inherited: o.held}
 	hr.next, hr.seq = o.d, o.seq
 	return o.c, o.c >= 0, nil
 }
@@ -450,7 +460,14 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 // after it are counted under.
 func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, rs *rules.Set, now time.Time) (fields int, err error) {
 	wb := hr.wb
-	if err := s.writeDeferred(ctx, group, topic, partition, hr, now); err != nil {
+	if err := s.writeInherited(ctx, group, topic, partition, hr, now); err != nil {
+		return 0, err
+	}
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	if err := s.writeDeferred(ctx, group, topic, partition, hr, now, s.carries(wb, nowSec), false); err != nil {
+		return 0, err
+	}
+	if err := s.writeCarried(ctx, group, topic, partition, hr); err != nil {
 		return 0, err
 	}
 	text := rs.Source()
@@ -462,11 +479,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	if !keepRules {
 		text = nil
 	}
-	expect := ""
-	if wb.cKept {
-		expect = strconv.FormatInt(wb.c, 10)
-	}
-	nowSec := floorDiv(now.UnixMilli(), 1000)
+	expect := wb.expectC()
 	size := s.part
 	if len(wb.marks) > 0 {
 		// Resumed from a checkpoint that failed between its parts: this one
@@ -683,6 +696,9 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 			return ApplyResult{}, err
 		}
 	}
+	if err := s.writeInherited(ctx, group, b.Topic, b.Partition, hr, now); err != nil {
+		return ApplyResult{}, s.fenced(ctx, group, b, hr, err)
+	}
 	wb := hr.wb
 	// Redis holds no offset of the partition: never applied, or Redis lost
 	// its data (the caller knows which; it had progress or not).
@@ -870,7 +886,7 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	if wb.pinned {
 		d = wb.heldFrom // decisions held back: evaluated again after a crash
 	}
-	args := []any{s.keys.Slot(b.Partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, 0}
+	args := []any{s.keys.Slot(b.Partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, 0, "0"}
 	for _, ps := range order {
 		if !ps.writes {
 			continue
@@ -893,7 +909,7 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	if s.hold > 0 {
 		for i, w := range recordsWritten(out, len(sent)) {
 			v := sent[i].verdict
-			wb.wrote(fields[i], blockingOf(v.near), candidates(v.best), w)
+			wb.wrote(fields[i], blockingOf(v.near), candidates(v.best), w, floorDiv(now.UnixMilli(), 1000))
 		}
 	}
 	return hr.commit(pl, order, floorDiv(now.UnixMilli(), 1000))

@@ -106,6 +106,14 @@ func (k Keys) CheckpointMarks(group, topic string, partition int) string {
 	return k.Slot(partition) + ":@ckmarks:" + group + ":" + topic
 }
 
+// CheckpointHeld returns the key of the verdicts a write-back owner holds
+// back past its checkpoint (a string: JSON, live/carried.go): denies its
+// slot shows already, extended later. A new owner writes them as it
+// resumes, so that none is lost with the one before it.
+func (k Keys) CheckpointHeld(group, topic string, partition int) string {
+	return k.Slot(partition) + ":@ckheld:" + group + ":" + topic
+}
+
 // Resets returns the key of a partition's reset boundaries (a hash: subject
 // field -> the decisions offset when an operator reset it).
 func (k Keys) Resets(partition int) string { return k.Slot(partition) + resetsSuffix }

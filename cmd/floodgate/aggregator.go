@@ -44,6 +44,7 @@ type AggregatorCmd struct {
 	OnLostOffsets      string        `name:"on-lost-offsets" env:"FLOODGATE_ON_LOST_OFFSETS" default:"skip" enum:"skip,stop" help:"When the log no longer holds a partition's next offset (retention, topic recreated): skip (report and go on) or stop the partition."`
 	Dedup              time.Duration `name:"dedup" env:"FLOODGATE_DEDUP" default:"0s" help:"Skip an event whose id was counted within this horizon (a producer's retry), live (ids in Redis) and in history (ids in Postgres, floodgate.history_ids); 0 counts every event."`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" env:"FLOODGATE_CHECKPOINT_INTERVAL" default:"1s" help:"Write-back: window-only subjects are counted in this process's memory and written to Redis this often per partition (and at revoke and shutdown); Redis's counts of them lag by up to this much, and so may a denied subject's retry time (earlier, never later). 0 writes every batch through (as does --evaluate-all)."`
+	DenyRefresh        time.Duration `name:"deny-refresh" env:"FLOODGATE_DENY_REFRESH" default:"30s" help:"Write-back: while a subject stays denied, its state (retry time, counts) is written again only this often, not at every checkpoint; limiters report them up to this old meanwhile (a retry time earlier than the truth, never later; allow or deny is never delayed). 0 writes them at every checkpoint."`
 	MaxPending         int           `name:"max-pending" env:"FLOODGATE_MAX_PENDING" default:"50000" help:"Write-back: most bucket fields a partition holds in memory before a batch writes them at once (bounds memory: while checkpoints fail past it, batches wait)."`
 	CheckpointPart     int           `name:"checkpoint-part" env:"FLOODGATE_CHECKPOINT_PART" default:"256" help:"Write-back: most bucket fields one checkpoint script run writes; a larger checkpoint goes in parts that each mark their subjects, so that no run holds Redis, and the decisions queued behind it, for long."`
 	RelayKeep          time.Duration `name:"relay-keep" env:"FLOODGATE_RELAY_KEEP" default:"1m" help:"How long published change entries stay in Redis for limiters that reconnect."`
@@ -77,14 +78,14 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if c.CheckpointInterval > 0 && !writeBack {
 		logger.Info("write-back off: --evaluate-all writes every batch through")
 	}
-	var hold time.Duration
+	var hold, refresh time.Duration
 	if writeBack {
 		// A held-back decision is written by the next checkpoint: due within
 		// the interval, written within a few seconds of it.
-		hold = 2*c.CheckpointInterval + 5*time.Second
+		hold, refresh = 2*c.CheckpointInterval+5*time.Second, c.DenyRefresh
 	}
 	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack,
-		CheckpointPart: c.CheckpointPart, HoldDecisions: hold, Logger: logger.With("sink", "live")})
+		CheckpointPart: c.CheckpointPart, HoldDecisions: hold, RefreshDecisions: refresh, Logger: logger.With("sink", "live")})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,197 @@
+package live
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A held-back deny extension (deferred.go) used to be written by the next
+// checkpoint, so a subject that stayed denied had its state rewritten
+// every checkpoint interval while it had events: on the bench's mix, a
+// checkpoint's decide.lua runs were mostly those. A checkpoint now carries
+// such a decision past it instead, while
+//
+//   - what the owner wrote still covers it (written.covers) at the
+//     checkpoint's deadline, so the limiter keeps deciding as the
+//     decision says, and
+//   - the state written is younger than RefreshDecisions: what a limiter
+//     reports beside the decision (retry time, counts) is that old at
+//     most.
+//
+// The checkpoint's runs move D past the batches the decisions came from,
+// so a new owner would not evaluate them again: they are first written to
+// the slot as JSON (held.lua, fenced as a checkpoint is), and a new owner
+// writes them as it resumes (writeInherited) — as extensions only
+// (decide.lua): one whose subject an operator unbanned or reset since, or
+// whose slot shows a later verdict, is dropped. Carried decisions pin D no
+// more; they stay held until a batch's verdict or a checkpoint writes
+// them.
+
+//go:embed held.lua
+var heldBody string
+
+var heldScript = redis.NewScript("#!lua\n" + checkpointLib + heldBody)
+
+// keepCarried keeps the decisions carried past a checkpoint.
+func keepCarried(_ string, st *deferredState) bool { return st.carried }
+
+// carries returns what a checkpoint at second now keeps held back
+// (writeDeferred's keep), nil for none.
+func (s *Applier) carries(wb *writeBack, now int64) func(string, *deferredState) bool {
+	if s.refresh <= 0 || s.hold <= 0 {
+		return nil
+	}
+	deadline := now + s.hold
+	return func(f string, st *deferredState) bool {
+		if !st.held() || !utf8.ValidString(f) { // JSON keeps valid UTF-8 only (subjects are)
+			return false
+		}
+		wr := wb.written[f]
+		if wr == nil || now-wr.at >= s.refresh {
+			return false
+		}
+		return wr.covers(st.verdict(), &profile{limits: st.limits}, deadline, now)
+	}
+}
+
+// verdict is what covers reads of a held-back decision.
+func (st *deferredState) verdict() *verdict {
+	v := &verdict{near: st.blocking, blocks: true}
+	for k := range st.best {
+		if st.best[k].l != 0 {
+			c := st.best[k]
+			v.best[k] = &c
+		}
+	}
+	return v
+}
+
+// writeCarried writes, before a checkpoint moves D, the decisions it keeps
+// held back (all the held-back decisions left), and marks them carried.
+// Refused, it drops hr's memory and returns errFenced.
+func (s *Applier) writeCarried(ctx context.Context, group, topic string, partition int, hr *Headroom) error {
+	wb := hr.wb
+	n, same := 0, true
+	for _, st := range wb.deferred {
+		if st.held() {
+			n++
+			same = same && st.carried
+		}
+	}
+	if same && n == wb.carried {
+		return nil
+	}
+	var js []byte
+	if n > 0 {
+		subs := make([][]string, 0, n)
+		for f, st := range wb.deferred {
+			if !st.held() {
+				continue
+			}
+			var best [2]*candidate
+			for k := range st.best {
+				if st.best[k].l != 0 {
+					best[k] = &st.best[k]
+				}
+			}
+			subs = append(subs, argStrings(decideArgs(nil, f, st.state, st.expires, best, st.limits)))
+		}
+		var err error
+		if js, err = json.Marshal(subs); err != nil {
+			return fmt.Errorf("carry %d held-back decisions partition=%d: %w", n, partition, err)
+		}
+	}
+	keys := []string{s.keys.Checkpoint(group, topic, partition), s.keys.Offset(group, topic, partition),
+		s.keys.Seq(partition), s.keys.CheckpointHeld(group, topic, partition)}
+	start := time.Now()
+	out, err := heldScript.Run(ctx, s.rdb, keys, wb.expectC(), hr.seq, max(hr.next, -1), string(js)).Slice()
+	s.st.Observe("checkpoint", start)
+	if err != nil {
+		return fmt.Errorf("carry %d held-back decisions partition=%d: %w", n, partition, err)
+	}
+	if replyInt(out, 0) != checkpointWritten {
+		err := checkpointRefused(group, partition, out, wb.expectC(), hr)
+		hr.drop()
+		return fmt.Errorf("carry held-back decisions: %w", err)
+	}
+	for f, st := range wb.deferred {
+		if st.held() && !st.carried {
+			st.carried = true
+			wb.deferred[f] = st
+		}
+	}
+	wb.carried, wb.pinned = n, false
+	return nil
+}
+
+// writeInherited writes the decisions the partition's last owner carried
+// past its checkpoint, if hr resumed with some, as extensions only, at
+// now. Refused, it drops hr's memory and returns errFenced; failed, it
+// keeps them for the next try.
+func (s *Applier) writeInherited(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) error {
+	wb := hr.wb
+	if wb == nil || wb.inherited == nil {
+		return nil
+	}
+	var subs [][]string
+	if err := json.Unmarshal(wb.inherited, &subs); err != nil {
+		// Not this version's: the decisions are in the slot as last
+		// written, shorter than the last owner found them.
+		s.log.Error("the decisions the last owner held back past its checkpoint do not parse; dropped, the slot shows them as last written",
+			"partition", partition, "checkpoint", wb.c, "err", err)
+		wb.inherited = nil
+		return nil
+	}
+	args := []any{s.keys.Slot(partition), max(hr.next, -1), max(hr.next, -1), now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(subs), "1"}
+	for _, sub := range subs {
+		for _, v := range sub {
+			args = append(args, v)
+		}
+	}
+	out, err := s.runDecide(ctx, s.keys.Offset(group, topic, partition), args, hr)
+	if err != nil {
+		if errors.Is(err, errFenced) {
+			hr.drop()
+		}
+		return fmt.Errorf("write the %d decisions held back past checkpoint %d partition=%d: %w", len(subs), wb.c, partition, err)
+	}
+	hr.seq = replyInt(out, 7)
+	s.log.Info("wrote the decisions the last owner held back past its checkpoint", "partition", partition,
+		"checkpoint", wb.c, "held", len(subs), "records", (len(replyInts(out[3]))+len(replyInts(out[6])))/6)
+	wb.inherited = nil
+	return nil
+}
+
+// argStrings is decide.lua's arguments as strings: JSON keeps them so.
+func argStrings(args []any) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			out[i] = v
+		case int64:
+			out[i] = strconv.FormatInt(v, 10)
+		case int:
+			out[i] = strconv.Itoa(v)
+		default:
+			out[i] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
+// expectC is C as the checkpoint scripts compare it: ” for none stored.
+func (w *writeBack) expectC() string {
+	if !w.cKept {
+		return ""
+	}
+	return strconv.FormatInt(w.c, 10)
+}
