@@ -40,8 +40,9 @@ type Limit struct {
 	// Count is the events in the window now, as far as the aggregator has
 	// written them (0 when Estimated): a write-back aggregator writes it
 	// with its checkpoint, up to that interval after the events, unless it
-	// changes whether the subject is denied; so does a denied subject's
-	// ResetAfter, which is then earlier than the truth, never later.
+	// changes whether the subject is denied; for a subject that stays
+	// denied, Count and ResetAfter are written up to --deny-refresh apart
+	// (ResetAfter then earlier than the truth, never later).
 	Count int64
 	// Remaining is max(Limit-Count, 0): never more than what was left as
 	// of Count. When

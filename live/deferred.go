@@ -33,9 +33,9 @@ import (
 // and any verdict of a batch apply.lua writes (it moves D). A held-back
 // decision pins the decisions offset D at the batch it came from, so that
 // an owner that dies before its checkpoint leaves it to the next owner to
-// evaluate again; a held-back count-only state does not, and is lost with
-// the owner (the counts of the last write stand until the subject's next
-// event).
+// evaluate again, and a checkpoint may carry it further (carried.go); a
+// held-back count-only state does not, and is lost with the owner (the
+// counts of the last write stand until the subject's next event).
 
 // maxDeferred bounds the verdicts one partition holds back, and maxWritten
 // the blocked subjects whose written decisions it remembers: past them, a

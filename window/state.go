@@ -49,12 +49,13 @@ type LimitState struct {
 	// at any later time without new events evaluated since, so Limit-Count
 	// never overstates what is left as of the state. A write-back owner
 	// writes a state that does not block with its checkpoint
-	// (live/deferred.go), so such a state may be up to that interval old,
-	// and so may one that only extends a deny.
+	// (live/deferred.go), so such a state may be up to that interval old;
+	// one that only extends a deny, up to its --deny-refresh
+	// (live/carried.go).
 	Count int64
 	// Until is when one more event fits again; zero when one more fits now.
-	// While a deny lasts it may be up to a checkpoint interval old: earlier
-	// than the truth, never later.
+	// While a deny lasts it may be up to --deny-refresh old: earlier than
+	// the truth, never later.
 	Until time.Time
 }
 
