@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,7 +103,13 @@ func (s *Applier) writeCarried(ctx context.Context, group, topic string, partiti
 					best[k] = &st.best[k]
 				}
 			}
-			subs = append(subs, argStrings(decideArgs(nil, f, st.state, st.expires, best, st.limits)))
+			// The state this owner wrote last: the next one writes the
+			// decision over it only (decide.lua, extends).
+			over := ""
+			if wr := wb.written[f]; wr != nil {
+				over = hex.EncodeToString(wr.state[:])
+			}
+			subs = append(subs, argStrings(decideArgs([]any{over}, f, st.state, st.expires, best, st.limits)))
 		}
 		var err error
 		if js, err = json.Marshal(subs); err != nil {

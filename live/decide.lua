@@ -6,7 +6,8 @@
 -- KEYS[1]: D. ARGV: slot, expected D (-1: none stored), new D, now ms,
 -- keep ms, max log, expected change sequence, n subjects, extend only
 -- ('1': a new owner writing the verdicts its predecessor held back past
--- its checkpoint, live/carried.go; else '0'), then per subject
+-- its checkpoint, live/carried.go; else '0'), then per subject (extend
+-- only: first the SHA-1 of the state it may be written over)
 -- {field, field as JSON, state JSON or '', state expiry, n candidates, then
 -- per candidate {kind 'deny'|'shadow', limit index, rule, window as
 -- fg_fmt_window writes it ('' for none), count, until ms, evaluated second,
@@ -38,7 +39,9 @@ local extend_only = a[9] == '1'
 local subs = {}
 local i = 10
 for s = 1, tonumber(a[8]) do
-  local sub = {f = a[i], fj = a[i + 1], js = a[i + 2], x = tonumber(a[i + 3]), cands = {}}
+  local over
+  if extend_only then over = a[i]; i = i + 1 end
+  local sub = {f = a[i], fj = a[i + 1], js = a[i + 2], x = tonumber(a[i + 3]), cands = {}, over = over}
   local nc = tonumber(a[i + 4]); i = i + 5
   for k = 1, nc do
     local c = {kind = a[i], l = tonumber(a[i + 1]), rule = a[i + 2], wfmt = a[i + 3], count = tonumber(a[i + 4]),
@@ -52,25 +55,12 @@ for s = 1, tonumber(a[8]) do
   subs[s] = sub
 end
 
--- extends tells whether sub's verdict only extends what its slot shows:
--- its state is there, newer than none of the verdict's, and each record
--- is there, of the same limit, ending earlier. An operator's unban or
--- reset since (its state or records gone), or a later verdict written
--- (a record ending as late), makes a held-back verdict one to drop.
+-- extends tells whether sub's held-back verdict may be written: its slot
+-- holds the very state the owner that held it back wrote last. An
+-- operator's unban or reset since (the state gone or changed), or a later
+-- verdict written, makes it one to drop.
 local function extends(sub)
-  if not sub.old then return false end
-  local ot = tonumber(string.match(sub.old, '^{"t":(%-?%d+)'))
-  local nt = tonumber(string.match(sub.js, '^{"t":(%-?%d+)'))
-  if not ot or not nt or ot > nt then return false end
-  for _, c in ipairs(sub.cands) do
-    if not c.old then return false end
-    local ou = tonumber(string.match(c.old, '"until":(%-?%d+)'))
-    if not ou or ou >= c.u_ms or string.match(c.old, '"rule":"([^"]*)"') ~= c.rule or
-      string.match(c.old, '"window":"([^"]*)"') ~= c.wfmt then
-      return false
-    end
-  end
-  return true
+  return sub.old ~= nil and sub.over ~= nil and redis.sha1hex(sub.old) == sub.over
 end
 
 -- Phase 2: writes, as apply.lua writes verdicts.

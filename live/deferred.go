@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"time"
@@ -63,12 +64,14 @@ type deferredState struct {
 func (st *deferredState) held() bool { return len(st.blocking) > 0 }
 
 // written is what this owner last wrote for a subject whose state blocks:
-// the limits it blocks and until when, its deny and shadow records, and
-// the second the verdict written was evaluated at.
+// the limits it blocks and until when, its deny and shadow records, the
+// second the verdict written was evaluated at, and the state's SHA-1 (a
+// new owner writes a carried decision only over that state: carried.go).
 type written struct {
 	blocking []nearLimit // l, until (s)
 	records  [2]writtenRecord
 	at       int64
+	state    [sha1.Size]byte
 }
 
 type writtenRecord struct{ l, untilMS int64 } // l 0: none known
@@ -187,7 +190,7 @@ func (wr *written) until(l int64) int64 {
 // limits its state blocks, and the records decide.lua wrote (wroteK) or
 // left as they were (a candidate not written: the slot holds a record this
 // owner does not know).
-func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wroteK [2]bool, now int64) {
+func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wroteK [2]bool, at int64, state string) {
 	wr := w.written[f]
 	if len(blocking) == 0 {
 		if wr != nil {
@@ -205,7 +208,7 @@ func (w *writeBack) wrote(f string, blocking []nearLimit, best [2]candidate, wro
 		wr = &written{}
 		w.written[f] = wr
 	}
-	wr.blocking, wr.at = blocking, now
+	wr.blocking, wr.at, wr.state = blocking, at, sha1.Sum([]byte(state))
 	for k, c := range best {
 		switch {
 		case wroteK[k]:
@@ -340,7 +343,7 @@ func (s *Applier) writeStates(ctx context.Context, group, topic string, partitio
 			}
 		}
 		if s.hold > 0 {
-			wb.wrote(f, st.blocking, st.best, wroteK[i], st.at)
+			wb.wrote(f, st.blocking, st.best, wroteK[i], st.at, st.state)
 		}
 		delete(wb.deferred, f)
 	}

@@ -64,7 +64,7 @@ func TestWrittenDecisionsBoundedAndForgotten(t *testing.T) {
 	blocking := []nearLimit{{l: 1, until: 100}}
 	deny := [2]candidate{{l: 1, untilMS: 100_000}}
 	for i := range maxWritten + 5 {
-		w.wrote(strconv.Itoa(i), blocking, deny, [2]bool{true, false}, 0)
+		w.wrote(strconv.Itoa(i), blocking, deny, [2]bool{true, false}, 0, "")
 	}
 	if len(w.written) != maxWritten {
 		t.Fatalf("%d subjects remembered, want the bound %d", len(w.written), maxWritten)
@@ -72,11 +72,11 @@ func TestWrittenDecisionsBoundedAndForgotten(t *testing.T) {
 	if got := w.written["0"].records; got != [2]writtenRecord{{1, 100_000}, {}} {
 		t.Fatalf("records remembered %+v", got)
 	}
-	w.wrote("0", blocking, [2]candidate{{l: 1, untilMS: 90_000}}, [2]bool{}, 0)
+	w.wrote("0", blocking, [2]candidate{{l: 1, untilMS: 90_000}}, [2]bool{}, 0, "")
 	if got := w.written["0"].records[0]; got != (writtenRecord{}) {
 		t.Fatalf("a candidate the script did not write left %+v remembered, want none known", got)
 	}
-	w.wrote("1", nil, [2]candidate{}, [2]bool{}, 0)
+	w.wrote("1", nil, [2]candidate{}, [2]bool{}, 0, "")
 	if _, ok := w.written["1"]; ok {
 		t.Fatal("a subject whose state no longer blocks is still remembered")
 	}

@@ -57,8 +57,12 @@ rules:
 	zipf := rand.NewZipf(rng, 1.1, 2, 199)
 
 	refStore, heldStore := newStore(t, rdb), newStore(t, rdb)
-	ref := newOwnerWith(t, refStore, set, live.ApplierConfig{})
-	held := newOwnerWith(t, heldStore, set, live.ApplierConfig{HoldDecisions: 3 * time.Second, RefreshDecisions: refresh})
+	// Records outlive their until by an hour: Redis expires them by its own
+	// clock, and the test runs minutes of its own in a few seconds, so a
+	// record written a moment before its until could go before it is read.
+	keep := time.Hour
+	ref := newOwnerWith(t, refStore, set, live.ApplierConfig{KeepRecords: keep})
+	held := newOwnerWith(t, heldStore, set, live.ApplierConfig{HoldDecisions: 3 * time.Second, RefreshDecisions: refresh, KeepRecords: keep})
 	ctx := context.Background()
 	b := &batcher{Topic: "wb"}
 	type appliedBatch struct {

@@ -909,7 +909,7 @@ func (s *Applier) decide(ctx context.Context, offkey string, b aggregator.Batch,
 	if s.hold > 0 {
 		for i, w := range recordsWritten(out, len(sent)) {
 			v := sent[i].verdict
-			wb.wrote(fields[i], blockingOf(v.near), candidates(v.best), w, floorDiv(now.UnixMilli(), 1000))
+			wb.wrote(fields[i], blockingOf(v.near), candidates(v.best), w, floorDiv(now.UnixMilli(), 1000), v.state)
 		}
 	}
 	return hr.commit(pl, order, floorDiv(now.UnixMilli(), 1000))
