@@ -680,6 +680,7 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		}
 		hashes[i] = pipe.HGetAll(ctx, bk.key(t.id.level, t.id.n))
 	}
+	stated := s.readStated(ctx, pipe, partition, missing, hr)
 	_, err := pipe.Exec(ctx)
 	s.st.Observe("mirror", start)
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -712,6 +713,7 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		hr.forget()
 		return errMirrorStale
 	}
+	stated.learn(hr)
 	var scratch [60]int64 // store and addPending keep none of it
 	for i, t := range targets {
 		h := scratch[:fieldsOf(t.id.level)]
@@ -732,6 +734,46 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		}
 	}
 	return nil
+}
+
+// statedReads are the reads of whether the slot holds a state for
+// subjects whose rooms do not know.
+type statedReads struct {
+	subs []*pendingSubject
+	cmds []*redis.BoolCmd
+}
+
+// readStated queues, in a write-back owner's load, a read of whether the
+// slot holds a state for each subject whose room does not know: a new
+// subject with none, whose verdict has none either, then writes nothing
+// (Headroom.quiet) rather than making decide.lua look. The load is one
+// transaction with D and the change sequence, so the answer is as of
+// what memory is.
+func (s *Applier) readStated(ctx context.Context, pipe redis.Pipeliner, partition int, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) statedReads {
+	var sr statedReads
+	if hr.wb == nil {
+		return sr
+	}
+	key := s.keys.State(partition)
+	for ps := range missing {
+		if r := hr.roomOf(ps.sub); r != nil && r.stated == statedUnknown {
+			sr.subs = append(sr.subs, ps)
+			sr.cmds = append(sr.cmds, pipe.HExists(ctx, key, window.Field(ps.sub)))
+		}
+	}
+	return sr
+}
+
+// learn marks the subjects the slot holds no state for.
+func (sr statedReads) learn(hr *Headroom) {
+	for i, ps := range sr.subs {
+		if held, err := sr.cmds[i].Result(); err != nil || held {
+			continue
+		}
+		if r := hr.roomOf(ps.sub); r != nil && r.stated == statedUnknown {
+			r.stated = statedNone
+		}
+	}
 }
 
 // optionalInt reads an integer GET reply, def when the key does not exist.

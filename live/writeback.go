@@ -756,9 +756,11 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		wb.written = nil // it names the old rules' limits
 	}
 	wb.rules = set
+	res.InMemory = true
 	for _, c := range s.split(b) {
 		r, err := s.applyChunk(ctx, group, c, set, now, hr)
 		res.add(r)
+		res.InMemory = res.InMemory && r.InMemory
 		if err != nil {
 			return res, s.fenced(ctx, group, c, hr, err)
 		}

@@ -734,9 +734,16 @@ func TestWriteBackHoldsCountOnlyStatesUntilCheckpoint(t *testing.T) {
 	}
 	offset := func() int64 { t.Helper(); return slotOffset(t, rdb, st) }
 
-	a.mustApply(b.Batch(eventsOf("x", 6, at)...), at) // near: first written at once
+	// Near, over a slot the owner read holds no state: held back too.
+	a.mustApply(b.Batch(eventsOf("x", 6, at)...), at)
+	if rdb.HExists(context.Background(), st.Keys().State(0), "act:k:x").Val() {
+		t.Fatal("a first state that does not block, over none, was written at once")
+	}
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
 	if c, _ := stateCount(); c != 6 {
-		t.Fatalf("first state says %d, want 6", c)
+		t.Fatalf("first state says %d after the checkpoint, want 6", c)
 	}
 	d := offset()
 	a.mustApply(b.Batch(eventsOf("x", 2, at)...), at)
@@ -825,14 +832,14 @@ func TestWriteBackWritesHeldBackStatesInParts(t *testing.T) {
 	const n = 8
 	var first, second []eventT
 	for i := range n {
-		first = append(first, eventsOf("s"+strconv.Itoa(i), 6, at)...)   // near: written at once
+		first = append(first, eventsOf("s"+strconv.Itoa(i), 6, at)...)   // near: held back (the slot holds none)
 		second = append(second, eventsOf("s"+strconv.Itoa(i), 1, at)...) // 7: held back
 	}
 	a.mustApply(b.Batch(first...), at)
 	a.mustApply(b.Batch(second...), at)
 	seq := func() int64 {
 		v, err := rdb.Get(ctx, st.Keys().Seq(0)).Int64()
-		if err != nil {
+		if err != nil && err != redis.Nil {
 			t.Fatal(err)
 		}
 		return v
@@ -929,10 +936,10 @@ func TestWriteBackHoldsDenyExtensionsUntilCheckpoint(t *testing.T) {
 	want("the first deny", 11, 60)
 	since, d0 := readDeny(t, rdb, st, x).Since, offset()
 	// One more at +20s: denied until +61s, the record's +60s 40s ahead. The
-	// batch writes y's first state: D would move past it, but for x.
-	second := b.Batch(append(eventsOf("x", 1, sec(20)), eventsOf("y", 6, sec(20))...)...)
+	// batch writes y's first deny: D would move past it, but for x.
+	second := b.Batch(append(eventsOf("x", 1, sec(20)), eventsOf("y", 11, sec(20))...)...)
 	res := a.mustApply(second, sec(20))
-	if len(res.Decisions)+len(res.Extended) != 0 || res.InMemory || offset() != d0 {
+	if denied(res, "x") || !denied(res, "y") || offset() != d0 {
 		t.Fatalf("an extension was written at once: %+v, D %d (want %d)", res, offset(), d0)
 	}
 	want("an extension held back", 11, 60)
@@ -1073,5 +1080,33 @@ rules:
 		if ttl := rdb.TTL(ctx, k).Val(); ttl <= 0 && ttl != -2 {
 			t.Errorf("%s has no expiry (TTL %s)", k, ttl)
 		}
+	}
+}
+
+// A new owner reads, with a subject's bucket copies, whether the slot holds
+// a state for it: a new subject far from its limits then writes nothing,
+// and a state another owner wrote is still cleared once it says nothing.
+func TestWriteBackLearnsWhetherTheSlotHoldsAState(t *testing.T) {
+	rdb, st, a := newHeldBackOwner(t, live.ApplierConfig{})
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a.mustApply(b.Batch(eventsOf("x", 6, at)...), at) // near 10/m
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if !rdb.HExists(ctx, st.Keys().State(0), "act:k:x").Val() {
+		t.Fatal("x's state was not written")
+	}
+
+	// The next owner, two minutes on: x's one event says nothing, y is new.
+	a.resume(nil, at)
+	later := at.Add(2 * time.Minute)
+	if res := a.mustApply(b.Batch(eventsOf("y", 1, later)...), later); !res.InMemory {
+		t.Fatalf("a new subject far from its limits ran a script: %+v", res)
+	}
+	a.mustApply(b.Batch(eventsOf("x", 1, later)...), later)
+	if rdb.HExists(ctx, st.Keys().State(0), "act:k:x").Val() {
+		t.Fatal("x's state, which says nothing any more, was left in the slot")
 	}
 }
