@@ -30,11 +30,11 @@ import (
 // The checkpoint's runs move D past the batches the decisions came from,
 // so a new owner would not evaluate them again: they are first written to
 // the slot as JSON (held.lua, fenced as a checkpoint is), and a new owner
-// writes them as it resumes (writeInherited) — as extensions only
-// (decide.lua): one whose subject an operator unbanned or reset since, or
-// whose slot shows a later verdict, is dropped. Carried decisions pin D no
-// more; they stay held until a batch's verdict or a checkpoint writes
-// them.
+// writes them as it resumes (writeInherited), each only over the very
+// state the last owner wrote for its subject (decide.lua checks its
+// SHA-1): one whose subject an operator unbanned or reset since, or with a
+// later verdict written, is dropped. Carried decisions pin D no more; they
+// stay held until a batch's verdict or a checkpoint writes them.
 
 //go:embed held.lua
 var heldBody string
