@@ -7,24 +7,27 @@
 -- key) undoes the ones before it and returns the error reply; nil when all
 -- were written.
 local function fg_ckpt_fields(a, from, n)
-  local done = {}
-  for k = from, from + 4 * (n - 1), 4 do
-    local key, d = a[k], tonumber(a[k + 2])
-    local v = redis.pcall('HINCRBY', key, a[k + 1], d)
-    if type(v) == 'table' and v.err then
-      for j = #done, 1, -1 do
-        local x = done[j]
-        redis.call('HINCRBY', a[x], a[x + 1], -tonumber(a[x + 2]))
+  local last = from + 4 * (n - 1)
+  for k = from, last, 4 do
+    local key = a[k]
+    -- the increment as sent: Redis parses it, Lua need not
+    local v = redis.pcall('HINCRBY', key, a[k + 1], a[k + 2])
+    if type(v) == 'table' then
+      -- every field before this one was written: undo them, last first
+      for j = k - 4, from, -4 do
+        redis.call('HINCRBY', a[j], a[j + 1], -tonumber(a[j + 2]))
       end
-      return redis.error_reply('floodgate checkpoint: ' .. key .. ': ' .. v.err)
+      return redis.error_reply('floodgate checkpoint: ' .. key .. ': ' .. tostring(v.err))
     end
-    local ttl = tonumber(a[k + 3])
-    if ttl < 0 then
-      redis.call('EXPIRE', key, -ttl)
-    elseif ttl > 0 and v == d then
-      redis.call('EXPIRE', key, ttl)
+    local ttl = a[k + 3]
+    if ttl ~= '0' then
+      ttl = tonumber(ttl)
+      if ttl < 0 then
+        redis.call('EXPIRE', key, -ttl)
+      elseif v == tonumber(a[k + 2]) then
+        redis.call('EXPIRE', key, ttl)
+      end
     end
-    done[#done + 1] = k
   end
   return nil
 end
