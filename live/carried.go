@@ -65,14 +65,7 @@ func (s *Applier) carries(wb *writeBack, now int64) func(string, *deferredState)
 
 // verdict is what covers reads of a held-back decision.
 func (st *deferredState) verdict() *verdict {
-	v := &verdict{near: st.blocking, blocks: true}
-	for k := range st.best {
-		if st.best[k].l != 0 {
-			c := st.best[k]
-			v.best[k] = &c
-		}
-	}
-	return v
+	return &verdict{near: st.blocking, blocks: true, best: st.candidates()}
 }
 
 // writeCarried writes, before a checkpoint moves D, the decisions it keeps
@@ -97,19 +90,13 @@ func (s *Applier) writeCarried(ctx context.Context, group, topic string, partiti
 			if !st.held() {
 				continue
 			}
-			var best [2]*candidate
-			for k := range st.best {
-				if st.best[k].l != 0 {
-					best[k] = &st.best[k]
-				}
-			}
 			// The state this owner wrote last: the next one writes the
 			// decision over it only (decide.lua, extends).
 			over := ""
 			if wr := wb.written[f]; wr != nil {
 				over = hex.EncodeToString(wr.state[:])
 			}
-			subs = append(subs, argStrings(decideArgs([]any{over}, f, st.state, st.expires, best, st.limits)))
+			subs = append(subs, argStrings(decideArgs([]any{over}, f, st.state, st.expires, st.candidates(), st.limits)))
 		}
 		var err error
 		if js, err = json.Marshal(subs); err != nil {
@@ -140,41 +127,72 @@ func (s *Applier) writeCarried(ctx context.Context, group, topic string, partiti
 }
 
 // writeInherited writes the decisions the partition's last owner carried
-// past its checkpoint, if hr resumed with some, as extensions only, at
-// now. Refused, it drops hr's memory and returns errFenced; failed, it
-// keeps them for the next try.
+// past its checkpoint, if hr resumed with some, each only over the state
+// that owner wrote for its subject, at now, in runs of at most the
+// checkpoint's part size (no run holds Redis long). Refused, it drops hr's
+// memory and returns errFenced; failed, it keeps those not written for
+// the next try.
 func (s *Applier) writeInherited(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) error {
 	wb := hr.wb
 	if wb == nil || wb.inherited == nil {
 		return nil
 	}
-	var subs [][]string
-	if err := json.Unmarshal(wb.inherited, &subs); err != nil {
-		// Not this version's: the decisions are in the slot as last
-		// written, shorter than the last owner found them.
-		s.log.Error("the decisions the last owner held back past its checkpoint do not parse; dropped, the slot shows them as last written",
-			"partition", partition, "checkpoint", wb.c, "err", err)
-		wb.inherited = nil
-		return nil
+	subs, bad := parseInherited(wb.inherited)
+	if bad > 0 {
+		// Not this version's, or damaged: those decisions stay in the slot
+		// as last written, shorter than the last owner found them.
+		s.log.Error("decisions the last owner held back past its checkpoint do not parse; dropped, the slot shows them as last written",
+			"partition", partition, "checkpoint", wb.c, "dropped", bad, "kept", len(subs))
 	}
-	args := []any{s.keys.Slot(partition), max(hr.next, -1), max(hr.next, -1), now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(subs), "1"}
-	for _, sub := range subs {
-		for _, v := range sub {
-			args = append(args, v)
+	written, records := 0, 0
+	for len(subs) > 0 {
+		run := subs[:min(len(subs), s.part)]
+		args := []any{s.keys.Slot(partition), max(hr.next, -1), max(hr.next, -1), now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(run), "1"}
+		for _, sub := range run {
+			for _, v := range sub {
+				args = append(args, v)
+			}
 		}
-	}
-	out, err := s.runDecide(ctx, s.keys.Offset(group, topic, partition), args, hr)
-	if err != nil {
-		if errors.Is(err, errFenced) {
-			hr.drop()
+		out, err := s.runDecide(ctx, s.keys.Offset(group, topic, partition), args, hr)
+		if err != nil {
+			if errors.Is(err, errFenced) {
+				hr.drop()
+			}
+			return fmt.Errorf("write the %d decisions held back past checkpoint %d partition=%d: %w", len(subs), wb.c, partition, err)
 		}
-		return fmt.Errorf("write the %d decisions held back past checkpoint %d partition=%d: %w", len(subs), wb.c, partition, err)
+		hr.seq = replyInt(out, 7)
+		written, records = written+len(run), records+(len(replyInts(out[3]))+len(replyInts(out[6])))/6
+		subs = subs[len(run):]
 	}
-	hr.seq = replyInt(out, 7)
 	s.log.Info("wrote the decisions the last owner held back past its checkpoint", "partition", partition,
-		"checkpoint", wb.c, "held", len(subs), "records", (len(replyInts(out[3]))+len(replyInts(out[6])))/6)
+		"checkpoint", wb.c, "held", written, "records", records)
 	wb.inherited = nil
 	return nil
+}
+
+// parseInherited reads the carried decisions' JSON (writeCarried): per
+// subject decide.lua's extend-only arguments, {state SHA-1, field, field
+// as JSON, state, expiry, n candidates, then 9 values per candidate}. It
+// keeps at most maxDeferred, as an owner carries, and drops any of
+// another shape, which would misalign the script's reading of the rest;
+// bad counts what it dropped.
+func parseInherited(js []byte) (subs [][]string, bad int) {
+	var all [][]string
+	if err := json.Unmarshal(js, &all); err != nil {
+		return nil, 1
+	}
+	for _, sub := range all {
+		if len(subs) == maxDeferred || len(sub) < 6 {
+			bad++
+			continue
+		}
+		if n, err := strconv.Atoi(sub[5]); err != nil || n < 0 || n > 2 || len(sub) != 6+9*n {
+			bad++
+			continue
+		}
+		subs = append(subs, sub)
+	}
+	return subs, bad
 }
 
 // argStrings is decide.lua's arguments as strings: JSON keeps them so.

@@ -63,6 +63,18 @@ type deferredState struct {
 // moves counts).
 func (st *deferredState) held() bool { return len(st.blocking) > 0 }
 
+// candidates are st's record candidates as a verdict holds them (nil:
+// none), pointing into st.
+func (st *deferredState) candidates() [2]*candidate {
+	var best [2]*candidate
+	for k := range st.best {
+		if st.best[k].l != 0 {
+			best[k] = &st.best[k]
+		}
+	}
+	return best
+}
+
 // written is what this owner last wrote for a subject whose state blocks:
 // the limits it blocks and until when, its deny and shadow records, the
 // second the verdict written was evaluated at, and the state's SHA-1 (a
@@ -310,13 +322,7 @@ func (s *Applier) writeStates(ctx context.Context, group, topic string, partitio
 	args = append(args, s.keys.Slot(partition), hr.next, d, now.UnixMilli(), s.keep, s.st.MaxLog(), hr.seq, len(run), "0")
 	for _, f := range run {
 		st := wb.deferred[f]
-		var best [2]*candidate
-		for k := range st.best {
-			if st.best[k].l != 0 {
-				best[k] = &st.best[k]
-			}
-		}
-		args = decideArgs(args, f, st.state, st.expires, best, st.limits)
+		args = decideArgs(args, f, st.state, st.expires, st.candidates(), st.limits)
 	}
 	out, err := s.runDecide(ctx, s.keys.Offset(group, topic, partition), args, hr)
 	if err != nil {

@@ -63,6 +63,11 @@ rules:
 	keep := time.Hour
 	ref := newOwnerWith(t, refStore, set, live.ApplierConfig{KeepRecords: keep})
 	held := newOwnerWith(t, heldStore, set, live.ApplierConfig{HoldDecisions: 3 * time.Second, RefreshDecisions: refresh, KeepRecords: keep})
+	if refresh > 0 {
+		// Small runs: a new owner writes what it inherits in several, and
+		// checkpoints go in parts.
+		held = newOwnerWith(t, heldStore, set, live.ApplierConfig{HoldDecisions: 3 * time.Second, RefreshDecisions: refresh, KeepRecords: keep, CheckpointPart: 4})
+	}
 	ctx := context.Background()
 	b := &batcher{Topic: "wb"}
 	type appliedBatch struct {
