@@ -61,6 +61,11 @@ type room struct {
 	// stated: whether the slot holds a state for it, as last written
 	// (write-back skips the script for a subject with none, near no limit)
 	stated byte
+	// expMinute: the minute whose hash of seconds a checkpoint of this
+	// owner set the expiry of, for a subject it holds no copy of (ckptTTL);
+	// 0 for none. Rooms are dropped with everything that could have
+	// removed the hash: other rules, a fence refused, an eviction.
+	expMinute uint32
 }
 
 const roomSlots = 4

@@ -530,7 +530,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		hr.drop()
 		return 0, err
 	}
-	hr.mir.markExpiring(last.expiring)
+	last.marked(hr.mir)
 	n := wb.fields
 	wb.pruneWritten(nowSec)
 	wb.c, wb.cKept, wb.rules = wb.at, true, rs
@@ -564,9 +564,26 @@ func checkpointRefused(group string, partition int, out []any, expect string, hr
 type ckptPart struct {
 	fields []any    // {bucket key, field, increment, ttl} per field
 	subs   []string // the subjects' fields
-	// expiring are the copies whose hashes the part sets the expiry of:
-	// once it is written, later checkpoints need not (ckptTTL).
+	// expiring are the copies whose hashes the part sets the expiry of,
+	// and minutes the rooms of subjects without one: once it is written,
+	// later checkpoints need not (ckptTTL).
 	expiring []uint32
+	minutes  []roomMinute
+}
+
+// roomMinute is a room whose subject's hash of seconds of minute n a
+// checkpoint part sets the expiry of.
+type roomMinute struct {
+	r *room
+	n uint32
+}
+
+// marked remembers the expiries a written part set.
+func (pt *ckptPart) marked(m *mirror) {
+	m.markExpiring(pt.expiring)
+	for _, rm := range pt.minutes {
+		rm.r.expMinute = rm.n
+	}
 }
 
 // checkpointParts splits the pending increments into parts of at most
@@ -589,15 +606,24 @@ func (s *Applier) checkpointParts(group string, partition int, hr *Headroom, now
 		d := p.subs.at(i)
 		r := hr.t.rooms.get(key) // the rooms' key is the field too
 		one, expiring = one[:0], expiring[:0]
+		var minute uint32 // the minute this subject's fields set the expiry of
 		p.each(d, func(f bucketField, n int64) {
 			ttl := max((f.id.n+1)*f.id.span()+d.maxw+slack-nowSec, 1)
 			var bi uint32
 			if r != nil {
 				bi = hr.mir.find(r, f.id)
 			}
-			ttl, mark := ckptTTL(hr.mir, bi, ttl)
-			if mark {
-				expiring = append(expiring, bi)
+			switch {
+			case bi != 0:
+				var mark bool
+				if ttl, mark = ckptTTL(hr.mir, bi, ttl); mark {
+					expiring = append(expiring, bi)
+				}
+			case r != nil && f.id.level == 's':
+				var mark bool
+				if ttl, mark = roomTTL(r, minute, f.id.n, ttl); mark {
+					minute = uint32(f.id.n)
+				}
 			}
 			one = append(one, bk.key(f.id.level, f.id.n), f.field, n, ttl)
 		})
@@ -612,6 +638,9 @@ func (s *Applier) checkpointParts(group string, partition int, hr *Headroom, now
 		cur.fields = append(cur.fields, one...)
 		cur.subs = append(cur.subs, string(key))
 		cur.expiring = append(cur.expiring, expiring...)
+		if minute != 0 {
+			cur.minutes = append(cur.minutes, roomMinute{r, minute})
+		}
 	}
 	return parts, nil
 }
@@ -636,6 +665,21 @@ func ckptTTL(m *mirror, bi uint32, ttl int64) (out int64, mark bool) {
 		return ttl, false
 	}
 	if m.t.blocks.At(int(bi-1)).expiring && ttl > expiryKnownFor {
+		return 0, false
+	}
+	return -ttl, true
+}
+
+// roomTTL is ckptTTL for a field of a hash of seconds, minute n, of a
+// subject with room r and no copy of it: the hash gets up to 60 new
+// fields, each of which would set its expiry again. The room remembers
+// the minute whose hash a written part set it for (mark); marked is the
+// one this checkpoint already sets it for, in an earlier field.
+func roomTTL(r *room, marked uint32, n, ttl int64) (out int64, mark bool) {
+	if n <= 0 || n > math.MaxUint32 {
+		return ttl, false
+	}
+	if (r.expMinute == uint32(n) || marked == uint32(n)) && ttl > expiryKnownFor {
 		return 0, false
 	}
 	return -ttl, true
@@ -674,7 +718,7 @@ func (s *Applier) writePart(ctx context.Context, group, topic string, partition 
 	if replyInt(out, 0) != checkpointWritten {
 		return fmt.Errorf("part %d: %w", i, checkpointRefused(group, partition, out, expect, hr))
 	}
-	hr.mir.markExpiring(pt.expiring)
+	pt.marked(hr.mir)
 	hr.next = max(hr.next, wb.at)
 	return nil
 }

@@ -1017,9 +1017,18 @@ rules:
 }
 
 // A checkpoint sets a bucket hash's expiry once per copy the owner holds,
-// not with every new field (a hash of seconds gets up to 60): the hash
-// keeps the expiry the first write set, and every hash has one.
+// or for a hash of seconds it holds no copy of, once per subject and
+// minute; not with every new field (a hash of seconds gets up to 60): the
+// hash keeps the expiry the first write set, and every hash has one.
 func TestWriteBackSetsAHashExpiryOnce(t *testing.T) {
+	// With room for 4 subjects the owner keeps copies of 1 hash at most:
+	// x's are dropped after each evaluation, and its room remembers.
+	for name, subjects := range map[string]int{"with a copy": 1000, "without a copy": 4} {
+		t.Run(name, func(t *testing.T) { testHashExpiryOnce(t, subjects) })
+	}
+}
+
+func testHashExpiryOnce(t *testing.T, subjects int) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
 	set := mustRules(t, `
@@ -1033,6 +1042,7 @@ rules:
 	at := base.Add(time.Hour).Truncate(time.Minute)
 	b := &batcher{Topic: "wb"}
 	a := newOwner(t, st, set)
+	a.hr = live.NewHeadroom(subjects)
 	sub := window.Subject{Action: "act", Kind: "k", Subject: "x"}
 	secs := st.Keys().Bucket(0, sub, 's', at)
 	step := func(sec int) {
@@ -1064,6 +1074,7 @@ rules:
 
 	// Another owner, which loads the hash, sets its expiry once again.
 	a = newOwner(t, st, set)
+	a.hr = live.NewHeadroom(subjects)
 	a.resume(nil, at)
 	step(5)
 	if ttl := rdb.TTL(ctx, secs).Val(); ttl <= 0 || ttl > 25*time.Hour {
