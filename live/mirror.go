@@ -568,10 +568,11 @@ func (v *verdict) appendArgs(args []any) []any {
 }
 
 // maxLoadRounds bounds the loads of one batch: a sum reads the hashes its
-// window spans (one round), and finding when a deny ends drills from an
-// hour to its minutes to their seconds (two more). A subject still missing
-// hashes after that is evaluated by the script.
-const maxLoadRounds = 4
+// window spans, coarsest level first (up to three rounds: loadplan.go), and
+// finding when a deny ends drills from an hour to its minutes to their
+// seconds (two more). A subject still missing hashes after that is
+// evaluated by the script.
+const maxLoadRounds = 6
 
 // evalMirrored brings the partition's copies up to date with the batch and
 // evaluates, from them, the subjects whose plans ask for it and whose
@@ -602,6 +603,7 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 			want = append(want, ps)
 		}
 	}
+	held := redisHeld{}
 	for round := 0; len(want) > 0 && round < maxLoadRounds; round++ {
 		missing := map[*pendingSubject]map[hashID]bool{}
 		var again []*pendingSubject
@@ -620,7 +622,7 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 		if len(again) == 0 {
 			return nil
 		}
-		if err := s.loadMirrored(ctx, offkey, group, b, missing, hr); err != nil {
+		if err := s.loadMirrored(ctx, offkey, group, b, missing, planLoads(missing, held, pl), held, hr); err != nil {
 			return err
 		}
 		want = again
@@ -629,7 +631,9 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 }
 
 // loadMirrored loads the missing hashes into the copies, each with the
-// batch's increments added (the script adds them to Redis after this read).
+// batch's increments added (the script adds them to Redis after this read):
+// those of plan.read from Redis, those of plan.made from memory alone, and
+// notes in held what Redis held in each.
 // The read's offset and change sequence must be those the copies are as of;
 // the first load after the copies were forgotten sets them.
 //
@@ -646,17 +650,28 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 // the checkpoint): the read is a transaction, with the checkpoint offset,
 // and a hash loaded gets them added. Any other offset or sequence than the
 // owner's means another writer: errFenced.
-func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggregator.Batch, missing map[*pendingSubject]map[hashID]bool, hr *Headroom) error {
+func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggregator.Batch, missing map[*pendingSubject]map[hashID]bool, plan loadPlan, held redisHeld, hr *Headroom) error {
 	partition := b.Partition
+	var scratch [60]int64 // store and addPending keep none of it
+	for ps, ids := range plan.made {
+		for _, id := range ids {
+			h := scratch[:fieldsOf(id.level)]
+			clear(h)
+			s.copyLoaded(h, ps, id, hr)
+		}
+	}
 	type target struct {
 		ps *pendingSubject
 		id hashID
 	}
 	var targets []target
-	for ps, ids := range missing {
+	for ps, ids := range plan.read {
 		for id := range ids {
 			targets = append(targets, target{ps, id})
 		}
+	}
+	if len(targets) == 0 && !s.mustReadStated(missing, hr) {
+		return nil
 	}
 	start := time.Now()
 	wb := hr.wb
@@ -714,10 +729,10 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		return errMirrorStale
 	}
 	stated.learn(hr)
-	var scratch [60]int64 // store and addPending keep none of it
 	for i, t := range targets {
 		h := scratch[:fieldsOf(t.id.level)]
 		clear(h)
+		var mask uint64
 		for fs, ns := range hashes[i].Val() {
 			field, err1 := strconv.ParseInt(fs, 10, 64)
 			n, err2 := strconv.ParseInt(ns, 10, 64)
@@ -726,14 +741,24 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 				return fmt.Errorf("load bucket copies partition=%d: field %v=%v of %c:%d is not a bucket count", partition, fs, ns, t.id.level, t.id.n)
 			}
 			h[field] = n
+			if n != 0 {
+				mask |= 1 << field
+			}
 		}
-		addTo(h, t.id, t.ps.sums)
-		wb.addPending(h, t.ps.sub, t.id)
-		if r := hr.roomOf(t.ps.sub); r != nil {
-			hr.mir.store(r, t.id, h)
-		}
+		held.note(t.ps, t.id, mask)
+		s.copyLoaded(h, t.ps, t.id, hr)
 	}
 	return nil
+}
+
+// copyLoaded keeps h, hash id of ps as Redis holds it, as its copy: with
+// the batch's increments and the owner's since its checkpoint.
+func (s *Applier) copyLoaded(h []int64, ps *pendingSubject, id hashID, hr *Headroom) {
+	addTo(h, id, ps.sums)
+	hr.wb.addPending(h, ps.sub, id)
+	if r := hr.roomOf(ps.sub); r != nil {
+		hr.mir.store(r, id, h)
+	}
 }
 
 // statedReads are the reads of whether the slot holds a state for
@@ -762,6 +787,19 @@ func (s *Applier) readStated(ctx context.Context, pipe redis.Pipeliner, partitio
 		}
 	}
 	return sr
+}
+
+// mustReadStated tells whether readStated has anything to read.
+func (s *Applier) mustReadStated(missing map[*pendingSubject]map[hashID]bool, hr *Headroom) bool {
+	if hr.wb == nil {
+		return false
+	}
+	for ps := range missing {
+		if r := hr.roomOf(ps.sub); r != nil && r.stated == statedUnknown {
+			return true
+		}
+	}
+	return false
 }
 
 // learn marks the subjects the slot holds no state for.

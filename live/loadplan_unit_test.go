@@ -1,0 +1,70 @@
+package live
+
+import (
+	"testing"
+)
+
+// A subject new to the slot reads only its coarsest hashes; the finer
+// ones under fields Redis held nothing in are made, not read, and those
+// under a field it held counts in are read.
+func TestPlanLoadsReadsCoarseHashesFirst(t *testing.T) {
+	pl := &profiles{list: []profile{{maxw: 86400}, {maxw: 60}}}
+	day, minute := &pendingSubject{profile: 0}, &pendingSubject{profile: 1}
+	const sec = int64(1_795_643_443) // its minute 29927390, hour 498789, day 20782
+	hour, min := sec/3600, sec/60
+	missing := map[*pendingSubject]map[hashID]bool{
+		day: {
+			{'h', hour / 24}: true, {'h', hour/24 - 1}: true,
+			{'m', hour}: true, {'m', hour - 24}: true,
+			{'s', min}: true, {'s', min - 1440}: true,
+		},
+		minute: {{'s', min}: true, {'s', min - 1}: true}, // no level above
+	}
+	held := redisHeld{}
+	p := planLoads(missing, held, pl)
+	if len(p.made) != 0 {
+		t.Errorf("first round made %v, want nothing: no parent read yet", p.made)
+	}
+	want := map[hashID]bool{{'h', hour / 24}: true, {'h', hour/24 - 1}: true}
+	if got := p.read[day]; len(got) != len(want) || !got[hashID{'h', hour / 24}] || !got[hashID{'h', hour/24 - 1}] {
+		t.Errorf("first round reads %v of the day subject, want its days only %v", got, want)
+	}
+	if len(p.read[minute]) != 2 {
+		t.Errorf("first round reads %v of the minute subject, want both its hashes", p.read[minute])
+	}
+
+	// Redis held today's hour in the day subject's current hour, nothing
+	// yesterday: the current hour's minutes are read, the rest made at once.
+	held.note(day, hashID{'h', hour / 24}, 1<<(hour%24))
+	held.note(day, hashID{'h', hour/24 - 1}, 0)
+	delete(missing, minute)
+	delete(missing[day], hashID{'h', hour / 24})
+	delete(missing[day], hashID{'h', hour/24 - 1})
+	p = planLoads(missing, held, pl)
+	if got := p.read[day]; len(got) != 1 || !got[hashID{'m', hour}] {
+		t.Errorf("second round reads %v, want the current hour's minutes only", got)
+	}
+	made := map[hashID]bool{}
+	for _, id := range p.made[day] {
+		made[id] = true
+	}
+	if len(made) != 2 || !made[hashID{'m', hour - 24}] || !made[hashID{'s', min - 1440}] {
+		t.Errorf("second round made %v, want yesterday's hour and its minute", p.made[day])
+	}
+
+	// Its current minute: read when the hour's copy says Redis counted
+	// events in it, made when not.
+	delete(missing[day], hashID{'m', hour})
+	delete(missing[day], hashID{'m', hour - 24})
+	delete(missing[day], hashID{'s', min - 1440})
+	for _, c := range []struct {
+		mask uint64
+		read bool
+	}{{1 << (min % 60), true}, {^uint64(1 << (min % 60)), false}} {
+		held.note(day, hashID{'m', hour}, c.mask)
+		p = planLoads(missing, held, pl)
+		if got := p.read[day][hashID{'s', min}]; got != c.read {
+			t.Errorf("hour's mask %x: current minute read %v, want %v", c.mask, got, c.read)
+		}
+	}
+}
