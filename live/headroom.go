@@ -43,7 +43,7 @@ type Headroom struct {
 	plan []byte // scratch of needs
 }
 
-// room is 32 bytes: this is the memory a write-back owner keeps of every
+// room is 36 bytes: this is the memory a write-back owner keeps of every
 // resident subject, so it holds 32-bit values clamped on the safe side.
 type room struct {
 	// left, per limit then bucket: events that may still be added before
