@@ -9,16 +9,16 @@ import (
 // under a field it held counts in are read.
 func TestPlanLoadsReadsCoarseHashesFirst(t *testing.T) {
 	pl := &profiles{list: []profile{{maxw: 86400}, {maxw: 60}}}
-	day, minute := &pendingSubject{profile: 0}, &pendingSubject{profile: 1}
+	day, short := &pendingSubject{profile: 0}, &pendingSubject{profile: 1}
 	const sec = int64(1_795_643_443) // its minute 29927390, hour 498789, day 20782
-	hour, min := sec/3600, sec/60
+	hour, minute := sec/3600, sec/60
 	missing := map[*pendingSubject]map[hashID]bool{
 		day: {
 			{'h', hour / 24}: true, {'h', hour/24 - 1}: true,
 			{'m', hour}: true, {'m', hour - 24}: true,
-			{'s', min}: true, {'s', min - 1440}: true,
+			{'s', minute}: true, {'s', minute - 1440}: true,
 		},
-		minute: {{'s', min}: true, {'s', min - 1}: true}, // no level above
+		short: {{'s', minute}: true, {'s', minute - 1}: true}, // no level above
 	}
 	held := redisHeld{}
 	p := planLoads(missing, held, pl)
@@ -29,15 +29,15 @@ func TestPlanLoadsReadsCoarseHashesFirst(t *testing.T) {
 	if got := p.read[day]; len(got) != len(want) || !got[hashID{'h', hour / 24}] || !got[hashID{'h', hour/24 - 1}] {
 		t.Errorf("first round reads %v of the day subject, want its days only %v", got, want)
 	}
-	if len(p.read[minute]) != 2 {
-		t.Errorf("first round reads %v of the minute subject, want both its hashes", p.read[minute])
+	if len(p.read[short]) != 2 {
+		t.Errorf("first round reads %v of the one-minute subject, want both its hashes", p.read[short])
 	}
 
 	// Redis held today's hour in the day subject's current hour, nothing
 	// yesterday: the current hour's minutes are read, the rest made at once.
 	held.note(day, hashID{'h', hour / 24}, 1<<(hour%24))
 	held.note(day, hashID{'h', hour/24 - 1}, 0)
-	delete(missing, minute)
+	delete(missing, short)
 	delete(missing[day], hashID{'h', hour / 24})
 	delete(missing[day], hashID{'h', hour/24 - 1})
 	p = planLoads(missing, held, pl)
@@ -48,7 +48,7 @@ func TestPlanLoadsReadsCoarseHashesFirst(t *testing.T) {
 	for _, id := range p.made[day] {
 		made[id] = true
 	}
-	if len(made) != 2 || !made[hashID{'m', hour - 24}] || !made[hashID{'s', min - 1440}] {
+	if len(made) != 2 || !made[hashID{'m', hour - 24}] || !made[hashID{'s', minute - 1440}] {
 		t.Errorf("second round made %v, want yesterday's hour and its minute", p.made[day])
 	}
 
@@ -56,14 +56,14 @@ func TestPlanLoadsReadsCoarseHashesFirst(t *testing.T) {
 	// events in it, made when not.
 	delete(missing[day], hashID{'m', hour})
 	delete(missing[day], hashID{'m', hour - 24})
-	delete(missing[day], hashID{'s', min - 1440})
+	delete(missing[day], hashID{'s', minute - 1440})
 	for _, c := range []struct {
 		mask uint64
 		read bool
-	}{{1 << (min % 60), true}, {^uint64(1 << (min % 60)), false}} {
+	}{{1 << (minute % 60), true}, {^uint64(1 << (minute % 60)), false}} {
 		held.note(day, hashID{'m', hour}, c.mask)
 		p = planLoads(missing, held, pl)
-		if got := p.read[day][hashID{'s', min}]; got != c.read {
+		if got := p.read[day][hashID{'s', minute}]; got != c.read {
 			t.Errorf("hour's mask %x: current minute read %v, want %v", c.mask, got, c.read)
 		}
 	}
