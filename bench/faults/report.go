@@ -309,9 +309,10 @@ const explanations = `## No silent loss: what each path does
   the aggregator's ` + "`aggregator.Accept`" + `, and finds lost offsets the same way: before it writes, from where the live
   group stood (its offset in Redis, else its Kafka commit), and while it reads; ` + "`--on-lost-offsets`" + ` as above, ` + "`stop`" + `
   failing before any write.
-- **An apply script failing part-way** (a foreign key under the prefix, WRONGTYPE) undoes the increments it made and
-  fails: nothing is written, the batch is retried (` + "`floodgate_aggregator_errors_total{op=\"apply\"}`" + `, a WARN each) and
-  counted once when it succeeds.
+- **A script failing part-way** (a foreign key under the prefix, WRONGTYPE) undoes the increments it made and
+  fails: nothing is written, and it is retried until it succeeds, which counts them once. Written through, that is the
+  batch's apply (` + "`floodgate_aggregator_errors_total{op=\"apply\"}`" + `); written back, the checkpoint that writes the
+  buckets (` + "`floodgate_live_checkpoints_total{result=\"failed\"}`" + `); a WARN each.
 - **A crash between counting a deny and publishing it** loses nothing: the decision is in the partition's change
   stream, written by the same script as the counts, and the relay publishes from its cursor, moved only once Kafka
   acknowledged. Decisions are published at least once; every copy carries the same ` + "`id`" + ` (docs/redis.md, docs/events.md).
