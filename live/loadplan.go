@@ -37,9 +37,8 @@ func (h redisHeld) note(ps *pendingSubject, id hashID, mask uint64) {
 }
 
 // parentOf is the hash and field one level up that counts what id holds,
-// when the rules of longest window maxw keep that level.
-func parentOf(id hashID, maxw int64) (hashID, int64, bool) {
-	lv := window.Levels(maxw)
+// when the rules' levels lv (window.Levels) keep that level.
+func parentOf(id hashID, lv string) (hashID, int64, bool) {
 	switch {
 	case id.level == 's' && strings.IndexByte(lv, 'm') >= 0:
 		return hashID{'m', floorDiv(id.n, 60)}, floorMod(id.n, 60), true
@@ -63,13 +62,13 @@ type loadPlan struct {
 func planLoads(missing map[*pendingSubject]map[hashID]bool, held redisHeld, pl *profiles) loadPlan {
 	p := loadPlan{read: map[*pendingSubject]map[hashID]bool{}, made: map[*pendingSubject][]hashID{}}
 	for ps, ids := range missing {
-		maxw := pl.list[ps.profile].maxw
+		lv := window.Levels(pl.list[ps.profile].maxw)
 		for _, level := range []byte{'h', 'm', 's'} {
 			for id := range ids {
 				if id.level != level {
 					continue
 				}
-				if parent, field, ok := parentOf(id, maxw); ok {
+				if parent, field, ok := parentOf(id, lv); ok {
 					if mask, known := held[ps][parent]; known {
 						if mask&(1<<field) == 0 {
 							p.made[ps] = append(p.made[ps], id)
