@@ -63,6 +63,10 @@ func planLoads(missing map[*pendingSubject]map[hashID]bool, held redisHeld, pl *
 	p := loadPlan{read: map[*pendingSubject]map[hashID]bool{}, made: map[*pendingSubject][]hashID{}}
 	for ps, ids := range missing {
 		lv := window.Levels(pl.list[ps.profile].maxw)
+		if len(lv) == 1 {
+			p.read[ps] = ids // seconds only: no level above to ask first
+			continue
+		}
 		for _, level := range []byte{'h', 'm', 's'} {
 			for id := range ids {
 				if id.level != level {

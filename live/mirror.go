@@ -670,9 +670,6 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 			targets = append(targets, target{ps, id})
 		}
 	}
-	if len(targets) == 0 && !s.mustReadStated(missing, hr) {
-		return nil
-	}
 	start := time.Now()
 	wb := hr.wb
 	pipe := s.rdb.Pipeline()
@@ -696,6 +693,9 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		hashes[i] = pipe.HGetAll(ctx, bk.key(t.id.level, t.id.n))
 	}
 	stated := s.readStated(ctx, pipe, partition, missing, hr)
+	if len(targets) == 0 && len(stated.cmds) == 0 {
+		return nil // all made from memory: nothing to send
+	}
 	_, err := pipe.Exec(ctx)
 	s.st.Observe("mirror", start)
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -787,19 +787,6 @@ func (s *Applier) readStated(ctx context.Context, pipe redis.Pipeliner, partitio
 		}
 	}
 	return sr
-}
-
-// mustReadStated tells whether readStated has anything to read.
-func (s *Applier) mustReadStated(missing map[*pendingSubject]map[hashID]bool, hr *Headroom) bool {
-	if hr.wb == nil {
-		return false
-	}
-	for ps := range missing {
-		if r := hr.roomOf(ps.sub); r != nil && r.stated == statedUnknown {
-			return true
-		}
-	}
-	return false
 }
 
 // learn marks the subjects the slot holds no state for.
