@@ -434,15 +434,41 @@ var errMirrorStale = errors.New("bucket copies stale")
 
 // applyOnce returns trimTo >= 0 when the store holds the batch's head.
 func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom, useMirror bool) (ApplyResult, int64, error) {
-	var res ApplyResult
 	nowSec := floorDiv(now.UnixMilli(), 1000)
+	g, res, err := s.gatherBatch(ctx, b, set, nowSec, hr)
+	if err != nil {
+		return res, -1, err
+	}
+	pl, order := g.pl, g.order
+	wb := s.planBatch(set, pl, order, hr, nowSec)
+	offkey := s.keys.Offset(group, b.Topic, b.Partition)
+	if useMirror || wb {
+		if err := s.evalMirrored(ctx, offkey, group, b, pl, order, hr, nowSec); err != nil {
+			// The copies hold the batch's increments, which Redis does not.
+			hr.forget()
+			return res, -1, err
+		}
+	}
+	if wb {
+		done, err := s.settleWriteBack(ctx, group, offkey, b, pl, order, hr, now, &res)
+		if err != nil || done {
+			return res, -1, err
+		}
+	}
+	return s.runApply(ctx, group, offkey, b, now, pl, order, hr, wb, res)
+}
+
+// gatherBatch groups b's records by subject: the increments of those it
+// counts, the events a strict take counted and the repeats it skips.
+func (s *Applier) gatherBatch(ctx context.Context, b aggregator.Batch, set *rules.Set, nowSec int64, hr *Headroom) (*gather, ApplyResult, error) {
+	var res ApplyResult
 	var wbm *writeBack
 	if hr != nil {
 		wbm = hr.wb
 	}
 	dups, err := s.duplicates(ctx, b, set, nowSec, wbm)
 	if err != nil {
-		return res, -1, err
+		return nil, res, err
 	}
 	g := newGather(set, nowSec)
 	parts := s.st.Partitions()
@@ -456,9 +482,8 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		if fresh && parts > 0 && window.Partition(ps.sub, parts) != b.Partition {
 			res.Misplaced++
 		}
-		ms := ev.TS.UnixMilli()
 		ps.eval = max(ps.eval, sec)
-		ps.latest = max(ps.latest, ms)
+		ps.latest = max(ps.latest, ev.TS.UnixMilli())
 		n := max(ev.N, 1)
 		ps.added += n
 		if r.Counted {
@@ -477,58 +502,66 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		g.pl.observe(ps, ev, sec)
 		res.Applied++
 	}
-	pl, order := g.pl, g.order
-	res.Subjects = len(order)
-	sumLevels(pl, order)
+	res.Subjects = len(g.order)
+	sumLevels(g.pl, g.order)
+	return g, res, nil
+}
 
+// planBatch decides, per subject, which limits to evaluate and whether
+// memory counts it; it tells whether the batch is a write-back owner's.
+func (s *Applier) planBatch(set *rules.Set, pl *profiles, order []*pendingSubject, hr *Headroom, nowSec int64) (wb bool) {
 	hr.use(set, len(order))
-	wb := s.wb && hr != nil && hr.wb != nil
+	wb = s.wb && hr != nil && hr.wb != nil
 	for _, ps := range order {
 		pr := &pl.list[ps.profile]
 		ps.plan = hr.needs(ps.sub, len(pr.limits)+len(pr.buckets), ps.added, ps.eval, nowSec)
 		ps.memory = wb && pr.mirrored
 	}
-	offkey := s.keys.Offset(group, b.Topic, b.Partition)
-	if useMirror || wb {
-		if err := s.evalMirrored(ctx, offkey, group, b, pl, order, hr, nowSec); err != nil {
-			// The copies hold the batch's increments, which Redis does not.
-			hr.forget()
-			return res, -1, err
+	return wb
+}
+
+// settleWriteBack finishes a write-back batch without the apply script
+// when it can (done): every subject counted in memory, its verdicts held
+// back or written by decide.lua. Otherwise the held-back decisions go
+// first and the script runs.
+func (s *Applier) settleWriteBack(ctx context.Context, group, offkey string, b aggregator.Batch, pl *profiles, order []*pendingSubject, hr *Headroom, now time.Time, res *ApplyResult) (done bool, err error) {
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	only := onlyMemory(order)
+	h := holdAt{now: nowSec, from: b.First}
+	switch {
+	case s.hold > 0 && only:
+		h.deadline = nowSec + s.hold
+	case !only && hr.wb.pinned:
+		// The script moves D past this batch, which therefore holds no
+		// decision back, and the decisions held back before it go first
+		// (but those carried past a checkpoint: D does not hold them).
+		if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now, keepCarried, true); err != nil {
+			return false, err
 		}
 	}
-	if wb {
-		only := onlyMemory(order)
-		h := holdAt{now: nowSec, from: b.First}
-		switch {
-		case s.hold > 0 && only:
-			h.deadline = nowSec + s.hold
-		case !only && hr.wb.pinned:
-			// The script moves D past this batch, which therefore holds no
-			// decision back, and the decisions held back before it go
-			// first (but those carried past a checkpoint: D does not hold
-			// them).
-			if err := s.writeDeferred(ctx, group, b.Topic, b.Partition, hr, now, keepCarried, true); err != nil {
-				return res, -1, err
-			}
+	done, err = s.decideInMemory(pl, order, hr, h)
+	if err != nil || done {
+		if err == nil {
+			res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
+			err = hr.commit(pl, order, nowSec)
+			res.InMemory = true
 		}
-		done, err := s.decideInMemory(pl, order, hr, h)
-		if err != nil || done {
-			if err == nil {
-				res.Evaluated, res.Mirrored = hr.learnVerdicts(order)
-				err = hr.commit(pl, order, nowSec)
-				res.InMemory = true
-			}
-			return res, -1, err
-		}
-		if only {
-			return res, -1, s.decide(ctx, offkey, b, pl, order, hr, now, &res)
-		}
-		for _, ps := range order {
-			if ps.writes && hr.wb.written != nil {
-				delete(hr.wb.written, window.Field(ps.sub)) // apply.lua's writes are not remembered
-			}
+		return true, err
+	}
+	if only {
+		return true, s.decide(ctx, offkey, b, pl, order, hr, now, res)
+	}
+	for _, ps := range order {
+		if ps.writes && hr.wb.written != nil {
+			delete(hr.wb.written, window.Field(ps.sub)) // apply.lua's writes are not remembered
 		}
 	}
+	return false, nil
+}
+
+// runApply runs the apply script over the batch, res being what gathering
+// it found, and learns its reply.
+func (s *Applier) runApply(ctx context.Context, group, offkey string, b aggregator.Batch, now time.Time, pl *profiles, order []*pendingSubject, hr *Headroom, wb bool, res ApplyResult) (ApplyResult, int64, error) {
 	args, sent := s.applyArgs(b, now, pl, order, hr)
 	// The ids of the subjects the script counts; a write-back owner keeps
 	// its memory subjects' with their counts (commit).
@@ -558,18 +591,7 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 			return ApplyResult{}, -1, fmt.Errorf("apply batch partition=%d offsets=%d-%d: the slot's offset is %d, this owner's %d (reply %d): %w",
 				b.Partition, b.First, b.Last, prev, hr.next, status, errFenced)
 		}
-	}
-	switch status {
-	case replyHeld:
-		return ApplyResult{Duplicate: true}, -1, nil
-	case replyTrim:
-		return ApplyResult{}, prev, nil
-	case replyDedupRaced:
-		return ApplyResult{}, -1, errDedupRaced
-	case replyRewind:
-		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
-	case replyStale:
-		return ApplyResult{}, -1, errMirrorStale
+		return refusedApply(b, status, prev)
 	}
 	if len(out) < 6 {
 		return res, -1, fmt.Errorf("apply batch partition=%d: short script reply %v", b.Partition, out)
@@ -582,11 +604,29 @@ func (s *Applier) applyOnce(ctx context.Context, group string, b aggregator.Batc
 		res.Extended = pl.decisions(replyInts(out[6]), sent)
 	}
 	if wb {
-		if err := hr.commit(pl, order, nowSec); err != nil {
+		if err := hr.commit(pl, order, floorDiv(now.UnixMilli(), 1000)); err != nil {
 			return res, -1, err
 		}
 	}
 	return res, -1, nil
+}
+
+// refusedApply is what the apply script's refusal (status, with the
+// slot's offset prev) means for a write-through batch.
+func refusedApply(b aggregator.Batch, status, prev int64) (ApplyResult, int64, error) {
+	switch status {
+	case replyHeld:
+		return ApplyResult{Duplicate: true}, -1, nil
+	case replyTrim:
+		return ApplyResult{}, prev, nil
+	case replyDedupRaced:
+		return ApplyResult{}, -1, errDedupRaced
+	case replyRewind:
+		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
+	case replyStale:
+		return ApplyResult{}, -1, errMirrorStale
+	}
+	return ApplyResult{}, -1, fmt.Errorf("apply batch partition=%d offsets=%d-%d: unknown reply %d", b.Partition, b.First, b.Last, status)
 }
 
 // learn records in hr what an applied batch's reply says: the offset and
