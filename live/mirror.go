@@ -660,26 +660,53 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 			s.copyLoaded(h, ps, id, hr)
 		}
 	}
-	type target struct {
-		ps *pendingSubject
-		id hashID
-	}
-	var targets []target
+	var targets []loadTarget
 	for ps, ids := range plan.read {
 		for id := range ids {
-			targets = append(targets, target{ps, id})
+			targets = append(targets, loadTarget{ps, id})
 		}
 	}
 	start := time.Now()
-	wb := hr.wb
 	pipe := s.rdb.Pipeline()
-	var ckCmd *redis.StringCmd
-	if wb != nil {
-		pipe = s.rdb.TxPipeline()
-		ckCmd = pipe.Get(ctx, s.keys.Checkpoint(group, b.Topic, partition))
+	if hr.wb != nil {
+		pipe = s.rdb.TxPipeline() // the hashes as of the fencing values read with them
 	}
-	offCmd := pipe.Get(ctx, offkey)
-	seqCmd := pipe.Get(ctx, s.keys.Seq(partition))
+	fence := s.readFence(ctx, pipe, offkey, group, b.Topic, partition, hr.wb != nil)
+	hashes := s.readHashes(ctx, pipe, partition, targets)
+	stated := s.readStated(ctx, pipe, partition, missing, hr)
+	if len(targets) == 0 && len(stated.cmds) == 0 {
+		return nil // all made from memory: nothing to send
+	}
+	_, err := pipe.Exec(ctx)
+	s.st.Observe("mirror", start)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("load bucket copies partition=%d: %w", partition, err)
+	}
+	if err := fence.check(hr, partition); err != nil {
+		return err
+	}
+	stated.learn(hr)
+	for i, t := range targets {
+		h := scratch[:fieldsOf(t.id.level)]
+		mask, err := loadedCounts(h, hashes[i].Val())
+		if err != nil {
+			hr.forget()
+			return fmt.Errorf("load bucket copies partition=%d: %c:%d: %w", partition, t.id.level, t.id.n, err)
+		}
+		held.note(t.ps, t.id, mask)
+		s.copyLoaded(h, t.ps, t.id, hr)
+	}
+	return nil
+}
+
+// loadTarget is a hash a load reads.
+type loadTarget struct {
+	ps *pendingSubject
+	id hashID
+}
+
+// readHashes queues the reads of targets' hashes in pipe.
+func (s *Applier) readHashes(ctx context.Context, pipe redis.Pipeliner, partition int, targets []loadTarget) []*redis.MapStringStringCmd {
 	hashes := make([]*redis.MapStringStringCmd, len(targets))
 	slot := s.keys.Slot(partition)
 	var bk bucketKeys
@@ -692,25 +719,58 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 		}
 		hashes[i] = pipe.HGetAll(ctx, bk.key(t.id.level, t.id.n))
 	}
-	stated := s.readStated(ctx, pipe, partition, missing, hr)
-	if len(targets) == 0 && len(stated.cmds) == 0 {
-		return nil // all made from memory: nothing to send
+	return hashes
+}
+
+// loadedCounts reads a loaded hash into h (cleared first), and returns
+// the mask of its fields with a count.
+func loadedCounts(h []int64, fields map[string]string) (mask uint64, err error) {
+	clear(h)
+	for fs, ns := range fields {
+		field, err1 := strconv.ParseInt(fs, 10, 64)
+		n, err2 := strconv.ParseInt(ns, 10, 64)
+		if err1 != nil || err2 != nil || field < 0 || field >= int64(len(h)) {
+			return 0, fmt.Errorf("field %v=%v is not a bucket count", fs, ns)
+		}
+		h[field] = n
+		if n != 0 {
+			mask |= 1 << field
+		}
 	}
-	_, err := pipe.Exec(ctx)
-	s.st.Observe("mirror", start)
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("load bucket copies partition=%d: %w", partition, err)
+	return mask, nil
+}
+
+// loadFence is the fencing values a load reads with its hashes: the
+// copies are only as good as the slot is as hr knows it.
+type loadFence struct {
+	off, seq, ck *redis.StringCmd // ck: write-back only
+}
+
+func (s *Applier) readFence(ctx context.Context, pipe redis.Pipeliner, offkey, group, topic string, partition int, writeBack bool) loadFence {
+	var f loadFence
+	if writeBack {
+		f.ck = pipe.Get(ctx, s.keys.Checkpoint(group, topic, partition))
 	}
-	next, err := optionalInt(offCmd, -1)
+	f.off = pipe.Get(ctx, offkey)
+	f.seq = pipe.Get(ctx, s.keys.Seq(partition))
+	return f
+}
+
+// check compares the fence with what hr is as of: a write-back owner's
+// memory is fenced off when the slot moved; copies of a write-through
+// sink are forgotten (errMirrorStale), or learn the slot's values when
+// hr holds none yet.
+func (f loadFence) check(hr *Headroom, partition int) error {
+	next, err := optionalInt(f.off, -1)
 	if err != nil {
 		return fmt.Errorf("load bucket copies partition=%d: offset: %w", partition, err)
 	}
-	seq, err := optionalInt(seqCmd, 0)
+	seq, err := optionalInt(f.seq, 0)
 	if err != nil {
 		return fmt.Errorf("load bucket copies partition=%d: change sequence: %w", partition, err)
 	}
-	if wb != nil {
-		c, err := optionalInt(ckCmd, -1)
+	if wb := hr.wb; wb != nil {
+		c, err := optionalInt(f.ck, -1)
 		if err != nil {
 			return fmt.Errorf("load bucket copies partition=%d: checkpoint: %w", partition, err)
 		}
@@ -719,34 +779,14 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 			return fmt.Errorf("load bucket copies partition=%d: offset %d, checkpoint %d, change sequence %d; this owner's %d, %d, %d: %w",
 				partition, next, c, seq, hr.next, wb.c, hr.seq, errFenced)
 		}
+		return nil
 	}
 	switch {
-	case wb != nil:
 	case hr.next == -2 && hr.mir.hashes == 0:
 		hr.next, hr.seq = next, seq
 	case next != hr.next || seq != hr.seq:
 		hr.forget()
 		return errMirrorStale
-	}
-	stated.learn(hr)
-	for i, t := range targets {
-		h := scratch[:fieldsOf(t.id.level)]
-		clear(h)
-		var mask uint64
-		for fs, ns := range hashes[i].Val() {
-			field, err1 := strconv.ParseInt(fs, 10, 64)
-			n, err2 := strconv.ParseInt(ns, 10, 64)
-			if err1 != nil || err2 != nil || field < 0 || field >= int64(len(h)) {
-				hr.forget()
-				return fmt.Errorf("load bucket copies partition=%d: field %v=%v of %c:%d is not a bucket count", partition, fs, ns, t.id.level, t.id.n)
-			}
-			h[field] = n
-			if n != 0 {
-				mask |= 1 << field
-			}
-		}
-		held.note(t.ps, t.id, mask)
-		s.copyLoaded(h, t.ps, t.id, hr)
 	}
 	return nil
 }

@@ -460,16 +460,10 @@ func (s *Applier) Checkpoint(ctx context.Context, group, topic string, partition
 // after it are counted under.
 func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition int, hr *Headroom, rs *rules.Set, now time.Time) (fields int, err error) {
 	wb := hr.wb
-	if err := s.writeInherited(ctx, group, topic, partition, hr, now); err != nil {
+	if err := s.writeHeldBack(ctx, group, topic, partition, hr, now); err != nil {
 		return 0, err
 	}
 	nowSec := floorDiv(now.UnixMilli(), 1000)
-	if err := s.writeDeferred(ctx, group, topic, partition, hr, now, s.carries(wb, nowSec), false); err != nil {
-		return 0, err
-	}
-	if err := s.writeCarried(ctx, group, topic, partition, hr); err != nil {
-		return 0, err
-	}
 	text := rs.Source()
 	keepRules := text != nil && !bytes.Equal(text, wb.stored)
 	if wb.fields == 0 && wb.c == wb.at && wb.cKept && !keepRules {
@@ -501,6 +495,31 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 			return 0, err
 		}
 	}
+	if err := s.writeLastPart(ctx, group, topic, partition, hr, expect, text, parts, nowSec); err != nil {
+		return 0, err
+	}
+	return hr.checkpointWritten(parts[len(parts)-1], rs, text, nowSec), nil
+}
+
+// writeHeldBack writes what a checkpoint must precede: the last owner's
+// held-back decisions, and this owner's.
+func (s *Applier) writeHeldBack(ctx context.Context, group, topic string, partition int, hr *Headroom, now time.Time) error {
+	if err := s.writeInherited(ctx, group, topic, partition, hr, now); err != nil {
+		return err
+	}
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	if err := s.writeDeferred(ctx, group, topic, partition, hr, now, s.carries(hr.wb, nowSec), false); err != nil {
+		return err
+	}
+	return s.writeCarried(ctx, group, topic, partition, hr)
+}
+
+// writeLastPart runs checkpoint.lua: the last part's fields, the ids
+// counted since C, the rules text to keep (nil: the slot holds it), and C
+// moved to the last record counted. It drops hr's memory when the run is
+// refused, or fails after earlier parts were written.
+func (s *Applier) writeLastPart(ctx context.Context, group, topic string, partition int, hr *Headroom, expect string, text []byte, parts []ckptPart, nowSec int64) error {
+	wb := hr.wb
 	last := parts[len(parts)-1]
 	p := wb.pending
 	args := make([]any, 0, 9+len(last.fields)+2*p.ids.len())
@@ -523,18 +542,26 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		if len(parts) > 1 {
 			hr.drop()
 		}
-		return 0, fmt.Errorf("checkpoint group=%s partition=%d offset=%d: %w", group, partition, wb.at, err)
+		return fmt.Errorf("checkpoint group=%s partition=%d offset=%d: %w", group, partition, wb.at, err)
 	}
 	if replyInt(out, 0) != checkpointWritten {
 		err := checkpointRefused(group, partition, out, expect, hr)
 		hr.drop()
-		return 0, err
+		return err
 	}
+	return nil
+}
+
+// checkpointWritten moves memory to the checkpoint just written, whose
+// last part was last, under rules rs (text: kept with it, nil: kept
+// before); it returns the fields written.
+func (hr *Headroom) checkpointWritten(last ckptPart, rs *rules.Set, text []byte, nowSec int64) int {
+	wb := hr.wb
 	last.marked(hr.mir)
 	n := wb.fields
 	wb.pruneWritten(nowSec)
 	wb.c, wb.cKept, wb.rules = wb.at, true, rs
-	if keepRules {
+	if text != nil {
 		wb.stored = text
 	}
 	wb.pending.reset()
@@ -550,7 +577,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 			delete(wb.marks, f)
 		}
 	}
-	return n, nil
+	return n
 }
 
 // checkpointRefused is the errFenced of a checkpoint script's FENCED reply:
@@ -771,24 +798,11 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		b = kept
 	}
 	if b.First < wb.replayTo {
-		cut := min(wb.replayTo, b.Last+1)
-		head := b
-		head.Last = cut - 1
-		head.Records = b.Records[:0:0]
-		for _, r := range b.Records {
-			if r.Offset < cut {
-				head.Records = append(head.Records, r)
-			}
-		}
-		// The rules the last owner counted these under, not the current
-		// ones: they say which subjects the script has counted already.
-		if err := s.replay(ctx, head, wb.rules, now, hr, &res); err != nil {
+		rest, more, err := s.replayHead(ctx, b, now, hr, &res)
+		if err != nil || !more {
 			return res, err
 		}
-		if b.Last < cut {
-			return res, nil
-		}
-		b = aggregator.TrimBatch(b, cut)
+		b = rest
 	}
 	if !sameRules(wb.rules, set) {
 		// The rules say which subjects memory counts and which the script
@@ -811,6 +825,29 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 		wb.at = c.Last + 1
 	}
 	return res, nil
+}
+
+// replayHead counts b's records before the decisions offset D only, as
+// a new owner's replay, and returns the rest of b (more: some left).
+func (s *Applier) replayHead(ctx context.Context, b aggregator.Batch, now time.Time, hr *Headroom, res *ApplyResult) (rest aggregator.Batch, more bool, err error) {
+	cut := min(hr.wb.replayTo, b.Last+1)
+	head := b
+	head.Last = cut - 1
+	head.Records = b.Records[:0:0]
+	for _, r := range b.Records {
+		if r.Offset < cut {
+			head.Records = append(head.Records, r)
+		}
+	}
+	// The rules the last owner counted these under, not the current ones:
+	// they say which subjects the script has counted already.
+	if err := s.replay(ctx, head, hr.wb.rules, now, hr, res); err != nil {
+		return b, false, err
+	}
+	if b.Last < cut {
+		return b, false, nil
+	}
+	return aggregator.TrimBatch(b, cut), true, nil
 }
 
 // sameRules tells whether two rule sets are one, or were parsed from the
