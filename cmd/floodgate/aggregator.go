@@ -20,6 +20,7 @@ import (
 	"floodgate/aggregator"
 	"floodgate/live"
 	"floodgate/topics"
+	"floodgate/window"
 
 	"floodgate/kafkaconn"
 )
@@ -74,25 +75,8 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err := c.requireOutputTopics(ctx); err != nil {
 		return err
 	}
-	writeBack := c.CheckpointInterval > 0 && !c.EvaluateAll
-	if c.CheckpointInterval > 0 && !writeBack {
-		logger.Info("write-back off: --evaluate-all writes every batch through")
-	}
-	var hold, refresh time.Duration
-	if writeBack {
-		// A held-back decision is written by the next checkpoint: due within
-		// the interval, written within a few seconds of it.
-		hold, refresh = 2*c.CheckpointInterval+5*time.Second, c.DenyRefresh
-	}
-	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack,
-		CheckpointPart: c.CheckpointPart, HoldDecisions: hold, RefreshDecisions: refresh, Logger: logger.With("sink", "live")})
+	applier, err := c.applier(ctx, store, logger)
 	if err != nil {
-		return err
-	}
-	if err := store.LoadScripts(ctx); err != nil {
-		return err
-	}
-	if err := applier.LoadScripts(ctx); err != nil {
 		return err
 	}
 
@@ -147,6 +131,46 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		groups = append(groups, hg)
 	}
 
+	return c.serve(ctx, logger, reg, rdb, func(ctx context.Context, eg *errgroup.Group) {
+		eg.Go(func() error { return watcher.Run(ctx) })
+		eg.Go(func() error { return parts.Run(ctx, 10*time.Second) })
+		for _, grp := range groups {
+			eg.Go(func() error { return grp.Run(ctx) })
+		}
+	})
+}
+
+// applier is the live path's Applier as the flags configure it, its
+// scripts loaded.
+func (c *AggregatorCmd) applier(ctx context.Context, store *window.Store, logger *slog.Logger) (*live.Applier, error) {
+	writeBack := c.CheckpointInterval > 0 && !c.EvaluateAll
+	if c.CheckpointInterval > 0 && !writeBack {
+		logger.Info("write-back off: --evaluate-all writes every batch through")
+	}
+	var hold, refresh time.Duration
+	if writeBack {
+		// A held-back decision is written by the next checkpoint: due within
+		// the interval, written within a few seconds of it.
+		hold, refresh = 2*c.CheckpointInterval+5*time.Second, c.DenyRefresh
+	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack,
+		CheckpointPart: c.CheckpointPart, HoldDecisions: hold, RefreshDecisions: refresh, Logger: logger.With("sink", "live")})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.LoadScripts(ctx); err != nil {
+		return nil, err
+	}
+	if err := applier.LoadScripts(ctx); err != nil {
+		return nil, err
+	}
+	return applier, nil
+}
+
+// serve serves metrics and runs what start adds to the group until ctx
+// ends or one of them fails; then the groups finish their batches in
+// flight and the server stops.
+func (c *AggregatorCmd) serve(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, rdb redis.UniversalClient, start func(context.Context, *errgroup.Group)) error {
 	ln, err := net.Listen("tcp", c.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("metrics listener %s: %w", c.MetricsAddr, err)
@@ -163,11 +187,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		}
 		return nil
 	})
-	eg.Go(func() error { return watcher.Run(gctx) })
-	eg.Go(func() error { return parts.Run(gctx, 10*time.Second) })
-	for _, grp := range groups {
-		eg.Go(func() error { return grp.Run(gctx) })
-	}
+	start(gctx, eg)
 	eg.Go(func() error {
 		<-gctx.Done()
 		stopping.Store(true)

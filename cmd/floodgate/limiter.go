@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"floodgate/feed"
+	"floodgate/kafkaconn"
 	"floodgate/limiter"
 	"floodgate/producer"
 	"floodgate/strict"
@@ -63,17 +65,9 @@ type LimiterServeCmd struct {
 // Run serves until ctx ends, then drains requests in flight.
 func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	reg := newRegistry()
-	authToken, err := secret("auth-token", c.AuthToken, c.AuthTokenFile)
+	authToken, serverTLS, err := c.access(logger)
 	if err != nil {
 		return err
-	}
-	serverTLS, err := c.serverTLS(logger)
-	if err != nil {
-		return err
-	}
-	if authToken == "" && (beyondLoopback(c.HTTPAddr) || c.RLSAddr != "off" && beyondLoopback(c.RLSAddr)) {
-		logger.Warn("the limiter listens beyond loopback without a token: anyone who reaches it may check and take; set --auth-token-file",
-			"http", c.HTTPAddr, "rls", c.RLSAddr)
 	}
 	watcher, err := watchRules(c.Rules, logger, reg)
 	if err != nil {
@@ -101,19 +95,13 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return fmt.Errorf("--state-max-subjects %d is negative", c.StateMaxSubjects)
 	}
 	state := limiter.NewBoundedState(c.StateMaxSubjects)
-	var pub *producer.Publisher
-	if !c.NoPublish {
-		pub, err = producer.New(producer.Config{
-			Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.PublishLinger,
-			Logger: logger.With("component", "producer"),
-		})
-		if err != nil {
-			return err
-		}
-		defer closeLogged(logger, "producer", pub)
+	pub, err := c.publisher(kc, logger)
+	if err != nil {
+		return err
 	}
-	var lpub limiter.Publisher
+	var lpub limiter.Publisher // nil, not a nil *Publisher, with --no-publish
 	if pub != nil {
+		defer closeLogged(logger, "producer", pub)
 		lpub = pub
 	}
 	mode, err := limiter.ParseFailureMode(c.FailureMode)
@@ -152,14 +140,25 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	logger.Info("limiter started", "http", srv.HTTPAddr(), "rls", srv.RLSAddr(),
 		"key_prefix", c.KeyPrefix, "redis_timeout", c.RedisTimeout, "failure_mode", c.FailureMode, "auth", authToken != "", "tls", serverTLS != nil)
 
-	eg, gctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return watcher.Run(gctx) })
-	eg.Go(func() error { return parts.Run(gctx, 10*time.Second) })
-	eg.Go(func() error {
-		return limiter.Sync(gctx, limiter.SyncConfig{
-			State: state, Source: store, Streams: rdb, Partitions: parts.Get, Metrics: feedMetrics, Logger: logger,
+	err = runUntilDone(ctx, srv, admin,
+		watcher.Run,
+		func(ctx context.Context) error { return parts.Run(ctx, 10*time.Second) },
+		func(ctx context.Context) error {
+			return limiter.Sync(ctx, limiter.SyncConfig{
+				State: state, Source: store, Streams: rdb, Partitions: parts.Get, Metrics: feedMetrics, Logger: logger,
+			})
 		})
-	})
+	logger.Info("limiter stopped", "err", err)
+	return err
+}
+
+// runUntilDone runs tasks beside the started servers until ctx ends or
+// one of them fails, then shuts the servers down.
+func runUntilDone(ctx context.Context, srv *limiter.Server, admin *adminServer, tasks ...func(context.Context) error) error {
+	eg, gctx := errgroup.WithContext(ctx)
+	for _, task := range tasks {
+		eg.Go(func() error { return task(gctx) })
+	}
 	eg.Go(func() error {
 		select {
 		case <-gctx.Done():
@@ -169,10 +168,38 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		}
 	})
 	eg.Go(func() error { return admin.Wait(gctx) })
-	err = eg.Wait()
+	err := eg.Wait()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err = errors.Join(err, srv.Shutdown(sctx), admin.Shutdown(sctx))
-	logger.Info("limiter stopped", "err", err)
-	return err
+	return errors.Join(err, srv.Shutdown(sctx), admin.Shutdown(sctx))
+}
+
+// access is the limiter's token and TLS; it warns when the limiter
+// listens beyond loopback with no token.
+func (c *LimiterServeCmd) access(logger *slog.Logger) (token string, tlsCfg *tls.Config, err error) {
+	token, err = secret("auth-token", c.AuthToken, c.AuthTokenFile)
+	if err != nil {
+		return "", nil, err
+	}
+	tlsCfg, err = c.serverTLS(logger)
+	if err != nil {
+		return "", nil, err
+	}
+	if token == "" && (beyondLoopback(c.HTTPAddr) || c.RLSAddr != "off" && beyondLoopback(c.RLSAddr)) {
+		logger.Warn("the limiter listens beyond loopback without a token: anyone who reaches it may check and take; set --auth-token-file",
+			"http", c.HTTPAddr, "rls", c.RLSAddr)
+	}
+	return token, tlsCfg, nil
+}
+
+// publisher is the limiter's asynchronous publisher of the events it
+// counts; nil with --no-publish.
+func (c *LimiterServeCmd) publisher(kc kafkaconn.Cluster, logger *slog.Logger) (*producer.Publisher, error) {
+	if c.NoPublish {
+		return nil, nil
+	}
+	return producer.New(producer.Config{
+		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.PublishLinger,
+		Logger: logger.With("component", "producer"),
+	})
 }
