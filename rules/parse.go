@@ -123,8 +123,6 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 		return nil, &Error{Line: n.Line, Reason: "each rule must be a mapping (name, action, kinds, limits, ...)"}
 	}
 	r := &Rule{Line: n.Line}
-	seen := map[string]bool{}
-	var allowNode *yaml.Node
 	fail := func(at *yaml.Node, format string, args ...any) error {
 		reason := fmt.Sprintf(format, args...)
 		if r.Name != "" {
@@ -143,108 +141,24 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 			}
 		}
 	}
+	seen := map[string]bool{}
+	var allowNode *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if seen[k.Value] {
 			return nil, fail(k, "key %q given twice", k.Value)
 		}
 		seen[k.Value] = true
-		switch k.Value {
-		case "name":
-		case "action":
-			if err := scalar(v, &r.Action); err != nil {
-				return nil, fail(v, "action: %v", err)
-			}
-			if !nameRE.MatchString(r.Action) {
-				return nil, fail(v, "action %q: only [a-z0-9_.-], 1 to 64 bytes", r.Action)
-			}
-		case "kinds", "kind":
-			kinds, err := stringList(v)
-			if err != nil {
-				return nil, fail(v, "%s: %v", k.Value, err)
-			}
-			for _, kind := range kinds {
-				if !nameRE.MatchString(kind) {
-					return nil, fail(v, "kind %q: only [a-z0-9_.-], 1 to 64 bytes", kind)
-				}
-				if !containsStr(r.Kinds, kind) {
-					r.Kinds = append(r.Kinds, kind)
-				}
-			}
-		case "limits", "limit":
-			items, err := stringItems(v)
-			if err != nil {
-				return nil, fail(v, "%s: %v", k.Value, err)
-			}
-			for _, it := range items {
-				l, err := ParseLimit(it.Value)
-				if err != nil {
-					return nil, fail(it, "%v", err)
-				}
-				for _, prev := range r.Limits {
-					if prev.Window == l.Window {
-						return nil, fail(it, "two limits with window %s", FormatWindow(l.Window))
-					}
-				}
-				r.Limits = append(r.Limits, l)
-			}
-		case "shadow":
-			if err := v.Decode(&r.Shadow); err != nil || v.Kind != yaml.ScalarNode {
-				return nil, fail(v, "shadow: want true or false")
-			}
-		case "strict":
-			if err := v.Decode(&r.Strict); err != nil || v.Kind != yaml.ScalarNode {
-				return nil, fail(v, "strict: want true or false")
-			}
-		case "bucket":
-			b, err := parseBucket(v)
-			if err != nil {
-				return nil, fail(v, "bucket: %v", err)
-			}
-			r.Bucket = &b
-		case "distinct":
-			if err := scalar(v, &r.Distinct); err != nil {
-				return nil, fail(v, "distinct: %v", err)
-			}
-			if !nameRE.MatchString(r.Distinct) {
-				return nil, fail(v, "distinct %q: a kind of the events' attrs, only [a-z0-9_.-], 1 to 64 bytes", r.Distinct)
-			}
-			if slices.Contains(reservedDistinct, r.Distinct) {
-				return nil, fail(v, "distinct %q: reserved (a subject's distinct set of this kind would share its key with the deny, shadow or bucket record of another subject); use another name, e.g. %q", r.Distinct, r.Distinct+"_value")
-			}
-		case "message":
-			if err := scalar(v, &r.Message); err != nil {
-				return nil, fail(v, "message: %v", err)
-			}
-		case "allow":
-			allowNode = v
-		default:
-			return nil, fail(k, "unknown key %q (want name, action, kinds, limits, bucket, distinct, shadow, strict, message, allow)", k.Value)
+		if k.Value == "allow" {
+			allowNode = v // read once the kinds are known
+			continue
+		}
+		if err := r.parseKey(k, v, fail); err != nil {
+			return nil, err
 		}
 	}
-	switch {
-	case r.Name == "":
-		return nil, fail(n, "name is required")
-	case r.Action == "":
-		return nil, fail(n, "action is required")
-	case len(r.Kinds) == 0:
-		return nil, fail(n, "kinds is required (e.g. [ip, email])")
-	case len(r.Limits) == 0 && r.Bucket == nil:
-		return nil, fail(n, "limits or bucket is required (e.g. limits: [2/s, 5/m, 10/h, 100/d])")
-	case r.Distinct != "" && len(r.Limits) == 0:
-		return nil, fail(n, "distinct counts with limits: give limits (e.g. [20/1h])")
-	case r.Distinct != "" && r.Bucket != nil:
-		return nil, fail(n, "distinct and bucket in one rule: a bucket counts events, not distinct values; use two rules")
-	}
-	if r.Distinct != "" {
-		for _, l := range r.Limits {
-			if l.Count >= MaxDistinct {
-				return nil, fail(n, "distinct limit %s: at most %d distinct values are kept per subject; use a count below that", l, MaxDistinct)
-			}
-		}
-	}
-	if r.Bucket != nil && r.Bucket.Refill() > MaxWindow {
-		return nil, fail(n, "bucket %s refills in %s, longer than the longest window %s", r.Bucket, r.Bucket.Refill(), FormatWindow(MaxWindow))
+	if err := r.complete(n, fail); err != nil {
+		return nil, err
 	}
 	if allowNode != nil {
 		items, err := stringItems(allowNode)
@@ -258,6 +172,128 @@ func parseRule(n *yaml.Node) (*Rule, error) {
 		}
 	}
 	return r, nil
+}
+
+// failAt makes a rule's parse error at a node of its text.
+type failAt func(at *yaml.Node, format string, args ...any) error
+
+// parseKey reads the rule's key k, of value v (allow aside).
+func (r *Rule) parseKey(k, v *yaml.Node, fail failAt) error {
+	switch k.Value {
+	case "name":
+	case "action":
+		if err := scalar(v, &r.Action); err != nil {
+			return fail(v, "action: %v", err)
+		}
+		if !nameRE.MatchString(r.Action) {
+			return fail(v, "action %q: only [a-z0-9_.-], 1 to 64 bytes", r.Action)
+		}
+	case "kinds", "kind":
+		return r.parseKinds(k, v, fail)
+	case "limits", "limit":
+		return r.parseLimits(k, v, fail)
+	case "shadow":
+		if err := v.Decode(&r.Shadow); err != nil || v.Kind != yaml.ScalarNode {
+			return fail(v, "shadow: want true or false")
+		}
+	case "strict":
+		if err := v.Decode(&r.Strict); err != nil || v.Kind != yaml.ScalarNode {
+			return fail(v, "strict: want true or false")
+		}
+	case "bucket":
+		b, err := parseBucket(v)
+		if err != nil {
+			return fail(v, "bucket: %v", err)
+		}
+		r.Bucket = &b
+	case "distinct":
+		return r.parseDistinct(v, fail)
+	case "message":
+		if err := scalar(v, &r.Message); err != nil {
+			return fail(v, "message: %v", err)
+		}
+	default:
+		return fail(k, "unknown key %q (want name, action, kinds, limits, bucket, distinct, shadow, strict, message, allow)", k.Value)
+	}
+	return nil
+}
+
+func (r *Rule) parseKinds(k, v *yaml.Node, fail failAt) error {
+	kinds, err := stringList(v)
+	if err != nil {
+		return fail(v, "%s: %v", k.Value, err)
+	}
+	for _, kind := range kinds {
+		if !nameRE.MatchString(kind) {
+			return fail(v, "kind %q: only [a-z0-9_.-], 1 to 64 bytes", kind)
+		}
+		if !containsStr(r.Kinds, kind) {
+			r.Kinds = append(r.Kinds, kind)
+		}
+	}
+	return nil
+}
+
+func (r *Rule) parseLimits(k, v *yaml.Node, fail failAt) error {
+	items, err := stringItems(v)
+	if err != nil {
+		return fail(v, "%s: %v", k.Value, err)
+	}
+	for _, it := range items {
+		l, err := ParseLimit(it.Value)
+		if err != nil {
+			return fail(it, "%v", err)
+		}
+		for _, prev := range r.Limits {
+			if prev.Window == l.Window {
+				return fail(it, "two limits with window %s", FormatWindow(l.Window))
+			}
+		}
+		r.Limits = append(r.Limits, l)
+	}
+	return nil
+}
+
+func (r *Rule) parseDistinct(v *yaml.Node, fail failAt) error {
+	if err := scalar(v, &r.Distinct); err != nil {
+		return fail(v, "distinct: %v", err)
+	}
+	if !nameRE.MatchString(r.Distinct) {
+		return fail(v, "distinct %q: a kind of the events' attrs, only [a-z0-9_.-], 1 to 64 bytes", r.Distinct)
+	}
+	if slices.Contains(reservedDistinct, r.Distinct) {
+		return fail(v, "distinct %q: reserved (a subject's distinct set of this kind would share its key with the deny, shadow or bucket record of another subject); use another name, e.g. %q", r.Distinct, r.Distinct+"_value")
+	}
+	return nil
+}
+
+// complete checks what a rule needs as a whole, once its keys are read.
+func (r *Rule) complete(n *yaml.Node, fail failAt) error {
+	switch {
+	case r.Name == "":
+		return fail(n, "name is required")
+	case r.Action == "":
+		return fail(n, "action is required")
+	case len(r.Kinds) == 0:
+		return fail(n, "kinds is required (e.g. [ip, email])")
+	case len(r.Limits) == 0 && r.Bucket == nil:
+		return fail(n, "limits or bucket is required (e.g. limits: [2/s, 5/m, 10/h, 100/d])")
+	case r.Distinct != "" && len(r.Limits) == 0:
+		return fail(n, "distinct counts with limits: give limits (e.g. [20/1h])")
+	case r.Distinct != "" && r.Bucket != nil:
+		return fail(n, "distinct and bucket in one rule: a bucket counts events, not distinct values; use two rules")
+	}
+	if r.Distinct != "" {
+		for _, l := range r.Limits {
+			if l.Count >= MaxDistinct {
+				return fail(n, "distinct limit %s: at most %d distinct values are kept per subject; use a count below that", l, MaxDistinct)
+			}
+		}
+	}
+	if r.Bucket != nil && r.Bucket.Refill() > MaxWindow {
+		return fail(n, "bucket %s refills in %s, longer than the longest window %s", r.Bucket, r.Bucket.Refill(), FormatWindow(MaxWindow))
+	}
+	return nil
 }
 
 // parseBucket reads "{rate: 10/s, burst: 50}".
