@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
 
 	"floodgate/aggregator"
 	"floodgate/live"
@@ -234,96 +235,16 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	// Offsets lost before the rebuild began are known now: with stop, it
-	// fails before it writes anything.
-	for _, p := range todo {
-		lost := lostAtStart(cfg.Topic, p, pos[p], bounds[p])
-		if lost == nil {
-			continue
-		}
-		if err := reportLost(&cfg, &res, lost); err != nil {
-			return res, err
-		}
-		if lost.Beyond && pos[p].stored && !cfg.Reset {
-			// The store's offset must come back to where the replay
-			// starts, or every replayed batch would be taken for one it
-			// already holds.
-			if err := cfg.Applier.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
-				return res, fmt.Errorf("rebuild: %w", err)
-			}
-			pos[p] = position{next: bounds[p].from, stored: true}
-		}
+	if err := settleLostAtStart(ctx, &cfg, &res, todo, pos, bounds); err != nil {
+		return res, err
 	}
 	if cfg.Reset {
-		// The old layout's keys ("P:{a:k:s}:...", before partition slots)
-		// go too: a reset is also the migration to the current layout.
-		// Only keys of floodgate's shapes under the prefix go: a shared
-		// Redis holds other applications' keys, which a bare "prefix:*"
-		// would match.
-		keys := cfg.Store.Keys()
-		old := window.GlobEscape(cfg.Store.Prefix())
-		for _, del := range []struct {
-			pattern string
-			owns    func(string) bool
-		}{
-			{keys.Pattern(), keys.Owns},
-			{old + ":{*", func(k string) bool { return oldLayoutKey(cfg.Store.Prefix(), k) }},
-			{old + ":off:*", func(k string) bool { return oldLayoutKey(cfg.Store.Prefix(), k) }},
-		} {
-			n, err := deleteLiveKeys(ctx, cfg.Redis, del.pattern, del.owns)
-			res.Deleted += n
-			if err != nil {
-				return res, err
-			}
+		if err := deleteForReset(ctx, &cfg, &res); err != nil {
+			return res, err
 		}
 	}
-	// Where each partition's replay starts reading, and where its first
-	// batch starts: the store refuses a batch that starts after the offset
-	// it holds (it would skip what lies between), so a partition whose
-	// offset it keeps (Force) starts there; events older than every window
-	// are skipped as they are read. Offsets below the log's start are
-	// gone (reported above): the first batch covers them.
-	read, first := map[int]int64{}, map[int]int64{}
-	for _, p := range todo {
-		read[p], first[p] = bounds[p].from, bounds[p].from
-		if pos[p].stored && !cfg.Reset {
-			first[p] = min(bounds[p].from, pos[p].next)
-			read[p] = max(first[p], bounds[p].first)
-		}
-	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, cfg.Parallel)
-	)
-	for _, p := range todo {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-sem }()
-			pr, err := replay(ctx, &cfg, client, p, first[p], read[p], bounds[p].end)
-			mu.Lock()
-			defer mu.Unlock()
-			res.Messages += pr.Messages
-			res.Events += pr.Events
-			res.Invalid += pr.Invalid
-			res.Lost += pr.Lost
-			if err != nil && firstErr == nil {
-				firstErr = err
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
+	read, first := replayStarts(&cfg, todo, pos, bounds)
+	firstErr := replayAll(ctx, &cfg, client, todo, first, read, bounds, &res)
 	res.Partitions = len(todo)
 	res.Took = time.Since(start)
 	if firstErr != nil {
@@ -334,6 +255,95 @@ func Rebuild(ctx context.Context, cfg Config) (Result, error) {
 		"events", res.Events, "lost_offsets", res.Lost, "recreated_partitions", res.Recreated,
 		"from", res.From.Format(time.RFC3339), "took", res.Took)
 	return res, nil
+}
+
+// settleLostAtStart reports the offsets lost before the rebuild began
+// (with stop, it fails before anything is written), and moves the store's
+// offset of a recreated partition back to where its replay starts.
+func settleLostAtStart(ctx context.Context, cfg *Config, res *Result, todo []int, pos map[int]position, bounds map[int]bound) error {
+	for _, p := range todo {
+		lost := lostAtStart(cfg.Topic, p, pos[p], bounds[p])
+		if lost == nil {
+			continue
+		}
+		if err := reportLost(cfg, res, lost); err != nil {
+			return err
+		}
+		if lost.Beyond && pos[p].stored && !cfg.Reset {
+			// The store's offset must come back to where the replay
+			// starts, or every replayed batch would be taken for one it
+			// already holds.
+			if err := cfg.Applier.ResetOffset(ctx, cfg.Group, cfg.Topic, p, pos[p].next, bounds[p].from); err != nil {
+				return fmt.Errorf("rebuild: %w", err)
+			}
+			pos[p] = position{next: bounds[p].from, stored: true}
+		}
+	}
+	return nil
+}
+
+// deleteForReset deletes the live keys under the prefix. The old layout's
+// keys ("P:{a:k:s}:...", before partition slots) go too: a reset is also
+// the migration to the current layout. Only keys of floodgate's shapes
+// under the prefix go: a shared Redis holds other applications' keys,
+// which a bare "prefix:*" would match.
+func deleteForReset(ctx context.Context, cfg *Config, res *Result) error {
+	keys := cfg.Store.Keys()
+	old := window.GlobEscape(cfg.Store.Prefix())
+	for _, del := range []struct {
+		pattern string
+		owns    func(string) bool
+	}{
+		{keys.Pattern(), keys.Owns},
+		{old + ":{*", func(k string) bool { return oldLayoutKey(cfg.Store.Prefix(), k) }},
+		{old + ":off:*", func(k string) bool { return oldLayoutKey(cfg.Store.Prefix(), k) }},
+	} {
+		n, err := deleteLiveKeys(ctx, cfg.Redis, del.pattern, del.owns)
+		res.Deleted += n
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replayStarts is where each partition's replay starts reading, and where
+// its first batch starts: the store refuses a batch that starts after the
+// offset it holds (it would skip what lies between), so a partition whose
+// offset it keeps (Force) starts there; events older than every window
+// are skipped as they are read. Offsets below the log's start are gone
+// (reported by settleLostAtStart): the first batch covers them.
+func replayStarts(cfg *Config, todo []int, pos map[int]position, bounds map[int]bound) (read, first map[int]int64) {
+	read, first = map[int]int64{}, map[int]int64{}
+	for _, p := range todo {
+		read[p], first[p] = bounds[p].from, bounds[p].from
+		if pos[p].stored && !cfg.Reset {
+			first[p] = min(bounds[p].from, pos[p].next)
+			read[p] = max(first[p], bounds[p].first)
+		}
+	}
+	return read, first
+}
+
+// replayAll replays the partitions, cfg.Parallel at a time, adding what
+// they did to res; the first failure stops the others.
+func replayAll(ctx context.Context, cfg *Config, client *kafka.Client, todo []int, first, read map[int]int64, bounds map[int]bound, res *Result) error {
+	var mu sync.Mutex
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(cfg.Parallel)
+	for _, p := range todo {
+		eg.Go(func() error {
+			pr, err := replay(ectx, cfg, client, p, first[p], read[p], bounds[p].end)
+			mu.Lock()
+			defer mu.Unlock()
+			res.Messages += pr.Messages
+			res.Events += pr.Events
+			res.Invalid += pr.Invalid
+			res.Lost += pr.Lost
+			return err
+		})
+	}
+	return eg.Wait()
 }
 
 // position is where the live group stood on a partition.
