@@ -239,22 +239,9 @@ func (g *Group) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                     g.cfg.GroupID,
-		Brokers:                g.cfg.Brokers,
-		Dialer:                 g.cfg.Security.Dialer(nil),
-		Topics:                 []string{g.cfg.Topic},
-		SessionTimeout:         g.cfg.SessionTimeout,
-		RebalanceTimeout:       g.cfg.SessionTimeout,
-		HeartbeatInterval:      g.cfg.SessionTimeout / 5,
-		JoinGroupBackoff:       time.Second,
-		WatchPartitionChanges:  true,
-		PartitionWatchInterval: 10 * time.Second,
-		StartOffset:            kafka.FirstOffset,
-		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.log.Debug("kafka group: " + fmt.Sprintf(msg, args...)) }),
-	})
+	cg, err := g.join()
 	if err != nil {
-		return fmt.Errorf("join group %s: %w", g.cfg.GroupID, err)
+		return err
 	}
 	defer func() {
 		if cerr := cg.Close(); cerr != nil {
@@ -279,56 +266,8 @@ func (g *Group) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		parts := gen.Assignments[g.cfg.Topic]
-		ids := make([]int, 0, len(parts))
-		for _, p := range parts {
-			ids = append(ids, p.ID)
-		}
-		g.log.Info("assigned", "generation", gen.ID, "partitions", ids)
-		g.metrics.generations.Inc()
 		began := time.Now()
-		// Workers stop when the generation ends (rebalance) or when ctx ends
-		// (shutdown); either way they finish their current batch first. Any
-		// function given to gen.Start that returns ends the generation for
-		// the whole group, so workers return only when told to stop.
-		var wg sync.WaitGroup
-		cm := newCommitter(gen, g.cfg.Topic, g.log)
-		workersDone := make(chan struct{})
-		var commits sync.WaitGroup
-		commits.Add(1)
-		// One of the generation's functions, so that the generation's
-		// connection is still open for the commit after the workers' last
-		// batches.
-		gen.Start(func(context.Context) {
-			defer commits.Done()
-			cm.run(workersDone, g.cfg.CommitInterval)
-		})
-		for _, p := range parts {
-			wg.Add(1)
-			gen.Start(func(genCtx context.Context) {
-				defer wg.Done()
-				w := &worker{g: g, gen: gen, cm: cm, partition: p.ID, committed: p.Offset}
-				w.run(ctx, genCtx)
-			})
-		}
-		if len(parts) == 0 {
-			// More members than partitions: stay an idle member until the
-			// next rebalance rather than rejoining at once, which would
-			// force a rebalance on every member.
-			wg.Add(1)
-			gen.Start(func(genCtx context.Context) {
-				defer wg.Done()
-				select {
-				case <-genCtx.Done():
-				case <-ctx.Done():
-				}
-			})
-		}
-		// Wait for this generation's workers. When ctx ends they return after
-		// their last batch; the deferred Close then leaves the group.
-		wg.Wait()
-		close(workersDone) // the workers' last batches, committed once
-		commits.Wait()
+		g.runGeneration(ctx, gen)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -340,6 +279,82 @@ func (g *Group) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// join makes the group's member of the Kafka consumer group.
+func (g *Group) join() (*kafka.ConsumerGroup, error) {
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                     g.cfg.GroupID,
+		Brokers:                g.cfg.Brokers,
+		Dialer:                 g.cfg.Security.Dialer(nil),
+		Topics:                 []string{g.cfg.Topic},
+		SessionTimeout:         g.cfg.SessionTimeout,
+		RebalanceTimeout:       g.cfg.SessionTimeout,
+		HeartbeatInterval:      g.cfg.SessionTimeout / 5,
+		JoinGroupBackoff:       time.Second,
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: 10 * time.Second,
+		StartOffset:            kafka.FirstOffset,
+		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.log.Debug("kafka group: " + fmt.Sprintf(msg, args...)) }),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("join group %s: %w", g.cfg.GroupID, err)
+	}
+	return cg, nil
+}
+
+// runGeneration runs a worker per partition gen assigns until the
+// generation ends (a rebalance) or ctx does (a shutdown); either way the
+// workers finish their current batch, and their last batches are
+// committed once, before it returns.
+func (g *Group) runGeneration(ctx context.Context, gen *kafka.Generation) {
+	parts := gen.Assignments[g.cfg.Topic]
+	ids := make([]int, 0, len(parts))
+	for _, p := range parts {
+		ids = append(ids, p.ID)
+	}
+	g.log.Info("assigned", "generation", gen.ID, "partitions", ids)
+	g.metrics.generations.Inc()
+	// Any function given to gen.Start that returns ends the generation for
+	// the whole group, so workers return only when told to stop.
+	var wg sync.WaitGroup
+	cm := newCommitter(gen, g.cfg.Topic, g.log)
+	workersDone := make(chan struct{})
+	var commits sync.WaitGroup
+	commits.Add(1)
+	// One of the generation's functions, so that the generation's
+	// connection is still open for the commit after the workers' last
+	// batches.
+	gen.Start(func(context.Context) {
+		defer commits.Done()
+		cm.run(workersDone, g.cfg.CommitInterval)
+	})
+	for _, p := range parts {
+		wg.Add(1)
+		gen.Start(func(genCtx context.Context) {
+			defer wg.Done()
+			w := &worker{g: g, gen: gen, cm: cm, partition: p.ID, committed: p.Offset}
+			w.run(ctx, genCtx)
+		})
+	}
+	if len(parts) == 0 {
+		// More members than partitions: stay an idle member until the
+		// next rebalance rather than rejoining at once, which would force
+		// a rebalance on every member.
+		wg.Add(1)
+		gen.Start(func(genCtx context.Context) {
+			defer wg.Done()
+			select {
+			case <-genCtx.Done():
+			case <-ctx.Done():
+			}
+		})
+	}
+	// When ctx ends the workers return after their last batch; Run's
+	// deferred Close then leaves the group.
+	wg.Wait()
+	close(workersDone) // the workers' last batches, committed once
+	commits.Wait()
 }
 
 // checkTopic fails fast with a clear error when the topic does not exist:
