@@ -80,88 +80,116 @@ func ParseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, durationError(orig, "no number")
 	}
-	const limit = 1 << 63 // the magnitude of the most negative duration
 	var total uint64
 	for s != "" {
-		if c := s[0]; c != '.' && !isDigit(c) {
-			return 0, durationError(orig, fmt.Sprintf("want a number before %q", cut(s)))
+		v, n, why := parseTerm(s)
+		if why != "" {
+			return 0, durationError(orig, why)
 		}
-		// The whole part.
-		var whole uint64
-		i := 0
-		for ; i < len(s) && isDigit(s[i]); i++ {
-			if whole > limit/10 {
-				return 0, durationError(orig, "too long (over 292 years)")
-			}
-			whole = whole*10 + uint64(s[i]-'0')
-			if whole > limit {
-				return 0, durationError(orig, "too long (over 292 years)")
-			}
-		}
-		pre := i > 0
-		s = s[i:]
-		// The fraction, as Go reads it: digits past what fits are dropped.
-		var frac uint64
-		scale := 1.0
-		post := false
-		if s != "" && s[0] == '.' {
-			s = s[1:]
-			full := false
-			i = 0
-			for ; i < len(s) && isDigit(s[i]); i++ {
-				if full {
-					continue
-				}
-				if frac > (limit-1)/10 {
-					full = true
-					continue
-				}
-				y := frac*10 + uint64(s[i]-'0')
-				if y > limit {
-					full = true
-					continue
-				}
-				frac, scale = y, scale*10
-			}
-			post = i > 0
-			s = s[i:]
-		}
-		if !pre && !post {
-			return 0, durationError(orig, "a dot without digits")
-		}
-		i = 0
-		for ; i < len(s) && s[i] != '.' && !isDigit(s[i]); i++ {
-		}
-		if i == 0 {
-			return 0, durationError(orig, "missing unit after the last number")
-		}
-		unit, ok := units[s[:i]]
-		if !ok {
-			return 0, durationError(orig, fmt.Sprintf("unknown unit %q", s[:i]))
-		}
-		s = s[i:]
-		if whole > limit/unit {
-			return 0, durationError(orig, "too long (over 292 years)")
-		}
-		v := whole * unit
-		if frac > 0 {
-			v += uint64(float64(frac) * (float64(unit) / scale))
-			if v > limit {
-				return 0, durationError(orig, "too long (over 292 years)")
-			}
-		}
+		s = s[n:]
 		total += v
 		if total > limit {
-			return 0, durationError(orig, "too long (over 292 years)")
+			return 0, durationError(orig, tooLong)
 		}
 	}
 	if neg {
 		return -time.Duration(total), nil // total == 1<<63 wraps to the minimum, as wanted
 	}
 	if total > limit-1 {
-		return 0, durationError(orig, "too long (over 292 years)")
+		return 0, durationError(orig, tooLong)
 	}
 	return time.Duration(total), nil
+}
+
+// limit is the magnitude of the most negative duration.
+const limit = 1 << 63
+
+const tooLong = "too long (over 292 years)"
+
+// parseTerm reads one number and its unit from the start of s ("1.5h" of
+// "1.5h30m"): v nanoseconds, at most limit, in its first n bytes; why says
+// what is wrong.
+func parseTerm(s string) (v uint64, n int, why string) {
+	if c := s[0]; c != '.' && !isDigit(c) {
+		return 0, 0, fmt.Sprintf("want a number before %q", cut(s))
+	}
+	whole, i, ok := wholePart(s)
+	if !ok {
+		return 0, 0, tooLong
+	}
+	pre := i > 0
+	var frac uint64
+	scale := 1.0
+	post := false
+	if i < len(s) && s[i] == '.' {
+		var digits int
+		frac, scale, digits = fracPart(s[i+1:])
+		post = digits > 0
+		i += 1 + digits
+	}
+	if !pre && !post {
+		return 0, 0, "a dot without digits"
+	}
+	j := i
+	for ; j < len(s) && s[j] != '.' && !isDigit(s[j]); j++ {
+	}
+	if j == i {
+		return 0, 0, "missing unit after the last number"
+	}
+	unit, ok := units[s[i:j]]
+	if !ok {
+		return 0, 0, fmt.Sprintf("unknown unit %q", s[i:j])
+	}
+	if whole > limit/unit {
+		return 0, 0, tooLong
+	}
+	v = whole * unit
+	if frac > 0 {
+		v += uint64(float64(frac) * (float64(unit) / scale))
+		if v > limit {
+			return 0, 0, tooLong
+		}
+	}
+	return v, j, ""
+}
+
+// wholePart reads the digits at the start of s: their value and how many
+// (ok false: past limit).
+func wholePart(s string) (whole uint64, n int, ok bool) {
+	for ; n < len(s) && isDigit(s[n]); n++ {
+		if whole > limit/10 {
+			return 0, 0, false
+		}
+		whole = whole*10 + uint64(s[n]-'0')
+		if whole > limit {
+			return 0, 0, false
+		}
+	}
+	return whole, n, true
+}
+
+// fracPart reads the digits after a dot, as Go's time.ParseDuration
+// does: digits past what fits are dropped. It returns them as a number,
+// the power of ten it is to be divided by, and how many digits there were.
+func fracPart(s string) (frac uint64, scale float64, n int) {
+	scale = 1
+	full := false
+	for ; n < len(s) && isDigit(s[n]); n++ {
+		if full {
+			continue
+		}
+		if frac > (limit-1)/10 {
+			full = true
+			continue
+		}
+		y := frac*10 + uint64(s[n]-'0')
+		if y > limit {
+			full = true
+			continue
+		}
+		frac, scale = y, scale*10
+	}
+	return frac, scale, n
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
