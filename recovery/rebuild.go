@@ -463,100 +463,134 @@ type partResult struct{ Messages, Events, Invalid, Lost int64 }
 // between are covered by the first batch, not read); every subject is
 // evaluated (nothing is known of them).
 func replay(ctx context.Context, cfg *Config, client *kafka.Client, p int, first, from, end int64) (partResult, error) {
-	var pr partResult
 	if from >= end {
-		return pr, nil
+		return partResult{}, nil
 	}
 	f, err := aggregator.NewFetcher(aggregator.FetcherConfig{Client: client, Topic: cfg.Topic, Partition: p, Offset: from, MaxBytes: 4 << 20})
 	if err != nil {
-		return pr, err
+		return partResult{}, err
 	}
 	hr, err := resumeMemory(ctx, cfg, p)
 	if err != nil {
-		return pr, err
+		return partResult{}, err
 	}
-	b := aggregator.Batch{Topic: cfg.Topic, Partition: p, First: first, Last: from - 1}
-	flush := func() error {
-		if b.Last < b.First {
-			return nil
-		}
-		res, err := cfg.Applier.Apply(ctx, cfg.Group, b, cfg.Rules, cfg.Now(), hr)
-		if err != nil {
-			return fmt.Errorf("rebuild: %w", err)
-		}
-		pr.Events += int64(res.Applied)
-		b = aggregator.Batch{Topic: cfg.Topic, Partition: p, First: b.Last + 1, Last: b.Last, Records: b.Records[:0]}
-		if hr.Resident().Pending >= cfg.MaxPending {
-			return checkpoint(ctx, cfg, p, hr)
-		}
-		return nil
-	}
+	r := &partReplay{cfg: cfg, p: p, hr: hr, end: end, b: aggregator.Batch{Topic: cfg.Topic, Partition: p, First: first, Last: from - 1}}
 	for f.Next() < end {
 		msgs, err := f.Fetch(ctx)
-		var lost *aggregator.LostOffsetsError
-		if errors.As(err, &lost) {
-			// Records deleted (or the topic recreated) while the rebuild
-			// read them. With skip, the next batch covers the lost
-			// offsets; with stop, the batches applied so far stay, with
-			// their offset, and the partition stops here.
-			var r Result
-			if err := reportLost(cfg, &r, lost); err != nil {
-				return pr, errors.Join(flush(), err)
-			}
-			if lost.Beyond {
-				return pr, fmt.Errorf("rebuild: topic %s partition %d was recreated while it was replayed; run the rebuild again", cfg.Topic, p)
-			}
-			pr.Lost += r.Lost
-			f.SetOffset(lost.To)
-			continue
-		}
-		var unreadable *aggregator.UnreadableError
-		if errors.As(err, &unreadable) {
-			// The live aggregator skipped the same offsets (the same
-			// Fetcher and bound): the next batch covers them.
-			pr.Invalid += unreadable.To - unreadable.From
-			cfg.Logger.Error("rebuild: offsets skipped: their record batch decompresses past the bound; their events are not counted",
-				"topic", cfg.Topic, "partition", p, "from", unreadable.From, "to", unreadable.To-1, "err", unreadable.Err)
-			continue
-		}
 		if err != nil {
-			return pr, fmt.Errorf("rebuild: read topic=%s partition=%d offset=%d: %w", cfg.Topic, p, f.Next(), err)
+			if err := r.fetchFailed(ctx, f, err); err != nil {
+				return r.pr, err
+			}
+			continue
 		}
 		if len(msgs) == 0 {
 			// Offsets left before end but nothing to read: they hold no
 			// records (transaction markers). The last batch covers them.
 			break
 		}
-		now := cfg.Now()
-		for i := range msgs {
-			m := &msgs[i]
-			if m.Offset >= end {
-				break
-			}
-			pr.Messages++
-			b.Last = m.Offset
-			// The live aggregator's acceptance, so rebuild counts exactly
-			// what it would have.
-			ev, derr := aggregator.Accept(m, now, cfg.MaxFutureSkew)
-			if derr != nil {
-				pr.Invalid++
-				continue
-			}
-			// The limiter's strict counts lived in the same Redis and are
-			// gone too: count every event, Counted or not.
-			b.Records = append(b.Records, aggregator.Record{Offset: m.Offset, Event: ev})
-			if len(b.Records) >= cfg.BatchMax {
-				if err := flush(); err != nil {
-					return pr, err
-				}
+		if err := r.add(ctx, msgs); err != nil {
+			return r.pr, err
+		}
+	}
+	r.b.Last = max(r.b.Last, end-1)
+	if err := r.flush(ctx); err != nil {
+		return r.pr, err
+	}
+	return r.pr, checkpoint(ctx, cfg, p, hr)
+}
+
+// partReplay is one partition's replay: the batch it gathers, and what
+// it did.
+type partReplay struct {
+	cfg *Config
+	p   int
+	hr  *live.Headroom
+	end int64
+	b   aggregator.Batch
+	pr  partResult
+}
+
+// add gathers the messages before end into the batch, as the live
+// aggregator accepts them, applying it whenever it is full.
+func (r *partReplay) add(ctx context.Context, msgs []kafka.Message) error {
+	now := r.cfg.Now()
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Offset >= r.end {
+			break
+		}
+		r.pr.Messages++
+		r.b.Last = m.Offset
+		// The live aggregator's acceptance, so rebuild counts exactly what
+		// it would have.
+		ev, derr := aggregator.Accept(m, now, r.cfg.MaxFutureSkew)
+		if derr != nil {
+			r.pr.Invalid++
+			continue
+		}
+		// The limiter's strict counts lived in the same Redis and are gone
+		// too: count every event, Counted or not.
+		r.b.Records = append(r.b.Records, aggregator.Record{Offset: m.Offset, Event: ev})
+		if len(r.b.Records) >= r.cfg.BatchMax {
+			if err := r.flush(ctx); err != nil {
+				return err
 			}
 		}
 	}
-	b.Last = max(b.Last, end-1)
-	if err := flush(); err != nil {
-		return pr, err
+	return nil
+}
+
+// flush applies the batch gathered, and checkpoints once memory holds
+// MaxPending fields.
+func (r *partReplay) flush(ctx context.Context) error {
+	b := r.b
+	if b.Last < b.First {
+		return nil
 	}
-	return pr, checkpoint(ctx, cfg, p, hr)
+	res, err := r.cfg.Applier.Apply(ctx, r.cfg.Group, b, r.cfg.Rules, r.cfg.Now(), r.hr)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	r.pr.Events += int64(res.Applied)
+	r.b = aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.Last + 1, Last: b.Last, Records: b.Records[:0]}
+	if r.hr.Resident().Pending >= r.cfg.MaxPending {
+		return checkpoint(ctx, r.cfg, r.p, r.hr)
+	}
+	return nil
+}
+
+// fetchFailed settles a failed fetch: offsets lost or unreadable are
+// skipped, as the live aggregator skips them (nil: read on); anything
+// else stops the partition.
+func (r *partReplay) fetchFailed(ctx context.Context, f *aggregator.Fetcher, err error) error {
+	cfg, p := r.cfg, r.p
+	var lost *aggregator.LostOffsetsError
+	if errors.As(err, &lost) {
+		// Records deleted (or the topic recreated) while the rebuild read
+		// them. With skip, the next batch covers the lost offsets; with
+		// stop, the batches applied so far stay, with their offset, and
+		// the partition stops here.
+		var res Result
+		if err := reportLost(cfg, &res, lost); err != nil {
+			return errors.Join(r.flush(ctx), err)
+		}
+		if lost.Beyond {
+			return fmt.Errorf("rebuild: topic %s partition %d was recreated while it was replayed; run the rebuild again", cfg.Topic, p)
+		}
+		r.pr.Lost += res.Lost
+		f.SetOffset(lost.To)
+		return nil
+	}
+	var unreadable *aggregator.UnreadableError
+	if errors.As(err, &unreadable) {
+		// The live aggregator skipped the same offsets (the same Fetcher
+		// and bound): the next batch covers them.
+		r.pr.Invalid += unreadable.To - unreadable.From
+		cfg.Logger.Error("rebuild: offsets skipped: their record batch decompresses past the bound; their events are not counted",
+			"topic", cfg.Topic, "partition", p, "from", unreadable.From, "to", unreadable.To-1, "err", unreadable.Err)
+		return nil
+	}
+	return fmt.Errorf("rebuild: read topic=%s partition=%d offset=%d: %w", cfg.Topic, p, f.Next(), err)
 }
 
 // resumeMemory returns the Applier's memory of partition p, as of its
