@@ -52,6 +52,7 @@ type AggregatorCmd struct {
 	MaxFutureSkew      time.Duration `name:"max-future-skew" env:"FLOODGATE_MAX_FUTURE_SKEW" default:"1m" help:"Events further ahead of this clock are dead-lettered; events ahead by less are counted at this clock's time."`
 	SessionTimeout     time.Duration `name:"session-timeout" env:"FLOODGATE_SESSION_TIMEOUT" default:"10s" help:"Consumer group session timeout: how soon a dead member's partitions move."`
 	CommitInterval     time.Duration `name:"commit-interval" env:"FLOODGATE_COMMIT_INTERVAL" default:"1s" help:"How often progress is committed to the consumer groups (advisory: the sinks' offsets are the truth; for lag monitors)."`
+	Procs              int           `name:"procs" env:"FLOODGATE_PROCS" default:"0" help:"Goroutines running Go code at once (GOMAXPROCS). 0: one more than the CPUs, unless GOMAXPROCS is set or a CPU quota lowers the runtime's default: with every one busy, a batch waiting on Redis's reply is woken only when the runtime next polls the network, milliseconds later (docs/operations.md, \"CPU\")."`
 
 	cluster kafkaconn.Cluster `kong:"-"` // the brokers and how to reach them, resolved by Run
 }
@@ -59,6 +60,9 @@ type AggregatorCmd struct {
 // Run wires the groups and serves metrics until ctx ends, then finishes the
 // batches in flight and returns.
 func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	if err := setProcs(c.Procs, logger); err != nil {
+		return err
+	}
 	reg := newRegistry()
 	watcher, err := watchRules(c.Rules, logger, reg)
 	if err != nil {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -117,6 +119,36 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 		}
 		if strings.Contains(buf.String(), "topsecret") {
 			t.Errorf("%s --help shows a secret from the environment", cmd)
+		}
+	}
+}
+
+// The aggregator takes one P more than the CPUs unless told otherwise:
+// by --procs, by GOMAXPROCS, or by a quota that lowered the default.
+func TestSetProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	log := slog.New(slog.DiscardHandler)
+	if err := setProcs(-1, log); err == nil {
+		t.Fatal("--procs -1 accepted")
+	}
+	if err := setProcs(3, log); err != nil || runtime.GOMAXPROCS(0) != 3 {
+		t.Fatalf("--procs 3: %v, GOMAXPROCS %d", err, runtime.GOMAXPROCS(0))
+	}
+	runtime.GOMAXPROCS(runtime.NumCPU())
+	t.Setenv("GOMAXPROCS", "")
+	if err := setProcs(0, log); err != nil || runtime.GOMAXPROCS(0) != runtime.NumCPU()+1 {
+		t.Fatalf("default: %v, GOMAXPROCS %d, want %d", err, runtime.GOMAXPROCS(0), runtime.NumCPU()+1)
+	}
+	t.Setenv("GOMAXPROCS", "2")
+	runtime.GOMAXPROCS(2)
+	if err := setProcs(0, log); err != nil || runtime.GOMAXPROCS(0) != 2 {
+		t.Fatalf("GOMAXPROCS=2 set: %v, GOMAXPROCS %d, want it kept", err, runtime.GOMAXPROCS(0))
+	}
+	if runtime.NumCPU() > 1 {
+		os.Unsetenv("GOMAXPROCS")
+		runtime.GOMAXPROCS(runtime.NumCPU() - 1) // as a quota leaves it
+		if err := setProcs(0, log); err != nil || runtime.GOMAXPROCS(0) != runtime.NumCPU()-1 {
+			t.Fatalf("under a quota: %v, GOMAXPROCS %d, want %d kept", err, runtime.GOMAXPROCS(0), runtime.NumCPU()-1)
 		}
 	}
 }

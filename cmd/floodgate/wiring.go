@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -78,4 +79,29 @@ func watchRules(path string, logger *slog.Logger, reg prometheus.Registerer) (*r
 	}
 	logger.Info("rules loaded", "path", path, "rules", len(w.Current().Rules()))
 	return w, nil
+}
+
+// setProcs sets GOMAXPROCS to procs; for 0, to one more than the CPUs,
+// unless the GOMAXPROCS environment variable or a CPU quota (the
+// runtime's default is below the CPU count then) chose it. The runtime
+// polls the network from an idle P, or from its monitor thread every few
+// milliseconds when none is idle: with every P busy (decoding fetched
+// records, applying other partitions' batches, or on a machine whose
+// cores other processes share), a batch whose Redis reply has arrived
+// waits for that poll, and a batch makes one to four round trips. One P
+// more leaves one idle more often; over a quota it would be throttled
+// instead (docs/operations.md, "CPU").
+func setProcs(procs int, logger *slog.Logger) error {
+	switch {
+	case procs < 0:
+		return fmt.Errorf("--procs %d is negative", procs)
+	case procs > 0:
+		runtime.GOMAXPROCS(procs)
+	case os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) < runtime.NumCPU():
+		return nil
+	default:
+		runtime.GOMAXPROCS(runtime.NumCPU() + 1)
+	}
+	logger.Debug("go procs", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
+	return nil
 }
