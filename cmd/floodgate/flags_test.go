@@ -128,8 +128,10 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 func TestSetProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	log := slog.New(slog.DiscardHandler)
-	if err := setProcs(-1, log); err == nil {
-		t.Fatal("--procs -1 accepted")
+	for _, bad := range []int{-1, 1 << 30} {
+		if err := setProcs(bad, log); err == nil {
+			t.Fatalf("--procs %d accepted", bad)
+		}
 	}
 	if err := setProcs(3, log); err != nil || runtime.GOMAXPROCS(0) != 3 {
 		t.Fatalf("--procs 3: %v, GOMAXPROCS %d", err, runtime.GOMAXPROCS(0))

@@ -93,8 +93,9 @@ func watchRules(path string, logger *slog.Logger, reg prometheus.Registerer) (*r
 // instead (docs/operations.md, "CPU").
 func setProcs(procs int, logger *slog.Logger) error {
 	switch {
-	case procs < 0:
-		return fmt.Errorf("--procs %d is negative", procs)
+	case procs < 0 || procs > maxProcs:
+		// the runtime sets any number, and allocates every P
+		return fmt.Errorf("--procs %d: want 0 (the default) to %d", procs, maxProcs)
 	case procs > 0:
 		runtime.GOMAXPROCS(procs)
 	case os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) < runtime.NumCPU():
@@ -105,3 +106,6 @@ func setProcs(procs int, logger *slog.Logger) error {
 	logger.Debug("go procs", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	return nil
 }
+
+// maxProcs bounds --procs.
+const maxProcs = 1024
