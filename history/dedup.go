@@ -100,21 +100,7 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 		}
 	}()
 
-	pb := &pgx.Batch{}
-	pb.Queue(lockRouteShared, migrations.Schema)
-	pb.Queue(s.idsSQL, s.cfg.Group, b.Topic, b.Partition, b.First, now, keys, now.Add(-s.cfg.Dedup))
-	var (
-		stored *int64
-		seen   []int32 // ordinals (from 1) of keys counted within the horizon
-	)
-	br := tx.SendBatch(ctx, pb)
-	_, err = br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&stored, &seen)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	stored, seen, err := s.recordIDs(ctx, tx, b, now, keys)
 	if err != nil {
 		return -1, where("record event ids", err)
 	}
@@ -126,15 +112,7 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 	for _, o := range seen {
 		dup[at[o-1]] = true
 	}
-	kept := make([]aggregator.Record, 0, len(b.Records))
-	var dupEvents int64
-	for i, r := range b.Records {
-		if dup[i] {
-			dupEvents += max(r.Event.N, 1)
-			continue
-		}
-		kept = append(kept, r)
-	}
+	kept, dupEvents := withoutRepeats(b.Records, dup)
 	rs := summarize(kept, s.cfg.Visitors, subs)
 	var res applyResult
 	err = tx.QueryRow(ctx, s.applySQL, s.cfg.Group, b.Topic, b.Partition, b.First, b.Next(),
@@ -153,6 +131,38 @@ func (s *Sink) applyDedup(ctx context.Context, b aggregator.Batch, start time.Ti
 	}
 	committed = true
 	return s.settle(b, res, rs, dupEvents, start)
+}
+
+// recordIDs records the batch's event ids (keys, distinct) in tx, under
+// the route lock; it returns the partition's stored offset (nil: none)
+// and the ordinals (from 1) of the keys counted within the horizon.
+func (s *Sink) recordIDs(ctx context.Context, tx pgx.Tx, b aggregator.Batch, now time.Time, keys [][16]byte) (stored *int64, seen []int32, err error) {
+	pb := &pgx.Batch{}
+	pb.Queue(lockRouteShared, migrations.Schema)
+	pb.Queue(s.idsSQL, s.cfg.Group, b.Topic, b.Partition, b.First, now, keys, now.Add(-s.cfg.Dedup))
+	br := tx.SendBatch(ctx, pb)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&stored, &seen)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return stored, seen, err
+}
+
+// withoutRepeats returns the records not marked in dup, and how many
+// events the marked ones carried.
+func withoutRepeats(records []aggregator.Record, dup []bool) (kept []aggregator.Record, dupEvents int64) {
+	kept = make([]aggregator.Record, 0, len(records))
+	for i, r := range records {
+		if dup[i] {
+			dupEvents += max(r.Event.N, 1)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, dupEvents
 }
 
 // idsSQL builds the statement that records a batch's event ids. $1 group,
