@@ -72,46 +72,76 @@ func EnsureLadder(ctx context.Context, db DB, l Ladder, onlyIfEmpty bool) (err e
 	if _, err := tx.Exec(ctx, lockRouteExclusive, migrations.Schema); err != nil {
 		return fmt.Errorf("ensure ladder: lock: %w", err)
 	}
-	tiers := qualify("history_tiers")
-	rows, err := tx.Query(ctx, `SELECT step, rolled_to::text FROM `+tiers+` ORDER BY position`)
+	have, err := storedTiers(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
-	}
-	type stored struct{ step, rolledTo string }
-	var have []stored
-	for rows.Next() {
-		var s stored
-		if err := rows.Scan(&s.step, &s.rolledTo); err != nil {
-			rows.Close()
-			return fmt.Errorf("ensure ladder: scan: %w", err)
-		}
-		have = append(have, s)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
+		return err
 	}
 	if len(have) > 0 && onlyIfEmpty {
 		return tx.Commit(ctx)
 	}
-	watermark := map[string]string{}
-	for _, s := range have {
-		watermark[s.step] = s.rolledTo
+	if err := keepsEveryUsedTier(ctx, tx, l, have); err != nil {
+		return err
 	}
+	if err := storeLadder(ctx, tx, l, have); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("ensure ladder: commit: %w", err)
+	}
+	return nil
+}
+
+// storedTier is a row of history_tiers: a tier's step and how far it is
+// rolled.
+type storedTier struct{ step, rolledTo string }
+
+// storedTiers reads the ladder stored, in order.
+func storedTiers(ctx context.Context, tx pgx.Tx) ([]storedTier, error) {
+	tiers := qualify("history_tiers")
+	rows, err := tx.Query(ctx, `SELECT step, rolled_to::text FROM `+tiers+` ORDER BY position`)
+	if err != nil {
+		return nil, fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
+	}
+	have, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (storedTier, error) {
+		var t storedTier
+		err := row.Scan(&t.step, &t.rolledTo)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure ladder: read %s: %w", tiers, err)
+	}
+	return have, nil
+}
+
+// keepsEveryUsedTier refuses a ladder that leaves out a stored tier
+// holding data.
+func keepsEveryUsedTier(ctx context.Context, tx pgx.Tx, l Ladder, have []storedTier) error {
 	wanted := map[string]bool{}
 	for _, t := range l {
 		wanted[t.Name] = true
 	}
-	for _, s := range have {
-		if wanted[s.step] {
+	for _, st := range have {
+		if wanted[st.step] {
 			continue
 		}
 		var used bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+qualify("bucket_"+s.step)+`)`).Scan(&used); err != nil {
-			return fmt.Errorf("ensure ladder: check tier %s: %w", s.step, err)
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+qualify("bucket_"+st.step)+`)`).Scan(&used); err != nil {
+			return fmt.Errorf("ensure ladder: check tier %s: %w", st.step, err)
 		}
 		if used {
-			return fmt.Errorf("ensure ladder %s: stored tier %s still holds data; keep it in the ladder (stored: %s)", l, s.step, describe(have, func(s stored) string { return s.step }))
+			return fmt.Errorf("ensure ladder %s: stored tier %s still holds data; keep it in the ladder (stored: %s)", l, st.step, describe(have, func(s storedTier) string { return s.step }))
 		}
+	}
+	return nil
+}
+
+// storeLadder replaces the stored ladder with l; a tier kept keeps how far
+// it is rolled, a new one starts where the tier before it stands.
+func storeLadder(ctx context.Context, tx pgx.Tx, l Ladder, have []storedTier) error {
+	tiers := qualify("history_tiers")
+	watermark := map[string]string{}
+	for _, st := range have {
+		watermark[st.step] = st.rolledTo
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM `+tiers); err != nil {
 		return fmt.Errorf("ensure ladder: clear: %w", err)
@@ -131,9 +161,6 @@ func EnsureLadder(ctx context.Context, db DB, l Ladder, onlyIfEmpty bool) (err e
 			return fmt.Errorf("ensure ladder: store tier %s: %w", t.Name, err)
 		}
 		prev = w
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("ensure ladder: commit: %w", err)
 	}
 	return nil
 }
