@@ -135,13 +135,11 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		groups = append(groups, hg)
 	}
 
-	return c.serve(ctx, logger, reg, rdb, func(ctx context.Context, eg *errgroup.Group) {
-		eg.Go(func() error { return watcher.Run(ctx) })
-		eg.Go(func() error { return parts.Run(ctx, 10*time.Second) })
-		for _, grp := range groups {
-			eg.Go(func() error { return grp.Run(ctx) })
-		}
-	})
+	tasks := []func(context.Context) error{watcher.Run, func(ctx context.Context) error { return parts.Run(ctx, 10*time.Second) }}
+	for _, grp := range groups {
+		tasks = append(tasks, grp.Run)
+	}
+	return c.serve(ctx, logger, reg, rdb, tasks...)
 }
 
 // applier is the live path's Applier as the flags configure it, its
@@ -171,10 +169,10 @@ func (c *AggregatorCmd) applier(ctx context.Context, store *window.Store, logger
 	return applier, nil
 }
 
-// serve serves metrics and runs what start adds to the group until ctx
+// serve serves metrics and runs tasks (the groups among them) until ctx
 // ends or one of them fails; then the groups finish their batches in
 // flight and the server stops.
-func (c *AggregatorCmd) serve(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, rdb redis.UniversalClient, start func(context.Context, *errgroup.Group)) error {
+func (c *AggregatorCmd) serve(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, rdb redis.UniversalClient, tasks ...func(context.Context) error) error {
 	ln, err := net.Listen("tcp", c.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("metrics listener %s: %w", c.MetricsAddr, err)
@@ -191,7 +189,9 @@ func (c *AggregatorCmd) serve(ctx context.Context, logger *slog.Logger, reg *pro
 		}
 		return nil
 	})
-	start(gctx, eg)
+	for _, task := range tasks {
+		eg.Go(func() error { return task(gctx) })
+	}
 	eg.Go(func() error {
 		<-gctx.Done()
 		stopping.Store(true)
