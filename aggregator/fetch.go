@@ -106,6 +106,16 @@ func (f *Fetcher) SetOffset(offset int64) { f.next = offset }
 // and after them, which hold no event: Next then tells how far the log was
 // read. A *LostOffsetsError leaves the position where it was.
 func (f *Fetcher) Fetch(ctx context.Context) ([]kafka.Message, error) {
+	buf, err := f.fetch(ctx)
+	if buf == nil {
+		return nil, err
+	}
+	return buf.msgs, err
+}
+
+// fetch is Fetch, returning the memory the records were read into, for a
+// caller that hands it back (buffer.recycle) once done with them.
+func (f *Fetcher) fetch(ctx context.Context) (*buffer, error) {
 	if f.next < 0 {
 		first, _, err := f.Bounds(ctx)
 		if err != nil {
@@ -113,7 +123,7 @@ func (f *Fetcher) Fetch(ctx context.Context) ([]kafka.Message, error) {
 		}
 		f.next = first
 	}
-	msgs, next, err := f.fetchAt(ctx, f.next, f.maxWait)
+	buf, next, err := f.fetchAt(ctx, f.next, f.maxWait)
 	if isDecompressionLimit(err) {
 		return nil, f.skipUnreadable(ctx, err)
 	}
@@ -123,11 +133,11 @@ func (f *Fetcher) Fetch(ctx context.Context) ([]kafka.Message, error) {
 	// A partly read response keeps what was read whole; the rest is
 	// fetched again.
 	f.next = next
-	return msgs, nil
+	return buf, nil
 }
 
 // fetchAt fetches from offset and reads the response.
-func (f *Fetcher) fetchAt(ctx context.Context, offset int64, maxWait time.Duration) ([]kafka.Message, int64, error) {
+func (f *Fetcher) fetchAt(ctx context.Context, offset int64, maxWait time.Duration) (*buffer, int64, error) {
 	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
 		Topic: f.topic, Partition: f.partition, Offset: offset,
 		MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: maxWait, IsolationLevel: kafka.ReadCommitted,
@@ -144,12 +154,12 @@ func (f *Fetcher) fetchAt(ctx context.Context, offset int64, maxWait time.Durati
 	f.HighWatermark = res.HighWatermark
 	saved := f.next
 	f.next = offset
-	msgs, next, err := f.read(res.Records)
+	buf, next, err := f.read(res.Records)
 	f.next = saved
-	if err != nil && len(msgs) == 0 {
+	if err != nil && len(buf.msgs) == 0 {
 		return nil, offset, fmt.Errorf("read records topic %s partition %d offset %d: %w", f.topic, f.partition, offset, err)
 	}
-	return msgs, next, nil
+	return buf, next, nil
 }
 
 // UnreadableError reports offsets [From, To) of a partition that the
@@ -186,14 +196,14 @@ func (f *Fetcher) skipUnreadable(ctx context.Context, cause error) error {
 		return err
 	}
 	probe := func(at int64) (good bool, base int64, err error) {
-		msgs, next, err := f.fetchAt(ctx, at, 10*time.Millisecond)
+		buf, next, err := f.fetchAt(ctx, at, 10*time.Millisecond)
 		switch {
 		case isDecompressionLimit(err):
 			return false, 0, nil
 		case err != nil:
 			return false, 0, err
-		case len(msgs) > 0:
-			return true, min(msgs[0].Offset, at), nil
+		case len(buf.msgs) > 0:
+			return true, min(buf.msgs[0].Offset, at), nil
 		default:
 			return true, min(next, at), nil
 		}
@@ -229,17 +239,24 @@ func (f *Fetcher) skipUnreadable(ctx context.Context, cause error) error {
 // read reads a response's batches: records of data batches, and the
 // offsets of control batches (transaction markers), so that the position
 // moves past markers too. It returns the offset after the last one read.
-func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
+func (f *Fetcher) read(rr kafka.RecordReader) (*buffer, int64, error) {
 	next := f.next
 	batches := []kafka.RecordReader{rr}
 	if s, ok := rr.(*protocol.RecordStream); ok {
 		batches = s.Records
 	}
-	msgs := make([]kafka.Message, 0, f.hint)
-	mem := arena{first: f.used}
+	buf := buffers.Get().(*buffer)
+	msgs := buf.msgs[:0]
+	if msgs == nil {
+		msgs = make([]kafka.Message, 0, f.hint)
+	}
+	// A recycled slice is used whatever its size: one that grows is handed
+	// back grown, so the buffers settle at the largest responses' size.
+	mem := arena{first: f.used, spare: buf.chunks}
 	defer func() {
 		f.hint, f.used = len(msgs), mem.used
 		f.held = mem.alloc + int64(cap(msgs))*messageSize
+		buf.msgs, buf.chunks = msgs, append(mem.chunks, mem.spare...)
 	}()
 	for _, b := range batches {
 		_, control := b.(*protocol.ControlBatch)
@@ -249,7 +266,7 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 				break
 			}
 			if err != nil {
-				return msgs, next, err
+				return buf, next, err
 			}
 			if r.Offset < next {
 				release(r)
@@ -264,13 +281,13 @@ func (f *Fetcher) read(rr kafka.RecordReader) ([]kafka.Message, int64, error) {
 			m, err := message(f.topic, f.partition, r, &mem)
 			release(r)
 			if err != nil {
-				return msgs, next, err
+				return buf, next, err
 			}
 			msgs = append(msgs, m)
 			next = r.Offset + 1
 		}
 	}
-	return msgs, next, nil
+	return buf, next, nil
 }
 
 // outOfRange tells which side of the log f.next fell off.
@@ -365,7 +382,10 @@ type arena struct {
 	buf   []byte
 	first int   // size of the first chunk, if below arenaChunk
 	used  int   // bytes handed out
-	alloc int64 // bytes allocated: what the slices keep alive
+	alloc int64 // bytes of the chunks cut from: what the slices keep alive
+	// spare are a recycled response's chunks, cut from before allocating;
+	// chunks are those cut from, which the response's buffer keeps.
+	spare, chunks [][]byte
 }
 
 func (a *arena) take(n int) []byte {
@@ -375,16 +395,31 @@ func (a *arena) take(n int) []byte {
 		return make([]byte, n)
 	}
 	if cap(a.buf)-len(a.buf) < n {
-		size := arenaChunk
-		if a.buf == nil && a.first < arenaChunk {
-			size = max(a.first, n, arenaMin)
-		}
-		a.buf = make([]byte, 0, size)
-		a.alloc += int64(size)
+		a.buf = a.chunk(n)
+		a.chunks = append(a.chunks, a.buf)
+		a.alloc += int64(cap(a.buf))
 	}
 	at := len(a.buf)
 	a.buf = a.buf[:at+n]
 	return a.buf[at : at+n : at+n]
+}
+
+// chunk returns an empty chunk with room for n: a spare one, else a new one.
+func (a *arena) chunk(n int) []byte {
+	for len(a.spare) > 0 {
+		c := a.spare[len(a.spare)-1]
+		a.spare = a.spare[:len(a.spare)-1]
+		if cap(c) >= n {
+			return c[:0]
+		}
+		// Too small for n, and the last response's own first chunk at most:
+		// left to the collector.
+	}
+	size := arenaChunk
+	if len(a.chunks) == 0 && a.first < arenaChunk {
+		size = max(a.first, n, arenaMin)
+	}
+	return make([]byte, 0, size)
 }
 
 // read reads b whole, as kafka.ReadAll does.

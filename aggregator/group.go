@@ -404,6 +404,10 @@ type fetched struct {
 	// fetches take gathered (kept apart: joining them copied every
 	// record's kafka.Message again).
 	parts [][]kafka.Message
+	// bufs[i] is the memory parts[i] was read into, nil where a batch
+	// holds only the head of a response (the batch holding its tail hands
+	// it back).
+	bufs  []*buffer
 	n     int   // records in parts
 	size  int64 // what parts hold of the read-ahead bound
 	end   int64 // the offset after everything read (records and transaction markers)
@@ -559,12 +563,22 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched, reread 
 		if !w.deadLetter(stop, work, dead) {
 			return nil
 		}
+		if len(dead) == 0 {
+			// The batch's events hold copies; a dead letter may still be
+			// held by the DLQ writer after a timeout.
+			for _, buf := range item.bufs {
+				if buf != nil {
+					buf.recycle()
+				}
+			}
+		}
 		rewind, ok := w.apply(stop, work, b)
 		if rewind != nil || !ok {
 			return rewind
 		}
 		w.next = b.Next()
 		w.commit(b)
+		recycleRecords(b.Records)
 		if stop.Err() != nil {
 			return nil
 		}
@@ -625,6 +639,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan str
 			break
 		}
 		out.parts = append(out.parts, more.parts...)
+		out.bufs = append(out.bufs, more.bufs...)
 		out.n += more.n
 		out.end, out.hw = more.end, more.hw
 	}
@@ -652,9 +667,14 @@ func (w *worker) cut(out fetched) fetched {
 			end = p[k-1].Offset + 1
 		}
 		// The rest shares the part's array; the batch's piece is capped at
-		// k so that no append to it can reach the rest.
+		// k so that no append to it can reach the rest, and the rest hands
+		// the array back.
 		rest.parts = append([][]kafka.Message{p[k:]}, out.parts[i+1:]...)
 		out.parts = append(out.parts[:i:i], p[:k:k])
+		if i < len(out.bufs) {
+			rest.bufs = append([]*buffer(nil), out.bufs[i:]...)
+			out.bufs = append(out.bufs[:i:i], nil)
+		}
 		break
 	}
 	rest.n = out.n - n
@@ -673,7 +693,7 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 	last := f.Next() // what was handed over last: only transaction markers may follow
 	for stop.Err() == nil {
 		markers := f.Markers
-		msgs, err := f.Fetch(stop)
+		buf, err := f.fetch(stop)
 		g.metrics.control.Add(float64(f.Markers - markers))
 		if stop.Err() != nil {
 			return
@@ -714,7 +734,9 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 		}
 		beyond = 0
 		wait.Reset()
+		msgs := buf.msgs
 		if len(msgs) == 0 && f.Next() <= last {
+			buf.recycle()
 			continue
 		}
 		last = f.Next()
@@ -729,7 +751,7 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 		}
 		w.aheadBytes.Add(float64(size))
 		select {
-		case ch <- fetched{parts: [][]kafka.Message{msgs}, n: len(msgs), size: size, end: f.Next(), hw: f.HighWatermark}:
+		case ch <- fetched{parts: [][]kafka.Message{msgs}, bufs: []*buffer{buf}, n: len(msgs), size: size, end: f.Next(), hw: f.HighWatermark}:
 		case <-stop.Done():
 			return
 		}
@@ -849,7 +871,7 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 		Partition: w.partition,
 		First:     item.end,
 		Last:      item.end - 1,
-		Records:   make([]Record, 0, item.n),
+		Records:   newRecords(item.n),
 	}
 	for _, p := range item.parts {
 		if len(p) > 0 {
