@@ -33,7 +33,7 @@ func BenchmarkEvalFromCopies(b *testing.B) {
 	}
 	var ev evaluation
 	for range 5 { // and every other hash the windows' edges read
-		ev.m, ev.r, ev.missing = h.mir, r, nil
+		ev.start(h.mir, r)
 		if _, ok := ev.eval(pr, evalAll, t, t); ok {
 			break
 		}
@@ -45,7 +45,7 @@ func BenchmarkEvalFromCopies(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		ev.m, ev.r, ev.missing = h.mir, r, nil
+		ev.start(h.mir, r)
 		v, ok := ev.eval(pr, evalAll, t, t)
 		if !ok || !v.blocks {
 			b.Fatalf("evaluated %+v (ok %v), want a blocking verdict", v, ok)

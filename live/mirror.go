@@ -84,6 +84,21 @@ func (c counts) at(k int64) int64 {
 	return int64(c.b.counts[k])
 }
 
+// sum adds fields lo..hi.
+func (c counts) sum(lo, hi int64) int64 {
+	var s int64
+	if c.w != nil {
+		for _, v := range c.w[lo : hi+1] {
+			s += v
+		}
+		return s
+	}
+	for _, v := range c.b.counts[lo : hi+1] {
+		s += int64(v)
+	}
+	return s
+}
+
 func newMirror(t *tables, maxHashes int) *mirror {
 	return &mirror{t: t, maxHashes: max(maxHashes, 1)}
 }
@@ -307,9 +322,29 @@ type evaluation struct {
 	r          *room // nil: the subject cannot be held, nothing is loaded
 	missing    map[hashID]bool
 	segs, useg []seg // scratch of sum and until
+	// found are the hashes this subject's evaluation read so far: its
+	// limits' windows read the same few hashes over and over, and a walk
+	// of the room's chain of blocks for each was a twentieth of the
+	// aggregator's CPU.
+	found []foundHash
+}
+
+type foundHash struct {
+	id hashID
+	c  counts
+}
+
+// start readies ev for the subject of room r (nil: it cannot be held).
+func (ev *evaluation) start(m *mirror, r *room) {
+	ev.m, ev.r, ev.missing, ev.found = m, r, nil, ev.found[:0]
 }
 
 func (ev *evaluation) hash(id hashID) (counts, bool) {
+	for i := range ev.found {
+		if ev.found[i].id == id {
+			return ev.found[i].c, true
+		}
+	}
 	var h counts
 	ok := false
 	if ev.r != nil {
@@ -320,8 +355,10 @@ func (ev *evaluation) hash(id hashID) (counts, bool) {
 			ev.missing = map[hashID]bool{}
 		}
 		ev.missing[id] = true
+		return h, false
 	}
-	return h, ok
+	ev.found = append(ev.found, foundHash{id, h})
+	return h, true
 }
 
 func appendSegs(out []seg, level byte, per, a, b int64) []seg {
@@ -376,9 +413,8 @@ func (ev *evaluation) sum(t, w int64) int64 {
 	ev.segs = split(ev.segs[:0], t-w+1, t, w)
 	var s int64
 	for _, sg := range ev.segs {
-		h, ok := ev.hash(sg.id)
-		for k := sg.lo; ok && k <= sg.hi; k++ {
-			s += h.at(k)
+		if h, ok := ev.hash(sg.id); ok {
+			s += h.sum(sg.lo, sg.hi)
 		}
 	}
 	return s
@@ -610,7 +646,7 @@ func (s *Applier) evalMirrored(ctx context.Context, offkey, group string, b aggr
 		var ev evaluation // its scratch serves every subject
 		for _, ps := range want {
 			pr := &pl.list[ps.profile]
-			ev.m, ev.r, ev.missing = m, hr.roomFor(ps.sub, len(pr.limits)+len(pr.buckets)), nil
+			ev.start(m, hr.roomFor(ps.sub, len(pr.limits)+len(pr.buckets)))
 			v, ok := ev.eval(&pl.list[ps.profile], ps.plan, ps.eval, nowSec)
 			if ok {
 				ps.verdict = &v
