@@ -46,9 +46,9 @@ type Sink interface {
 	// Apply makes the batch's effect and its offset durable together. A
 	// sink whose stored offset lies before the batch returns *RewindError
 	// (it lost acknowledged batches): the partition is then read again
-	// from there. Apply must not keep b.Records, or a
-	// slice of it, once it returns: the group reuses that memory for a
-	// later batch (the events' strings and maps are the sink's to keep).
+	// from there. Apply must not keep b.Records, or a slice of it, once
+	// it returns: the group reuses that memory for a later batch (the
+	// events' strings and maps are the sink's to keep).
 	Apply(ctx context.Context, b Batch) error
 }
 

@@ -84,9 +84,12 @@ func (c counts) at(k int64) int64 {
 	return int64(c.b.counts[k])
 }
 
-// sum adds fields lo..hi.
+// sum adds fields lo..hi (none when lo > hi).
 func (c counts) sum(lo, hi int64) int64 {
 	var s int64
+	if lo > hi {
+		return 0
+	}
 	if c.w != nil {
 		for _, v := range c.w[lo : hi+1] {
 			s += v

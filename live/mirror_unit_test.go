@@ -87,6 +87,35 @@ func TestMirrorWideCounts(t *testing.T) {
 	}
 }
 
+// A segment's sum is its fields' counts added one by one, narrow or wide,
+// and nothing for an empty one.
+func TestCountsSum(t *testing.T) {
+	h := NewHeadroom(10)
+	r := h.roomFor(window.Subject{Action: "a", Kind: "ip", Subject: "x"}, 1)
+	narrow, wide := hashID{level: 's', n: 1}, hashID{level: 'm', n: 1}
+	vals := make([]int64, 60)
+	for k := range vals {
+		vals[k] = int64(k*k%17) - 3
+	}
+	h.mir.store(r, narrow, vals)
+	vals[7] = 1 << 40
+	h.mir.store(r, wide, vals)
+	for _, id := range []hashID{narrow, wide} {
+		c, _ := h.mir.get(r, id)
+		for lo := int64(0); lo < 60; lo++ {
+			for hi := lo - 1; hi < 60; hi++ {
+				var want int64
+				for k := lo; k <= hi; k++ {
+					want += c.at(k)
+				}
+				if got := c.sum(lo, hi); got != want {
+					t.Fatalf("%c %d..%d: sum %d, want %d", id.level, lo, hi, got, want)
+				}
+			}
+		}
+	}
+}
+
 // The subject table finds every key it holds and no other, across its
 // growth, and an eviction forgets them all.
 func TestSubjectTable(t *testing.T) {
