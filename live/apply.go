@@ -302,6 +302,11 @@ func (s *Applier) Apply(ctx context.Context, group string, b aggregator.Batch, s
 // split cuts b into batches of consecutive offsets with at most maxSub
 // distinct subjects each. Together they cover b's offsets exactly.
 func (s *Applier) split(b aggregator.Batch) []aggregator.Batch {
+	if len(b.Records) <= s.maxSub {
+		// No more subjects than records: whole, without hashing each
+		// event's subject (a live stream's batches are mostly this small).
+		return []aggregator.Batch{b}
+	}
 	var out []aggregator.Batch
 	cur := aggregator.Batch{Topic: b.Topic, Partition: b.Partition, First: b.First}
 	seen := map[window.Subject]struct{}{}
