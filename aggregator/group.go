@@ -671,10 +671,8 @@ func (w *worker) cut(out fetched) fetched {
 		// the array back.
 		rest.parts = append([][]kafka.Message{p[k:]}, out.parts[i+1:]...)
 		out.parts = append(out.parts[:i:i], p[:k:k])
-		if i < len(out.bufs) {
-			rest.bufs = append([]*buffer(nil), out.bufs[i:]...)
-			out.bufs = append(out.bufs[:i:i], nil)
-		}
+		rest.bufs = append([]*buffer(nil), out.bufs[i:]...)
+		out.bufs = append(out.bufs[:i:i], nil)
 		break
 	}
 	rest.n = out.n - n
