@@ -97,6 +97,11 @@ type wire struct {
 	TS      tsField           `json:"ts"`
 	N       *int64            `json:"n"`
 	Attrs   map[string]string `json:"attrs"`
+	// n is "n" as decodeEncoded reads it (nSet): a pointer to it, as
+	// encoding/json needs to tell an absent "n", would allocate for
+	// every event.
+	n    int64
+	nSet bool
 }
 
 // vField parses "v" so that a bad version is told apart from a bad type
@@ -250,19 +255,23 @@ func (w wire) event() (Event, error) {
 	}
 	n := int64(1)
 	if w.N != nil {
-		n = *w.N
+		w.n, w.nSet = *w.N, true
+	}
+	if w.nSet {
+		n = w.n
 		if err := checkN(n); err != nil {
 			return Event{}, err
 		}
 	}
 	if len(w.Attrs) == 0 {
 		w.Attrs = nil // "attrs":{} reads as none
-	}
-	for k, v := range w.Attrs {
-		w.Attrs[k] = CanonicalSubject(v) // the map is Decode's own
-	}
-	if err := checkAttrs(w.Attrs); err != nil {
-		return Event{}, err
+	} else {
+		for k, v := range w.Attrs {
+			w.Attrs[k] = CanonicalSubject(v) // the map is Decode's own
+		}
+		if err := checkAttrs(w.Attrs); err != nil {
+			return Event{}, err
+		}
 	}
 	return Event{
 		V:       Version,

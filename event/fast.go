@@ -19,16 +19,18 @@ import (
 // first, still took half of that building its tree of values.
 func decodeEncoded(b []byte) (w wire, ok bool) {
 	r := scanner{b: b}
-	var v, ms, count int64
+	var v, ms int64
+	var id, subject []byte
 	if !r.lit(`{"v":`) || !r.int(&v) ||
-		!r.lit(`,"id":`) || !r.str(&w.ID) ||
+		!r.lit(`,"id":`) || !r.rawTo(&id) ||
 		!r.lit(`,"action":`) || !r.name(&w.Action) ||
 		!r.lit(`,"kind":`) || !r.name(&w.Kind) ||
-		!r.lit(`,"subject":`) || !r.str(&w.Subject) ||
+		!r.lit(`,"subject":`) || !r.rawTo(&subject) ||
 		!r.lit(`,"ts":`) || !r.int(&ms) ||
-		!r.lit(`,"n":`) || !r.int(&count) {
+		!r.lit(`,"n":`) || !r.int(&w.n) {
 		return w, false
 	}
+	w.ID, w.Subject = twoStrings(b, id, subject)
 	if r.lit(`,"attrs":{`) {
 		w.Attrs = map[string]string{}
 		for first := true; !r.lit(`}`); first = false {
@@ -44,8 +46,19 @@ func decodeEncoded(b []byte) (w wire, ok bool) {
 	}
 	w.V = vField{set: true, v: v}
 	w.TS = tsField{set: true, ms: ms}
-	w.N = &count
+	w.nSet = true
 	return w, true
+}
+
+// twoStrings returns a and b, two slices of value with a before b, as
+// strings cut from one copy of value from a's start to b's end: one
+// allocation for the id and the subject instead of two. The bytes between
+// them (the action and the kind, about 30) live as long as either.
+func twoStrings(value, a, b []byte) (string, string) {
+	from := cap(value) - cap(a)
+	to := cap(value) - cap(b) + len(b)
+	s := string(value[from:to])
+	return s[:len(a)], s[to-len(b)-from:]
 }
 
 // scanner reads b from i on.
@@ -81,6 +94,13 @@ func (r *scanner) name(dst *string) bool {
 	if ok {
 		*dst = intern(b)
 	}
+	return ok
+}
+
+// rawTo reads a string's bytes (see str) into dst.
+func (r *scanner) rawTo(dst *[]byte) bool {
+	b, ok := r.raw()
+	*dst = b
 	return ok
 }
 
