@@ -251,8 +251,14 @@ func fieldsOf(level byte) int64 {
 // add applies a batch's increments (sumLevels) to the hashes r's copy
 // holds.
 func (m *mirror) addSums(r *room, sums []bucketSum) {
-	for _, w := range sums {
-		if bi := m.find(r, w.id); bi != 0 {
+	// sums are sorted by hash (sumLevels): a hash's fields are found with
+	// one walk of r's blocks, not one each.
+	var bi uint32
+	for i, w := range sums {
+		if i == 0 || w.id != sums[i-1].id {
+			bi = m.find(r, w.id)
+		}
+		if bi != 0 {
 			m.add(bi, w.field, w.n)
 		}
 	}
@@ -330,6 +336,7 @@ type evaluation struct {
 	// of the room's chain of blocks for each was a twentieth of the
 	// aggregator's CPU.
 	found []foundHash
+	state []byte // scratch of stateOf
 }
 
 type foundHash struct {
@@ -552,18 +559,19 @@ func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, boo
 			v.blocks = v.blocks || near[i].until != 0
 		}
 	}
-	v.state, v.expires = stateOf(pr, v.near, max(e, now))
+	v.state, v.expires, ev.state = stateOf(ev.state[:0], pr, v.near, max(e, now))
 	return v, len(ev.missing) == 0
 }
 
 // stateOf builds a subject's state JSON from its near limits at second t
 // (rule names are [a-z0-9_.-]: quoting them is JSON),
 // the format ParseState reads: {"t":t,"l":[[rule,limit,window,count,until]...]}.
-func stateOf(pr *profile, near []nearLimit, t int64) (string, int64) {
+// It is built in b, which it returns grown, and copied once into the
+// string.
+func stateOf(b []byte, pr *profile, near []nearLimit, t int64) (string, int64, []byte) {
 	if len(near) == 0 {
-		return "", 0
+		return "", 0, b
 	}
-	b := make([]byte, 0, 32+48*len(near))
 	b = append(b, `{"t":`...)
 	b = strconv.AppendInt(b, t, 10)
 	b = append(b, `,"l":[`...)
@@ -583,7 +591,8 @@ func stateOf(pr *profile, near []nearLimit, t int64) (string, int64) {
 		b = append(b, ']')
 		x = max(x, nr.until, t+w)
 	}
-	return string(append(b, "]}"...)), x
+	b = append(b, "]}"...)
+	return string(b), x, b
 }
 
 // appendArgs appends the verdict as the apply script reads it (0: none).
