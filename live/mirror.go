@@ -336,7 +336,8 @@ type evaluation struct {
 	// of the room's chain of blocks for each was a twentieth of the
 	// aggregator's CPU.
 	found []foundHash
-	state []byte // scratch of stateOf
+	state []byte      // scratch of stateOf
+	near  []nearLimit // scratch of eval
 }
 
 type foundHash struct {
@@ -516,7 +517,10 @@ func (ev *evaluation) eval(pr *profile, plan string, e, now int64) (verdict, boo
 	for i := range v.h {
 		v.h[i] = notEvaluated
 	}
-	near := make([]nearLimit, len(pr.limits)) // l 0: not near
+	// l 0: not near; the evaluation's scratch, as only v.near's copies
+	// outlive it
+	near := append(ev.near[:0], make([]nearLimit, len(pr.limits))...)
+	ev.near = near
 	at := func(t int64) {
 		for i, lim := range pr.limits {
 			if plan != evalAll && plan[i] != '1' {
