@@ -97,9 +97,9 @@ type wire struct {
 	TS      tsField           `json:"ts"`
 	N       *int64            `json:"n"`
 	Attrs   map[string]string `json:"attrs"`
-	// n is "n" as decodeEncoded reads it (nSet): a pointer to it, as
-	// encoding/json needs to tell an absent "n", would allocate for
-	// every event.
+	// n is "n" when present (nSet), as both decoders leave it: the
+	// pointer encoding/json needs to tell an absent "n" would cost the
+	// fast path an allocation per event.
 	n    int64
 	nSet bool
 }
@@ -215,6 +215,9 @@ func decodeSlow(value []byte) (wire, error) {
 			return w, &Error{Reason: ReasonInvalidJSON, Detail: err.Error()}
 		}
 	}
+	if w.N != nil {
+		w.n, w.nSet = *w.N, true
+	}
 	return w, nil
 }
 
@@ -254,9 +257,6 @@ func (w wire) event() (Event, error) {
 		return Event{}, err
 	}
 	n := int64(1)
-	if w.N != nil {
-		w.n, w.nSet = *w.N, true
-	}
 	if w.nSet {
 		n = w.n
 		if err := checkN(n); err != nil {
