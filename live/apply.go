@@ -371,9 +371,11 @@ type gather struct {
 	order    []*pendingSubject
 }
 
-// newGather is ready for a batch of about subjects subjects: a map grown
-// from empty as they came was half the cost of gathering a small batch.
-func newGather(set *rules.Set, nowSec int64, subjects int) *gather {
+// newGather is ready for b's subjects: no more than its records, nor than
+// split lets a batch hold. A map grown from empty as they came was half
+// the cost of gathering a small batch.
+func (s *Applier) newGather(set *rules.Set, nowSec int64, b aggregator.Batch) *gather {
+	subjects := min(len(b.Records), s.maxSub)
 	return &gather{set: set, nowSec: nowSec, pl: newProfiles(set), subjects: make(map[window.Subject]*pendingSubject, subjects)}
 }
 
@@ -477,7 +479,7 @@ func (s *Applier) gatherBatch(ctx context.Context, b aggregator.Batch, set *rule
 	if err != nil {
 		return nil, res, err
 	}
-	g := newGather(set, nowSec, min(len(b.Records), s.maxSub))
+	g := s.newGather(set, nowSec, b)
 	parts := s.st.Partitions()
 	for i := range b.Records {
 		r := &b.Records[i]

@@ -86,10 +86,10 @@ func (c counts) at(k int64) int64 {
 
 // sum adds fields lo..hi (none when lo > hi).
 func (c counts) sum(lo, hi int64) int64 {
-	var s int64
 	if lo > hi {
 		return 0
 	}
+	var s int64
 	if c.w != nil {
 		for _, v := range c.w[lo : hi+1] {
 			s += v

@@ -363,7 +363,7 @@ func (s *Applier) replay(ctx context.Context, b aggregator.Batch, set *rules.Set
 	if err != nil {
 		return err
 	}
-	g := newGather(set, nowSec, min(len(b.Records), s.maxSub))
+	g := s.newGather(set, nowSec, b)
 	for i := range b.Records {
 		r := &b.Records[i]
 		ps, sec, _ := g.subject(&r.Event, res)
