@@ -134,10 +134,12 @@ type Results struct {
 	// FetchSteady and DecodeSteady: the same topic read by the
 	// aggregator's Fetcher alone, records dropped or decoded (fetchonly.go).
 	FetchSteady, DecodeSteady []float64
-	History                   []float64
-	HistoryRows               []float64 // rows/s
-	HistoryDedup              HistoryDedup
-	Lat                       []Latency // at Options.LatFractions of the end-to-end maximum
+	// SteadyCPU: the CPU per event of each kind of steady-state run.
+	SteadyCPU    struct{ Java, Live, Fetch, Decode SteadyCPU }
+	History      []float64
+	HistoryRows  []float64 // rows/s
+	HistoryDedup HistoryDedup
+	Lat          []Latency // at Options.LatFractions of the end-to-end maximum
 	// LatE2EMax is the end-to-end maximum (events/s the aggregator consumed
 	// with the producer, broker and limiter beside it) the shares are of.
 	LatE2EMax  float64
@@ -427,22 +429,39 @@ func (b *bench) liveSteady(ctx context.Context) error {
 		return err
 	}
 	b.res.SteadyEvents = b.cfg.SteadyEvents
+	cpu := &b.res.SteadyCPU
 	for i := 0; i < b.cfg.Runs; i++ {
-		rate, _, err := b.javaConsumeOnce(ctx, t, b.cfg.SteadyEvents, "steady-"+strconv.Itoa(i))
+		var jr harness.ConsumerPerfResult
+		broker, err := b.brokerSpan(func() (err error) {
+			jr, err = b.java.ConsumerPerformance(ctx, "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
+				"--topic", t, "--messages", strconv.Itoa(b.cfg.SteadyEvents), "--timeout", "60000",
+				"--group", fmt.Sprintf("bench-%s-java-steady-%d", b.id, i))
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		b.res.JavaSteady = append(b.res.JavaSteady, rate)
-		f, err := b.liveRunOn(ctx, t, b.cfg.SteadyEvents, fmt.Sprintf("%dsteady", i), b.cfg.Bin, nil)
+		b.res.JavaSteady = append(b.res.JavaSteady, jr.FetchPerSec)
+		cpu.Java.add(jr.CPU, broker, 0, b.cfg.SteadyEvents)
+		var f liveFigures
+		broker, err = b.brokerSpan(func() (err error) {
+			f, err = b.liveRunOn(ctx, t, b.cfg.SteadyEvents, fmt.Sprintf("%dsteady", i), b.cfg.Bin, nil)
+			return err
+		})
 		if err != nil {
 			return err
 		}
 		b.res.LiveSteady.add(f)
+		if len(f.Agg) > 0 && len(f.CPU) > 0 {
+			n := float64(b.cfg.SteadyEvents)
+			cpu.Live.add(time.Duration(f.Agg[0]*n)*time.Microsecond, broker, time.Duration(f.CPU[0]*n)*time.Microsecond, b.cfg.SteadyEvents)
+		}
 		for _, v := range []struct {
 			decode bool
 			into   *[]float64
-		}{{false, &b.res.FetchSteady}, {true, &b.res.DecodeSteady}} {
-			rate, err := b.fetchOnly(ctx, t, v.decode)
+			cpu    *SteadyCPU
+		}{{false, &b.res.FetchSteady, &cpu.Fetch}, {true, &b.res.DecodeSteady, &cpu.Decode}} {
+			rate, err := b.fetchOnlyCPU(ctx, t, v.decode, v.cpu)
 			if err != nil {
 				return err
 			}
@@ -561,6 +580,7 @@ func (b *bench) legacyBin(ctx context.Context) (string, error) {
 // liveFigures are the live runs of one setting.
 type liveFigures struct {
 	Rate, Cmds, CPU, Bytes []float64 // events/s; Redis commands, CPU µs per event; bytes per subject
+	Agg                    []float64 // the aggregator's CPU µs per event, start-up to the last event counted
 	Subjects               []int
 	Cmd                    string
 }
@@ -569,6 +589,7 @@ func (l *liveFigures) add(o liveFigures) {
 	l.Rate = append(l.Rate, o.Rate...)
 	l.Cmds = append(l.Cmds, o.Cmds...)
 	l.CPU = append(l.CPU, o.CPU...)
+	l.Agg = append(l.Agg, o.Agg...)
 	l.Bytes = append(l.Bytes, o.Bytes...)
 	l.Subjects = append(l.Subjects, o.Subjects...)
 	l.Cmd = o.Cmd
@@ -610,6 +631,7 @@ func (b *bench) liveRunOn(ctx context.Context, topic string, events int, run, bi
 		return f, err
 	}
 	rate, err := waitCounted(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(events))
+	agg, aerr := harness.ProcCPU(p.Pid())
 	// Redis is read after the stop: a write-back aggregator's last
 	// checkpoint (at shutdown) is part of what the events cost.
 	serr := p.Stop(15 * time.Second)
@@ -636,6 +658,9 @@ func (b *bench) liveRunOn(ctx context.Context, topic string, events int, run, bi
 	f.Rate = []float64{rate}
 	f.Cmds = []float64{float64(after.TotalCalls("info")-before.TotalCalls("info")) / n}
 	f.CPU = []float64{(after.CPU - before.CPU) * 1e6 / n}
+	if aerr == nil {
+		f.Agg = []float64{float64(agg.Microseconds()) / n}
+	}
 	f.Subjects = []int{subs}
 	if subs > 0 {
 		f.Bytes = []float64{float64(after.UsedMemory-before.UsedMemory) / float64(subs)}

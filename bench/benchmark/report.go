@@ -113,6 +113,7 @@ func Render(r *Results) string {
 		w("| one-year curve query | not measured | — | — | %s |\n", r.CurveErr)
 	}
 	renderSketches(w, r)
+	renderSteadyCPU(w, r)
 	w("\nPeak RSS (VmHWM from /proc/PID/status, sampled every 5 ms for the first 2 s, then every 100 ms and just before the process is stopped):\n\n| process | peak RSS |\n|---|--:|\n")
 	names := make([]string, 0, len(r.RSS))
 	for n := range r.RSS {
@@ -471,4 +472,53 @@ func shortLabel(sc string) string {
 		return "four limits"
 	}
 	return sc
+}
+
+// liveGoal is issue 27's goal for the live aggregator: this share of
+// ConsumerPerformance's rate on the same broker, in steady state.
+const liveGoal = 0.85
+
+// renderSteadyCPU writes where the steady-state runs' CPU went per event,
+// and what the live goal leaves the live path once kafka-go, the decoder,
+// the broker and Redis have taken theirs.
+func renderSteadyCPU(w func(string, ...any), r *Results) {
+	c := r.SteadyCPU
+	if len(c.Live.Consumer) == 0 || len(c.Decode.Consumer) == 0 {
+		return
+	}
+	cores := r.Machine.CPUs
+	if cores <= 0 {
+		cores = runtime.NumCPU()
+	}
+	w("\nCPU per event in the steady-state runs (%s events each), µs, median of the runs: each process's CPU time over the run ÷ the events. The consumer's process is ConsumerPerformance's JVM (start-up and group join included, which its fetch.nMsg.sec leaves out), the aggregator (start-up to its last event counted), or floodbench reading with the Fetcher; Redis is the aggregator's only. %d cores ÷ the sum is the most events a second this machine could give that consumer:\n\n",
+		harness.Human(float64(r.SteadyEvents)), cores)
+	w("| consumer | its process | Kafka broker | Redis | sum | %d cores ÷ sum | measured |\n|---|--:|--:|--:|--:|--:|--:|\n", cores)
+	for _, v := range []struct {
+		what  string
+		cpu   SteadyCPU
+		rates []float64
+	}{
+		{"ConsumerPerformance", c.Java, r.JavaSteady},
+		{"live aggregator (write-back)", c.Live, r.LiveSteady.Rate},
+		{"the aggregator's Fetcher alone, records dropped", c.Fetch, r.FetchSteady},
+		{"the Fetcher, each record decoded", c.Decode, r.DecodeSteady},
+	} {
+		if len(v.cpu.Consumer) == 0 {
+			continue
+		}
+		sum := v.cpu.sum()
+		w("| %s | %.2f | %.2f | %.2f | %.2f | %s/s | %s/s |\n", v.what, harness.Median(v.cpu.Consumer), harness.Median(v.cpu.Broker),
+			harness.Median(v.cpu.Redis), sum, harness.Human(float64(cores)*1e6/sum), harness.Human(harness.Median(v.rates)))
+	}
+	java := harness.Median(r.JavaSteady)
+	if java <= 0 {
+		return
+	}
+	goal := liveGoal * java
+	budget := float64(cores) * 1e6 / goal
+	read := harness.Median(c.Decode.Consumer) + harness.Median(c.Decode.Broker)
+	redis := harness.Median(c.Live.Redis)
+	own := harness.Median(c.Live.Consumer) - harness.Median(c.Decode.Consumer)
+	w("\nThe live goal, %.2f× ConsumerPerformance's %s/s, is %s events/s: %d cores ÷ that = %.2f µs per event for every process together. Reading and decoding with kafka-go, the broker's part included, take %.2f µs of it, and the aggregator's Redis %.2f µs: %.2f µs would be left for the live path's own work (gathering, evaluating, checkpoints, decisions), which takes %.2f µs today (the aggregator's process less the decoder run's).\n",
+		liveGoal, harness.Human(java), harness.Human(goal), cores, budget, read, redis, budget-read-redis, own)
 }

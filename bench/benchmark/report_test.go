@@ -120,3 +120,33 @@ func TestRenderLiveSteadyRatiosToItsOwnCeiling(t *testing.T) {
 		t.Errorf("a run without the step renders its row:\n%s", out)
 	}
 }
+
+// The steady-state CPU table sums each consumer's processes, and the live
+// goal becomes a budget per event: what is left of it once reading,
+// decoding and Redis are paid for, against what the live path takes.
+func TestRenderSteadyCPUBudgetsTheLiveGoal(t *testing.T) {
+	r := &Results{SteadyEvents: 1000000, JavaSteady: []float64{680000, 700000, 720000},
+		LiveSteady:  liveFigures{Rate: []float64{300000, 320000, 340000}},
+		FetchSteady: []float64{1.1e6}, DecodeSteady: []float64{900000}}
+	r.Machine.CPUs = 2
+	r.SteadyCPU.Java.add(3*time.Second, 300*time.Millisecond, 0, 1000000)
+	r.SteadyCPU.Live.add(3300*time.Millisecond, 400*time.Millisecond, time.Second, 1000000)
+	r.SteadyCPU.Fetch.add(1200*time.Millisecond, 300*time.Millisecond, 0, 1000000)
+	r.SteadyCPU.Decode.add(1700*time.Millisecond, 300*time.Millisecond, 0, 1000000)
+	var b strings.Builder
+	renderSteadyCPU(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, r)
+	out := b.String()
+	for _, want := range []string{
+		"| live aggregator (write-back) | 3.30 | 0.40 | 1.00 | 4.70 | 426k/s | 320k/s |",
+		"| the Fetcher, each record decoded | 1.70 | 0.30 | 0.00 | 2.00 | 1.00M/s | 900k/s |",
+		// 0.85 × 700k = 595k/s: 2 cores ÷ 595k = 3.36 µs; 3.36 − 2.00 − 1.00
+		"is 595k events/s: 2 cores ÷ that = 3.36 µs per event for every process together. Reading and decoding with kafka-go, the broker's part included, take 2.00 µs of it, and the aggregator's Redis 1.00 µs: 0.36 µs would be left for the live path's own work (gathering, evaluating, checkpoints, decisions), which takes 1.60 µs today",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if out := Render(&Results{}); strings.Contains(out, "CPU per event in the steady-state") {
+		t.Errorf("a run without the step renders its table")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // JavaTools runs Kafka's own performance tools (artifact kafka-tools) from
@@ -37,16 +38,22 @@ func (j *JavaTools) Command(class string, args ...string) []string {
 	return append([]string{"java", "-Xmx" + j.Heap, "-cp", j.Classpath, class}, args...)
 }
 
-func (j *JavaTools) run(ctx context.Context, class string, args ...string) (string, error) {
+// run runs a tool class to its end; cpu is the CPU time, user and system,
+// its JVM used (start-up included).
+func (j *JavaTools) run(ctx context.Context, class string, args ...string) (out string, cpu time.Duration, err error) {
 	argv := j.Command(class, args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s: %w: %s", class, err, lastLines(out.String(), 5))
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err = cmd.Run()
+	if st := cmd.ProcessState; st != nil {
+		cpu = st.UserTime() + st.SystemTime()
 	}
-	return out.String(), nil
+	if err != nil {
+		return buf.String(), cpu, fmt.Errorf("%s: %w: %s", class, err, lastLines(buf.String(), 5))
+	}
+	return buf.String(), cpu, nil
 }
 
 func lastLines(s string, n int) string {
@@ -75,7 +82,7 @@ var (
 func (j *JavaTools) ProducerPerformance(ctx context.Context, args ...string) (ProducerPerfResult, error) {
 	const class = "org.apache.kafka.tools.ProducerPerformance"
 	res := ProducerPerfResult{CommandLine: strings.Join(j.Command(class, args...), " ")}
-	out, err := j.run(ctx, class, args...)
+	out, _, err := j.run(ctx, class, args...)
 	if err != nil {
 		return res, err
 	}
@@ -97,6 +104,9 @@ type ConsumerPerfResult struct {
 	PerSec      float64 // nMsg.sec: over the whole run, group join included
 	FetchPerSec float64 // fetch.nMsg.sec: after the group join
 	RebalanceMS float64
+	// CPU is the CPU time the tool's JVM used, start-up and group join
+	// included.
+	CPU         time.Duration
 	CommandLine string
 }
 
@@ -105,7 +115,8 @@ type ConsumerPerfResult struct {
 func (j *JavaTools) ConsumerPerformance(ctx context.Context, args ...string) (ConsumerPerfResult, error) {
 	const class = "org.apache.kafka.tools.ConsumerPerformance"
 	res := ConsumerPerfResult{CommandLine: strings.Join(j.Command(class, args...), " ")}
-	out, err := j.run(ctx, class, args...)
+	out, cpu, err := j.run(ctx, class, args...)
+	res.CPU = cpu
 	if err != nil {
 		return res, err
 	}

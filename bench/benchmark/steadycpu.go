@@ -1,0 +1,85 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"floodgate/bench/harness"
+)
+
+// SteadyCPU is where the CPU of one kind of steady-state run went, per
+// event, one value per run (µs): the consumer's own process, the Kafka
+// broker serving its fetches, and Redis (the live aggregator's only). Set
+// against the machine's cores, the sum bounds the rate that consumer could
+// reach here at best, so the live goal (a share of ConsumerPerformance's
+// rate) becomes a budget in µs per event that each part's cost can be read
+// against.
+type SteadyCPU struct {
+	Consumer, Broker, Redis []float64
+}
+
+func (s *SteadyCPU) add(consumer, broker, redis time.Duration, events int) {
+	if events <= 0 {
+		return
+	}
+	n := float64(events)
+	s.Consumer = append(s.Consumer, float64(consumer.Microseconds())/n)
+	s.Broker = append(s.Broker, float64(broker.Microseconds())/n)
+	s.Redis = append(s.Redis, float64(redis.Microseconds())/n)
+}
+
+// sum is the medians' sum.
+func (s SteadyCPU) sum() float64 {
+	return harness.Median(s.Consumer) + harness.Median(s.Broker) + harness.Median(s.Redis)
+}
+
+// brokerCPU reads the local stack's Kafka broker's CPU time so far (its pid
+// file from scripts/stack); ok is false, and the caller leaves the broker
+// out, when it cannot be read (another stack, a broker restarted).
+func (b *bench) brokerCPU() (time.Duration, bool) {
+	pid, err := harness.PidFile(filepath.Join(b.cfg.Repo, ".stack", "kafka", "kafka.pid"))
+	if err != nil {
+		return 0, false
+	}
+	d, err := harness.ProcCPU(pid)
+	return d, err == nil
+}
+
+// brokerSpan returns the broker's CPU time used while run ran (0 when it
+// cannot be read).
+func (b *bench) brokerSpan(run func() error) (time.Duration, error) {
+	before, ok := b.brokerCPU()
+	err := run()
+	after, ok2 := b.brokerCPU()
+	if !ok || !ok2 || after < before {
+		b.log.Warn("bench: no Kafka broker CPU in the steady-state figures")
+		return 0, err
+	}
+	return after - before, err
+}
+
+// fetchOnlyCPU is fetchOnly with the CPU this process and the broker spent
+// on it.
+func (b *bench) fetchOnlyCPU(ctx context.Context, topic string, decode bool, into *SteadyCPU) (float64, error) {
+	self0, err := harness.ProcCPU(os.Getpid())
+	if err != nil {
+		return 0, err
+	}
+	var rate float64
+	broker, err := b.brokerSpan(func() (err error) {
+		rate, err = b.fetchOnly(ctx, topic, decode)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	self1, err := harness.ProcCPU(os.Getpid())
+	if err != nil {
+		return 0, fmt.Errorf("cpu of the fetch-only run: %w", err)
+	}
+	into.add(self1-self0, broker, 0, b.cfg.SteadyEvents)
+	return rate, nil
+}
