@@ -519,6 +519,10 @@ func renderSteadyCPU(w func(string, ...any), r *Results) {
 	read := harness.Median(c.Decode.Consumer) + harness.Median(c.Decode.Broker)
 	redis := harness.Median(c.Live.Redis)
 	own := harness.Median(c.Live.Consumer) - harness.Median(c.Decode.Consumer)
-	w("\nThe live goal, %.2f× ConsumerPerformance's %s/s, is %s events/s: %d cores ÷ that = %.2f µs per event for every process together. Reading and decoding with kafka-go, the broker's part included, take %.2f µs of it, and the aggregator's Redis %.2f µs: %.2f µs would be left for the live path's own work (gathering, evaluating, checkpoints, decisions), which takes %.2f µs today (the aggregator's process less the decoder run's).\n",
-		liveGoal, harness.Human(java), harness.Human(goal), cores, budget, read, redis, budget-read-redis, own)
+	left := fmt.Sprintf("%.2f µs would be left", budget-read-redis)
+	if budget-read-redis < 0 {
+		left = fmt.Sprintf("nothing would be left (%.2f µs short)", read+redis-budget)
+	}
+	w("\nThe live goal, %.2f× ConsumerPerformance's %s/s, is %s events/s: %d cores ÷ that = %.2f µs per event for every process together. Reading and decoding with kafka-go, the broker's part included, take %.2f µs of it, and the aggregator's Redis %.2f µs: %s for the live path's own work (gathering, evaluating, checkpoints, decisions), which takes %.2f µs today (the aggregator's process less the decoder run's).\n",
+		liveGoal, harness.Human(java), harness.Human(goal), cores, budget, read, redis, left, own)
 }

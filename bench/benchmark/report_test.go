@@ -146,6 +146,12 @@ func TestRenderSteadyCPUBudgetsTheLiveGoal(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
+	r.SteadyCPU.Live.Redis = []float64{1.5}
+	b.Reset()
+	renderSteadyCPU(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, r)
+	if want := "and the aggregator's Redis 1.50 µs: nothing would be left (0.14 µs short) for"; !strings.Contains(b.String(), want) {
+		t.Errorf("missing %q in:\n%s", want, b.String())
+	}
 	if out := Render(&Results{}); strings.Contains(out, "CPU per event in the steady-state") {
 		t.Errorf("a run without the step renders its table")
 	}
