@@ -392,23 +392,24 @@ func (b *bench) javaConsumer(ctx context.Context) error {
 		return errors.New("no pre-filled topic")
 	}
 	for i := 0; i < b.cfg.Runs; i++ {
-		rate, cmd, err := b.javaConsumeOnce(ctx, b.topics[0], b.cfg.Events, strconv.Itoa(i))
-		b.res.JavaConsCmd = cmd
+		r, err := b.javaConsumeOnce(ctx, b.topics[0], b.cfg.Events, strconv.Itoa(i))
+		b.res.JavaConsCmd = r.CommandLine
 		if err != nil {
 			return err
 		}
-		b.res.JavaConsume = append(b.res.JavaConsume, rate)
+		b.res.JavaConsume = append(b.res.JavaConsume, r.FetchPerSec)
 	}
 	return nil
 }
 
 // javaConsumeOnce runs ConsumerPerformance over events of topic in a fresh
 // group: its fetch.nMsg.sec, and its command line for the report.
-func (b *bench) javaConsumeOnce(ctx context.Context, topic string, events int, run string) (float64, string, error) {
+func (b *bench) javaConsumeOnce(ctx context.Context, topic string, events int, run string) (harness.ConsumerPerfResult, error) {
 	r, err := b.java.ConsumerPerformance(ctx, "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
 		"--topic", topic, "--messages", strconv.Itoa(events), "--timeout", "60000",
 		"--group", fmt.Sprintf("bench-%s-java-%s", b.id, run))
-	return r.FetchPerSec, strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1), err
+	r.CommandLine = strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1)
+	return r, err
 }
 
 // liveSteady: the live aggregator (write-back) and ConsumerPerformance,
@@ -433,16 +434,14 @@ func (b *bench) liveSteady(ctx context.Context) error {
 	for i := 0; i < b.cfg.Runs; i++ {
 		var jr harness.ConsumerPerfResult
 		broker, err := b.brokerSpan(func() (err error) {
-			jr, err = b.java.ConsumerPerformance(ctx, "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
-				"--topic", t, "--messages", strconv.Itoa(b.cfg.SteadyEvents), "--timeout", "60000",
-				"--group", fmt.Sprintf("bench-%s-java-steady-%d", b.id, i))
+			jr, err = b.javaConsumeOnce(ctx, t, b.cfg.SteadyEvents, "steady-"+strconv.Itoa(i))
 			return err
 		})
 		if err != nil {
 			return err
 		}
 		b.res.JavaSteady = append(b.res.JavaSteady, jr.FetchPerSec)
-		cpu.Java.add(jr.CPU, broker, 0, b.cfg.SteadyEvents)
+		cpu.Java.add(perEvent(jr.CPU, b.cfg.SteadyEvents), perEvent(broker, b.cfg.SteadyEvents), 0)
 		var f liveFigures
 		broker, err = b.brokerSpan(func() (err error) {
 			f, err = b.liveRunOn(ctx, t, b.cfg.SteadyEvents, fmt.Sprintf("%dsteady", i), b.cfg.Bin, nil)
@@ -453,8 +452,7 @@ func (b *bench) liveSteady(ctx context.Context) error {
 		}
 		b.res.LiveSteady.add(f)
 		if len(f.Agg) > 0 && len(f.CPU) > 0 {
-			n := float64(b.cfg.SteadyEvents)
-			cpu.Live.add(time.Duration(f.Agg[0]*n)*time.Microsecond, broker, time.Duration(f.CPU[0]*n)*time.Microsecond, b.cfg.SteadyEvents)
+			cpu.Live.add(f.Agg[0], perEvent(broker, b.cfg.SteadyEvents), f.CPU[0])
 		}
 		for _, v := range []struct {
 			decode bool

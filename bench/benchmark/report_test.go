@@ -129,10 +129,10 @@ func TestRenderSteadyCPUBudgetsTheLiveGoal(t *testing.T) {
 		LiveSteady:  liveFigures{Rate: []float64{300000, 320000, 340000}},
 		FetchSteady: []float64{1.1e6}, DecodeSteady: []float64{900000}}
 	r.Machine.CPUs = 2
-	r.SteadyCPU.Java.add(3*time.Second, 300*time.Millisecond, 0, 1000000)
-	r.SteadyCPU.Live.add(3300*time.Millisecond, 400*time.Millisecond, time.Second, 1000000)
-	r.SteadyCPU.Fetch.add(1200*time.Millisecond, 300*time.Millisecond, 0, 1000000)
-	r.SteadyCPU.Decode.add(1700*time.Millisecond, 300*time.Millisecond, 0, 1000000)
+	r.SteadyCPU.Java.add(3, perEvent(300*time.Millisecond, 1000000), 0)
+	r.SteadyCPU.Live.add(3.3, 0.4, 1)
+	r.SteadyCPU.Fetch.add(1.2, 0.3, 0)
+	r.SteadyCPU.Decode.add(1.7, 0.3, 0)
 	var b strings.Builder
 	renderSteadyCPU(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, r)
 	out := b.String()

@@ -21,14 +21,19 @@ type SteadyCPU struct {
 	Consumer, Broker, Redis []float64
 }
 
-func (s *SteadyCPU) add(consumer, broker, redis time.Duration, events int) {
+// add appends one run's figures, µs per event.
+func (s *SteadyCPU) add(consumer, broker, redis float64) {
+	s.Consumer = append(s.Consumer, consumer)
+	s.Broker = append(s.Broker, broker)
+	s.Redis = append(s.Redis, redis)
+}
+
+// perEvent is d in µs per event (0 for no events).
+func perEvent(d time.Duration, events int) float64 {
 	if events <= 0 {
-		return
+		return 0
 	}
-	n := float64(events)
-	s.Consumer = append(s.Consumer, float64(consumer.Microseconds())/n)
-	s.Broker = append(s.Broker, float64(broker.Microseconds())/n)
-	s.Redis = append(s.Redis, float64(redis.Microseconds())/n)
+	return float64(d.Microseconds()) / float64(events)
 }
 
 // sum is the medians' sum.
@@ -80,6 +85,6 @@ func (b *bench) fetchOnlyCPU(ctx context.Context, topic string, decode bool, int
 	if err != nil {
 		return 0, fmt.Errorf("cpu of the fetch-only run: %w", err)
 	}
-	into.add(self1-self0, broker, 0, b.cfg.SteadyEvents)
+	into.add(perEvent(self1-self0, b.cfg.SteadyEvents), perEvent(broker, b.cfg.SteadyEvents), 0)
 	return rate, nil
 }
