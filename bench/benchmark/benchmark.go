@@ -433,7 +433,7 @@ func (b *bench) liveSteady(ctx context.Context) error {
 	cpu := &b.res.SteadyCPU
 	for i := 0; i < b.cfg.Runs; i++ {
 		var jr harness.ConsumerPerfResult
-		broker, err := b.brokerSpan(func() (err error) {
+		broker, err := b.brokerSpan(ctx, func() (err error) {
 			jr, err = b.javaConsumeOnce(ctx, t, b.cfg.SteadyEvents, "steady-"+strconv.Itoa(i))
 			return err
 		})
@@ -443,7 +443,7 @@ func (b *bench) liveSteady(ctx context.Context) error {
 		b.res.JavaSteady = append(b.res.JavaSteady, jr.FetchPerSec)
 		cpu.Java.add(perEvent(jr.CPU, b.cfg.SteadyEvents), perEvent(broker, b.cfg.SteadyEvents), 0)
 		var f liveFigures
-		broker, err = b.brokerSpan(func() (err error) {
+		broker, err = b.brokerSpan(ctx, func() (err error) {
 			f, err = b.liveRunOn(ctx, t, b.cfg.SteadyEvents, fmt.Sprintf("%dsteady", i), b.cfg.Bin, nil)
 			return err
 		})

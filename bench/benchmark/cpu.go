@@ -49,12 +49,22 @@ func (b *bench) lookupMeters(server *childproc.Proc) []cpuMeter {
 			return time.Duration(info.CPU * float64(time.Second)), err
 		}},
 	}
-	if pid, err := harness.PidFile(filepath.Join(b.cfg.Repo, ".stack", "kafka", "kafka.pid")); err == nil {
-		ms = append(ms, cpuMeter{cpuBroker, pidCPU(pid)})
+	if m, err := b.brokerMeter(); err == nil {
+		ms = append(ms, m)
 	} else {
 		b.log.Warn("bench: no Kafka broker CPU in the lookup figures", "err", err)
 	}
 	return ms
+}
+
+// brokerMeter reads the local stack's Kafka broker's CPU (its pid file from
+// scripts/stack).
+func (b *bench) brokerMeter() (cpuMeter, error) {
+	pid, err := harness.PidFile(filepath.Join(b.cfg.Repo, ".stack", "kafka", "kafka.pid"))
+	if err != nil {
+		return cpuMeter{}, err
+	}
+	return cpuMeter{cpuBroker, pidCPU(pid)}, nil
 }
 
 // pidCPU reads a process's CPU time.

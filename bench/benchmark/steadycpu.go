@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"floodgate/bench/harness"
@@ -41,26 +40,21 @@ func (s SteadyCPU) sum() float64 {
 	return harness.Median(s.Consumer) + harness.Median(s.Broker) + harness.Median(s.Redis)
 }
 
-// brokerCPU reads the local stack's Kafka broker's CPU time so far (its pid
-// file from scripts/stack); ok is false, and the caller leaves the broker
-// out, when it cannot be read (another stack, a broker restarted).
-func (b *bench) brokerCPU() (time.Duration, bool) {
-	pid, err := harness.PidFile(filepath.Join(b.cfg.Repo, ".stack", "kafka", "kafka.pid"))
-	if err != nil {
-		return 0, false
+// brokerSpan returns the broker's CPU time used while run ran; 0, and a
+// warning, when it cannot be read (another stack, a broker restarted), so
+// the figures leave the broker out.
+func (b *bench) brokerSpan(ctx context.Context, run func() error) (time.Duration, error) {
+	m, merr := b.brokerMeter()
+	var before, after time.Duration
+	if merr == nil {
+		before, merr = m.read(ctx)
 	}
-	d, err := harness.ProcCPU(pid)
-	return d, err == nil
-}
-
-// brokerSpan returns the broker's CPU time used while run ran (0 when it
-// cannot be read).
-func (b *bench) brokerSpan(run func() error) (time.Duration, error) {
-	before, ok := b.brokerCPU()
 	err := run()
-	after, ok2 := b.brokerCPU()
-	if !ok || !ok2 || after < before {
-		b.log.Warn("bench: no Kafka broker CPU in the steady-state figures")
+	if merr == nil {
+		after, merr = m.read(ctx)
+	}
+	if merr != nil || after < before {
+		b.log.Warn("bench: no Kafka broker CPU in the steady-state figures", "err", merr)
 		return 0, err
 	}
 	return after - before, err
@@ -74,7 +68,7 @@ func (b *bench) fetchOnlyCPU(ctx context.Context, topic string, decode bool, int
 		return 0, err
 	}
 	var rate float64
-	broker, err := b.brokerSpan(func() (err error) {
+	broker, err := b.brokerSpan(ctx, func() (err error) {
 		rate, err = b.fetchOnly(ctx, topic, decode)
 		return err
 	})
