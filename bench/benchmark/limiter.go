@@ -66,6 +66,8 @@ const (
 	scStrict      = "strict"
 	scStrictTwo   = "strict-two"
 	scHTTP        = "http-allowed"
+	// envoyproxy/ratelimit on the strict take's requests (envoy.go)
+	scEnvoy = "envoy"
 )
 
 // The requests of each scenario; the subject ranges do not overlap.
@@ -164,6 +166,13 @@ func (b *bench) limiter(ctx context.Context) error {
 	b.res.Lookups = append(b.res.Lookups, noop...)
 	if err != nil {
 		return err
+	}
+	// Envoy's figures only set the takes' goal: without them the step goes
+	// on, and says why they are missing.
+	envoy, err := b.envoyRuns(ctx)
+	b.res.Lookups = append(b.res.Lookups, envoy...)
+	if err != nil {
+		b.res.Errors = append(b.res.Errors, fmt.Sprintf("envoyproxy/ratelimit beside the takes: %v", err))
 	}
 	topic, err := b.topic("lim")
 	if err != nil {
@@ -389,16 +398,22 @@ func (b *bench) takeRuns(ctx context.Context, lim *limiterProc, relay *childproc
 // wall time). With the server's metrics URL (a limiter's), each run counts
 // the answers its failure mode denied.
 func (b *bench) measure(ctx context.Context, server *childproc.Proc, metrics, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64, extra ...cpuMeter) ([]Lookup, error) {
+	var meters []cpuMeter
+	if server != nil && !cluster {
+		meters = append(b.lookupMeters(server), extra...)
+	}
+	return b.measureWith(ctx, meters, metrics, scenario, cluster, op, conc, rate)
+}
+
+// measureWith is measure with the processes whose CPU each closed loop
+// reports given (none: no CPU figures).
+func (b *bench) measureWith(ctx context.Context, meters []cpuMeter, metrics, scenario string, cluster bool, op rlsload.Op, conc []int, rate float64) ([]Lookup, error) {
 	cfgs := make([]rlsload.Config, 0, len(conc)+1)
 	for _, c := range conc {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Concurrency: c, Duration: b.cfg.LimiterD})
 	}
 	if rate > 0 {
 		cfgs = append(cfgs, rlsload.Config{Op: op, Rate: rate, Duration: b.cfg.LimiterD})
-	}
-	var meters []cpuMeter
-	if server != nil && !cluster {
-		meters = append(b.lookupMeters(server), extra...)
 	}
 	var runs []Lookup
 	for _, cfg := range cfgs {

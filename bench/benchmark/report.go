@@ -149,8 +149,8 @@ func Render(r *Results) string {
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
 	if len(r.Lookups) > 0 {
-		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Unexpected answers: another code than the scenario's; those marked failed closed are the limiter's own count (`floodgate_limiter_failure_mode_total{mode=\"closed\"}`) of answers Redis did not give within `--redis-timeout` (50 ms), which a strict take always denies — under load the take's wait for its slot's script run; that count covers the load generator's warm-up too, so it can exceed the unexpected answers. Rules: %s\n",
-			runtime.NumCPU(), lookupSubjects, r.SketchOpts.LimiterD, strings.Join(r.LookupCmds, "`, `"), deniedEvents, strings.ReplaceAll(strings.TrimSpace(lookupRulesSummary), "\n", " "))
+		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Unexpected answers: another code than the scenario's; those marked failed closed are the limiter's own count (`floodgate_limiter_failure_mode_total{mode=\"closed\"}`) of answers Redis did not give within `--redis-timeout` (50 ms), which a strict take always denies — under load the take's wait for its slot's script run; that count covers the load generator's warm-up too, so it can exceed the unexpected answers. envoyproxy/ratelimit (`go install %s`, into the work directory) runs after the no-op, on the strict take's requests, with a redis-server of its own (its `Redis` column) and the rule domain bench_strict, key email, 10⁹ per minute; in a run without it, the steps that failed say why. Rules: %s\n",
+			runtime.NumCPU(), lookupSubjects, r.SketchOpts.LimiterD, strings.Join(r.LookupCmds, "`, `"), deniedEvents, envoyRatelimit, strings.ReplaceAll(strings.TrimSpace(lookupRulesSummary), "\n", " "))
 	}
 	if r.Cluster.Skipped == "" && len(r.Cluster.One) > 0 {
 		w("- cluster: per run, a fresh topic (replication factor %d, min.insync.replicas=%s, %d partitions); two processes of `%s` (one group, each its own metrics address; `%s` so that paused members keep their partitions) join the group on the empty topic and are paused (SIGSTOP) while `%s` fills it, then continued together: no member joins late and the producer does not set the pace. Then one such process alone (without `%s`) on the same, now full, topic in a fresh group. Rate: summed floodgate_aggregator_messages_in_total from the first sample at which every process had counted a message to the last message (the group join left out, as in the live step).\n",
@@ -269,6 +269,7 @@ var lookupLabels = map[string]string{
 	scStrict:      "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
 	scStrictTwo:   "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
 	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
+	scEnvoy:       "envoyproxy/ratelimit on the strict take's requests (its own redis-server; one `INCRBY` and `EXPIRE` per hit, fixed windows): the take goal's reference",
 }
 
 // lookupRulesSummary is what the rules of the limiter step say, for the
@@ -329,7 +330,7 @@ func renderLookups(w func(string, ...any), r *Results) {
 	if !slices.ContainsFunc(r.Lookups, func(l Lookup) bool { return !l.Cluster && l.Scenario != scNoop }) {
 		return // the cluster step alone: no goal is about it
 	}
-	w("\nGoals (issue 10), judged on the figures above:\n\n")
+	w("\nGoals (issues 10 and 27), judged on the figures above:\n\n")
 	for _, g := range lookupGoals(r) {
 		if g.detail == "" {
 			w("- %s: **%s**\n", g.text, g.verdict())
@@ -460,7 +461,27 @@ func lookupGoals(r *Results) []goal {
 		parts = append(parts, fmt.Sprintf("c=%d %s/s = %.2f× old", o.c, harness.Human(l.PerSec), l.PerSec/o.old))
 	}
 	takeGoal.detail = strings.Join(parts, ", ")
-	return []goal{ratioGoal, p99Goal, takeGoal}
+	return []goal{ratioGoal, p99Goal, takeGoal, envoyGoal(r)}
+}
+
+// envoyGoal is issue 27's take goal: floodgate's strict takes at least as
+// many a second as envoyproxy/ratelimit's hits, at c=16 and c=64, in the
+// same run.
+func envoyGoal(r *Results) goal {
+	g := goal{text: "strict takes ≥ 1.0× envoyproxy/ratelimit in the same run, at c=16 and c=64 (issue 27)", measured: true, met: true}
+	var parts []string
+	for _, c := range []int{16, 64} {
+		take, ok1 := findLookup(r, scStrict, c)
+		envoy, ok2 := findLookup(r, scEnvoy, c)
+		if !ok1 || !ok2 || envoy.PerSec <= 0 {
+			g.measured = false
+			continue
+		}
+		g.met = g.met && take.PerSec >= envoy.PerSec
+		parts = append(parts, fmt.Sprintf("c=%d %s/s against %s/s = %.2f×", c, harness.Human(take.PerSec), harness.Human(envoy.PerSec), take.PerSec/envoy.PerSec))
+	}
+	g.detail = strings.Join(parts, ", ")
+	return g
 }
 
 // shortLabel names a scenario in a goal's detail.

@@ -35,13 +35,13 @@ func TestLookupGoals(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		runs []Lookup
-		want []string // verdict of each goal: throughput, p99, takes
+		want []string // verdict of each goal: throughput, p99, takes, takes against Envoy (none here)
 	}{
-		{"all met", append(append(base, checks(0.85, ms)...), takes(11700, 13950)...), []string{"met", "met", "met"}},
-		{"slow checks", append(append(base, checks(0.79, 0)...), takes(20000, 20000)...), []string{"not met", "met", "met"}},
-		{"p99 over by more than 1 ms", append(append(base, checks(1, ms+time.Microsecond)...), takes(20000, 20000)...), []string{"met", "not met", "met"}},
-		{"slow takes", append(append(base, checks(1, 0)...), takes(11600, 20000)...), []string{"met", "met", "not met"}},
-		{"no takes, no no-op", checks(1, 0), []string{"not measured", "not measured", "not measured"}},
+		{"all met", append(append(base, checks(0.85, ms)...), takes(11700, 13950)...), []string{"met", "met", "met", "not measured"}},
+		{"slow checks", append(append(base, checks(0.79, 0)...), takes(20000, 20000)...), []string{"not met", "met", "met", "not measured"}},
+		{"p99 over by more than 1 ms", append(append(base, checks(1, ms+time.Microsecond)...), takes(20000, 20000)...), []string{"met", "not met", "met", "not measured"}},
+		{"slow takes", append(append(base, checks(1, 0)...), takes(11600, 20000)...), []string{"met", "met", "not met", "not measured"}},
+		{"no takes, no no-op", checks(1, 0), []string{"not measured", "not measured", "not measured", "not measured"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goals := lookupGoals(&Results{Lookups: tc.runs})
@@ -154,5 +154,27 @@ func TestRenderSteadyCPUBudgetsTheLiveGoal(t *testing.T) {
 	}
 	if out := Render(&Results{}); strings.Contains(out, "CPU per event in the steady-state") {
 		t.Errorf("a run without the step renders its table")
+	}
+}
+
+// The take goal of issue 27 sets floodgate's strict takes against
+// envoyproxy/ratelimit's hits of the same run, at both concurrencies, and
+// is not measured without Envoy's figures.
+func TestEnvoyGoalComparesTheTakesOfTheSameRun(t *testing.T) {
+	r := &Results{Lookups: []Lookup{
+		closedRun(scStrict, 16, 4000, time.Millisecond), closedRun(scStrict, 64, 6000, time.Millisecond),
+		closedRun(scEnvoy, 16, 5000, time.Millisecond), closedRun(scEnvoy, 64, 6000, time.Millisecond),
+	}}
+	g := envoyGoal(r)
+	if g.verdict() != "not met" || g.detail != "c=16 4.0k/s against 5.0k/s = 0.80×, c=64 6.0k/s against 6.0k/s = 1.00×" {
+		t.Errorf("got %s (%s)", g.verdict(), g.detail)
+	}
+	r.Lookups[0] = closedRun(scStrict, 16, 5500, time.Millisecond)
+	if g := envoyGoal(r); g.verdict() != "met" {
+		t.Errorf("takes at or above Envoy at both: got %s (%s)", g.verdict(), g.detail)
+	}
+	r.Lookups = r.Lookups[:2]
+	if g := envoyGoal(r); g.verdict() != "not measured" {
+		t.Errorf("without Envoy's runs: got %s", g.verdict())
 	}
 }

@@ -1,0 +1,144 @@
+package benchmark
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/bench/harness"
+	"floodgate/bench/rlsload"
+	"floodgate/stacktest/childproc"
+)
+
+// envoyRatelimit is envoyproxy/ratelimit, the reference of issue 27's take
+// goal (floodgate's strict takes at parity with it, each counting every
+// hit), built with `go install` from the Go module proxy. It is run beside
+// the takes in the same step, so that the ratio is of one machine state:
+// set against another day's Envoy figure, the takes' ratio is off by as
+// much as the machine's speed moved (docs/profiles.md, "Envoy in the same
+// run").
+const envoyRatelimit = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
+
+// envoyConfig is the strict take's rule as envoyproxy/ratelimit counts it:
+// one INCRBY (and its EXPIRE) per hit, in fixed windows of a minute.
+const envoyConfig = `domain: bench_strict
+descriptors:
+  - key: email
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1000000000
+`
+
+// envoyBin builds envoyproxy/ratelimit into the work directory, once.
+func (b *bench) envoyBin(ctx context.Context) (string, error) {
+	dir := filepath.Join(b.cfg.WorkDir, "envoy")
+	bin := filepath.Join(dir, "service_cmd")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "install", envoyRatelimit)
+	// Outside this module, with none of its flags: `go install pkg@version`
+	// resolves Envoy's own go.mod.
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install %s: %w: %s", envoyRatelimit, err, strings.TrimSpace(string(out)))
+	}
+	return bin, nil
+}
+
+// envoyRuns measures envoyproxy/ratelimit on the strict take's requests,
+// closed loop at c=16 and c=64, on a redis-server of its own.
+func (b *bench) envoyRuns(ctx context.Context) (runs []Lookup, err error) {
+	bin, err := b.envoyBin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rdb, stopRedis, err := b.privateRedis(ctx, "envoy-redis")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, stopRedis()) }()
+	root := filepath.Join(b.cfg.WorkDir, "envoy", "runtime")
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return nil, err
+	}
+	var ports [3]string // gRPC, HTTP, debug
+	for i := range ports {
+		addr, err := childproc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = addr
+	}
+	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+	env := []string{"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Options().Addr,
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(ports[0]), "HOST=127.0.0.1", "PORT=" + port(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(ports[2])}
+	b.res.LookupCmds = append(b.res.LookupCmds, strings.Join(env, " ")+" service_cmd ("+envoyRatelimit+")")
+	p, err := childproc.Start(ctx, childproc.Config{Name: "envoy-ratelimit", Bin: bin, Env: env, LogDir: b.cfg.WorkDir})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, b.stopProc(p, "envoyproxy/ratelimit")) }()
+	cl, err := rlsload.Dial(ports[0], runtime.NumCPU())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if err := cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
+		return nil, err
+	}
+	meters := []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, {cpuRedis, func(ctx context.Context) (time.Duration, error) {
+		info, err := harness.ReadRedisInfo(ctx, rdb)
+		return time.Duration(info.CPU * float64(time.Second)), err
+	}}}
+	if m, err := b.brokerMeter(); err == nil {
+		meters = append(meters, m)
+	}
+	return b.measureWith(ctx, meters, "", scEnvoy, false, cl.Op(shapeStrict, rlsload.OK), []int{16, 64}, 0)
+}
+
+// privateRedis starts a redis-server of its own on a free port, without
+// persistence, and returns a client of it and its stop.
+func (b *bench) privateRedis(ctx context.Context, name string) (*redis.Client, func() error, error) {
+	addr, err := childproc.FreePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	p, err := childproc.Start(ctx, childproc.Config{Name: name, Bin: "redis-server", LogDir: b.cfg.WorkDir,
+		Args: []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}})
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	stop := func() error { return errors.Join(rdb.Close(), p.Stop(15*time.Second)) }
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.Ping(ctx).Err() != nil {
+		if time.Now().After(deadline) {
+			return nil, nil, errors.Join(fmt.Errorf("%s on %s: not answering", name, addr), stop())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, errors.Join(ctx.Err(), stop())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return rdb, stop, nil
+}
