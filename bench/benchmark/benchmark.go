@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ type Options struct {
 	LimiterD      time.Duration `name:"limiter-duration" default:"3s" help:"Length of each limiter run."`
 	SkipSlow      bool          `name:"skip-roller" help:"Skip the roller and one-year query step."`
 	PartCount     int           `name:"partitions" default:"12" help:"Partitions of the benchmark topics (as floodgate.events)."`
+	Settle        time.Duration `name:"settle" default:"2m" help:"Before the first step, wait up to this long for the 1-minute load average to fall below the number of cores: the profiles scripts/bench has just started leave it high (0: do not wait)."`
 	// The sketches step (unique visitors in history).
 	SketchEvents   int `name:"sketch-events" default:"200000" help:"Visits the history sink applies in the sketches step (batches of 10 000)."`
 	SketchKeys     int `name:"sketch-keys" default:"5000" help:"Links of the sketches step (Zipf: a few hot ones)."`
@@ -104,8 +106,10 @@ const (
 
 // Results is everything measured, for the report.
 type Results struct {
-	Machine     harness.Machine
-	LoadStart   string
+	Machine   harness.Machine
+	LoadStart string
+	// Settled is how long the run waited for the load to settle first.
+	Settled     time.Duration
 	LoadEnd     string
 	Events      int
 	Runs        int
@@ -196,6 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 		kafka: kafkatopics.New(cfg.Brokers), java: java, log: cfg.Logger,
 		res: &Results{Events: cfg.Events, Runs: cfg.Runs, RSS: map[string]int64{}, SketchOpts: cfg.Options},
 	}
+	b.res.Settled = b.settle(ctx)
 	b.res.LoadStart = harness.LoadAvg()
 	b.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	defer b.rdb.Close()
@@ -893,4 +898,33 @@ type Latency struct {
 	// the limiter's (following the stream, answering the check).
 	DecidedP50, DecidedP99 time.Duration
 	DecidedN               int
+}
+
+// settle waits, up to Options.Settle, until the 1-minute load average is
+// below the number of cores, and returns how long it waited. Starting the
+// cluster and secure profiles leaves it high for a minute or so, and the
+// first steps would measure that; a machine busy with other work may stay
+// above it, and the summary then says the machine was loaded.
+func (b *bench) settle(ctx context.Context) time.Duration {
+	start := time.Now()
+	cores := float64(runtime.NumCPU())
+	for i := 0; ; i++ {
+		l := firstLoad(harness.LoadAvg())
+		if l < cores || time.Since(start) >= b.cfg.Settle {
+			if i == 0 {
+				return 0
+			}
+			waited := time.Since(start).Round(time.Second)
+			b.log.Info("bench: load settled", "load1", l, "waited", waited)
+			return waited
+		}
+		if i%6 == 0 {
+			b.log.Info("bench: waiting for the load to settle", "load1", l, "cores", cores)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start).Round(time.Second)
+		case <-time.After(5 * time.Second):
+		}
+	}
 }

@@ -39,6 +39,9 @@ func Render(r *Results) string {
 		m.Date.Format("2006-01-02 15:04 UTC"), m.CPUs, m.CPUModel, m.MemTotal, m.Kernel, m.GoVer, m.Commit)
 	w("Kafka KRaft broker, Redis and PostgreSQL on loopback, all sharing those cores with floodgate and the load).\n")
 	w("Load average (1, 5, 15 min) at the start: %s; at the end: %s.", r.LoadStart, r.LoadEnd)
+	if r.Settled > 0 {
+		w(" The run waited %s for the 1-minute figure to fall below the cores first.", r.Settled)
+	}
 	if l := firstLoad(r.LoadStart); l > float64(m.CPUs) {
 		w(" **The machine was loaded (load > cores) — treat the figures as lower bounds.**")
 	}
