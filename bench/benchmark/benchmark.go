@@ -915,7 +915,7 @@ func (b *bench) settle(ctx context.Context) time.Duration {
 				return 0
 			}
 			waited := time.Since(start).Round(time.Second)
-			b.log.Info("bench: load settled", "load1", l, "waited", waited)
+			b.log.Info("bench: done waiting for the load", "load1", l, "waited", waited)
 			return waited
 		}
 		if i%6 == 0 {

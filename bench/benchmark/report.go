@@ -40,7 +40,7 @@ func Render(r *Results) string {
 	w("Kafka KRaft broker, Redis and PostgreSQL on loopback, all sharing those cores with floodgate and the load).\n")
 	w("Load average (1, 5, 15 min) at the start: %s; at the end: %s.", r.LoadStart, r.LoadEnd)
 	if r.Settled > 0 {
-		w(" The run waited %s for the 1-minute figure to fall below the cores first.", r.Settled)
+		w(" The run first waited %s (at most `--settle`) for the 1-minute figure to fall below the cores.", r.Settled)
 	}
 	if l := firstLoad(r.LoadStart); l > float64(m.CPUs) {
 		w(" **The machine was loaded (load > cores) — treat the figures as lower bounds.**")

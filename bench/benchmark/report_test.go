@@ -183,7 +183,7 @@ func TestEnvoyGoalComparesTheTakesOfTheSameRun(t *testing.T) {
 func TestRenderSaysHowLongTheRunWaitedForTheLoad(t *testing.T) {
 	r := &Results{LoadStart: "1.20 3.00 2.00", LoadEnd: "2.00 2.00 2.00", Settled: 45 * time.Second}
 	r.Machine.CPUs = 2
-	if out := Render(r); !strings.Contains(out, "at the start: 1.20 3.00 2.00; at the end: 2.00 2.00 2.00. The run waited 45s for the 1-minute figure to fall below the cores first.") {
+	if out := Render(r); !strings.Contains(out, "at the start: 1.20 3.00 2.00; at the end: 2.00 2.00 2.00. The run first waited 45s (at most `--settle`) for the 1-minute figure to fall below the cores.") {
 		t.Errorf("no wait in:\n%s", out[:min(len(out), 800)])
 	}
 	r.Settled = 0
