@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"floodgate/bench/harness"
 	"floodgate/stacktest/childproc"
 )
@@ -44,10 +46,7 @@ func (b *bench) lookupMeters(server *childproc.Proc) []cpuMeter {
 	ms := []cpuMeter{
 		{cpuServer, pidCPU(server.Pid())},
 		{cpuLoad, pidCPU(os.Getpid())},
-		{cpuRedis, func(ctx context.Context) (time.Duration, error) {
-			info, err := harness.ReadRedisInfo(ctx, b.rdb)
-			return time.Duration(info.CPU * float64(time.Second)), err
-		}},
+		redisMeter(b.rdb),
 	}
 	if m, err := b.brokerMeter(); err == nil {
 		ms = append(ms, m)
@@ -65,6 +64,14 @@ func (b *bench) brokerMeter() (cpuMeter, error) {
 		return cpuMeter{}, err
 	}
 	return cpuMeter{cpuBroker, pidCPU(pid)}, nil
+}
+
+// redisMeter reads the CPU time of the Redis rdb talks to (INFO cpu).
+func redisMeter(rdb *redis.Client) cpuMeter {
+	return cpuMeter{cpuRedis, func(ctx context.Context) (time.Duration, error) {
+		info, err := harness.ReadRedisInfo(ctx, rdb)
+		return time.Duration(info.CPU * float64(time.Second)), err
+	}}
 }
 
 // pidCPU reads a process's CPU time.

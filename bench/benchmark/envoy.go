@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/harness"
 	"floodgate/bench/rlsload"
 	"floodgate/stacktest/childproc"
 )
@@ -70,33 +69,12 @@ func (b *bench) envoyRuns(ctx context.Context) (runs []Lookup, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, stopRedis()) }()
-	root := filepath.Join(b.cfg.WorkDir, "envoy", "runtime")
-	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
-		return nil, err
-	}
-	var ports [3]string // gRPC, HTTP, debug
-	for i := range ports {
-		addr, err := childproc.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = addr
-	}
-	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
-	env := []string{"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Options().Addr,
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(ports[0]), "HOST=127.0.0.1", "PORT=" + port(ports[1]),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(ports[2])}
-	b.res.LookupCmds = append(b.res.LookupCmds, strings.Join(env, " ")+" service_cmd ("+envoyRatelimit+")")
-	p, err := childproc.Start(ctx, childproc.Config{Name: "envoy-ratelimit", Bin: bin, Env: env, LogDir: b.cfg.WorkDir})
+	p, grpcAddr, err := b.startEnvoy(ctx, bin, rdb.Options().Addr)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, b.stopProc(p, "envoyproxy/ratelimit")) }()
-	cl, err := rlsload.Dial(ports[0], runtime.NumCPU())
+	cl, err := rlsload.Dial(grpcAddr, runtime.NumCPU())
 	if err != nil {
 		return nil, err
 	}
@@ -104,15 +82,43 @@ func (b *bench) envoyRuns(ctx context.Context) (runs []Lookup, err error) {
 	if err := cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
 		return nil, err
 	}
-	meters := []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, {cpuRedis, func(ctx context.Context) (time.Duration, error) {
-		info, err := harness.ReadRedisInfo(ctx, rdb)
-		return time.Duration(info.CPU * float64(time.Second)), err
-	}}}
+	meters := []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, redisMeter(rdb)}
 	if m, err := b.brokerMeter(); err == nil {
 		meters = append(meters, m)
 	}
 	return b.measureWith(ctx, meters, "", scEnvoy, false, cl.Op(shapeStrict, rlsload.OK), []int{16, 64}, 0)
 }
+
+// startEnvoy writes envoyConfig where envoyproxy/ratelimit reads its
+// rules, and starts bin on free loopback ports against the Redis at
+// redisAddr; it returns the process and its gRPC address.
+func (b *bench) startEnvoy(ctx context.Context, bin, redisAddr string) (*childproc.Proc, string, error) {
+	root := filepath.Join(b.cfg.WorkDir, "envoy", "runtime")
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		return nil, "", err
+	}
+	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return nil, "", err
+	}
+	var ports [3]string // gRPC, HTTP, debug
+	for i := range ports {
+		addr, err := childproc.FreePort()
+		if err != nil {
+			return nil, "", err
+		}
+		ports[i] = addr
+	}
+	env := []string{"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + portOf(ports[0]), "HOST=127.0.0.1", "PORT=" + portOf(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + portOf(ports[2])}
+	b.res.LookupCmds = append(b.res.LookupCmds, strings.Join(env, " ")+" service_cmd ("+envoyRatelimit+")")
+	p, err := childproc.Start(ctx, childproc.Config{Name: "envoy-ratelimit", Bin: bin, Env: env, LogDir: b.cfg.WorkDir})
+	return p, ports[0], err
+}
+
+// portOf is the port of a host:port address FreePort handed out.
+func portOf(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
 // privateRedis starts a redis-server of its own on a free port, without
 // persistence, and returns a client of it and its stop.
@@ -121,9 +127,8 @@ func (b *bench) privateRedis(ctx context.Context, name string) (*redis.Client, f
 	if err != nil {
 		return nil, nil, err
 	}
-	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	p, err := childproc.Start(ctx, childproc.Config{Name: name, Bin: "redis-server", LogDir: b.cfg.WorkDir,
-		Args: []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}})
+		Args: []string{"--port", portOf(addr), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}})
 	if err != nil {
 		return nil, nil, err
 	}
