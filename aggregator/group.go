@@ -908,7 +908,7 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 				dead = append(dead, w.deadLetterOf(m, derr))
 				continue
 			}
-			b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers)})
+			b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers), Take: hasHeader(m.Headers, event.HeaderTake)})
 		}
 	}
 	w.g.metrics.in.Add(float64(item.n))
@@ -1197,6 +1197,15 @@ func counted(hs []kafka.Header) bool {
 	for _, h := range hs {
 		if h.Key == event.HeaderCounted {
 			return string(h.Value) == "1"
+		}
+	}
+	return false
+}
+
+func hasHeader(hs []kafka.Header, key string) bool {
+	for _, h := range hs {
+		if h.Key == key {
+			return true
 		}
 	}
 	return false

@@ -15,6 +15,11 @@ type Record struct {
 	// (Kafka header event.HeaderCounted). Live sinks skip them; history sinks
 	// count them like any other.
 	Counted bool
+	// Take marks events a take relay published from a take stream (Kafka
+	// header event.HeaderTake): uncounted, they are an owner's strict
+	// takes (stage B), whose in-flight entries the live sink drops as it
+	// counts them.
+	Take bool
 }
 
 // Batch is a run of consecutive offsets [First, Last] of one partition. Every

@@ -66,6 +66,14 @@ type ApplierConfig struct {
 	// counts are then up to this old (earlier, never later) instead of a
 	// checkpoint interval. 0 (the default) writes them at every checkpoint.
 	RefreshDecisions time.Duration
+	// OwnerTakes, with WriteBack, counts the subjects of strict rules in
+	// the owner's memory like any other (they are mirrored): the owner
+	// answers their takes (Sink.TakeQueued, stage B), and the limiter's
+	// take script, which reads Redis's buckets, must not run beside it.
+	// Switch it only across a clean stop (a final checkpoint, C = D): a
+	// replay of C..D under the other mode would count strict subjects
+	// twice or not at all.
+	OwnerTakes bool
 	// Logger receives what the Applier notices on its own. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -89,8 +97,9 @@ type Applier struct {
 	part   int   // bucket fields per checkpoint script run
 	hold   int64 // seconds; 0 off (ApplierConfig.HoldDecisions)
 	// refresh: seconds; 0 off (ApplierConfig.RefreshDecisions)
-	refresh int64
-	log     *slog.Logger
+	refresh    int64
+	ownerTakes bool
+	log        *slog.Logger
 }
 
 // The scripts are immutable; redis.Script only caches their SHA. The
@@ -134,6 +143,8 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		return nil, fmt.Errorf("live applier: refresh decisions %s: want 0, or a positive duration with hold decisions", cfg.RefreshDecisions)
 	case cfg.CheckpointPart < 0:
 		return nil, fmt.Errorf("live applier: checkpoint part of %d fields is negative", cfg.CheckpointPart)
+	case cfg.OwnerTakes && !cfg.WriteBack:
+		return nil, errors.New("live applier: owner takes answer from write-back memory: they need write-back")
 	case cfg.KeepRecords < 0:
 		return nil, fmt.Errorf("live applier: keep records %s is negative", cfg.KeepRecords)
 	case cfg.Dedup < 0 || (cfg.Dedup > 0 && cfg.Dedup < time.Second):
@@ -160,13 +171,18 @@ func NewApplier(st *window.Store, cfg ApplierConfig) (*Applier, error) {
 		part:   cfg.CheckpointPart,
 		hold:   int64((cfg.HoldDecisions + time.Second - 1) / time.Second),
 		// rounded down: a state is not kept past it
-		refresh: int64(cfg.RefreshDecisions / time.Second),
-		log:     cfg.Logger,
+		refresh:    int64(cfg.RefreshDecisions / time.Second),
+		ownerTakes: cfg.OwnerTakes,
+		log:        cfg.Logger,
 	}, nil
 }
 
 // WriteBack tells whether the Applier keeps counts in its owner's memory.
 func (s *Applier) WriteBack() bool { return s.wb }
+
+// OwnerTakes tells whether the owner answers strict takes
+// (ApplierConfig.OwnerTakes).
+func (s *Applier) OwnerTakes() bool { return s.ownerTakes }
 
 // Store returns the store the Applier writes into.
 func (s *Applier) Store() *window.Store { return s.st }
@@ -178,7 +194,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript, heldScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript, heldScript, ownerTakeScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}
@@ -376,7 +392,7 @@ type gather struct {
 // the cost of gathering a small batch.
 func (s *Applier) newGather(set *rules.Set, nowSec int64, b aggregator.Batch) *gather {
 	subjects := min(len(b.Records), s.maxSub)
-	return &gather{set: set, nowSec: nowSec, pl: newProfiles(set), subjects: make(map[window.Subject]*pendingSubject, subjects)}
+	return &gather{set: set, nowSec: nowSec, pl: newProfiles(set, s.ownerTakes), subjects: make(map[window.Subject]*pendingSubject, subjects)}
 }
 
 // subject returns the pending subject ev counts for and its second, fresh
@@ -883,11 +899,14 @@ func (a bucketSum) compare(b bucketSum) int {
 // subject's rules, less the rules that allowlist it. Subjects of one action
 // and kind mostly share one.
 type profiles struct {
-	set    *rules.Set
-	byKey  map[profileKey]int
-	list   []profile
-	ruleIx map[*rules.Rule]int
-	rules  []*rules.Rule
+	set *rules.Set
+	// strictMirrored: the owner answers strict takes from its memory
+	// (ApplierConfig.OwnerTakes), so strict rules are mirrored too.
+	strictMirrored bool
+	byKey          map[profileKey]int
+	list           []profile
+	ruleIx         map[*rules.Rule]int
+	rules          []*rules.Rule
 }
 
 type profileKey struct {
@@ -909,8 +928,8 @@ type profileLimit struct {
 	limit  rules.Limit
 }
 
-func newProfiles(set *rules.Set) *profiles {
-	return &profiles{set: set, byKey: map[profileKey]int{}, ruleIx: map[*rules.Rule]int{}}
+func newProfiles(set *rules.Set, strictMirrored bool) *profiles {
+	return &profiles{set: set, strictMirrored: strictMirrored, byKey: map[profileKey]int{}, ruleIx: map[*rules.Rule]int{}}
 }
 
 // of returns the index of sub's profile.
@@ -949,7 +968,7 @@ func (p *profiles) of(sub window.Subject, maxw int64) int {
 	}
 	pr.mirrored = len(pr.limits) > 0 && len(pr.buckets) == 0 && len(pr.distinct) == 0
 	for _, l := range pr.limits {
-		pr.mirrored = pr.mirrored && !l.rule.Strict
+		pr.mirrored = pr.mirrored && (!l.rule.Strict || p.strictMirrored)
 	}
 	p.list = append(p.list, pr)
 	p.byKey[key] = len(p.list) - 1

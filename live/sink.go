@@ -54,6 +54,10 @@ type SinkConfig struct {
 	// checkpoints when it is revoked and at shutdown.
 	CheckpointEvery time.Duration
 	MaxPending      int
+	// Takes, when set, has the owner answer strict takes of the
+	// partitions it owns (TakeQueued, ownertake.go). It needs an Applier
+	// with OwnerTakes and a TakeRelay.
+	Takes *TakesConfig
 	// Now is the clock windows are evaluated at. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -81,6 +85,10 @@ func (c *SinkConfig) Validate() error {
 		return fmt.Errorf("live sink: max headroom %d is negative", c.MaxHeadroom)
 	case c.CheckpointEvery < 0 || c.MaxPending < 0 || c.MaxPending > MaxPendingFields:
 		return fmt.Errorf("live sink: checkpoint every %s, max pending %d: want positive values (max pending at most %d) or 0 (default)", c.CheckpointEvery, c.MaxPending, MaxPendingFields)
+	case c.Takes != nil && (!c.Applier.OwnerTakes() || c.TakeRelay == nil || c.Takes.Redis == nil || c.Takes.Bounds == nil):
+		return errors.New("live sink: owner takes need an applier with owner takes, a take relay, Redis and the end offsets")
+	case c.Takes == nil && c.Applier.OwnerTakes():
+		return errors.New("live sink: an applier with owner takes counts strict subjects in memory: the sink must answer their takes (Takes)")
 	case c.EvaluateAll && c.Applier.WriteBack():
 		return errors.New("live sink: write-back evaluates from memory: it cannot evaluate every subject by the script")
 	}
@@ -96,6 +104,9 @@ type Sink struct {
 	cfg SinkConfig
 	log *slog.Logger
 	m   *sinkMetrics
+
+	// rounds queues owner takes for RunTakes (ownertake.go).
+	rounds chan *takeRound
 
 	mu    sync.Mutex
 	parts map[int]*partState
@@ -116,6 +127,10 @@ type partState struct {
 	// reread asks the partition's worker to read it again now: a
 	// checkpoint dropped its memory (aggregator.Rereader).
 	reread chan string
+	// owner takes (ownertake.go): whether they are answered, their
+	// overlay, and stopped, closed once the partition is revoked.
+	takes   takeGate
+	stopped chan struct{}
 }
 
 var (
@@ -147,11 +162,16 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 50_000
 	}
+	if cfg.Takes != nil && cfg.Takes.MaxInflight <= 0 {
+		t := *cfg.Takes
+		t.MaxInflight = defaultInflight
+		cfg.Takes = &t
+	}
 	m, err := newSinkMetrics(cfg.Registerer, cfg.Group)
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, parts: map[int]*partState{}, had: map[int]bool{}}, nil
+	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, parts: map[int]*partState{}, had: map[int]bool{}, rounds: make(chan *takeRound, maxTakeRound)}, nil
 }
 
 // Resume implements aggregator.Sink. A write-back sink resumes from the
@@ -164,6 +184,9 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 		p := s.part(partition)
 		p.mu.Lock()
 		next, ok, err = s.cfg.Applier.Resume(ctx, s.cfg.Group, topic, partition, p.hr)
+		if err == nil && s.cfg.Takes != nil {
+			s.resumeTakes(ctx, topic, partition, p, next)
+		}
 		select {
 		case <-p.reread: // asked before this resume (a revoke's final checkpoint): done by it
 		default:
@@ -211,7 +234,8 @@ func (s *Sink) part(partition int) *partState {
 	if p == nil {
 		// The first checkpoint one interval after the start, as every
 		// later one after the last, at the partition's own phase.
-		p = &partState{due: s.cfg.Now().Add(s.cfg.CheckpointEvery + checkpointPhase(partition, s.cfg.CheckpointEvery)), reread: make(chan string, 1)}
+		p = &partState{due: s.cfg.Now().Add(s.cfg.CheckpointEvery + checkpointPhase(partition, s.cfg.CheckpointEvery)), reread: make(chan string, 1),
+			takes: takeGate{target: -1}, stopped: make(chan struct{})}
 		if !s.cfg.EvaluateAll {
 			p.hr = NewHeadroom(s.cfg.MaxHeadroom)
 		}
@@ -241,9 +265,21 @@ func (p *partState) rereadLocked(why string) {
 func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 	var wg sync.WaitGroup
 	pctx, stop := context.WithCancel(ctx)
+	p := s.part(partition)
 	defer func() {
+		// The take gate first: no take may count on memory about to go.
+		p.mu.Lock()
+		p.closeTakes()
+		p.mu.Unlock()
 		stop()
 		wg.Wait()
+		p.mu.Lock()
+		select {
+		case <-p.stopped:
+		default:
+			close(p.stopped)
+		}
+		p.mu.Unlock()
 		// The partition's last batch is applied: write what memory holds,
 		// so the next owner replays nothing.
 		s.checkpoint(context.WithoutCancel(ctx), topic, partition, true)
@@ -265,6 +301,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 					return
 				case <-t.C:
 					s.checkpoint(pctx, topic, partition, false)
+					s.reopenTakes(pctx, topic, partition, p)
 				}
 			}
 		}()
@@ -365,6 +402,7 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 	case errors.Is(err, errFenced):
 		s.m.checkpoints.WithLabelValues("fenced").Inc()
 		s.log.Warn("checkpoint refused: another writer or an operator moved the partition; its memory is rebuilt from Redis's checkpoint", "partition", partition, "err", err)
+		p.closeTakes()
 		p.rereadLocked(err.Error())
 	case err != nil:
 		s.m.checkpoints.WithLabelValues("failed").Inc()
@@ -374,6 +412,7 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 		case p.hr.wb == nil:
 			// parts were written: a retry would write them twice
 			s.log.Warn("checkpoint failed after some of its parts were written; memory forgotten, the partition is read again from the last checkpoint", "partition", partition, "err", err)
+			p.closeTakes()
 			p.rereadLocked(err.Error())
 		case ctx.Err() == nil:
 			s.log.Warn("checkpoint failed; retrying", "partition", partition, "err", err)
@@ -399,6 +438,9 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 		}
 	}
 	res, err := s.cfg.Applier.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), p.hr)
+	if s.cfg.Takes != nil {
+		s.takesApplied(ctx, b, p, err)
+	}
 	done := time.Now()
 	// Runs of a split batch that succeeded before one failed are applied:
 	// count them now, their retry will find them held.
@@ -577,5 +619,6 @@ func (s *Sink) ResetOffset(ctx context.Context, topic string, partition int, fro
 	if p.hr != nil {
 		p.hr.drop()
 	}
+	p.closeTakes()
 	return s.cfg.Applier.ResetOffset(ctx, s.cfg.Group, topic, partition, from, to)
 }

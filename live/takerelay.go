@@ -472,8 +472,14 @@ func (r *TakeRelay) publish(ctx context.Context, topic string, partition int, rs
 			msgs = msgs[:i]
 			break
 		}
-		hs := []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, {Key: event.HeaderTake, Value: []byte(strconv.Itoa(partition) + headerTakeSep + m.ID)}}
+		take := kafka.Header{Key: event.HeaderTake, Value: []byte(strconv.Itoa(partition) + headerTakeSep + m.ID)}
+		counted := []kafka.Header{{Key: event.HeaderCounted, Value: []byte("1")}, take}
 		for field, v := range m.Values {
+			hs := counted
+			if strings.HasPrefix(field, ownerTakeField) {
+				// an owner's take (stage B): counted by the apply, not here
+				hs = []kafka.Header{take}
+			}
 			s, _ := v.(string)
 			key, value, err := window.ParseQueuedEvent(s)
 			if err != nil {

@@ -15,8 +15,8 @@ import (
 )
 
 var (
-	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + banLib + maxDistinctLua + evalBody)
-	takeScript   = redis.NewScript("#!lua\n" + LuaLib + banLib + maxDistinctLua + evalBody)
+	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + BanLib + maxDistinctLua + evalBody)
+	takeScript   = redis.NewScript("#!lua\n" + LuaLib + BanLib + maxDistinctLua + evalBody)
 	refundScript = redis.NewScript("#!lua\n" + LuaLib + refundBody)
 	checkScript  = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + checkBody)
 )

@@ -68,6 +68,8 @@ const (
 	scHTTP        = "http-allowed"
 	// envoyproxy/ratelimit on the strict take's requests (envoy.go)
 	scEnvoy = "envoy"
+	// the same takes answered by the partition owner (ownertakes.go)
+	scOwnerStrict = "strict-owner"
 )
 
 // The requests of each scenario; the subject ranges do not overlap.
@@ -223,7 +225,10 @@ func (b *bench) limiter(ctx context.Context) error {
 	if serr := relay.Stop(15 * time.Second); err == nil {
 		err = serr
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return b.ownerTakeRuns(ctx, t, rulesPath)
 }
 
 // startTakeRelay starts the live aggregator of the limiter's topic: its take

@@ -166,12 +166,18 @@ func TestEnvoyGoalComparesTheTakesOfTheSameRun(t *testing.T) {
 		closedRun(scEnvoy, 16, 5000, time.Millisecond), closedRun(scEnvoy, 64, 6000, time.Millisecond),
 	}}
 	g := envoyGoal(r)
-	if g.verdict() != "not met" || g.detail != "c=16 4.0k/s against 5.0k/s = 0.80×, c=64 6.0k/s against 6.0k/s = 1.00×" {
+	if g.verdict() != "not met" || g.detail != "c=16 strict 4.0k/s against 5.0k/s = 0.80×, c=64 strict 6.0k/s against 6.0k/s = 1.00×" {
 		t.Errorf("got %s (%s)", g.verdict(), g.detail)
 	}
 	r.Lookups[0] = closedRun(scStrict, 16, 5500, time.Millisecond)
 	if g := envoyGoal(r); g.verdict() != "met" {
 		t.Errorf("takes at or above Envoy at both: got %s (%s)", g.verdict(), g.detail)
+	}
+	// The owner's takes (stage B), when measured, are the ones judged.
+	r.Lookups[0] = closedRun(scStrict, 16, 4000, time.Millisecond)
+	r.Lookups = append(r.Lookups, closedRun(scOwnerStrict, 16, 7000, time.Millisecond), closedRun(scOwnerStrict, 64, 9000, time.Millisecond))
+	if g := envoyGoal(r); g.verdict() != "met" || !strings.HasPrefix(g.detail, "c=16 strict-owner 7.0k/s against 5.0k/s = 1.40×") {
+		t.Errorf("owner takes: got %s (%s)", g.verdict(), g.detail)
 	}
 	r.Lookups = r.Lookups[:2]
 	if g := envoyGoal(r); g.verdict() != "not measured" {

@@ -31,6 +31,7 @@ type AggregatorCmd struct {
 	KafkaFlags
 	RedisFlags
 	HistoryFlags
+	OwnerTakesFlags
 
 	Rules              string        `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML); reloaded on SIGHUP and on change."`
 	LiveGroup          string        `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"Consumer group of the live path (Redis)."`
@@ -93,8 +94,9 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	kcl := c.cluster.Client(10*time.Second, c.cluster.Transport(nil))
 	takeRelay, err := live.NewTakeRelay(live.TakeRelayConfig{
-		Store: store, Redis: rdb, Kafka: c.cluster.Client(10*time.Second, c.cluster.Transport(nil)),
+		Store: store, Redis: rdb, Kafka: kcl,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {
@@ -102,11 +104,29 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	liveSink, err := live.NewSink(live.SinkConfig{
 		Applier: applier, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, TakeRelay: takeRelay, EvaluateAll: c.EvaluateAll,
-		CheckpointEvery: c.CheckpointInterval, MaxPending: c.MaxPending,
+		CheckpointEvery: c.CheckpointInterval, MaxPending: c.MaxPending, Takes: c.takesSink(rdb, kcl),
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {
 		return err
+	}
+	takes, takesPub, err := c.takesServer(liveSink, store, watcher.Current, reg, reg, logger)
+	if err != nil {
+		return err
+	}
+	if takes != nil {
+		defer closeLogged(logger, "owner takes producer", takesPub)
+		if err := takes.Start(); err != nil {
+			return err
+		}
+		logger.Info("owner takes served", "http", takes.HTTPAddr(), "rls", takes.RLSAddr())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := takes.Shutdown(sctx); err != nil {
+				logger.Warn("owner takes: shutdown", "err", err)
+			}
+		}()
 	}
 	groups := []*aggregator.Group{}
 	g, err := aggregator.NewGroup(c.groupConfig(c.LiveGroup, dlq, logger, reg), liveSink)
@@ -135,7 +155,7 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		groups = append(groups, hg)
 	}
 
-	tasks := []func(context.Context) error{watcher.Run, func(ctx context.Context) error { return parts.Run(ctx, 10*time.Second) }}
+	tasks := []func(context.Context) error{watcher.Run, func(ctx context.Context) error { return parts.Run(ctx, 10*time.Second) }, liveSink.RunTakes}
 	for _, grp := range groups {
 		tasks = append(tasks, grp.Run)
 	}
@@ -155,7 +175,10 @@ func (c *AggregatorCmd) applier(ctx context.Context, store *window.Store, logger
 		// the interval, written within a few seconds of it.
 		hold, refresh = 2*c.CheckpointInterval+5*time.Second, c.DenyRefresh
 	}
-	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack,
+	if c.OwnerTakes && !writeBack {
+		return nil, errors.New("--owner-takes answers from write-back memory: it needs --checkpoint-interval > 0 and no --evaluate-all")
+	}
+	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack, OwnerTakes: c.OwnerTakes,
 		CheckpointPart: c.CheckpointPart, HoldDecisions: hold, RefreshDecisions: refresh, Logger: logger.With("sink", "live")})
 	if err != nil {
 		return nil, err

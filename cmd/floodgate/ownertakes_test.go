@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"floodgate/stacktest"
+	"floodgate/stacktest/childproc"
+	"floodgate/window"
+)
+
+// ownerTakeRules: a strict rule the test's takes run into.
+const ownerTakeRules = `
+rules:
+  - name: reset
+    action: crash
+    kinds: [k]
+    limits: [25/1h]
+    strict: true
+`
+
+// ownerTakeTally is what the takes were told, per subject.
+type ownerTakeTally struct {
+	mu        sync.Mutex
+	allowed   map[string]int64
+	uncertain map[string]int64 // no answer: taken or not
+	limited   map[string]int64 // denied by the limit (not by the failure mode)
+}
+
+// take runs one take of subject against the owner's /v1/take.
+func (tl *ownerTakeTally) take(c *http.Client, addr, subject string) {
+	resp, err := c.Post("http://"+addr+"/v1/take?action=crash&k="+subject, "", nil)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return // no owner listening: nothing taken
+	}
+	if err != nil {
+		tl.note(tl.uncertain, subject)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Allowed  bool `json:"allowed"`
+		Degraded bool `json:"degraded"`
+	}
+	switch {
+	case json.Unmarshal(b, &r) != nil || resp.StatusCode >= 500:
+		tl.note(tl.uncertain, subject)
+	case r.Allowed:
+		tl.note(tl.allowed, subject)
+	case !r.Degraded && resp.StatusCode == http.StatusTooManyRequests:
+		tl.note(tl.limited, subject)
+	}
+}
+
+func (tl *ownerTakeTally) note(m map[string]int64, subject string) {
+	tl.mu.Lock()
+	m[subject]++
+	tl.mu.Unlock()
+}
+
+func (tl *ownerTakeTally) count(m map[string]int64, subject string) int64 {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return m[subject]
+}
+
+// TestOwnerTakesExactAcrossKills runs strict takes against `aggregator
+// --owner-takes` from 8 goroutines and SIGKILLs it twice while they run:
+// no subject is ever admitted past its limit (the windows in memory plus
+// the takes in flight, across the kills: the next owner loads what its
+// predecessor answered), every take is counted once (in Redis and in the
+// events topic, each equal to the limit once every subject is denied), and
+// takes fail closed while no owner has caught up.
+func TestOwnerTakesExactAcrossKills(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{partitions: 4, rules: ownerTakeRules})
+	addr, err := childproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addr, "--takes-rls-addr", "off", "--takes-timeout", "10s"}
+	subs := subjects(8)
+	tl := &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}
+	const limit = 25
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			c := &http.Client{Timeout: 15 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tl.take(c, addr, subs[rand.IntN(len(subs))])
+			}
+		})
+	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopLoad)
+	total := func() (n int64) {
+		for _, s := range subs {
+			n += tl.count(tl.allowed, s)
+		}
+		return n
+	}
+	p := e.start("run0")
+	for round, at := range []int64{40, 100} {
+		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return total() >= at })
+		p.kill(t)
+		p = e.start("run" + string(rune('1'+round)))
+	}
+	stacktest.WaitFor(t, "every subject denied by its limit", 120*time.Second, func() bool {
+		for _, s := range subs {
+			if tl.count(tl.limited, s) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	stopLoad()
+
+	ctx := context.Background()
+	keys := e.store.Keys()
+	stacktest.WaitFor(t, "every take stream relayed", 60*time.Second, func() bool {
+		for part := range e.partitions {
+			if n, err := e.rdb.XLen(ctx, keys.Takes(part)).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	e.waitPast(60 * time.Second)
+	p.stop(t) // its final checkpoint: Redis holds every count
+	qs := make([]window.Query, len(subs))
+	for i, s := range subs {
+		qs[i] = window.Query{Subject: window.Subject{Action: "crash", Kind: "k", Subject: s}, Windows: []time.Duration{time.Hour}}
+	}
+	states, err := e.store.Check(ctx, time.Now(), qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]int64{}
+	for i, s := range subs {
+		live[s] = states[i].Sums[0]
+	}
+	inTopic := e.topicCounts("crash")
+	for _, s := range subs {
+		a, u := tl.count(tl.allowed, s), tl.count(tl.uncertain, s)
+		if a > limit {
+			t.Errorf("subject %s: %d takes admitted, over its limit of %d", s, a, limit)
+		}
+		if live[s] != limit || inTopic[s] != limit {
+			t.Errorf("subject %s: counted %d in Redis and %d in the topic, want the limit %d each (admitted %d, %d unanswered)", s, live[s], inTopic[s], limit, a, u)
+		}
+		if a+u < limit {
+			t.Errorf("subject %s: %d admitted and %d unanswered, fewer than the %d counted", s, a, u, limit)
+		}
+	}
+	t.Logf("admitted %v, unanswered %v", tl.allowed, tl.uncertain)
+}

@@ -1,0 +1,789 @@
+package live
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/aggregator"
+	"floodgate/event"
+	"floodgate/rules"
+	"floodgate/window"
+)
+
+// Owner takes (stage B of the write-back live path; docs/architecture.md,
+// "The owner answers strict takes"): the owner of a partition answers the
+// strict takes of its subjects from its memory instead of a script over
+// Redis's buckets. Under the partition's lock a take sums each window from
+// the bucket copies (loaded as a batch's evaluation loads them) plus an
+// overlay of the takes answered whose events the owner has not counted
+// yet; when every limit fits, the take joins the overlay. Its events are
+// then appended to the partition's take stream (one script run per round
+// of takes, which also refuses a take that a deny record or a ban blocks)
+// and the answer waits for that: the TakeRelay publishes the entry, the
+// apply counts its events like any other and drops its overlay entry.
+//
+// A take never reaches past what the owner knows: a partition answers
+// only once its owner has counted up to the partition's end as it stood
+// after loading the take stream's entries into the overlay (a new owner's
+// replay and its predecessor's last takes included), and stops answering
+// on anything that makes its memory doubtful (a failed batch, a refused
+// checkpoint, the revoke). Meanwhile takes fail (the limiter answers them
+// closed). An uncertain append keeps its overlay entry: counted until it
+// expires, never lost.
+
+// ownerTakeField prefixes the take stream fields of owner takes: the relay
+// publishes them without event.HeaderCounted.
+const ownerTakeField = "o"
+
+// ownerTakeBody is stage B's take round (ownertake.lua).
+//
+//go:embed ownertake.lua
+var ownerTakeBody string
+
+var ownerTakeScript = redis.NewScript("#!lua\n" + window.BanLib + ownerTakeBody)
+
+// ownertake.lua's statuses.
+const (
+	takeAppended    = 1 // nothing blocks; appended unless check only
+	takeBlocked     = 0 // a deny record or a ban blocks it
+	takeStreamFull  = 2 // the take stream is at its cap
+	defaultInflight = 100_000
+	maxTakeRound    = 256
+)
+
+// ErrNotOwner is a take of a partition this owner does not answer for now:
+// not assigned here, or not caught up since it was (a start, a rebalance, a
+// rewind). The caller answers it closed, with a retry.
+var ErrNotOwner = errors.New("partition not answered by this owner now")
+
+// TakesConfig turns on owner takes (SinkConfig.Takes).
+type TakesConfig struct {
+	// Redis runs the take rounds and reads the take stream at a resume.
+	// Required.
+	Redis TakesRedis
+	// Bounds returns a partition's first offset and its end (the next
+	// offset to be written). Required.
+	Bounds func(ctx context.Context, topic string, partition int) (first, end int64, err error)
+	// MaxInflight bounds a partition's takes answered and not yet counted
+	// (its overlay); past it takes fail. Default 100000.
+	MaxInflight int
+}
+
+// TakesRedis is what owner takes need of Redis.
+type TakesRedis interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	XRange(ctx context.Context, stream, start, stop string) *redis.XMessageSliceCmd
+}
+
+// overlay is a partition's takes answered whose events the owner has not
+// counted yet.
+type overlay struct {
+	bySub map[window.Subject][]inflight
+	byID  map[string]window.Subject
+}
+
+type inflight struct {
+	id     string // the event's
+	sec, n int64
+}
+
+func newOverlay() *overlay {
+	return &overlay{bySub: map[window.Subject][]inflight{}, byID: map[string]window.Subject{}}
+}
+
+func (o *overlay) add(sub window.Subject, t inflight) {
+	if _, ok := o.byID[t.id]; ok {
+		return
+	}
+	o.byID[t.id] = sub
+	o.bySub[sub] = append(o.bySub[sub], t)
+}
+
+// drop removes the take whose event has id, reporting whether it was there.
+func (o *overlay) drop(id string) bool {
+	sub, ok := o.byID[id]
+	if !ok {
+		return false
+	}
+	delete(o.byID, id)
+	ts := slices.DeleteFunc(o.bySub[sub], func(t inflight) bool { return t.id == id })
+	if len(ts) == 0 {
+		delete(o.bySub, sub)
+	} else {
+		o.bySub[sub] = ts
+	}
+	return true
+}
+
+// expire drops sub's takes of seconds before from: no window reaches them.
+func (o *overlay) expire(sub window.Subject, from int64) []inflight {
+	ts := o.bySub[sub]
+	k := 0
+	for _, t := range ts {
+		if t.sec >= from {
+			ts[k] = t
+			k++
+			continue
+		}
+		delete(o.byID, t.id)
+	}
+	if k == 0 {
+		delete(o.bySub, sub)
+		return nil
+	}
+	o.bySub[sub] = ts[:k]
+	return ts[:k]
+}
+
+// sweep drops every take of seconds before from.
+func (o *overlay) sweep(from int64) {
+	for sub := range o.bySub {
+		o.expire(sub, from)
+	}
+}
+
+// takeGate is whether a partition's takes are answered.
+type takeGate struct {
+	ov    *overlay
+	topic string
+	open  bool
+	// target: the offset the owner must have counted up to before it
+	// answers (-1: to be read).
+	target  int64
+	applied int64 // the next offset to count
+}
+
+// closeTakes stops answering the partition's takes until it has caught up
+// again: its memory may not hold what Redis or the log does.
+func (p *partState) closeTakes() {
+	p.takes.open, p.takes.target = false, -1
+}
+
+// TakeQueued implements limiter.Taker for the partitions this sink owns:
+// each query's windows are summed from the owner's memory and overlay,
+// and a take every limit admits is appended to its partitions' take
+// streams before it is answered. Every event of a counted query goes into
+// the stream (queued); an event of no counted query is left to the caller.
+// A take of a partition not answered here fails with ErrNotOwner.
+func (s *Sink) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
+	if s.cfg.Takes == nil {
+		return false, nil, nil, errors.New("live sink: owner takes are off")
+	}
+	byQuery, queued, err := matchEvents(qs, events)
+	if err != nil {
+		return false, nil, nil, err
+	}
+	groups := map[int][]int{}
+	for i, q := range qs {
+		part, err := s.cfg.Applier.Store().PartitionOf(q.Subject)
+		if err != nil {
+			return false, nil, nil, err
+		}
+		groups[part] = append(groups[part], i)
+	}
+	parts := make([]int, 0, len(groups))
+	for part := range groups {
+		parts = append(parts, part)
+	}
+	slices.Sort(parts)
+	states, admitted, err := s.admit(ctx, now, qs, n, byQuery, groups, parts)
+	if err != nil || !admitted {
+		return false, nil, states, err
+	}
+	taken, err := s.appendTakes(ctx, now, qs, byQuery, groups, parts, states)
+	if err != nil || !taken {
+		return false, nil, states, err
+	}
+	return true, queued, states, nil
+}
+
+// queuedEvent is a counted query's event as the take stream holds it.
+type queuedEvent struct {
+	id, enc string
+}
+
+// matchEvents gives each counted query its event (by subject) and tells
+// which events are queued. A counted query without an event fails: the
+// owner counts a take only through its event.
+func matchEvents(qs []window.EvalQuery, events []window.QueuedEvent) ([]*queuedEvent, []bool, error) {
+	byQuery := make([]*queuedEvent, len(qs))
+	queued := make([]bool, len(events))
+	for k, e := range events {
+		ev, err := event.Decode(e.Value)
+		if err != nil {
+			return nil, nil, fmt.Errorf("owner take: event %d: %w", k, err)
+		}
+		for i, q := range qs {
+			s := q.Subject
+			if q.Count && byQuery[i] == nil && s.Action == ev.Action && s.Kind == ev.Kind && s.Subject == ev.Subject {
+				byQuery[i] = &queuedEvent{id: ev.ID, enc: strconv.Itoa(len(e.Key)) + ":" + string(e.Key) + string(e.Value)}
+				queued[k] = true
+				break
+			}
+		}
+	}
+	for i, q := range qs {
+		if q.Count && byQuery[i] == nil {
+			return nil, nil, fmt.Errorf("owner take: no event for %s: the owner counts a take by its event", window.Field(q.Subject))
+		}
+	}
+	return byQuery, queued, nil
+}
+
+// admit evaluates every query under its partition's lock (partitions in
+// order) and, when every limit fits, adds the counted queries' takes to
+// their overlays.
+func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, byQuery []*queuedEvent, groups map[int][]int, parts []int) ([]window.EvalState, bool, error) {
+	set := s.cfg.Rules()
+	nowSec := floorDiv(now.UnixMilli(), 1000)
+	states := make([]window.EvalState, len(qs))
+	held := make([]*partState, 0, len(parts))
+	defer func() {
+		for _, p := range held {
+			p.mu.Unlock()
+		}
+	}()
+	blocked := false
+	for _, part := range parts {
+		s.mu.Lock()
+		p := s.parts[part]
+		s.mu.Unlock()
+		if p == nil {
+			return nil, false, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+		}
+		p.mu.Lock()
+		held = append(held, p)
+		if !p.takes.open || p.hr == nil || p.hr.wb == nil {
+			return nil, false, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+		}
+		for _, i := range groups[part] {
+			st, blk, err := s.evalTake(ctx, set, p, part, qs[i], n, nowSec)
+			if err != nil {
+				return nil, false, err
+			}
+			states[i], blocked = st, blocked || blk
+		}
+	}
+	if blocked {
+		return states, false, nil
+	}
+	for k, part := range parts {
+		ov := held[k].takes.ov
+		for _, i := range groups[part] {
+			if e := byQuery[i]; e != nil {
+				if len(ov.byID) >= s.cfg.Takes.MaxInflight {
+					return nil, false, fmt.Errorf("partition %d: %d takes wait for their events to be counted (the relay or the apply lags): %w", part, len(ov.byID), ErrNotOwner)
+				}
+				ov.add(qs[i].Subject, inflight{id: e.id, sec: nowSec, n: n})
+			}
+		}
+	}
+	return states, true, nil
+}
+
+// evalTake sums q's windows at nowSec from p's copies (loading what they
+// lack) and overlay, and tells whether n more are blocked.
+func (s *Sink) evalTake(ctx context.Context, set *rules.Set, p *partState, part int, q window.EvalQuery, n, nowSec int64) (window.EvalState, bool, error) {
+	if len(q.Buckets) > 0 {
+		return window.EvalState{}, false, fmt.Errorf("owner take %s: a bucket rule is answered by the limiter's take script, not the owner", window.Field(q.Subject))
+	}
+	for _, l := range q.Limits {
+		if l.Distinct != "" {
+			return window.EvalState{}, false, fmt.Errorf("owner take %s: a distinct limit is answered by the limiter's take script, not the owner", window.Field(q.Subject))
+		}
+	}
+	hr := p.hr
+	hr.use(set, 1)
+	pl := newProfiles(set, true)
+	ps := &pendingSubject{sub: q.Subject, eval: nowSec, plan: evalAll}
+	ps.profile = pl.of(q.Subject, int64(q.MaxWindow/time.Second))
+	pr := &pl.list[ps.profile]
+	r := hr.roomFor(q.Subject, len(pr.limits)+len(pr.buckets))
+	if r != nil {
+		hr.mir.prune(r, nowSec, pr.maxw, int64(s.cfg.Applier.slack/time.Second))
+	}
+	ov := p.takes.ov.expire(q.Subject, nowSec-pr.maxw+1)
+	offkey := s.cfg.Applier.keys.Offset(s.cfg.Group, p.takes.topic, part)
+	held := redisHeld{}
+	var ev evaluation
+	for round := 0; ; round++ {
+		ev.start(hr.mir, hr.roomOf(q.Subject))
+		st, blocked := takeState(&ev, q, ov, n, nowSec)
+		if len(ev.missing) == 0 {
+			hr.mir.trim()
+			return st, blocked, nil
+		}
+		if ev.r == nil || round == maxLoadRounds {
+			return window.EvalState{}, false, fmt.Errorf("owner take %s: its bucket copies cannot be held", window.Field(q.Subject))
+		}
+		missing := map[*pendingSubject]map[hashID]bool{ps: ev.missing}
+		b := aggregator.Batch{Topic: p.takes.topic, Partition: part}
+		if err := s.cfg.Applier.loadMirrored(ctx, offkey, s.cfg.Group, b, missing, planLoads(missing, held, pl), held, hr); err != nil {
+			if errors.Is(err, errFenced) || errors.Is(err, errMirrorStale) {
+				p.closeTakes()
+				p.rereadLocked(err.Error())
+			}
+			return window.EvalState{}, false, fmt.Errorf("owner take %s: %w", window.Field(q.Subject), err)
+		}
+	}
+}
+
+// takeState is q's windows at nowSec: the copies' sums plus the overlay's
+// takes, and for a limit that n more would pass, the second it fits again.
+func takeState(ev *evaluation, q window.EvalQuery, ov []inflight, n, nowSec int64) (window.EvalState, bool) {
+	st := window.EvalState{Sums: make([]int64, len(q.Limits)), Until: make([]time.Time, len(q.Limits))}
+	blocked := false
+	for i, l := range q.Limits {
+		w := int64(l.Limit.Window / time.Second)
+		cs := ev.sum(nowSec, w)
+		var os int64
+		for _, t := range ov {
+			if t.sec > nowSec-w {
+				os += t.n
+			}
+		}
+		st.Sums[i] = cs + os
+		excess := cs + os + n - l.Limit.Count
+		if excess <= 0 {
+			continue
+		}
+		u := nowSec + w
+		if excess <= cs {
+			u = ev.until(nowSec, w, excess)
+		} else {
+			u = overlayUntil(ov, nowSec, w, excess-cs, u)
+		}
+		st.Until[i] = time.Unix(u, 0).UTC()
+		blocked = blocked || l.Block
+	}
+	return st, blocked
+}
+
+// overlayUntil is the second after which the window of w ending there has
+// dropped need of the overlay's takes (they are the newest events), def
+// when it holds too few.
+func overlayUntil(ov []inflight, nowSec, w, need, def int64) int64 {
+	in := make([]inflight, 0, len(ov))
+	for _, t := range ov {
+		if t.sec > nowSec-w {
+			in = append(in, t)
+		}
+	}
+	slices.SortFunc(in, func(a, b inflight) int { return int(a.sec - b.sec) })
+	for _, t := range in {
+		if need -= t.n; need <= 0 {
+			return t.sec + w
+		}
+	}
+	return def
+}
+
+// takeRound is one partition's part of a take, for its next take round.
+type takeRound struct {
+	partition int
+	check     bool // check only: append nothing
+	subs      []roundSub
+	evs       []string // the counted queries' events
+	done      chan takeReply
+}
+
+type roundSub struct {
+	field string
+	block []string
+}
+
+type takeReply struct {
+	status int64
+	denies []*window.Deny
+	bans   []*window.Ban
+	err    error
+}
+
+// appendTakes appends the admitted take's events to its partitions' take
+// streams. A take over several partitions checks them all first, so that a
+// deny record or a ban in one does not leave the others' events counted.
+// Refused, its overlay entries go; uncertain (an error), they stay.
+func (s *Sink) appendTakes(ctx context.Context, now time.Time, qs []window.EvalQuery, byQuery []*queuedEvent, groups map[int][]int, parts []int, states []window.EvalState) (bool, error) {
+	if len(parts) > 1 {
+		replies, err := s.takeRounds(ctx, now, qs, byQuery, groups, parts, true)
+		if err != nil || len(failedRounds(parts, replies)) > 0 {
+			if err == nil {
+				settleStates(groups, parts, replies, states)
+			}
+			s.dropTakes(qs, byQuery, groups, parts) // nothing appended
+			return false, err
+		}
+	}
+	replies, err := s.takeRounds(ctx, now, qs, byQuery, groups, parts, false)
+	if err != nil {
+		return false, err
+	}
+	settleStates(groups, parts, replies, states)
+	if not := failedRounds(parts, replies); len(not) > 0 {
+		s.dropTakes(qs, byQuery, groups, not)
+		for _, r := range replies {
+			if r.status == takeStreamFull {
+				return false, fmt.Errorf("owner take: a take stream is at its cap of %d entries (its relay lags)", s.cfg.Applier.Store().MaxTakes())
+			}
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// settleStates copies the rounds' deny records and bans into states.
+func settleStates(groups map[int][]int, parts []int, replies []takeReply, states []window.EvalState) {
+	for k, part := range parts {
+		for j, i := range groups[part] {
+			states[i].Deny, states[i].Ban = replies[k].denies[j], replies[k].bans[j]
+		}
+	}
+}
+
+// failedRounds are the partitions whose round refused the take.
+func failedRounds(parts []int, replies []takeReply) []int {
+	var not []int
+	for k, part := range parts {
+		if replies[k].status != takeAppended {
+			not = append(not, part)
+		}
+	}
+	return not
+}
+
+// dropTakes removes the take's overlay entries in parts.
+func (s *Sink) dropTakes(qs []window.EvalQuery, byQuery []*queuedEvent, groups map[int][]int, parts []int) {
+	for _, part := range parts {
+		s.mu.Lock()
+		p := s.parts[part]
+		s.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		p.mu.Lock()
+		for _, i := range groups[part] {
+			if e := byQuery[i]; e != nil && p.takes.ov != nil {
+				p.takes.ov.drop(e.id)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// takeRounds hands each partition's part of the take to its round loop
+// and waits for every reply (an error: the first one).
+func (s *Sink) takeRounds(ctx context.Context, now time.Time, qs []window.EvalQuery, byQuery []*queuedEvent, groups map[int][]int, parts []int, check bool) ([]takeReply, error) {
+	sent := make([]*takeRound, len(parts))
+	for k, part := range parts {
+		s.mu.Lock()
+		p := s.parts[part]
+		s.mu.Unlock()
+		if p == nil {
+			return nil, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+		}
+		t := &takeRound{partition: part, check: check, done: make(chan takeReply, 1)}
+		for _, i := range groups[part] {
+			t.subs = append(t.subs, roundSub{field: window.Field(qs[i].Subject), block: qs[i].BlockRules})
+			if e := byQuery[i]; e != nil {
+				t.evs = append(t.evs, e.enc)
+			}
+		}
+		select {
+		case s.rounds <- t:
+		case <-p.stopped:
+			return nil, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("owner take: %w", context.Cause(ctx))
+		}
+		sent[k] = t
+	}
+	replies := make([]takeReply, len(parts))
+	var first error
+	for k, t := range sent {
+		s.mu.Lock()
+		p := s.parts[parts[k]]
+		s.mu.Unlock()
+		var stopped <-chan struct{}
+		if p != nil {
+			stopped = p.stopped
+		}
+		select {
+		case r := <-t.done:
+			replies[k] = r
+		case <-stopped:
+			replies[k].err = fmt.Errorf("partition %d revoked during its take round: %w", parts[k], ErrNotOwner)
+		case <-ctx.Done():
+			replies[k].err = fmt.Errorf("owner take: %w", context.Cause(ctx))
+		}
+		if replies[k].err != nil && first == nil {
+			first = replies[k].err
+		}
+	}
+	return replies, first
+}
+
+// RunTakes runs the take rounds of every owned partition until ctx ends
+// (required with SinkConfig.Takes): each round carries the takes that
+// queued while the last one ran, one script run per partition, all in one
+// pipeline — a round trip per partition was most of a take's cost.
+func (s *Sink) RunTakes(ctx context.Context) error {
+	if s.cfg.Takes == nil {
+		return nil
+	}
+	for {
+		var round []*takeRound
+		select {
+		case <-ctx.Done():
+			return nil
+		case t := <-s.rounds:
+			round = append(round, t)
+		}
+	fill:
+		for len(round) < maxTakeRound {
+			select {
+			case t := <-s.rounds:
+				round = append(round, t)
+			default:
+				break fill
+			}
+		}
+		s.runTakeRound(ctx, round)
+	}
+}
+
+// runTakeRound runs ownertake.lua over one round of takes, per partition,
+// and answers each take.
+func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
+	ap := s.cfg.Applier
+	byPart := map[int][]*takeRound{}
+	var parts []int
+	for _, t := range round {
+		if byPart[t.partition] == nil {
+			parts = append(parts, t.partition)
+		}
+		byPart[t.partition] = append(byPart[t.partition], t)
+	}
+	rdb := s.cfg.Takes.Redis
+	pipe := rdb.Pipeline()
+	args := make([][]any, len(parts))
+	cmds := make([]*redis.Cmd, len(parts))
+	for k, part := range parts {
+		args[k] = s.roundArgs(part, byPart[part])
+		cmds[k] = ownerTakeScript.EvalSha(ctx, pipe, []string{ap.keys.Takes(part)}, args[k]...)
+	}
+	start := time.Now()
+	_, _ = pipe.Exec(ctx) // errors are read per partition
+	ap.st.Observe("owner_take", start)
+	for k, part := range parts {
+		v, err := cmds[k].Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Redis lost its scripts (a restart): nothing ran
+			v, err = ownerTakeScript.Run(ctx, rdb, []string{ap.keys.Takes(part)}, args[k]...).Slice()
+		}
+		ts := byPart[part]
+		replies, err := parseTakeReplies(v, err, ts)
+		for i, t := range ts {
+			if err != nil {
+				t.done <- takeReply{err: fmt.Errorf("owner take round partition=%d: %w", part, err)}
+				continue
+			}
+			t.done <- replies[i]
+		}
+	}
+}
+
+// roundArgs are ownertake.lua's arguments for one partition's takes.
+func (s *Sink) roundArgs(partition int, ts []*takeRound) []any {
+	ap := s.cfg.Applier
+	args := []any{ap.keys.Slot(partition), s.cfg.Now().UnixMilli(), ap.Store().MaxTakes(), len(ts)}
+	for _, t := range ts {
+		args = append(args, flag(!t.check), len(t.subs))
+		for _, sub := range t.subs {
+			args = append(args, sub.field, len(sub.block))
+			for _, r := range sub.block {
+				args = append(args, r)
+			}
+		}
+		args = append(args, len(t.evs))
+		for _, e := range t.evs {
+			args = append(args, e)
+		}
+	}
+	return args
+}
+
+func parseTakeReplies(v []any, err error, ts []*takeRound) ([]takeReply, error) {
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != len(ts) {
+		return nil, fmt.Errorf("%d replies for %d takes", len(v), len(ts))
+	}
+	out := make([]takeReply, len(ts))
+	for k, x := range v {
+		if out[k], err = parseTakeReply(x, len(ts[k].subs)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func parseTakeReply(x any, nsub int) (takeReply, error) {
+	row, ok := x.([]any)
+	if !ok || len(row) != 3 {
+		return takeReply{}, fmt.Errorf("bad reply %v", x)
+	}
+	rows, ok := row[2].([]any)
+	st, ok2 := row[0].(int64)
+	if !ok || !ok2 || len(rows) != nsub {
+		return takeReply{}, fmt.Errorf("bad reply %v", x)
+	}
+	r := takeReply{status: st, denies: make([]*window.Deny, nsub), bans: make([]*window.Ban, nsub)}
+	for j, sx := range rows {
+		pair, ok := sx.([]any)
+		if !ok || len(pair) != 2 {
+			return takeReply{}, fmt.Errorf("bad reply %v", x)
+		}
+		if js, ok := pair[0].(string); ok {
+			d, err := window.ParseDeny([]byte(js))
+			if err != nil {
+				return takeReply{}, err
+			}
+			r.denies[j] = d
+		}
+		if js, ok := pair[1].(string); ok {
+			b, err := window.ParseBan([]byte(js))
+			if err != nil {
+				return takeReply{}, err
+			}
+			r.bans[j] = b
+		}
+	}
+	return r, nil
+}
+
+// resumeTakes readies a resumed partition's takes (under p.mu): the take
+// stream's owner takes join the overlay — answered by the last owner,
+// perhaps not yet published, so not in the log this owner replays — and
+// takes are answered once this owner has counted up to the partition's
+// end as it stands after that load.
+func (s *Sink) resumeTakes(ctx context.Context, topic string, partition int, p *partState, next int64) {
+	p.takes.topic = topic
+	p.closeTakes()
+	p.takes.applied = next
+	if p.takes.ov == nil {
+		p.takes.ov = newOverlay()
+		if err := s.loadOverlay(ctx, partition, p.takes.ov); err != nil {
+			// answered only once the load succeeds: a later resume, or
+			// the reopen tick
+			p.takes.ov = nil
+			s.log.Warn("owner takes: loading the take stream failed; the partition's takes fail until it succeeds", "partition", partition, "err", err)
+			return
+		}
+	}
+	s.readTarget(ctx, partition, p)
+}
+
+// loadOverlay adds the take stream's owner takes to ov, as of now.
+func (s *Sink) loadOverlay(ctx context.Context, partition int, ov *overlay) error {
+	key := s.cfg.Applier.keys.Takes(partition)
+	msgs, err := s.cfg.Takes.Redis.XRange(ctx, key, "-", "+").Result()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
+	}
+	sec := floorDiv(s.cfg.Now().UnixMilli(), 1000)
+	for _, m := range msgs {
+		for field, v := range m.Values {
+			str, _ := v.(string)
+			if len(field) < 2 || field[:1] != ownerTakeField {
+				continue // a limiter's take (stage A): counted in Redis
+			}
+			_, value, err := window.ParseQueuedEvent(str)
+			if err != nil {
+				continue // the relay drops it, loudly
+			}
+			ev, err := event.Decode(value)
+			if err != nil {
+				continue
+			}
+			sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: ev.Subject}
+			// at its own second, which the take counted at (its event's
+			// time), or now if that is ahead
+			at := min(floorDiv(ev.TS.UnixMilli(), 1000), sec)
+			ov.add(sub, inflight{id: ev.ID, sec: at, n: max(ev.N, 1)})
+		}
+	}
+	return nil
+}
+
+// readTarget reads the end offset the partition must be counted up to
+// before its takes are answered, and opens them if it is.
+func (s *Sink) readTarget(ctx context.Context, partition int, p *partState) {
+	first, end, err := s.cfg.Takes.Bounds(ctx, p.takes.topic, partition)
+	if err != nil {
+		s.log.Warn("owner takes: reading the partition's end offset failed; its takes fail until it succeeds", "partition", partition, "err", err)
+		return
+	}
+	if p.takes.applied < 0 {
+		// never applied: the group reads from the log's first offset
+		p.takes.applied = first
+	}
+	p.takes.target = end
+	p.takes.open = p.takes.applied >= end
+}
+
+// takesApplied follows an applied batch (under p.mu): its take events'
+// overlay entries go, counted now, and a partition catching up opens once
+// it reaches its target. A failed batch closes the takes.
+func (s *Sink) takesApplied(ctx context.Context, b aggregator.Batch, p *partState, err error) {
+	if err != nil {
+		p.closeTakes()
+		return
+	}
+	if ov := p.takes.ov; ov != nil {
+		for i := range b.Records {
+			if r := &b.Records[i]; r.Take {
+				ov.drop(r.Event.ID)
+			}
+		}
+	}
+	p.takes.applied = b.Next()
+	switch {
+	case p.takes.open:
+	case p.takes.ov == nil || p.takes.target < 0:
+		// read on the reopen tick, not on the batch path
+	case p.takes.applied >= p.takes.target:
+		p.takes.open = true
+	}
+}
+
+// reopenTakes retries, on the partition's tick, what a closed gate waits
+// for: the overlay's load, the target's read. Expired overlay entries go.
+func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *partState) {
+	if s.cfg.Takes == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.takes.topic == "" {
+		p.takes.topic = topic
+	}
+	if p.takes.ov != nil {
+		p.takes.ov.sweep(floorDiv(s.cfg.Now().UnixMilli(), 1000) - int64(rules.MaxWindow/time.Second))
+	}
+	switch {
+	case p.takes.open:
+	case p.takes.ov == nil:
+		s.resumeTakes(ctx, topic, partition, p, p.takes.applied)
+	case p.takes.target < 0:
+		s.readTarget(ctx, partition, p)
+	}
+}
