@@ -347,7 +347,7 @@ func (l *Limiter) newTakeRun(req Request, now time.Time, plans []plan) *takeRun 
 			tk.queue = nil
 			break
 		}
-		tk.queue = append(tk.queue, window.QueuedEvent{Key: []byte(e.Key()), Value: v})
+		tk.queue = append(tk.queue, window.QueuedEvent{Key: []byte(e.Key()), Value: v, ID: e.ID})
 	}
 	return tk
 }

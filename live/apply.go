@@ -194,7 +194,7 @@ func (s *Applier) Keys() window.Keys { return s.keys }
 // cluster), so that the first batch after a start runs them by their SHA.
 // The store's own scripts load with window.Store.LoadScripts.
 func (s *Applier) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript, heldScript, ownerTakeScript} {
+	for _, sc := range []*redis.Script{applyScript, seenScript, pruneScript, checkpointScript, checkpointPartScript, decideScript, heldScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load apply scripts: %w", err)
 		}

@@ -2,11 +2,11 @@ package live
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,11 +23,21 @@ import (
 // Redis's buckets. Under the partition's lock a take sums each window from
 // the bucket copies (loaded as a batch's evaluation loads them) plus an
 // overlay of the takes answered whose events the owner has not counted
-// yet; when every limit fits, the take joins the overlay. Its events are
-// then appended to the partition's take stream (one script run per round
-// of takes, which also refuses a take that a deny record or a ban blocks)
-// and the answer waits for that: the TakeRelay publishes the entry, the
-// apply counts its events like any other and drops its overlay entry.
+// yet; when every limit fits and no ban blocks it, the take joins the
+// overlay. Its events are then appended to the partition's take stream and
+// the answer waits for that: the TakeRelay publishes the entry, the apply
+// counts its events like any other and drops its overlay entry. The appends
+// of the takes waiting at a moment leave in one pipeline of plain XADDs
+// (RunTakes): a script run per take, which read deny records and bans as
+// it appended, cost Redis more than the rest of the take together.
+//
+// Deny records need no read: the owner's counts are what wrote them, and
+// a take (count + n within the limit) is refused at least as long as a
+// record (written while the count is over it) stands. Bans are an
+// operator's: the owner reads its partitions' on every checkpoint tick
+// (SinkConfig.CheckpointEvery / 16, 62.5 ms by default), so a ban stops
+// owner takes within a tick of being set, and takes fail while the bans
+// could not be read for maxBanAge.
 //
 // A take never reaches past what the owner knows: a partition answers
 // only once its owner has counted up to the partition's end as it stood
@@ -42,20 +52,12 @@ import (
 // publishes them without event.HeaderCounted.
 const ownerTakeField = "o"
 
-// ownerTakeBody is stage B's take round (ownertake.lua).
-//
-//go:embed ownertake.lua
-var ownerTakeBody string
-
-var ownerTakeScript = redis.NewScript("#!lua\n" + window.BanLib + ownerTakeBody)
-
-// ownertake.lua's statuses.
+// Limits of owner takes.
 const (
-	takeAppended    = 1 // nothing blocks; appended unless check only
-	takeBlocked     = 0 // a deny record or a ban blocks it
-	takeStreamFull  = 2 // the take stream is at its cap
 	defaultInflight = 100_000
 	maxTakeRound    = 256
+	// maxBanAge: past it since the bans were last read, takes fail.
+	maxBanAge = 5 * time.Second
 )
 
 // ErrNotOwner is a take of a partition this owner does not answer for now:
@@ -78,9 +80,9 @@ type TakesConfig struct {
 
 // TakesRedis is what owner takes need of Redis.
 type TakesRedis interface {
-	redis.Scripter
 	Pipeline() redis.Pipeliner
 	XRange(ctx context.Context, stream, start, stop string) *redis.XMessageSliceCmd
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 }
 
 // overlay is a partition's takes answered whose events the owner has not
@@ -159,6 +161,36 @@ type takeGate struct {
 	// answers (-1: to be read).
 	target  int64
 	applied int64 // the next offset to count
+	// bans are the partition's bans by subject field as read at bansAt
+	// (zero: never).
+	bans   map[string]*window.Ban
+	bansAt time.Time
+	// swept is the second the overlay was last swept of expired takes.
+	swept int64
+	ev    evaluation // scratch of the partition's takes
+}
+
+// takeProfiles caches the limit profiles of owner takes for the rules in
+// force: built per take, they were the take's largest allocation. Bounded
+// as the rules bound it (an action and kind with a strict rule, the rules
+// that allowlist the subject), and cleared past maxTakeProfiles anyway.
+type takeProfiles struct {
+	mu  sync.Mutex
+	set *rules.Set
+	pl  *profiles
+}
+
+const maxTakeProfiles = 10_000
+
+// of returns sub's profile under set: a copy, as the cache's list grows
+// under other partitions' takes.
+func (c *takeProfiles) of(set *rules.Set, sub window.Subject, maxw int64) profile {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.set != set || len(c.pl.list) >= maxTakeProfiles {
+		c.set, c.pl = set, newProfiles(set, true)
+	}
+	return c.pl.list[c.pl.of(sub, maxw)]
 }
 
 // closeTakes stops answering the partition's takes until it has caught up
@@ -198,9 +230,9 @@ func (s *Sink) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQu
 	if err != nil || !admitted {
 		return false, nil, states, err
 	}
-	taken, err := s.appendTakes(ctx, now, qs, byQuery, groups, parts, states)
-	if err != nil || !taken {
-		return false, nil, states, err
+	if err := s.appendTakes(ctx, byQuery, groups, parts); err != nil {
+		// maybe appended: the overlay keeps the take (counted, never lost)
+		return false, nil, nil, err
 	}
 	return true, queued, states, nil
 }
@@ -210,21 +242,30 @@ type queuedEvent struct {
 	id, enc string
 }
 
-// matchEvents gives each counted query its event (by subject) and tells
-// which events are queued. A counted query without an event fails: the
-// owner counts a take only through its event.
+// matchEvents gives each counted query its event (by its Kafka key, the
+// subject's) and tells which events are queued. A counted query without an
+// event fails: the owner counts a take only through its event.
 func matchEvents(qs []window.EvalQuery, events []window.QueuedEvent) ([]*queuedEvent, []bool, error) {
 	byQuery := make([]*queuedEvent, len(qs))
 	queued := make([]bool, len(events))
+	keys := make([]string, len(qs))
+	for i, q := range qs {
+		if q.Count {
+			keys[i] = q.Subject.Kind + ":" + event.CanonicalSubject(q.Subject.Subject)
+		}
+	}
 	for k, e := range events {
-		ev, err := event.Decode(e.Value)
-		if err != nil {
-			return nil, nil, fmt.Errorf("owner take: event %d: %w", k, err)
+		id := e.ID
+		if id == "" {
+			ev, err := event.Decode(e.Value)
+			if err != nil {
+				return nil, nil, fmt.Errorf("owner take: event %d: %w", k, err)
+			}
+			id = ev.ID
 		}
 		for i, q := range qs {
-			s := q.Subject
-			if q.Count && byQuery[i] == nil && s.Action == ev.Action && s.Kind == ev.Kind && s.Subject == ev.Subject {
-				byQuery[i] = &queuedEvent{id: ev.ID, enc: strconv.Itoa(len(e.Key)) + ":" + string(e.Key) + string(e.Value)}
+			if q.Count && byQuery[i] == nil && string(e.Key) == keys[i] {
+				byQuery[i] = &queuedEvent{id: id, enc: strconv.Itoa(len(e.Key)) + ":" + string(e.Key) + string(e.Value)}
 				queued[k] = true
 				break
 			}
@@ -239,8 +280,8 @@ func matchEvents(qs []window.EvalQuery, events []window.QueuedEvent) ([]*queuedE
 }
 
 // admit evaluates every query under its partition's lock (partitions in
-// order) and, when every limit fits, adds the counted queries' takes to
-// their overlays.
+// order) and, when every limit fits and no ban stands, adds the counted
+// queries' takes to their overlays.
 func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, byQuery []*queuedEvent, groups map[int][]int, parts []int) ([]window.EvalState, bool, error) {
 	set := s.cfg.Rules()
 	nowSec := floorDiv(now.UnixMilli(), 1000)
@@ -264,10 +305,16 @@ func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, 
 		if !p.takes.open || p.hr == nil || p.hr.wb == nil {
 			return nil, false, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
 		}
+		if age := now.Sub(p.takes.bansAt); age > maxBanAge {
+			return nil, false, fmt.Errorf("partition %d: its bans were last read %s ago: %w", part, age.Round(time.Millisecond), ErrNotOwner)
+		}
 		for _, i := range groups[part] {
 			st, blk, err := s.evalTake(ctx, set, p, part, qs[i], n, nowSec)
 			if err != nil {
 				return nil, false, err
+			}
+			if b := p.takes.bans[window.Field(qs[i].Subject)]; b.InForce(now) {
+				st.Ban, blk = b, true
 			}
 			states[i], blocked = st, blocked || blk
 		}
@@ -302,21 +349,17 @@ func (s *Sink) evalTake(ctx context.Context, set *rules.Set, p *partState, part 
 	}
 	hr := p.hr
 	hr.use(set, 1)
-	pl := newProfiles(set, true)
-	ps := &pendingSubject{sub: q.Subject, eval: nowSec, plan: evalAll}
-	ps.profile = pl.of(q.Subject, int64(q.MaxWindow/time.Second))
-	pr := &pl.list[ps.profile]
+	pr := s.takeProfiles.of(set, q.Subject, int64(q.MaxWindow/time.Second))
 	r := hr.roomFor(q.Subject, len(pr.limits)+len(pr.buckets))
 	if r != nil {
 		hr.mir.prune(r, nowSec, pr.maxw, int64(s.cfg.Applier.slack/time.Second))
 	}
 	ov := p.takes.ov.expire(q.Subject, nowSec-pr.maxw+1)
-	offkey := s.cfg.Applier.keys.Offset(s.cfg.Group, p.takes.topic, part)
-	held := redisHeld{}
-	var ev evaluation
+	var held redisHeld
+	ev := &p.takes.ev // the partition's scratch: its slices outlive the take
 	for round := 0; ; round++ {
 		ev.start(hr.mir, hr.roomOf(q.Subject))
-		st, blocked := takeState(&ev, q, ov, n, nowSec)
+		st, blocked := takeState(ev, q, ov, n, nowSec)
 		if len(ev.missing) == 0 {
 			hr.mir.trim()
 			return st, blocked, nil
@@ -324,8 +367,15 @@ func (s *Sink) evalTake(ctx context.Context, set *rules.Set, p *partState, part 
 		if ev.r == nil || round == maxLoadRounds {
 			return window.EvalState{}, false, fmt.Errorf("owner take %s: its bucket copies cannot be held", window.Field(q.Subject))
 		}
+		// loaded as a batch's evaluation loads a subject's hashes
+		ps := &pendingSubject{sub: q.Subject, eval: nowSec, plan: evalAll}
+		pl := &profiles{list: []profile{pr}}
+		if held == nil {
+			held = redisHeld{}
+		}
 		missing := map[*pendingSubject]map[hashID]bool{ps: ev.missing}
 		b := aggregator.Batch{Topic: p.takes.topic, Partition: part}
+		offkey := s.cfg.Applier.keys.Offset(s.cfg.Group, p.takes.topic, part)
 		if err := s.cfg.Applier.loadMirrored(ctx, offkey, s.cfg.Group, b, missing, planLoads(missing, held, pl), held, hr); err != nil {
 			if errors.Is(err, errFenced) || errors.Is(err, errMirrorStale) {
 				p.closeTakes()
@@ -386,154 +436,64 @@ func overlayUntil(ov []inflight, nowSec, w, need, def int64) int64 {
 	return def
 }
 
-// takeRound is one partition's part of a take, for its next take round.
+// takeRound is one partition's part of an admitted take: the append of
+// its events.
 type takeRound struct {
 	partition int
-	check     bool // check only: append nothing
-	subs      []roundSub
-	evs       []string // the counted queries' events
-	done      chan takeReply
+	evs       []string // "<key length>:<key><value>" each
+	done      chan error
 }
 
-type roundSub struct {
-	field string
-	block []string
-}
-
-type takeReply struct {
-	status int64
-	denies []*window.Deny
-	bans   []*window.Ban
-	err    error
-}
-
-// appendTakes appends the admitted take's events to its partitions' take
-// streams. A take over several partitions checks them all first, so that a
-// deny record or a ban in one does not leave the others' events counted.
-// Refused, its overlay entries go; uncertain (an error), they stay.
-func (s *Sink) appendTakes(ctx context.Context, now time.Time, qs []window.EvalQuery, byQuery []*queuedEvent, groups map[int][]int, parts []int, states []window.EvalState) (bool, error) {
-	if len(parts) > 1 {
-		replies, err := s.takeRounds(ctx, now, qs, byQuery, groups, parts, true)
-		if err != nil || len(failedRounds(parts, replies)) > 0 {
-			if err == nil {
-				settleStates(groups, parts, replies, states)
-			}
-			s.dropTakes(qs, byQuery, groups, parts) // nothing appended
-			return false, err
-		}
-	}
-	replies, err := s.takeRounds(ctx, now, qs, byQuery, groups, parts, false)
-	if err != nil {
-		return false, err
-	}
-	settleStates(groups, parts, replies, states)
-	if not := failedRounds(parts, replies); len(not) > 0 {
-		s.dropTakes(qs, byQuery, groups, not)
-		for _, r := range replies {
-			if r.status == takeStreamFull {
-				return false, fmt.Errorf("owner take: a take stream is at its cap of %d entries (its relay lags)", s.cfg.Applier.Store().MaxTakes())
-			}
-		}
-		return false, nil
-	}
-	return true, nil
-}
-
-// settleStates copies the rounds' deny records and bans into states.
-func settleStates(groups map[int][]int, parts []int, replies []takeReply, states []window.EvalState) {
-	for k, part := range parts {
-		for j, i := range groups[part] {
-			states[i].Deny, states[i].Ban = replies[k].denies[j], replies[k].bans[j]
-		}
-	}
-}
-
-// failedRounds are the partitions whose round refused the take.
-func failedRounds(parts []int, replies []takeReply) []int {
-	var not []int
-	for k, part := range parts {
-		if replies[k].status != takeAppended {
-			not = append(not, part)
-		}
-	}
-	return not
-}
-
-// dropTakes removes the take's overlay entries in parts.
-func (s *Sink) dropTakes(qs []window.EvalQuery, byQuery []*queuedEvent, groups map[int][]int, parts []int) {
+// appendTakes appends the take's events to their partitions' take streams,
+// one entry per partition, and waits for every reply (an error: the first).
+func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups map[int][]int, parts []int) error {
+	sent := make([]*takeRound, 0, len(parts))
+	stopped := make([]<-chan struct{}, 0, len(parts))
 	for _, part := range parts {
-		s.mu.Lock()
-		p := s.parts[part]
-		s.mu.Unlock()
-		if p == nil {
-			continue
-		}
-		p.mu.Lock()
+		t := &takeRound{partition: part, done: make(chan error, 1)}
 		for _, i := range groups[part] {
-			if e := byQuery[i]; e != nil && p.takes.ov != nil {
-				p.takes.ov.drop(e.id)
-			}
-		}
-		p.mu.Unlock()
-	}
-}
-
-// takeRounds hands each partition's part of the take to its round loop
-// and waits for every reply (an error: the first one).
-func (s *Sink) takeRounds(ctx context.Context, now time.Time, qs []window.EvalQuery, byQuery []*queuedEvent, groups map[int][]int, parts []int, check bool) ([]takeReply, error) {
-	sent := make([]*takeRound, len(parts))
-	for k, part := range parts {
-		s.mu.Lock()
-		p := s.parts[part]
-		s.mu.Unlock()
-		if p == nil {
-			return nil, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
-		}
-		t := &takeRound{partition: part, check: check, done: make(chan takeReply, 1)}
-		for _, i := range groups[part] {
-			t.subs = append(t.subs, roundSub{field: window.Field(qs[i].Subject), block: qs[i].BlockRules})
 			if e := byQuery[i]; e != nil {
 				t.evs = append(t.evs, e.enc)
 			}
 		}
+		if len(t.evs) == 0 {
+			continue // nothing counted in this partition
+		}
+		s.mu.Lock()
+		p := s.parts[part]
+		s.mu.Unlock()
+		if p == nil {
+			return fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+		}
 		select {
 		case s.rounds <- t:
 		case <-p.stopped:
-			return nil, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+			return fmt.Errorf("partition %d: %w", part, ErrNotOwner)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("owner take: %w", context.Cause(ctx))
+			return fmt.Errorf("owner take: %w", context.Cause(ctx))
 		}
-		sent[k] = t
+		sent, stopped = append(sent, t), append(stopped, p.stopped)
 	}
-	replies := make([]takeReply, len(parts))
 	var first error
 	for k, t := range sent {
-		s.mu.Lock()
-		p := s.parts[parts[k]]
-		s.mu.Unlock()
-		var stopped <-chan struct{}
-		if p != nil {
-			stopped = p.stopped
-		}
+		var err error
 		select {
-		case r := <-t.done:
-			replies[k] = r
-		case <-stopped:
-			replies[k].err = fmt.Errorf("partition %d revoked during its take round: %w", parts[k], ErrNotOwner)
+		case err = <-t.done:
+		case <-stopped[k]:
+			err = fmt.Errorf("partition %d revoked during its take round: %w", t.partition, ErrNotOwner)
 		case <-ctx.Done():
-			replies[k].err = fmt.Errorf("owner take: %w", context.Cause(ctx))
+			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
 		}
-		if replies[k].err != nil && first == nil {
-			first = replies[k].err
+		if err != nil && first == nil {
+			first = err
 		}
 	}
-	return replies, first
+	return first
 }
 
-// RunTakes runs the take rounds of every owned partition until ctx ends
-// (required with SinkConfig.Takes): each round carries the takes that
-// queued while the last one ran, one script run per partition, all in one
-// pipeline — a round trip per partition was most of a take's cost.
+// RunTakes runs the owner takes' rounds until ctx ends (required with
+// SinkConfig.Takes): each round carries the appends that queued while the
+// last one ran, in one pipeline.
 func (s *Sink) RunTakes(ctx context.Context) error {
 	if s.cfg.Takes == nil {
 		return nil
@@ -559,115 +519,30 @@ func (s *Sink) RunTakes(ctx context.Context) error {
 	}
 }
 
-// runTakeRound runs ownertake.lua over one round of takes, per partition,
-// and answers each take.
+// runTakeRound sends one round and answers each of its parts. An append
+// is a plain XADD: the overlay's cap (TakesConfig.MaxInflight) bounds the
+// stream, whose entries not yet counted the overlay holds.
 func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
-	ap := s.cfg.Applier
-	byPart := map[int][]*takeRound{}
-	var parts []int
-	for _, t := range round {
-		if byPart[t.partition] == nil {
-			parts = append(parts, t.partition)
+	keys := s.cfg.Applier.keys
+	pipe := s.cfg.Takes.Redis.Pipeline()
+	cmds := make([]*redis.StringCmd, len(round))
+	for k, t := range round {
+		vals := make([]any, 0, 2*len(t.evs))
+		for i, e := range t.evs {
+			vals = append(vals, ownerTakeField+strconv.Itoa(i+1), e)
 		}
-		byPart[t.partition] = append(byPart[t.partition], t)
-	}
-	rdb := s.cfg.Takes.Redis
-	pipe := rdb.Pipeline()
-	args := make([][]any, len(parts))
-	cmds := make([]*redis.Cmd, len(parts))
-	for k, part := range parts {
-		args[k] = s.roundArgs(part, byPart[part])
-		cmds[k] = ownerTakeScript.EvalSha(ctx, pipe, []string{ap.keys.Takes(part)}, args[k]...)
+		cmds[k] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Takes(t.partition), Values: vals})
 	}
 	start := time.Now()
-	_, _ = pipe.Exec(ctx) // errors are read per partition
-	ap.st.Observe("owner_take", start)
-	for k, part := range parts {
-		v, err := cmds[k].Slice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis lost its scripts (a restart): nothing ran
-			v, err = ownerTakeScript.Run(ctx, rdb, []string{ap.keys.Takes(part)}, args[k]...).Slice()
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	s.cfg.Applier.st.Observe("owner_take", start)
+	for k, t := range round {
+		if err := cmds[k].Err(); err != nil {
+			t.done <- fmt.Errorf("owner take: append to partition %d's take stream: %w", t.partition, err)
+			continue
 		}
-		ts := byPart[part]
-		replies, err := parseTakeReplies(v, err, ts)
-		for i, t := range ts {
-			if err != nil {
-				t.done <- takeReply{err: fmt.Errorf("owner take round partition=%d: %w", part, err)}
-				continue
-			}
-			t.done <- replies[i]
-		}
+		t.done <- nil
 	}
-}
-
-// roundArgs are ownertake.lua's arguments for one partition's takes.
-func (s *Sink) roundArgs(partition int, ts []*takeRound) []any {
-	ap := s.cfg.Applier
-	args := []any{ap.keys.Slot(partition), s.cfg.Now().UnixMilli(), ap.Store().MaxTakes(), len(ts)}
-	for _, t := range ts {
-		args = append(args, flag(!t.check), len(t.subs))
-		for _, sub := range t.subs {
-			args = append(args, sub.field, len(sub.block))
-			for _, r := range sub.block {
-				args = append(args, r)
-			}
-		}
-		args = append(args, len(t.evs))
-		for _, e := range t.evs {
-			args = append(args, e)
-		}
-	}
-	return args
-}
-
-func parseTakeReplies(v []any, err error, ts []*takeRound) ([]takeReply, error) {
-	if err != nil {
-		return nil, err
-	}
-	if len(v) != len(ts) {
-		return nil, fmt.Errorf("%d replies for %d takes", len(v), len(ts))
-	}
-	out := make([]takeReply, len(ts))
-	for k, x := range v {
-		if out[k], err = parseTakeReply(x, len(ts[k].subs)); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-func parseTakeReply(x any, nsub int) (takeReply, error) {
-	row, ok := x.([]any)
-	if !ok || len(row) != 3 {
-		return takeReply{}, fmt.Errorf("bad reply %v", x)
-	}
-	rows, ok := row[2].([]any)
-	st, ok2 := row[0].(int64)
-	if !ok || !ok2 || len(rows) != nsub {
-		return takeReply{}, fmt.Errorf("bad reply %v", x)
-	}
-	r := takeReply{status: st, denies: make([]*window.Deny, nsub), bans: make([]*window.Ban, nsub)}
-	for j, sx := range rows {
-		pair, ok := sx.([]any)
-		if !ok || len(pair) != 2 {
-			return takeReply{}, fmt.Errorf("bad reply %v", x)
-		}
-		if js, ok := pair[0].(string); ok {
-			d, err := window.ParseDeny([]byte(js))
-			if err != nil {
-				return takeReply{}, err
-			}
-			r.denies[j] = d
-		}
-		if js, ok := pair[1].(string); ok {
-			b, err := window.ParseBan([]byte(js))
-			if err != nil {
-				return takeReply{}, err
-			}
-			r.bans[j] = b
-		}
-	}
-	return r, nil
 }
 
 // resumeTakes readies a resumed partition's takes (under p.mu): the take
@@ -689,7 +564,37 @@ func (s *Sink) resumeTakes(ctx context.Context, topic string, partition int, p *
 			return
 		}
 	}
+	s.refreshBans(ctx, partition, p)
 	s.readTarget(ctx, partition, p)
+}
+
+// readBans reads the partition's bans, by subject field.
+func (s *Sink) readBans(ctx context.Context, partition int) (map[string]*window.Ban, error) {
+	key := s.cfg.Applier.keys.Bans(partition)
+	h, err := s.cfg.Takes.Redis.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	bans := make(map[string]*window.Ban, len(h))
+	for f, js := range h {
+		b, err := window.ParseBan([]byte(js))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %s: %w", key, f, err)
+		}
+		bans[f] = b
+	}
+	return bans, nil
+}
+
+// refreshBans reads the partition's bans into p (under p.mu). A failure
+// keeps the last ones; takes fail once they are maxBanAge old.
+func (s *Sink) refreshBans(ctx context.Context, partition int, p *partState) {
+	bans, err := s.readBans(ctx, partition)
+	if err != nil {
+		s.log.Warn("owner takes: reading the partition's bans failed; its takes fail once the last read is old", "partition", partition, "err", err, "max_age", maxBanAge)
+		return
+	}
+	p.takes.bans, p.takes.bansAt = bans, s.cfg.Now()
 }
 
 // loadOverlay adds the take stream's owner takes to ov, as of now.
@@ -765,19 +670,28 @@ func (s *Sink) takesApplied(ctx context.Context, b aggregator.Batch, p *partStat
 	}
 }
 
-// reopenTakes retries, on the partition's tick, what a closed gate waits
-// for: the overlay's load, the target's read. Expired overlay entries go.
+// reopenTakes, on the partition's tick, reads its bans again, sweeps its
+// overlay of expired takes once a second, and retries what a closed gate
+// waits for: the overlay's load, the target's read.
 func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *partState) {
 	if s.cfg.Takes == nil {
 		return
 	}
+	// read outside the lock: the partition's batches and takes go on
+	bans, berr := s.readBans(ctx, partition)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if berr == nil {
+		p.takes.bans, p.takes.bansAt = bans, s.cfg.Now()
+	} else if ctx.Err() == nil {
+		s.log.Warn("owner takes: reading the partition's bans failed; its takes fail once the last read is old", "partition", partition, "err", berr, "max_age", maxBanAge)
+	}
 	if p.takes.topic == "" {
 		p.takes.topic = topic
 	}
-	if p.takes.ov != nil {
-		p.takes.ov.sweep(floorDiv(s.cfg.Now().UnixMilli(), 1000) - int64(rules.MaxWindow/time.Second))
+	if sec := floorDiv(s.cfg.Now().UnixMilli(), 1000); p.takes.ov != nil && sec != p.takes.swept {
+		p.takes.ov.sweep(sec - int64(rules.MaxWindow/time.Second))
+		p.takes.swept = sec
 	}
 	switch {
 	case p.takes.open:

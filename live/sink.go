@@ -106,7 +106,8 @@ type Sink struct {
 	m   *sinkMetrics
 
 	// rounds queues owner takes for RunTakes (ownertake.go).
-	rounds chan *takeRound
+	rounds       chan *takeRound
+	takeProfiles takeProfiles
 
 	mu    sync.Mutex
 	parts map[int]*partState

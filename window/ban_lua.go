@@ -2,14 +2,14 @@ package window
 
 import _ "embed"
 
-// BanLib reads a subject's ban in a script: prepended (after LuaLib) to the
+// banLib reads a subject's ban in a script: prepended (after LuaLib) to the
 // scripts that decide (evalBody), so that exact checks and strict takes deny
 // a banned subject whatever its counts.
 //
 //	fg_ban(slot, f, now_ms) -> the ban's JSON while it is in force, else nil
 //
 //go:embed ban_lib.lua
-var BanLib string
+var banLib string
 
 // recordsBody reads what is recorded of one subject besides its counts.
 //

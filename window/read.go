@@ -15,8 +15,8 @@ import (
 )
 
 var (
-	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + BanLib + maxDistinctLua + evalBody)
-	takeScript   = redis.NewScript("#!lua\n" + LuaLib + BanLib + maxDistinctLua + evalBody)
+	evalScript   = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + banLib + maxDistinctLua + evalBody)
+	takeScript   = redis.NewScript("#!lua\n" + LuaLib + banLib + maxDistinctLua + evalBody)
 	refundScript = redis.NewScript("#!lua\n" + LuaLib + refundBody)
 	checkScript  = redis.NewScript("#!lua flags=no-writes\n" + LuaLib + checkBody)
 )
@@ -105,9 +105,12 @@ type TakeRequest struct {
 	Events []QueuedEvent
 }
 
-// QueuedEvent is one event of a take, as published: Kafka key and value.
+// QueuedEvent is one event of a take, as published: Kafka key and value,
+// and the event's id (optional: a taker that needs it decodes Value
+// without it).
 type QueuedEvent struct {
 	Key, Value []byte
+	ID         string
 }
 
 // encode is the event as the take stream holds it: "<len(key)>:<key><value>".

@@ -24,7 +24,7 @@ import _ "embed"
 // {tat_us, until_us}*nbuckets, ban JSON or false}*nsubjects}*nrequests}. A
 // distinct limit counts the subject's distinct set; a bucket (GCRA) admits n
 // when its arrival time advanced by n intervals stays within the burst. A
-// subject's ban in force (BanLib) blocks a take whatever its counts.
+// subject's ban in force (banLib) blocks a take whatever its counts.
 // A Redis error (a foreign key of another type) undoes the run's counts and
 // fails it whole.
 //

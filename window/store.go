@@ -145,10 +145,6 @@ func (s *Store) Prefix() string { return s.keys.Prefix }
 // Keys returns the key layout of the store's prefix.
 func (s *Store) Keys() Keys { return s.keys }
 
-// MaxTakes returns the cap on each partition's take stream (0: takes
-// queue nothing).
-func (s *Store) MaxTakes() int64 { return s.queueMax }
-
 // Slack returns the extra time to live of bucket hashes.
 func (s *Store) Slack() time.Duration { return s.slack }
 

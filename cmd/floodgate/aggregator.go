@@ -95,8 +95,12 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	kcl := c.cluster.Client(10*time.Second, c.cluster.Transport(nil))
+	var relayLinger time.Duration // the relay's default
+	if c.OwnerTakes {
+		relayLinger = c.TakesRelayLinger
+	}
 	takeRelay, err := live.NewTakeRelay(live.TakeRelayConfig{
-		Store: store, Redis: rdb, Kafka: kcl,
+		Store: store, Redis: rdb, Kafka: kcl, Linger: relayLinger,
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {

@@ -26,6 +26,7 @@ type OwnerTakesFlags struct {
 	TakesRLSAddr       string        `name:"takes-rls-addr" env:"FLOODGATE_TAKES_RLS_ADDR" default:"127.0.0.1:8083" help:"With --owner-takes: Envoy RateLimitService in take mode; \"off\" disables."`
 	TakesTimeout       time.Duration `name:"takes-timeout" env:"FLOODGATE_TAKES_TIMEOUT" default:"250ms" help:"With --owner-takes: budget of one take (its loads and its take stream round); past it the take is denied."`
 	TakesAuthTokenFile string        `name:"takes-auth-token-file" env:"FLOODGATE_TAKES_AUTH_TOKEN_FILE" help:"With --owner-takes: file holding the bearer token the take surfaces require (empty: none)."`
+	TakesRelayLinger   time.Duration `name:"takes-relay-linger" env:"FLOODGATE_TAKES_RELAY_LINGER" default:"200ms" help:"With --owner-takes: pause of each partition's take relay after publishing a partial batch (the relay's produce requests: a take's answer never waits for them)."`
 	TakesPublishLinger time.Duration `name:"takes-publish-linger" env:"FLOODGATE_TAKES_PUBLISH_LINGER" default:"50ms" help:"With --owner-takes: how long the events of a take's non-strict subjects may wait to share a produce request."`
 	TakesTLSCert       string        `name:"takes-tls-cert" env:"FLOODGATE_TAKES_TLS_CERT" help:"With --owner-takes: PEM certificate (chain) the take surfaces serve; with --takes-tls-key, they speak TLS only."`
 	TakesTLSKey        string        `name:"takes-tls-key" env:"FLOODGATE_TAKES_TLS_KEY" help:"PEM key of --takes-tls-cert."`

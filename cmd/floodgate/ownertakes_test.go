@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -169,4 +170,88 @@ func TestOwnerTakesExactAcrossKills(t *testing.T) {
 		}
 	}
 	t.Logf("admitted %v, unanswered %v", tl.allowed, tl.uncertain)
+}
+
+// takeOnce posts one take and returns its status and answer (0 and nil
+// when nothing answered).
+func takeOnce(addr, subject string) (int, map[string]any) {
+	resp, err := http.Post("http://"+addr+"/v1/take?action=crash&k="+subject, "", nil)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	var r map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return 0, nil
+	}
+	return resp.StatusCode, r
+}
+
+// TestOwnerTakesBansAndPartitionsElsewhere: an operator's ban stops owner
+// takes of its subject within a few ticks, with the ban's message, and
+// lifts with it; of two aggregators, each answers the takes of the
+// partitions it owns and denies, closed and with a retry, those owned by
+// the other (no forwarding yet).
+func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{partitions: 4, rules: strings.Replace(ownerTakeRules, "25/1h", "1000000/1h", 1)})
+	addrA, err := childproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrA, "--takes-rls-addr", "off"}
+	e.start("a")
+	subs := subjects(16)
+	allowed := func(addr, s string) bool {
+		code, r := takeOnce(addr, s)
+		return code == http.StatusOK && r["allowed"] == true
+	}
+	stacktest.WaitFor(t, "owner takes answered", 60*time.Second, func() bool { return allowed(addrA, subs[0]) })
+
+	// A ban, as the operator writes it.
+	ctx := context.Background()
+	sub := window.Subject{Action: "crash", Kind: "k", Subject: subs[1]}
+	part := window.Partition(sub, e.partitions)
+	ban, _ := json.Marshal(window.Ban{Until: time.Now().Add(time.Hour), Message: "banned by the test", Since: time.Now()})
+	if err := e.rdb.HSet(ctx, e.store.Keys().Bans(part), window.Field(sub), ban).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.WaitFor(t, "the ban denies takes", 10*time.Second, func() bool {
+		code, r := takeOnce(addrA, subs[1])
+		return code == http.StatusTooManyRequests && r["message"] == "banned by the test"
+	})
+	if err := e.rdb.HDel(ctx, e.store.Keys().Bans(part), window.Field(sub)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.WaitFor(t, "the unban lets takes through", 10*time.Second, func() bool { return allowed(addrA, subs[1]) })
+
+	// A second member takes half the partitions.
+	addrB, err := childproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrB, "--takes-rls-addr", "off"}
+	e.start("b")
+	stacktest.WaitFor(t, "each member answering the partitions it owns, and only those", 90*time.Second, func() bool {
+		var byA, byB int
+		for _, s := range subs {
+			a, b := allowed(addrA, s), allowed(addrB, s)
+			if a == b { // both (two owners) or neither (a move not settled)
+				return false
+			}
+			if a {
+				byA++
+			} else {
+				byB++
+			}
+		}
+		return byA > 0 && byB > 0
+	})
+	code, r := takeOnce(addrA, subs[0])
+	if code == http.StatusOK {
+		code, r = takeOnce(addrB, subs[0])
+	}
+	if code != http.StatusTooManyRequests || r["degraded"] != true || r["retry_after"] == nil {
+		t.Errorf("a take of a partition owned elsewhere: %d %v, want a closed denial with a retry", code, r)
+	}
 }
