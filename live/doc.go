@@ -15,7 +15,9 @@
 // Sink is the aggregator.Sink of the live consumer group; Relay publishes
 // each owned partition's decisions from its change stream to Kafka, and
 // TakeRelay its strict takes' events from its take stream to the events
-// topic, exactly once:
+// topic, exactly once. With SinkConfig.Takes, the Sink also answers the
+// strict takes of the partitions it owns from its memory (TakeQueued, a
+// limiter.Taker; ownertake.go):
 //
 //	st, err := window.NewStore(redisClient, window.StoreConfig{Prefix: "fg", Partitions: parts.Get})
 //	ap, err := live.NewApplier(st, live.ApplierConfig{})

@@ -76,11 +76,20 @@ type TakesConfig struct {
 	// MaxInflight bounds a partition's takes answered and not yet counted
 	// (its overlay); past it takes fail. Default 100000.
 	MaxInflight int
+	// Advertise, when set, is written as the owner record of each
+	// partition whose takes this owner answers (window.Keys.TakesOwner,
+	// refreshed every second, expiring ownerRecordTTL after the last):
+	// where package takeroute forwards them.
+	Advertise string
 }
+
+// ownerRecordTTL is how long an owner record outlives its last refresh.
+const ownerRecordTTL = 10 * time.Second
 
 // TakesRedis is what owner takes need of Redis.
 type TakesRedis interface {
 	Pipeline() redis.Pipeliner
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	XRange(ctx context.Context, stream, start, stop string) *redis.XMessageSliceCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 }
@@ -165,9 +174,10 @@ type takeGate struct {
 	// (zero: never).
 	bans   map[string]*window.Ban
 	bansAt time.Time
-	// swept is the second the overlay was last swept of expired takes.
-	swept int64
-	ev    evaluation // scratch of the partition's takes
+	// swept is the second the overlay was last swept of expired takes,
+	// advertised the one the owner record was last written at.
+	swept, advertised int64
+	ev                evaluation // scratch of the partition's takes
 }
 
 // takeProfiles caches the limit profiles of owner takes for the rules in
@@ -206,6 +216,21 @@ func (p *partState) closeTakes() {
 // the stream (queued); an event of no counted query is left to the caller.
 // A take of a partition not answered here fails with ErrNotOwner.
 func (s *Sink) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
+	taken, queued, states, err := s.takeQueued(ctx, now, qs, n, events)
+	result := "taken"
+	switch {
+	case errors.Is(err, ErrNotOwner):
+		result = "not_owner"
+	case err != nil:
+		result = "failed"
+	case !taken:
+		result = "refused"
+	}
+	s.m.ownerTakes.WithLabelValues(result).Inc()
+	return taken, queued, states, err
+}
+
+func (s *Sink) takeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
 	if s.cfg.Takes == nil {
 		return false, nil, nil, errors.New("live sink: owner takes are off")
 	}
@@ -677,14 +702,21 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 	if s.cfg.Takes == nil {
 		return
 	}
-	// read outside the lock: the partition's batches and takes go on
+	// Redis outside the lock: the partition's batches and takes go on
 	bans, berr := s.readBans(ctx, partition)
+	if berr != nil && ctx.Err() == nil {
+		s.log.Warn("owner takes: reading the partition's bans failed; its takes fail once the last read is old", "partition", partition, "err", berr, "max_age", maxBanAge)
+	}
+	if s.advertise(p) {
+		key := s.cfg.Applier.keys.TakesOwner(partition)
+		if err := s.cfg.Takes.Redis.Set(ctx, key, s.cfg.Takes.Advertise, ownerRecordTTL).Err(); err != nil && ctx.Err() == nil {
+			s.log.Warn("owner takes: writing the partition's owner record failed; takes forwarded here may fail until it is written", "partition", partition, "err", err)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if berr == nil {
 		p.takes.bans, p.takes.bansAt = bans, s.cfg.Now()
-	} else if ctx.Err() == nil {
-		s.log.Warn("owner takes: reading the partition's bans failed; its takes fail once the last read is old", "partition", partition, "err", berr, "max_age", maxBanAge)
 	}
 	if p.takes.topic == "" {
 		p.takes.topic = topic
@@ -692,6 +724,7 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 	if sec := floorDiv(s.cfg.Now().UnixMilli(), 1000); p.takes.ov != nil && sec != p.takes.swept {
 		p.takes.ov.sweep(sec - int64(rules.MaxWindow/time.Second))
 		p.takes.swept = sec
+		s.m.inflight.WithLabelValues(strconv.Itoa(partition)).Set(float64(len(p.takes.ov.byID)))
 	}
 	switch {
 	case p.takes.open:
@@ -700,4 +733,20 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 	case p.takes.target < 0:
 		s.readTarget(ctx, partition, p)
 	}
+}
+
+// advertise tells whether the partition's owner record is due: its takes
+// are answered here and the record was last written a second ago or more.
+func (s *Sink) advertise(p *partState) bool {
+	if s.cfg.Takes.Advertise == "" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sec := floorDiv(s.cfg.Now().UnixMilli(), 1000)
+	if !p.takes.open || sec == p.takes.advertised {
+		return false
+	}
+	p.takes.advertised = sec
+	return true
 }

@@ -287,6 +287,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		s.mu.Lock()
 		delete(s.parts, partition)
 		s.mu.Unlock()
+		s.m.inflight.DeleteLabelValues(strconv.Itoa(partition))
 	}()
 	if s.cfg.Applier.WriteBack() {
 		wg.Add(1)
@@ -523,6 +524,9 @@ type sinkMetrics struct {
 	checkpoints       *prometheus.CounterVec
 	checkpointFields  prometheus.Counter
 	checkpointSeconds prometheus.Histogram
+	// owner takes
+	ownerTakes *prometheus.CounterVec
+	inflight   *prometheus.GaugeVec
 }
 
 func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, error) {
@@ -577,6 +581,14 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Help:    "Duration of write-back checkpoints.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1},
 		}),
+		ownerTakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_owner_takes_total", ConstLabels: labels,
+			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), failed (an error: the take may have counted).",
+		}, []string{"result"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_live_owner_takes_inflight", ConstLabels: labels,
+			Help: "Owner takes answered whose events the partition's owner has not counted yet (its overlay), at its last tick: near 100000, takes fail (the relay or the apply lags).",
+		}, []string{"partition"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_live_pruned_states_total", ConstLabels: labels,
 			Help: "Expired subject states removed from the owned partitions' state hashes by the prune timer.",
@@ -600,8 +612,11 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"written", "fenced", "failed"} {
 		m.checkpoints.WithLabelValues(r)
 	}
+	for _, r := range []string{"taken", "refused", "not_owner", "failed"} {
+		m.ownerTakes.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds, m.ownerTakes, m.inflight} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}

@@ -64,6 +64,9 @@ const (
 	// entries refunds deleted from the take stream, counted: a relay notes
 	// a request only if none was deleted since it read the entries
 	takesRefundsSuffix = ":@takes-refunds"
+	// the peer address of the aggregator answering the partition's owner
+	// takes (takeroute), expiring unless refreshed
+	takesOwnerSuffix = ":@takes-owner"
 	// hash field -> the decisions offset an operator's reset stood at: a
 	// write-back owner replaying from its checkpoint skips the subject's
 	// events before it (live/writeback.go)
@@ -145,6 +148,10 @@ func (k Keys) Takes(partition int) string { return k.Slot(partition) + takesSuff
 
 // TakesRelay returns the key holding the take relay's cursor.
 func (k Keys) TakesRelay(partition int) string { return k.Slot(partition) + takesRelaySuffix }
+
+// TakesOwner returns the key of the partition's owner record: where its
+// owner takes are answered (package takeroute).
+func (k Keys) TakesOwner(partition int) string { return k.Slot(partition) + takesOwnerSuffix }
 
 // TakesRefunds returns the key counting the take stream entries refunds
 // deleted.

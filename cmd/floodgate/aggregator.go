@@ -95,6 +95,13 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	kcl := c.cluster.Client(10*time.Second, c.cluster.Transport(nil))
+	peerLn, advertise, err := c.peerListener()
+	if err != nil {
+		return err
+	}
+	if peerLn != nil {
+		defer peerLn.Close()
+	}
 	var relayLinger time.Duration // the relay's default
 	if c.OwnerTakes {
 		relayLinger = c.TakesRelayLinger
@@ -108,29 +115,21 @@ func (c *AggregatorCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	liveSink, err := live.NewSink(live.SinkConfig{
 		Applier: applier, Group: c.LiveGroup, Rules: watcher.Current, Relay: relay, TakeRelay: takeRelay, EvaluateAll: c.EvaluateAll,
-		CheckpointEvery: c.CheckpointInterval, MaxPending: c.MaxPending, Takes: c.takesSink(rdb, kcl),
+		CheckpointEvery: c.CheckpointInterval, MaxPending: c.MaxPending, Takes: c.takesSink(rdb, kcl, advertise),
 		Logger: logger.With("sink", "live"), Registerer: reg,
 	})
 	if err != nil {
 		return err
 	}
-	takes, takesPub, err := c.takesServer(liveSink, store, watcher.Current, reg, reg, logger)
+	takes, err := c.takesServer(liveSink, rdb, store, peerLn, advertise, watcher.Current, reg, logger)
 	if err != nil {
 		return err
 	}
 	if takes != nil {
-		defer closeLogged(logger, "owner takes producer", takesPub)
-		if err := takes.Start(); err != nil {
+		if err := takes.start(logger); err != nil {
 			return err
 		}
-		logger.Info("owner takes served", "http", takes.HTTPAddr(), "rls", takes.RLSAddr())
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := takes.Shutdown(sctx); err != nil {
-				logger.Warn("owner takes: shutdown", "err", err)
-			}
-		}()
+		defer takes.stop(ctx, logger)
 	}
 	groups := []*aggregator.Group{}
 	g, err := aggregator.NewGroup(c.groupConfig(c.LiveGroup, dlq, logger, reg), liveSink)

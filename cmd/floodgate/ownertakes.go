@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +19,7 @@ import (
 	"floodgate/live"
 	"floodgate/producer"
 	"floodgate/rules"
+	"floodgate/takeroute"
 	"floodgate/window"
 )
 
@@ -28,17 +34,20 @@ type OwnerTakesFlags struct {
 	TakesAuthTokenFile string        `name:"takes-auth-token-file" env:"FLOODGATE_TAKES_AUTH_TOKEN_FILE" help:"With --owner-takes: file holding the bearer token the take surfaces require (empty: none)."`
 	TakesRelayLinger   time.Duration `name:"takes-relay-linger" env:"FLOODGATE_TAKES_RELAY_LINGER" default:"200ms" help:"With --owner-takes: pause of each partition's take relay after publishing a partial batch (the relay's produce requests: a take's answer never waits for them)."`
 	TakesPublishLinger time.Duration `name:"takes-publish-linger" env:"FLOODGATE_TAKES_PUBLISH_LINGER" default:"50ms" help:"With --owner-takes: how long the events of a take's non-strict subjects may wait to share a produce request."`
+	TakesPeerAddr      string        `name:"takes-peer-addr" env:"FLOODGATE_TAKES_PEER_ADDR" default:"127.0.0.1:8084" help:"With --owner-takes: where the other members forward the takes of the partitions this one owns (their owner records name it); \"off\": no forwarding either way."`
+	TakesAdvertise     string        `name:"takes-advertise" env:"FLOODGATE_TAKES_ADVERTISE" help:"With --owner-takes: the address the owner records give for --takes-peer-addr, as the other members reach it (default: the address it listens on)."`
+	TakesPeerCA        string        `name:"takes-peer-ca" env:"FLOODGATE_TAKES_PEER_CA" help:"With --owner-takes and TLS: PEM CA(s) the peers' certificates are checked against, besides the system's."`
 	TakesTLSCert       string        `name:"takes-tls-cert" env:"FLOODGATE_TAKES_TLS_CERT" help:"With --owner-takes: PEM certificate (chain) the take surfaces serve; with --takes-tls-key, they speak TLS only."`
 	TakesTLSKey        string        `name:"takes-tls-key" env:"FLOODGATE_TAKES_TLS_KEY" help:"PEM key of --takes-tls-cert."`
 	TakesTLSClientCA   string        `name:"takes-tls-client-ca" env:"FLOODGATE_TAKES_TLS_CLIENT_CA" help:"PEM CA(s): the take surfaces require client certificates signed by them (mTLS)."`
 }
 
 // takesSink is the owner-takes part of the live sink's configuration.
-func (c *AggregatorCmd) takesSink(rdb live.TakesRedis, cl *kafka.Client) *live.TakesConfig {
+func (c *AggregatorCmd) takesSink(rdb live.TakesRedis, cl *kafka.Client, advertise string) *live.TakesConfig {
 	if !c.OwnerTakes {
 		return nil
 	}
-	return &live.TakesConfig{Redis: rdb, Bounds: func(ctx context.Context, topic string, partition int) (int64, int64, error) {
+	return &live.TakesConfig{Redis: rdb, Advertise: advertise, Bounds: func(ctx context.Context, topic string, partition int) (int64, int64, error) {
 		return bounds(ctx, cl, topic, partition)
 	}}
 }
@@ -64,46 +73,150 @@ func bounds(ctx context.Context, cl *kafka.Client, topic string, partition int) 
 	return 0, 0, fmt.Errorf("list offsets %s/%d: no answer for the partition", topic, partition)
 }
 
-// takesServer is the limiter surfaces answering owner takes, closed on
-// failure (a take this owner cannot answer is denied with a retry), with
-// the producer of the takes' non-strict events; nil without --owner-takes.
-func (c *AggregatorCmd) takesServer(sink *live.Sink, store *window.Store, current func() *rules.Set, reg prometheus.Registerer, gatherer prometheus.Gatherer, logger *slog.Logger) (*limiter.Server, *producer.Publisher, error) {
+// ownerTakes is what --owner-takes serves: the limiter's surfaces over
+// the live sink (through a router that forwards takes of partitions owned
+// elsewhere), the peer endpoint that answers forwarded takes, and the
+// producer of the takes' non-strict events.
+type ownerTakes struct {
+	srv  *limiter.Server
+	pub  *producer.Publisher
+	peer *http.Server
+	ln   net.Listener // the peer endpoint's; nil: off
+	tls  bool
+}
+
+// peerListener listens for forwarded takes and returns the address owner
+// records give (nil, "" with --takes-peer-addr off or without
+// --owner-takes).
+func (c *AggregatorCmd) peerListener() (net.Listener, string, error) {
+	if !c.OwnerTakes || c.TakesPeerAddr == "off" {
+		return nil, "", nil
+	}
+	ln, err := net.Listen("tcp", c.TakesPeerAddr)
+	if err != nil {
+		return nil, "", fmt.Errorf("owner takes peer listener %s: %w", c.TakesPeerAddr, err)
+	}
+	adv := c.TakesAdvertise
+	if adv == "" {
+		adv = ln.Addr().String()
+	}
+	return ln, adv, nil
+}
+
+// takesServer builds the owner takes' servers; nil without --owner-takes.
+func (c *AggregatorCmd) takesServer(sink *live.Sink, rdb takeroute.Redis, store *window.Store, ln net.Listener, advertise string, current func() *rules.Set, reg *prometheus.Registry, logger *slog.Logger) (*ownerTakes, error) {
 	if !c.OwnerTakes {
-		return nil, nil, nil
+		return nil, nil
 	}
 	token, err := secret("takes-auth-token", "", c.TakesAuthTokenFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tlsFlags := ListenTLSFlags{TLSCert: c.TakesTLSCert, TLSKey: c.TakesTLSKey, TLSClientCA: c.TakesTLSClientCA}
 	tlsCfg, err := tlsFlags.serverTLS(logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if token == "" && (beyondLoopback(c.TakesHTTPAddr) || c.TakesRLSAddr != "off" && beyondLoopback(c.TakesRLSAddr)) {
+	if token == "" && ln != nil && beyondLoopback(ln.Addr().String()) {
+		// A forwarded take carries the limits to check: only members may send one.
+		return nil, errors.New("--takes-peer-addr listens beyond loopback: it needs --takes-auth-token-file (the peer endpoint trusts the limits a forwarded take carries)")
+	}
+	if token == "" && (beyondLoopback(c.TakesHTTPAddr) || c.TakesRLSAddr != "off" && beyondLoopback(c.TakesRLSAddr) || ln != nil && beyondLoopback(c.TakesPeerAddr)) {
 		logger.Warn("owner takes listen beyond loopback without a token: anyone who reaches them may take; set --takes-auth-token-file",
-			"http", c.TakesHTTPAddr, "rls", c.TakesRLSAddr)
+			"http", c.TakesHTTPAddr, "rls", c.TakesRLSAddr, "peer", c.TakesPeerAddr)
+	}
+	router, err := c.takeRouter(sink, rdb, store, advertise, token, tlsCfg != nil, reg)
+	if err != nil {
+		return nil, err
 	}
 	pub, err := producer.New(producer.Config{
 		Brokers: c.Brokers, Security: c.cluster.Security, Topic: c.Topic, Async: true, NonBlocking: true, BatchTimeout: c.TakesPublishLinger,
 		Logger: logger.With("component", "producer"),
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	lim, err := limiter.New(limiter.Config{
-		Store: store, Taker: sink, Rules: current, Publisher: pub,
+		Store: store, Taker: router, Rules: current, Publisher: pub,
 		Timeout: c.TakesTimeout, FailureMode: limiter.FailClosed, Logger: logger.With("component", "owner-takes"), Registerer: reg,
 	})
 	if err != nil {
-		return nil, nil, errors.Join(err, pub.Close())
+		return nil, errors.Join(err, pub.Close())
 	}
 	srv, err := limiter.NewServer(limiter.ServerConfig{
 		Limiter: lim, HTTPAddr: c.TakesHTTPAddr, RLSAddr: c.TakesRLSAddr, RLSMode: limiter.RLSTake, RLSNoOKHeaders: true,
-		AuthToken: token, MaxRequestBytes: limiter.DefaultMaxRequestBytes, TLS: tlsCfg, Gatherer: gatherer, Logger: logger.With("component", "owner-takes"),
+		AuthToken: token, MaxRequestBytes: limiter.DefaultMaxRequestBytes, TLS: tlsCfg, Gatherer: reg, Logger: logger.With("component", "owner-takes"),
 	})
 	if err != nil {
-		return nil, nil, errors.Join(err, pub.Close())
+		return nil, errors.Join(err, pub.Close())
 	}
-	return srv, pub, nil
+	ot := &ownerTakes{srv: srv, pub: pub, ln: ln, tls: tlsCfg != nil}
+	if ln != nil {
+		mux := http.NewServeMux()
+		mux.Handle(takeroute.Path, router.Handler())
+		ot.peer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, TLSConfig: tlsCfg}
+	}
+	return ot, nil
+}
+
+// takeRouter forwards takes to their partitions' owners; with the peer
+// endpoint off, it forwards nothing (every take is this process's or
+// denied).
+func (c *AggregatorCmd) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *window.Store, advertise, token string, tlsOn bool, reg prometheus.Registerer) (*takeroute.Router, error) {
+	cfg := takeroute.Config{Local: sink, Redis: rdb, Store: store, Self: advertise, Token: token, Registerer: reg}
+	if tlsOn {
+		cfg.Scheme = "https"
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if c.TakesPeerCA != "" {
+			pem, err := os.ReadFile(c.TakesPeerCA)
+			if err != nil {
+				return nil, fmt.Errorf("--takes-peer-ca: %w", err)
+			}
+			if !roots.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--takes-peer-ca %s: no PEM certificate", c.TakesPeerCA)
+			}
+		}
+		cfg.Client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	}
+	return takeroute.New(cfg)
+}
+
+// start listens and serves.
+func (o *ownerTakes) start(logger *slog.Logger) error {
+	if err := o.srv.Start(); err != nil {
+		return err
+	}
+	peer := ""
+	if o.peer != nil {
+		peer = o.ln.Addr().String()
+		go func() {
+			serve := func() error { return o.peer.Serve(o.ln) }
+			if o.tls {
+				serve = func() error { return o.peer.ServeTLS(o.ln, "", "") }
+			}
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("owner takes: the peer endpoint stopped; takes forwarded here fail", "err", err)
+			}
+		}()
+	}
+	logger.Info("owner takes served", "http", o.srv.HTTPAddr(), "rls", o.srv.RLSAddr(), "peer", peer)
+	return nil
+}
+
+// stop drains the servers and closes the producer.
+func (o *ownerTakes) stop(ctx context.Context, logger *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := o.srv.Shutdown(sctx); err != nil {
+		logger.Warn("owner takes: shutdown", "err", err)
+	}
+	if o.peer != nil {
+		if err := o.peer.Shutdown(sctx); err != nil {
+			logger.Warn("owner takes: peer endpoint shutdown", "err", err)
+		}
+	}
+	closeLogged(logger, "owner takes producer", o.pub)
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,7 +90,7 @@ func TestOwnerTakesExactAcrossKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addr, "--takes-rls-addr", "off", "--takes-timeout", "10s"}
+	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addr, "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
 	subs := subjects(8)
 	tl := &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}
 	const limit = 25
@@ -189,9 +191,9 @@ func takeOnce(addr, subject string) (int, map[string]any) {
 
 // TestOwnerTakesBansAndPartitionsElsewhere: an operator's ban stops owner
 // takes of its subject within a few ticks, with the ban's message, and
-// lifts with it; of two aggregators, each answers the takes of the
-// partitions it owns and denies, closed and with a retry, those owned by
-// the other (no forwarding yet).
+// lifts with it; of two aggregators that do not forward
+// (--takes-peer-addr off), each answers the takes of the partitions it
+// owns and denies, closed and with a retry, those owned by the other.
 func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{partitions: 4, rules: strings.Replace(ownerTakeRules, "25/1h", "1000000/1h", 1)})
@@ -199,7 +201,7 @@ func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrA, "--takes-rls-addr", "off"}
+	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrA, "--takes-rls-addr", "off", "--takes-peer-addr", "off"}
 	e.start("a")
 	subs := subjects(16)
 	allowed := func(addr, s string) bool {
@@ -230,7 +232,7 @@ func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrB, "--takes-rls-addr", "off"}
+	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrB, "--takes-rls-addr", "off", "--takes-peer-addr", "off"}
 	e.start("b")
 	stacktest.WaitFor(t, "each member answering the partitions it owns, and only those", 90*time.Second, func() bool {
 		var byA, byB int
@@ -253,5 +255,78 @@ func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
 	}
 	if code != http.StatusTooManyRequests || r["degraded"] != true || r["retry_after"] == nil {
 		t.Errorf("a take of a partition owned elsewhere: %d %v, want a closed denial with a retry", code, r)
+	}
+}
+
+// TestOwnerTakesForwardedToTheOwner: two aggregators with --owner-takes,
+// takers sending to either at random: each forwards the takes of the
+// partitions the other owns, so every take is answered, and together they
+// admit each subject exactly its limit, counted once.
+func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{partitions: 4, rules: ownerTakeRules})
+	var addrs [2]string
+	for i := range addrs {
+		var err error
+		if addrs[i], err = childproc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrs[i], "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
+		e.start("m" + strconv.Itoa(i))
+	}
+	subs := subjects(16)
+	tl := &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}
+	probe := &http.Client{Timeout: 15 * time.Second}
+	n := 0
+	stacktest.WaitFor(t, "both members answering", 90*time.Second, func() bool {
+		ok := true
+		for _, a := range addrs {
+			n++ // a subject of its own each time: none reaches the limit
+			s := "probe" + strconv.Itoa(n)
+			tl.take(probe, a, s)
+			ok = ok && tl.count(tl.allowed, s) == 1
+		}
+		// and each owns partitions of the subjects: the owner records name it
+		owners := map[string]bool{}
+		for _, s := range subs {
+			part := window.Partition(window.Subject{Action: "crash", Kind: "k", Subject: s}, e.partitions)
+			v, _ := e.rdb.Get(context.Background(), e.store.Keys().TakesOwner(part)).Result()
+			owners[v] = true
+		}
+		return ok && len(owners) == 2 && !owners[""]
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			c := &http.Client{Timeout: 15 * time.Second}
+			for k := 0; ; k++ {
+				s := subs[(g+k)%len(subs)]
+				if tl.count(tl.limited, s) >= 3 && slices.IndexFunc(subs, func(x string) bool { return tl.count(tl.limited, x) < 3 }) < 0 {
+					return
+				}
+				tl.take(c, addrs[rand.IntN(2)], s)
+			}
+		})
+	}
+	wg.Wait()
+	e.waitPast(60 * time.Second)
+	inTopic := e.topicCounts("crash")
+	for _, s := range subs {
+		if a, u := tl.count(tl.allowed, s), tl.count(tl.uncertain, s); a != 25 || u != 0 || inTopic[s] != 25 {
+			t.Errorf("subject %s: admitted %d (%d unanswered), %d in the topic: want the limit, 25, each", s, a, u, inTopic[s])
+		}
+	}
+	// Forwarded both ways or one (a later rebalance may leave one member
+	// owning every partition), never not at all.
+	var forwarded float64
+	for i := range addrs {
+		body, err := httpGet(metricsAddr(t, e, "m"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		forwarded += metricValue(body, "floodgate_takeroute_forwarded_total", `result="forwarded"`)
+	}
+	if forwarded == 0 {
+		t.Errorf("no take was forwarded")
 	}
 }

@@ -1,0 +1,329 @@
+package takeroute
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"floodgate/live"
+	"floodgate/window"
+)
+
+// Path is the peer endpoint's path.
+const Path = "/internal/owner-take"
+
+// Bounds of a forwarded take: a take is a request's subjects (the
+// limiter allows 16 by default), each with its event.
+const (
+	maxQueries   = 64
+	maxBodyBytes = 1 << 20
+	ownerTTL     = time.Second // how long a looked-up owner is trusted
+)
+
+// Local answers takes of the partitions this process owns; *live.Sink.
+type Local interface {
+	TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error)
+}
+
+// Redis is what a Router reads of Redis: the owner records.
+type Redis interface {
+	MGet(ctx context.Context, keys ...string) *redis.SliceCmd
+}
+
+// Config configures a Router.
+type Config struct {
+	Local Local         // required
+	Redis Redis         // required
+	Store *window.Store // required: partitions and keys
+	// Self is this process's peer address as its owner records give it: a
+	// take is never forwarded to it.
+	Self string
+	// Client sends forwarded takes (TLS as the peers serve it). Default: a
+	// client with a 5 s timeout.
+	Client *http.Client
+	// Scheme of the peers' endpoint: "http" (default) or "https".
+	Scheme string
+	// Token, when set, is sent as a bearer token and required on Handler.
+	Token string
+	// Registerer receives the router's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Router is a limiter.Taker: local takes first, forwarded otherwise.
+type Router struct {
+	cfg       Config
+	forwarded *prometheus.CounterVec
+	mu        sync.Mutex
+	// owners caches owner records by partition.
+	owners map[int]cachedOwner
+}
+
+type cachedOwner struct {
+	addr string
+	at   time.Time
+}
+
+// New returns a Router.
+func New(cfg Config) (*Router, error) {
+	if cfg.Local == nil || cfg.Redis == nil || cfg.Store == nil {
+		return nil, errors.New("take router: local taker, redis and store are required")
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	if cfg.Scheme == "" {
+		cfg.Scheme = "http"
+	}
+	r := &Router{cfg: cfg, owners: map[int]cachedOwner{}, forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_takeroute_forwarded_total",
+		Help: "Owner takes of partitions another member owns, by result: forwarded (answered there), no_owner (no single other member owns them: denied here), not_owner (the member named no longer answers them: denied), failed (no answer: the take may have counted there).",
+	}, []string{"result"})}
+	for _, res := range []string{"forwarded", "no_owner", "not_owner", "failed"} {
+		r.forwarded.WithLabelValues(res)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(r.forwarded); err != nil {
+			return nil, fmt.Errorf("take router: register metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// TakeQueued implements limiter.Taker: the take is answered here when this
+// process owns its partitions, else forwarded to the member whose owner
+// records name all of them. A take whose partitions no single other member
+// owns fails with live.ErrNotOwner (answered closed).
+func (r *Router) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
+	taken, queued, states, err := r.cfg.Local.TakeQueued(ctx, now, qs, n, events)
+	if !errors.Is(err, live.ErrNotOwner) {
+		return taken, queued, states, err
+	}
+	addr, oerr := r.owner(ctx, qs)
+	if oerr != nil {
+		r.forwarded.WithLabelValues("no_owner").Inc()
+		return false, nil, nil, errors.Join(err, oerr)
+	}
+	taken, queued, states, err = r.forward(ctx, addr, qs, n, events)
+	switch {
+	case errors.Is(err, live.ErrNotOwner):
+		r.forwarded.WithLabelValues("not_owner").Inc()
+	case err != nil:
+		r.forwarded.WithLabelValues("failed").Inc()
+	default:
+		r.forwarded.WithLabelValues("forwarded").Inc()
+	}
+	return taken, queued, states, err
+}
+
+// owner is the one other member owning every partition of qs.
+func (r *Router) owner(ctx context.Context, qs []window.EvalQuery) (string, error) {
+	var parts []int
+	for _, q := range qs {
+		p, err := r.cfg.Store.PartitionOf(q.Subject)
+		if err != nil {
+			return "", err
+		}
+		if !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+	}
+	addrs, err := r.lookup(ctx, parts)
+	if err != nil {
+		return "", err
+	}
+	addr := addrs[0]
+	for _, a := range addrs {
+		if a != addr || a == "" || a == r.cfg.Self {
+			return "", fmt.Errorf("take router: partitions %v are owned by %q: no single other member answers them", parts, addrs)
+		}
+	}
+	return addr, nil
+}
+
+// lookup reads the owner records of parts, trusting what it read within
+// ownerTTL.
+func (r *Router) lookup(ctx context.Context, parts []int) ([]string, error) {
+	out := make([]string, len(parts))
+	var miss []int
+	now := time.Now()
+	r.mu.Lock()
+	for i, p := range parts {
+		if c, ok := r.owners[p]; ok && now.Sub(c.at) < ownerTTL {
+			out[i] = c.addr
+		} else {
+			miss = append(miss, i)
+		}
+	}
+	r.mu.Unlock()
+	if len(miss) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(miss))
+	for k, i := range miss {
+		keys[k] = r.cfg.Store.Keys().TakesOwner(parts[i])
+	}
+	vals, err := r.cfg.Redis.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("take router: read owner records: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.owners) > 1<<16 {
+		clear(r.owners) // partitions are few; bounded anyway
+	}
+	for k, i := range miss {
+		s, _ := vals[k].(string)
+		out[i] = s
+		r.owners[parts[i]] = cachedOwner{addr: s, at: now}
+	}
+	return out, nil
+}
+
+// wireTake and wireReply are a forwarded take and its answer.
+type wireTake struct {
+	Queries []window.EvalQuery   `json:"queries"`
+	N       int64                `json:"n"`
+	Events  []window.QueuedEvent `json:"events"`
+}
+
+type wireReply struct {
+	Taken    bool        `json:"taken"`
+	Queued   []bool      `json:"queued"`
+	States   []wireState `json:"states"`
+	Error    string      `json:"error,omitempty"`
+	NotOwner bool        `json:"not_owner,omitempty"`
+}
+
+// wireState is an owner take's state: sums, retry seconds and a ban (the
+// owner reads no deny record).
+type wireState struct {
+	Sums  []int64         `json:"sums"`
+	Until []int64         `json:"until"` // Unix seconds, 0: fits
+	Ban   json.RawMessage `json:"ban,omitempty"`
+}
+
+func toWire(states []window.EvalState) ([]wireState, error) {
+	out := make([]wireState, len(states))
+	for i, st := range states {
+		out[i] = wireState{Sums: st.Sums, Until: make([]int64, len(st.Until))}
+		for k, u := range st.Until {
+			if !u.IsZero() {
+				out[i].Until[k] = u.Unix()
+			}
+		}
+		if st.Ban != nil {
+			b, err := json.Marshal(st.Ban)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Ban = b
+		}
+	}
+	return out, nil
+}
+
+func fromWire(ws []wireState) ([]window.EvalState, error) {
+	out := make([]window.EvalState, len(ws))
+	for i, w := range ws {
+		out[i] = window.EvalState{Sums: w.Sums, Until: make([]time.Time, len(w.Until))}
+		for k, u := range w.Until {
+			if u != 0 {
+				out[i].Until[k] = time.Unix(u, 0).UTC()
+			}
+		}
+		if len(w.Ban) > 0 {
+			b, err := window.ParseBan(w.Ban)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Ban = b
+		}
+	}
+	return out, nil
+}
+
+// forward sends the take to addr's peer endpoint. An error leaves the take
+// uncertain (it may have counted there), as a local one does.
+func (r *Router) forward(ctx context.Context, addr string, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
+	body, err := json.Marshal(wireTake{Queries: qs, N: n, Events: events})
+	if err != nil {
+		return false, nil, nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.Scheme+"://"+addr+Path, bytes.NewReader(body))
+	if err != nil {
+		return false, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if r.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+	}
+	resp, err := r.cfg.Client.Do(req)
+	if err != nil {
+		return false, nil, nil, fmt.Errorf("take router: forward to %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	var rep wireReply
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&rep); err != nil {
+		return false, nil, nil, fmt.Errorf("take router: forward to %s: %s: %w", addr, resp.Status, err)
+	}
+	switch {
+	case rep.NotOwner:
+		return false, nil, nil, fmt.Errorf("take router: %s: %s: %w", addr, rep.Error, live.ErrNotOwner)
+	case rep.Error != "":
+		return false, nil, nil, fmt.Errorf("take router: %s: %s", addr, rep.Error)
+	}
+	states, err := fromWire(rep.States)
+	if err != nil {
+		return false, nil, nil, fmt.Errorf("take router: %s: %w", addr, err)
+	}
+	if len(states) != len(qs) || (rep.Taken && len(rep.Queued) != len(events)) {
+		return false, nil, nil, fmt.Errorf("take router: %s: %d states for %d queries", addr, len(states), len(qs))
+	}
+	return rep.Taken, rep.Queued, states, nil
+}
+
+// Handler serves takes forwarded by peers: answered here or not at all
+// (never forwarded again). Bad requests get a 400 with the reason.
+func (r *Router) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost {
+			http.Error(w, "use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		if r.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), []byte("Bearer "+r.cfg.Token)) != 1 {
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		var in wireTake
+		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxBodyBytes)).Decode(&in); err != nil {
+			http.Error(w, "bad forwarded take: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(in.Queries) == 0 || len(in.Queries) > maxQueries || in.N < 1 || len(in.Events) > maxQueries {
+			http.Error(w, fmt.Sprintf("bad forwarded take: %d queries, %d events, n=%d: want 1..%d queries and n >= 1", len(in.Queries), len(in.Events), in.N, maxQueries), http.StatusBadRequest)
+			return
+		}
+		// at the owner's clock, which its windows and overlay keep
+		taken, queued, states, err := r.cfg.Local.TakeQueued(req.Context(), time.Now(), in.Queries, in.N, in.Events)
+		rep := wireReply{Taken: taken, Queued: queued}
+		if err == nil {
+			rep.States, err = toWire(states)
+		}
+		if err != nil {
+			rep = wireReply{Error: err.Error(), NotOwner: errors.Is(err, live.ErrNotOwner)}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rep)
+	})
+}
