@@ -13,46 +13,49 @@ import (
 // its events.
 type takeRound struct {
 	partition int
-	evs       []string // "<key length>:<key><value>" each
+	p         *partState // its appends count this round until it has run
+	evs       []string   // "<key length>:<key><value>" each
 	done      chan error
 }
 
 // appendTakes appends the take's events to their partitions' take streams,
 // one entry per partition, and waits for every reply (an error: the first).
-func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups map[int][]int, parts []int) error {
-	sent := make([]*takeRound, 0, len(parts))
-	stopped := make([]<-chan struct{}, 0, len(parts))
-	for _, part := range parts {
-		t := &takeRound{partition: part, done: make(chan error, 1)}
+// held are the partitions admit took them in, whose pending appends each
+// round settles once it has run (or here, a round never handed over).
+func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups map[int][]int, parts []int, held []*partState) error {
+	var rounds []*takeRound
+	for k, part := range parts {
+		t := &takeRound{partition: part, p: held[k], done: make(chan error, 1)}
 		for _, i := range groups[part] {
 			if e := byQuery[i]; e != nil {
 				t.evs = append(t.evs, e.enc)
 			}
 		}
-		if len(t.evs) == 0 {
-			continue // nothing counted in this partition
+		if len(t.evs) > 0 { // else nothing counted in this partition
+			rounds = append(rounds, t)
 		}
-		s.mu.Lock()
-		p := s.parts[part]
-		s.mu.Unlock()
-		if p == nil {
-			return fmt.Errorf("partition %d: %w", part, ErrNotOwner)
-		}
+	}
+	for k, t := range rounds {
+		var err error
 		select {
 		case s.rounds <- t:
-		case <-p.stopped:
-			return fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+			continue
+		case <-t.p.stopped:
+			err = fmt.Errorf("partition %d: %w", t.partition, ErrNotOwner)
 		case <-ctx.Done():
-			return fmt.Errorf("owner take: %w", context.Cause(ctx))
+			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
 		}
-		sent, stopped = append(sent, t), append(stopped, p.stopped)
+		for _, u := range rounds[k:] {
+			u.p.appends.Done() // never handed over: nothing to wait for
+		}
+		return err
 	}
 	var first error
-	for k, t := range sent {
+	for _, t := range rounds {
 		var err error
 		select {
 		case err = <-t.done:
-		case <-stopped[k]:
+		case <-t.p.stopped:
 			err = fmt.Errorf("partition %d revoked during its take round: %w", t.partition, ErrNotOwner)
 		case <-ctx.Done():
 			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
@@ -75,6 +78,7 @@ func (s *Sink) RunTakes(ctx context.Context) error {
 		var round []*takeRound
 		select {
 		case <-ctx.Done():
+			s.drainRounds()
 			return nil
 		case t := <-s.rounds:
 			round = append(round, t)
@@ -110,10 +114,25 @@ func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	s.cfg.Applier.st.Observe("owner_take", start)
 	for k, t := range round {
+		t.p.appends.Done()
 		if err := cmds[k].Err(); err != nil {
 			t.done <- fmt.Errorf("owner take: append to partition %d's take stream: %w", t.partition, err)
 			continue
 		}
 		t.done <- nil
+	}
+}
+
+// drainRounds fails the rounds left queued when RunTakes stops: their
+// takes are not appended, and their partitions' revokes need not wait.
+func (s *Sink) drainRounds() {
+	for {
+		select {
+		case t := <-s.rounds:
+			t.p.appends.Done()
+			t.done <- fmt.Errorf("owner take: stopping: %w", ErrNotOwner)
+		default:
+			return
+		}
 	}
 }

@@ -184,11 +184,11 @@ func (s *Sink) takeQueued(ctx context.Context, now time.Time, qs []window.EvalQu
 		parts = append(parts, part)
 	}
 	slices.Sort(parts)
-	states, admitted, err := s.admit(ctx, now, qs, n, byQuery, groups, parts)
-	if err != nil || !admitted {
+	states, held, err := s.admit(ctx, now, qs, n, byQuery, groups, parts)
+	if err != nil || held == nil {
 		return false, nil, states, err
 	}
-	if err := s.appendTakes(ctx, byQuery, groups, parts); err != nil {
+	if err := s.appendTakes(ctx, byQuery, groups, parts, held); err != nil {
 		// maybe appended: the overlay keeps the take (counted, never lost)
 		return false, nil, nil, err
 	}
@@ -239,8 +239,9 @@ func matchEvents(qs []window.EvalQuery, events []window.QueuedEvent) ([]*queuedE
 
 // admit evaluates every query under its partition's lock (partitions in
 // order) and, when every limit fits and no ban stands, adds the counted
-// queries' takes to their overlays.
-func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, byQuery []*queuedEvent, groups map[int][]int, parts []int) ([]window.EvalState, bool, error) {
+// queries' takes to their overlays and notes their appends as pending
+// (partState.appends), returning the partitions (nil: not admitted).
+func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, byQuery []*queuedEvent, groups map[int][]int, parts []int) ([]window.EvalState, []*partState, error) {
 	set := s.cfg.Rules()
 	nowSec := floorDiv(now.UnixMilli(), 1000)
 	states := make([]window.EvalState, len(qs))
@@ -256,20 +257,20 @@ func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, 
 		p := s.parts[part]
 		s.mu.Unlock()
 		if p == nil {
-			return nil, false, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+			return nil, nil, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
 		}
 		p.mu.Lock()
 		held = append(held, p)
 		if !p.takes.open || p.hr == nil || p.hr.wb == nil {
-			return nil, false, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
+			return nil, nil, fmt.Errorf("partition %d: %w", part, ErrNotOwner)
 		}
 		if age := now.Sub(p.takes.bansAt); age > maxBanAge {
-			return nil, false, fmt.Errorf("partition %d: its bans were last read %s ago: %w", part, age.Round(time.Millisecond), ErrNotOwner)
+			return nil, nil, fmt.Errorf("partition %d: its bans were last read %s ago: %w", part, age.Round(time.Millisecond), ErrNotOwner)
 		}
 		for _, i := range groups[part] {
 			st, blk, err := s.evalTake(ctx, set, p, part, qs[i], n, nowSec)
 			if err != nil {
-				return nil, false, err
+				return nil, nil, err
 			}
 			if b := p.takes.bans[window.Field(qs[i].Subject)]; b.InForce(now) {
 				st.Ban, blk = b, true
@@ -278,20 +279,26 @@ func (s *Sink) admit(ctx context.Context, now time.Time, qs []window.EvalQuery, 
 		}
 	}
 	if blocked {
-		return states, false, nil
+		return states, nil, nil
 	}
 	for k, part := range parts {
 		ov := held[k].takes.ov
 		for _, i := range groups[part] {
 			if e := byQuery[i]; e != nil {
 				if len(ov.byID) >= s.cfg.Takes.MaxInflight {
-					return nil, false, fmt.Errorf("partition %d: %d takes wait for their events to be counted (the relay or the apply lags): %w", part, len(ov.byID), ErrNotOwner)
+					return nil, nil, fmt.Errorf("partition %d: %d takes wait for their events to be counted (the relay or the apply lags): %w", part, len(ov.byID), ErrNotOwner)
 				}
 				ov.add(qs[i].Subject, inflight{id: e.id, sec: nowSec, n: n})
 			}
 		}
 	}
-	return states, true, nil
+	for k, part := range parts {
+		if slices.ContainsFunc(groups[part], func(i int) bool { return byQuery[i] != nil }) {
+			// under the lock, with the gate open: a revoke waits for it
+			held[k].appends.Add(1)
+		}
+	}
+	return states, slices.Clone(held), nil
 }
 
 // evalTake sums q's windows at nowSec from p's copies (loading what they

@@ -129,8 +129,11 @@ type partState struct {
 	// checkpoint dropped its memory (aggregator.Rereader).
 	reread chan string
 	// owner takes (ownertake.go): whether they are answered, their
-	// overlay, and stopped, closed once the partition is revoked.
+	// overlay, the appends of admitted takes not yet run (a revoke waits
+	// for them: the next owner's overlay load must see them), and
+	// stopped, closed once the partition is revoked.
 	takes   takeGate
+	appends sync.WaitGroup
 	stopped chan struct{}
 }
 
@@ -272,6 +275,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		p.mu.Lock()
 		p.closeTakes()
 		p.mu.Unlock()
+		s.waitAppends(partition, p)
 		stop()
 		wg.Wait()
 		p.mu.Lock()
@@ -327,6 +331,27 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		return
 	}
 	<-ctx.Done()
+}
+
+// appendsWait bounds how long a revoke waits for its admitted takes'
+// appends.
+const appendsWait = 10 * time.Second
+
+// waitAppends waits, once the take gate is closed, for the appends of the
+// takes already admitted: their entries must be in the take stream before
+// the next owner loads it, or it would not count them.
+func (s *Sink) waitAppends(partition int, p *partState) {
+	if s.cfg.Takes == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { p.appends.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(appendsWait):
+		s.log.Error("owner takes: appends of admitted takes still pending at the revoke; the next owner may not count them until their events arrive (an overshoot of at most those takes)",
+			"partition", partition, "waited", appendsWait)
+	}
 }
 
 // prune removes the partition's states that say nothing any more every

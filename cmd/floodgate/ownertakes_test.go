@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,16 +137,7 @@ func TestOwnerTakesExactAcrossKills(t *testing.T) {
 	stopLoad()
 
 	ctx := context.Background()
-	keys := e.store.Keys()
-	stacktest.WaitFor(t, "every take stream relayed", 60*time.Second, func() bool {
-		for part := range e.partitions {
-			if n, err := e.rdb.XLen(ctx, keys.Takes(part)).Result(); err != nil || n != 0 {
-				return false
-			}
-		}
-		return true
-	})
-	e.waitPast(60 * time.Second)
+	waitTakesRelayed(t, e)
 	p.stop(t) // its final checkpoint: Redis holds every count
 	qs := make([]window.Query, len(subs))
 	for i, s := range subs {
@@ -259,13 +252,14 @@ func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
 }
 
 // TestOwnerTakesForwardedToTheOwner: two aggregators with --owner-takes,
-// takers sending to either at random: each forwards the takes of the
-// partitions the other owns, so every take is answered, and together they
-// admit each subject exactly its limit, counted once.
+// every take sent to the member that does not own its subject's partition:
+// each forwards it to the owner its owner records name, every take is
+// answered, and together they admit each subject exactly its limit,
+// counted once.
 func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{partitions: 4, rules: ownerTakeRules})
-	var addrs [2]string
+	var addrs, peers [2]string
 	for i := range addrs {
 		var err error
 		if addrs[i], err = childproc.FreePort(); err != nil {
@@ -273,51 +267,50 @@ func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
 		}
 		e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrs[i], "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
 		e.start("m" + strconv.Itoa(i))
+		peers[i] = logField(t, e, "m"+strconv.Itoa(i), "owner takes served", "peer")
 	}
 	subs := subjects(16)
-	tl := &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}
-	probe := &http.Client{Timeout: 15 * time.Second}
-	n := 0
-	stacktest.WaitFor(t, "both members answering", 90*time.Second, func() bool {
-		ok := true
-		for _, a := range addrs {
-			n++ // a subject of its own each time: none reaches the limit
-			s := "probe" + strconv.Itoa(n)
-			tl.take(probe, a, s)
-			ok = ok && tl.count(tl.allowed, s) == 1
-		}
-		// and each owns partitions of the subjects: the owner records name it
-		owners := map[string]bool{}
+	// other is, per subject, the member its owner record does not name.
+	other := map[string]string{}
+	stacktest.WaitFor(t, "each member owning partitions of the subjects", 90*time.Second, func() bool {
+		by := map[string]bool{}
 		for _, s := range subs {
 			part := window.Partition(window.Subject{Action: "crash", Kind: "k", Subject: s}, e.partitions)
 			v, _ := e.rdb.Get(context.Background(), e.store.Keys().TakesOwner(part)).Result()
-			owners[v] = true
+			switch v {
+			case peers[0]:
+				other[s] = addrs[1]
+			case peers[1]:
+				other[s] = addrs[0]
+			default:
+				return false
+			}
+			by[v] = true
 		}
-		return ok && len(owners) == 2 && !owners[""]
+		return len(by) == 2
 	})
+	tl := &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			c := &http.Client{Timeout: 15 * time.Second}
 			for k := 0; ; k++ {
-				s := subs[(g+k)%len(subs)]
-				if tl.count(tl.limited, s) >= 3 && slices.IndexFunc(subs, func(x string) bool { return tl.count(tl.limited, x) < 3 }) < 0 {
+				if slices.IndexFunc(subs, func(x string) bool { return tl.count(tl.limited, x) < 3 }) < 0 {
 					return
 				}
-				tl.take(c, addrs[rand.IntN(2)], s)
+				s := subs[(g+k)%len(subs)]
+				tl.take(c, other[s], s)
 			}
 		})
 	}
 	wg.Wait()
-	e.waitPast(60 * time.Second)
+	waitTakesRelayed(t, e)
 	inTopic := e.topicCounts("crash")
 	for _, s := range subs {
 		if a, u := tl.count(tl.allowed, s), tl.count(tl.uncertain, s); a != 25 || u != 0 || inTopic[s] != 25 {
 			t.Errorf("subject %s: admitted %d (%d unanswered), %d in the topic: want the limit, 25, each", s, a, u, inTopic[s])
 		}
 	}
-	// Forwarded both ways or one (a later rebalance may leave one member
-	// owning every partition), never not at all.
 	var forwarded float64
 	for i := range addrs {
 		body, err := httpGet(metricsAddr(t, e, "m"+strconv.Itoa(i)))
@@ -326,7 +319,48 @@ func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
 		}
 		forwarded += metricValue(body, "floodgate_takeroute_forwarded_total", `result="forwarded"`)
 	}
-	if forwarded == 0 {
-		t.Errorf("no take was forwarded")
+	// every admitted and every limited take went through a peer (a
+	// rebalance meanwhile may have made some local: not counted here)
+	if forwarded < float64(len(subs)*25)/2 {
+		t.Errorf("%v takes forwarded, of %d admitted", forwarded, len(subs)*25)
 	}
+}
+
+// waitTakesRelayed waits until every take stream is published and trimmed
+// and the live group has read the topic to its end.
+func waitTakesRelayed(t *testing.T, e *liveEnv) {
+	t.Helper()
+	keys := e.store.Keys()
+	stacktest.WaitFor(t, "every take stream relayed", 60*time.Second, func() bool {
+		for part := range e.partitions {
+			if n, err := e.rdb.XLen(context.Background(), keys.Takes(part)).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	e.waitPast(60 * time.Second)
+}
+
+// logField waits for a line of name's log holding msg and returns the
+// value of its field key.
+func logField(t *testing.T, e *liveEnv, name, msg, key string) string {
+	t.Helper()
+	var v string
+	stacktest.WaitFor(t, name+" logging "+msg, 30*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(e.dir, name+".log"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, msg) {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if after, ok := strings.CutPrefix(f, key+"="); ok {
+					v = after
+					return v != ""
+				}
+			}
+		}
+		return false
+	})
+	return v
 }
