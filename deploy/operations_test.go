@@ -195,7 +195,9 @@ func scrapeServices(t *testing.T) map[string]bool {
 	bin := servicetest.Build(t, servicetest.Floodgate)
 	st := servicetest.Stack{Brokers: bs, RedisAddr: stacktest.RedisAddr(), Topic: stacktest.Topic(t, bs, 2),
 		Prefix: stacktest.Prefix(t, rdb), Rules: rulesPath}
-	agg := servicetest.Aggregator(t, bin, st, "--no-history")
+	// with owner takes, so that their series (and the router's) exist too
+	agg := servicetest.Aggregator(t, bin, st, "--no-history",
+		"--owner-takes", "--takes-http-addr", "127.0.0.1:0", "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0")
 	lim := servicetest.Limiter(t, bin, st)
 	resp, err := http.Get(lim.URL + "/v1/check?action=login_failed&ip=192.0.2.1")
 	if err != nil {
