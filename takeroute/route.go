@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -58,6 +59,8 @@ type Config struct {
 	Token string
 	// Registerer receives the router's metrics. Nil: not registered.
 	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // Router is a limiter.Taker: local takes first, forwarded otherwise.
@@ -84,6 +87,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.Scheme == "" {
 		cfg.Scheme = "http"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	r := &Router{cfg: cfg, owners: map[int]cachedOwner{}, forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_takeroute_forwarded_total",
@@ -324,6 +330,17 @@ func (r *Router) Handler() http.Handler {
 			rep = wireReply{Error: err.Error(), NotOwner: errors.Is(err, live.ErrNotOwner)}
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rep)
+		if err := json.NewEncoder(w).Encode(rep); err != nil {
+			// The take stands (taken here, maybe); its sender, without an
+			// answer, fails it closed and counts it failed.
+			r.log().Warn("take router: the answer to a forwarded take was not delivered", "taken", rep.Taken, "err", err)
+		}
 	})
+}
+
+func (r *Router) log() *slog.Logger {
+	if r.cfg.Logger == nil {
+		return slog.Default()
+	}
+	return r.cfg.Logger
 }

@@ -125,7 +125,7 @@ func (c *AggregatorCmd) takesServer(sink *live.Sink, rdb takeroute.Redis, store 
 		logger.Warn("owner takes listen beyond loopback without a token: anyone who reaches them may take; set --takes-auth-token-file",
 			"http", c.TakesHTTPAddr, "rls", c.TakesRLSAddr, "peer", c.TakesPeerAddr)
 	}
-	router, err := c.takeRouter(sink, rdb, store, advertise, token, tlsCfg != nil, reg)
+	router, err := c.takeRouter(sink, rdb, store, advertise, token, tlsCfg != nil, reg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +162,8 @@ func (c *AggregatorCmd) takesServer(sink *live.Sink, rdb takeroute.Redis, store 
 // takeRouter forwards takes to their partitions' owners; with the peer
 // endpoint off, it forwards nothing (every take is this process's or
 // denied).
-func (c *AggregatorCmd) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *window.Store, advertise, token string, tlsOn bool, reg prometheus.Registerer) (*takeroute.Router, error) {
-	cfg := takeroute.Config{Local: sink, Redis: rdb, Store: store, Self: advertise, Token: token, Registerer: reg}
+func (c *AggregatorCmd) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *window.Store, advertise, token string, tlsOn bool, reg prometheus.Registerer, logger *slog.Logger) (*takeroute.Router, error) {
+	cfg := takeroute.Config{Local: sink, Redis: rdb, Store: store, Self: advertise, Token: token, Registerer: reg, Logger: logger.With("component", "take-router")}
 	if tlsOn {
 		cfg.Scheme = "https"
 		roots, err := x509.SystemCertPool()
