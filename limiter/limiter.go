@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,6 +140,15 @@ type Limiter struct {
 	now     func() time.Time
 	log     *slog.Logger
 	m       *metrics
+	// degradedLog throttles the failure mode's WARN to one a second: a
+	// Redis outage, or an owner's partitions moving (aggregator
+	// --owner-takes), would otherwise log every request, as fast as
+	// clients send them. The metrics count each one.
+	degradedLog struct {
+		mu         sync.Mutex
+		last       time.Time
+		suppressed int
+	}
 }
 
 // New validates cfg and returns a Limiter.
@@ -788,13 +798,30 @@ func pick(a, b *Denial) *Denial {
 // with Redis up), then the failure mode. Without the memory step a client
 // that made Redis slow, or sent Floodgate-Exact to every check, was let
 // through its bans in open mode.
+// warnDegraded logs a failure-mode answer, at most once a second, with how
+// many it left out since the last.
+func (l *Limiter) warnDegraded(op, action string, err error) {
+	t := &l.degradedLog
+	t.mu.Lock()
+	now := time.Now()
+	if now.Sub(t.last) < time.Second {
+		t.suppressed++
+		t.mu.Unlock()
+		return
+	}
+	suppressed := t.suppressed
+	t.last, t.suppressed = now, 0
+	t.mu.Unlock()
+	l.log.Warn("limiter: redis failed, answering from memory and the failure mode",
+		"op", op, "action", action, "mode", l.cfg.FailureMode.String(), "err", err, "not_logged_since_last", suppressed)
+}
+
 func (l *Limiter) degraded(ctx context.Context, op string, req Request, plans []plan, d Decision, err error) Decision {
 	reason := "error"
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		reason = "timeout"
 	}
-	l.log.Warn("limiter: redis failed, answering from memory and the failure mode",
-		"op", op, "action", req.Action, "mode", l.cfg.FailureMode.String(), "err", err)
+	l.warnDegraded(op, req.Action, err)
 	d.Degraded = true
 	if l.cfg.State != nil {
 		views, _ := l.readMemory(req.Action, plans, d.Time) // partial past the cap: what it holds still denies
