@@ -908,7 +908,7 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 				dead = append(dead, w.deadLetterOf(m, derr))
 				continue
 			}
-			b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers), Take: hasHeader(m.Headers, event.HeaderTake)})
+			b.Records = append(b.Records, Record{Offset: m.Offset, Event: ev, Counted: counted(m.Headers), Take: taken(m.Headers)})
 		}
 	}
 	w.g.metrics.in.Add(float64(item.n))
@@ -1194,21 +1194,23 @@ func (w *worker) retry(stop context.Context, what string, op func() error, done 
 func (w *worker) commit(b Batch) { w.cm.mark(b.Partition, b.Next()) }
 
 func counted(hs []kafka.Header) bool {
-	for _, h := range hs {
-		if h.Key == event.HeaderCounted {
-			return string(h.Value) == "1"
-		}
-	}
-	return false
+	v, ok := header(hs, event.HeaderCounted)
+	return ok && string(v) == "1"
 }
 
-func hasHeader(hs []kafka.Header, key string) bool {
+func taken(hs []kafka.Header) bool {
+	_, ok := header(hs, event.HeaderTake)
+	return ok
+}
+
+// header returns the value of the first header named key.
+func header(hs []kafka.Header, key string) ([]byte, bool) {
 	for _, h := range hs {
 		if h.Key == key {
-			return true
+			return h.Value, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 // sleep waits d or until ctx ends; it reports whether the full d passed.
