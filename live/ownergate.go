@@ -2,9 +2,12 @@ package live
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"floodgate/aggregator"
 	"floodgate/event"
@@ -21,15 +24,23 @@ func (s *Sink) resumeTakes(ctx context.Context, topic string, partition int, p *
 	p.takes.topic = topic
 	p.closeTakes()
 	p.takes.applied = next
+	if p.takes.fenced {
+		return // a newer owner answers them
+	}
 	if p.takes.ov == nil {
 		p.takes.ov = newOverlay()
-		if err := s.loadOverlay(ctx, partition, p.takes.ov); err != nil {
+		epoch, err := s.fenceTakes(ctx, partition)
+		if err == nil {
+			err = s.loadOverlay(ctx, partition, p.takes.ov)
+		}
+		if err != nil {
 			// answered only once the load succeeds: a later resume, or
 			// the reopen tick
 			p.takes.ov = nil
 			s.log.Warn("owner takes: loading the take stream failed; the partition's takes fail until it succeeds", "partition", partition, "err", err)
 			return
 		}
+		p.takes.epoch = epoch
 	}
 	s.refreshBans(ctx, partition, p)
 	s.readTarget(ctx, partition, p)
@@ -62,6 +73,24 @@ func (s *Sink) refreshBans(ctx context.Context, partition int, p *partState) {
 		return
 	}
 	p.takes.bans, p.takes.bansAt = bans, s.cfg.Now()
+}
+
+//go:embed takefence.lua
+var takeFenceBody string
+
+var takeFenceScript = redis.NewScript("#!lua\n" + takeFenceBody)
+
+// fenceTakes moves the partition's take stream past every id it generated
+// and returns the epoch this owner's appends use (takefence.lua): a former
+// owner's appends fail from now on, so the load that follows holds every
+// take it answered.
+func (s *Sink) fenceTakes(ctx context.Context, partition int) (int64, error) {
+	key := s.cfg.Applier.keys.Takes(partition)
+	epoch, err := takeFenceScript.Run(ctx, s.cfg.Takes.Redis, []string{key}).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("fence %s: %w", key, err)
+	}
+	return epoch, nil
 }
 
 // loadOverlay adds the take stream's owner takes to ov, as of now.
@@ -109,7 +138,7 @@ func (s *Sink) readTarget(ctx context.Context, partition int, p *partState) {
 		p.takes.applied = first
 	}
 	p.takes.target = end
-	p.takes.open = p.takes.applied >= end
+	p.takes.open = !p.takes.fenced && p.takes.applied >= end
 }
 
 // takesApplied follows an applied batch (under p.mu): its take events'
@@ -129,7 +158,7 @@ func (s *Sink) takesApplied(ctx context.Context, b aggregator.Batch, p *partStat
 	}
 	p.takes.applied = b.Next()
 	switch {
-	case p.takes.open:
+	case p.takes.open || p.takes.fenced:
 	case p.takes.ov == nil || p.takes.target < 0:
 		// read on the reopen tick, not on the batch path
 	case p.takes.applied >= p.takes.target:
@@ -169,7 +198,7 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 		s.m.inflight.WithLabelValues(strconv.Itoa(partition)).Set(float64(len(p.takes.ov.byID)))
 	}
 	switch {
-	case p.takes.open:
+	case p.takes.open || p.takes.fenced:
 	case p.takes.ov == nil:
 		s.resumeTakes(ctx, topic, partition, p, p.takes.applied)
 	case p.takes.target < 0:

@@ -2,8 +2,10 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,18 +16,31 @@ import (
 type takeRound struct {
 	partition int
 	p         *partState // its appends count this round until it has run
+	epoch     int64      // the partition's takeGate.epoch
 	evs       []string   // "<key length>:<key><value>" each
 	done      chan error
 }
 
+// errNotAppended is a round of which nothing is in the take stream: a
+// newer owner's fence refused it (errTakeFenced), or it never ran. A take
+// none of whose rounds was appended may go to another owner whole.
+var (
+	errNotAppended = fmt.Errorf("not appended: %w", ErrNotOwner)
+	errTakeFenced  = fmt.Errorf("a newer owner fenced the take stream: %w", errNotAppended)
+)
+
 // appendTakes appends the take's events to their partitions' take streams,
-// one entry per partition, and waits for every reply (an error: the first).
-// held are the partitions admit took them in, whose pending appends each
-// round settles once it has run (or here, a round never handed over).
+// one entry per partition, and waits for every reply. held are the
+// partitions admit took them in, whose pending appends each round settles
+// once it has run (or here, a round never handed over). The error wraps
+// ErrNotOwner only when no round may have been appended: otherwise a
+// router sending the take elsewhere would count part of it twice.
 func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups map[int][]int, parts []int, held []*partState) error {
 	var rounds []*takeRound
 	for k, part := range parts {
-		t := &takeRound{partition: part, p: held[k], done: make(chan error, 1)}
+		// held[k].takes.epoch: set before the gate opened, under the
+		// lock admit held since, and fixed while the gate is open
+		t := &takeRound{partition: part, p: held[k], epoch: held[k].takes.epoch, done: make(chan error, 1)}
 		for _, i := range groups[part] {
 			if e := byQuery[i]; e != nil {
 				t.evs = append(t.evs, e.enc)
@@ -35,36 +50,52 @@ func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups m
 			rounds = append(rounds, t)
 		}
 	}
+	sent, first := s.handOver(ctx, rounds)
+	appended, uncertain := false, false
+	for _, t := range rounds[:sent] {
+		var err error
+		select {
+		case err = <-t.done:
+		case <-ctx.Done():
+			err = fmt.Errorf("owner take: partition %d: %w", t.partition, context.Cause(ctx))
+		}
+		switch {
+		case err == nil:
+			appended = true
+		case !errors.Is(err, errNotAppended):
+			uncertain = true
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil && (appended || uncertain) {
+		// %v: no ErrNotOwner any more, the take fails closed here
+		return fmt.Errorf("owner take: appended in part, or not certainly: %v", first)
+	}
+	return first
+}
+
+// handOver queues the rounds for RunTakes in order and returns how many it
+// queued; the first it could not (the partition revoked, ctx ended) and
+// those after it are settled here, never run.
+func (s *Sink) handOver(ctx context.Context, rounds []*takeRound) (int, error) {
 	for k, t := range rounds {
 		var err error
 		select {
 		case s.rounds <- t:
 			continue
 		case <-t.p.stopped:
-			err = fmt.Errorf("partition %d: %w", t.partition, ErrNotOwner)
+			err = fmt.Errorf("partition %d: %w", t.partition, errNotAppended)
 		case <-ctx.Done():
 			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
 		}
 		for _, u := range rounds[k:] {
-			u.p.appends.Done() // never handed over: nothing to wait for
+			u.p.appends.Done()
 		}
-		return err
+		return k, err
 	}
-	var first error
-	for _, t := range rounds {
-		var err error
-		select {
-		case err = <-t.done:
-		case <-t.p.stopped:
-			err = fmt.Errorf("partition %d revoked during its take round: %w", t.partition, ErrNotOwner)
-		case <-ctx.Done():
-			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
-		}
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return len(rounds), nil
 }
 
 // RunTakes runs the owner takes' rounds until ctx ends (required with
@@ -108,14 +139,19 @@ func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
 		for i, e := range t.evs {
 			vals = append(vals, ownerTakeField+strconv.Itoa(i+1), e)
 		}
-		cmds[k] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Takes(t.partition), Values: vals})
+		cmds[k] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Takes(t.partition), ID: strconv.FormatInt(t.epoch, 10) + "-*", Values: vals})
 	}
 	start := time.Now()
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	s.cfg.Applier.st.Observe("owner_take", start)
 	for k, t := range round {
 		t.p.appends.Done()
-		if err := cmds[k].Err(); err != nil {
+		switch err := cmds[k].Err(); {
+		case isFenced(err):
+			s.fenced(t.partition, t.p)
+			t.done <- fmt.Errorf("owner take: partition %d: %w", t.partition, errTakeFenced)
+			continue
+		case err != nil:
 			t.done <- fmt.Errorf("owner take: append to partition %d's take stream: %w", t.partition, err)
 			continue
 		}
@@ -130,9 +166,29 @@ func (s *Sink) drainRounds() {
 		select {
 		case t := <-s.rounds:
 			t.p.appends.Done()
-			t.done <- fmt.Errorf("owner take: stopping: %w", ErrNotOwner)
+			t.done <- fmt.Errorf("owner take: stopping: %w", errNotAppended)
 		default:
 			return
 		}
+	}
+}
+
+// isFenced tells whether Redis refused an append for its id: a newer
+// owner's fence moved the stream past this owner's epoch.
+func isFenced(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "equal or smaller than the target stream top item")
+}
+
+// fenced closes the partition's takes for as long as its state lives: a
+// newer owner answers them, and this one has not noticed yet that it
+// lost the partition (cut off from the group, not from Redis).
+func (s *Sink) fenced(partition int, p *partState) {
+	p.mu.Lock()
+	was := p.takes.fenced
+	p.takes.fenced = true
+	p.closeTakes()
+	p.mu.Unlock()
+	if !was {
+		s.log.Warn("owner takes: a newer owner fenced the partition's take stream; this member answers its takes no more (it lost the partition and has not noticed yet)", "partition", partition)
 	}
 }

@@ -47,6 +47,11 @@ import (
 // checkpoint, the revoke). Meanwhile takes fail (the limiter answers them
 // closed). An uncertain append keeps its overlay entry: counted until it
 // expires, never lost.
+//
+// A new owner fences the take stream before it loads it (takefence.lua)
+// and appends at an epoch past every id the stream held: a former owner
+// that has not noticed its loss (cut off from the group, not from Redis)
+// appends at its older epoch, Redis refuses, and its takes fail.
 
 // ownerTakeField prefixes the take stream fields of owner takes: the relay
 // publishes them without event.HeaderCounted.
@@ -88,6 +93,7 @@ const ownerRecordTTL = 10 * time.Second
 
 // TakesRedis is what owner takes need of Redis.
 type TakesRedis interface {
+	redis.Scripter
 	Pipeline() redis.Pipeliner
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	XRange(ctx context.Context, stream, start, stop string) *redis.XMessageSliceCmd
@@ -111,6 +117,13 @@ type takeGate struct {
 	// advertised the one the owner record was last written at.
 	swept, advertised int64
 	ev                evaluation // scratch of the partition's takes
+	// epoch is the ms part of this owner's take stream ids, set by the
+	// fence before the overlay's load (takefence.lua) and fixed while the
+	// partition's state lives; fenced, that a newer owner's fence refused
+	// an append: the takes stay closed until the partition is assigned
+	// here again.
+	epoch  int64
+	fenced bool
 }
 
 // takeProfiles caches the limit profiles of owner takes for the rules in
@@ -152,6 +165,8 @@ func (s *Sink) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQu
 	taken, queued, states, err := s.takeQueued(ctx, now, qs, n, events)
 	result := "taken"
 	switch {
+	case errors.Is(err, errTakeFenced):
+		result = "fenced"
 	case errors.Is(err, ErrNotOwner):
 		result = "not_owner"
 	case err != nil:

@@ -608,7 +608,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}),
 		ownerTakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_owner_takes_total", ConstLabels: labels,
-			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), failed (an error: the take may have counted).",
+			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), fenced (a newer owner fenced the take stream: this member lost the partition and has not noticed yet), failed (an error: the take may have counted).",
 		}, []string{"result"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_live_owner_takes_inflight", ConstLabels: labels,
@@ -637,7 +637,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"written", "fenced", "failed"} {
 		m.checkpoints.WithLabelValues(r)
 	}
-	for _, r := range []string{"taken", "refused", "not_owner", "failed"} {
+	for _, r := range []string{"taken", "refused", "not_owner", "fenced", "failed"} {
 		m.ownerTakes.WithLabelValues(r)
 	}
 	if reg != nil {
