@@ -19,9 +19,14 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     end
   end
 end
--- an entry added and deleted: the last id stays, the stream holds nothing
--- for the relay to publish
 local id = string.format('%d-0', epoch)
-redis.call('XADD', KEYS[1], id, 'fence', '1')
-redis.call('XDEL', KEYS[1], id)
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- no entry: a deleted one would stay in its node, and the relay's
+  -- approximate trim leaves a node it cannot drop whole
+  redis.call('XSETID', KEYS[1], id)
+else
+  -- a stream of one entry, deleted: the node goes, the last id stays
+  redis.call('XADD', KEYS[1], id, 'fence', '1')
+  redis.call('XDEL', KEYS[1], id)
+end
 return epoch

@@ -331,9 +331,22 @@ func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
 func waitTakesRelayed(t *testing.T, e *liveEnv) {
 	t.Helper()
 	keys := e.store.Keys()
+	start, told := time.Now(), map[int]bool{}
 	stacktest.WaitFor(t, "every take stream relayed", 60*time.Second, func() bool {
 		for part := range e.partitions {
 			if n, err := e.rdb.XLen(context.Background(), keys.Takes(part)).Result(); err != nil || n != 0 {
+				if time.Since(start) > 55*time.Second && !told[part] {
+					// what a failure needs to be read: where the relay stands
+					told[part] = true
+					cur, _ := e.rdb.Get(context.Background(), keys.TakesRelay(part)).Result()
+					msgs, _ := e.rdb.XRange(context.Background(), keys.Takes(part), "-", "+").Result()
+					info, _ := e.rdb.XInfoStream(context.Background(), keys.Takes(part)).Result()
+					var ids []string
+					for _, m := range msgs {
+						ids = append(ids, m.ID)
+					}
+					t.Logf("partition %d: %d entries %v, relay cursor %q, last generated id %s", part, n, ids, cur, info.LastGeneratedID)
+				}
 				return false
 			}
 		}
