@@ -17,6 +17,7 @@ type takeRound struct {
 	partition int
 	p         *partState // its appends count this round until it has run
 	epoch     int64      // the partition's takeGate.epoch
+	ids       []string   // the events' ids
 	evs       []string   // "<key length>:<key><value>" each
 	done      chan error
 }
@@ -43,7 +44,7 @@ func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups m
 		t := &takeRound{partition: part, p: held[k], epoch: held[k].takes.epoch, done: make(chan error, 1)}
 		for _, i := range groups[part] {
 			if e := byQuery[i]; e != nil {
-				t.evs = append(t.evs, e.enc)
+				t.ids, t.evs = append(t.ids, e.id), append(t.evs, e.enc)
 			}
 		}
 		if len(t.evs) > 0 { // else nothing counted in this partition
@@ -105,12 +106,17 @@ func (s *Sink) RunTakes(ctx context.Context) error {
 	if s.cfg.Takes == nil {
 		return nil
 	}
+	verify := time.NewTicker(verifyEvery)
+	defer verify.Stop()
 	for {
 		var round []*takeRound
 		select {
 		case <-ctx.Done():
 			s.drainRounds()
 			return nil
+		case <-verify.C:
+			s.verifyStreams(ctx)
+			continue
 		case t := <-s.rounds:
 			round = append(round, t)
 		}
@@ -154,6 +160,11 @@ func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
 		case err != nil:
 			t.done <- fmt.Errorf("owner take: append to partition %d's take stream: %w", t.partition, err)
 			continue
+		}
+		if id, err := parseStreamID(cmds[k].Val()); err == nil {
+			t.p.mu.Lock()
+			s.noteAppend(t.partition, t.p, t, id)
+			t.p.mu.Unlock()
 		}
 		t.done <- nil
 	}

@@ -124,6 +124,15 @@ type takeGate struct {
 	// here again.
 	epoch  int64
 	fenced bool
+	// acked are the appended takes' events not yet counted, by event id;
+	// lastAck the last id Redis gave this owner's appends (hasAck: one
+	// did); lostAt when Redis was found to have lost some of acked (zero:
+	// none). ownerloss.go.
+	acked   map[string]*ackedTake
+	lastAck streamID
+	hasAck  bool
+	lostAt  time.Time
+	lostEnd bool // target read after lostAt's relay wait
 }
 
 // takeProfiles caches the limit profiles of owner takes for the rules in

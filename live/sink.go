@@ -276,6 +276,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		p.closeTakes()
 		p.mu.Unlock()
 		s.waitAppends(partition, p)
+		s.dropLost(partition, p)
 		stop()
 		wg.Wait()
 		p.mu.Lock()
@@ -551,6 +552,7 @@ type sinkMetrics struct {
 	checkpointSeconds prometheus.Histogram
 	// owner takes
 	ownerTakes *prometheus.CounterVec
+	takesLost  *prometheus.CounterVec
 	inflight   *prometheus.GaugeVec
 }
 
@@ -610,6 +612,10 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_live_owner_takes_total", ConstLabels: labels,
 			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), fenced (a newer owner fenced the take stream: this member lost the partition and has not noticed yet), failed (an error: the take may have counted).",
 		}, []string{"result"}),
+		takesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_owner_take_entries_lost_total", ConstLabels: labels,
+			Help: "Owner takes' take stream entries Redis lost after acknowledging them (a failover to a replica that lacked them), by outcome: appended_again, or dropped (the partition left this owner first: history misses their events).",
+		}, []string{"outcome"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_live_owner_takes_inflight", ConstLabels: labels,
 			Help: "Owner takes answered whose events the partition's owner has not counted yet (its overlay), at its last tick: near 100000, takes fail (the relay or the apply lags).",
@@ -640,8 +646,11 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"taken", "refused", "not_owner", "fenced", "failed"} {
 		m.ownerTakes.WithLabelValues(r)
 	}
+	for _, r := range []string{"appended_again", "dropped"} {
+		m.takesLost.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds, m.ownerTakes, m.inflight} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds, m.ownerTakes, m.takesLost, m.inflight} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}
