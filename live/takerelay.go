@@ -350,6 +350,10 @@ func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time
 // the request's entries were read (rs.refunds). It returns Redis's time,
 // in ms.
 func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string) (int64, error) {
+	return r.writeCursor(ctx, partition, rs, c, keep, false)
+}
+
+func (r *TakeRelay) writeCursor(ctx context.Context, partition int, rs *relayState, c takeCursor, keep string, again bool) (int64, error) {
 	keys := r.cfg.Store.Keys()
 	key := keys.TakesRelay(partition)
 	args := []any{rs.raw, c.String(), "", keep}
@@ -374,6 +378,15 @@ func (r *TakeRelay) write(ctx context.Context, partition int, rs *relayState, c 
 	case cursorChanged:
 		return 0, errTakeBatchChanged
 	case cursorFenced:
+		if found, err := parseTakeCursor(v); err == nil && !again && found.owner != "" && found.owner == rs.cur.owner {
+			// No other run writes this run's token: Redis went back to
+			// an older value of ours (a failover to a replica that lacked
+			// our last moves). What this run published since, it knows;
+			// read back from the older value, it would publish it twice.
+			r.log.Warn("take relay: Redis lost the cursor's last moves (a failover); writing this run's own again", "partition", partition, "found", v, "ours", rs.raw)
+			rs.raw = v
+			return r.writeCursor(ctx, partition, rs, c, keep, true)
+		}
 		return 0, fmt.Errorf("take relay cursor %s is %q, not %q: %w", key, v, rs.raw, errTakeRelayFenced)
 	default:
 		return 0, fmt.Errorf("write %s: reply code %v", key, out[0])

@@ -2,6 +2,7 @@ package live_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -339,5 +340,70 @@ func TestTakeRelaysOfOnePartitionPublishOnce(t *testing.T) {
 	}
 	stopA()
 	stopB()
+	e.exactlyOnce(t)
+}
+
+// A Redis failover to a replica that lacked the relay's last cursor moves
+// (and trims) gives the cursor back an older value of the running relay's
+// own, with entries it published still in the stream after it. The relay
+// knows what it published: it writes its own cursor again instead of
+// reading back from the older one, and publishes nothing twice.
+func TestTakeRelayCursorGoneBack(t *testing.T) {
+	e := newTakeRelayEnv(t, false)
+	ctx := context.Background()
+	keys := e.st.Keys()
+	e.take(t, 5)
+	stop := e.run(t)
+	e.relayed(t)
+	older, err := e.rdb.Get(ctx, keys.TakesRelay(1)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.take(t, 3)
+	e.relayed(t)
+
+	// the replica: the older cursor, and the three entries it had not
+	// seen published (read back from the topic: each record names its
+	// entry)
+	entries := map[string][]any{}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{e.client.Addr.String()}, Topic: e.topic, Partition: 1})
+	defer r.Close()
+	r.SetOffset(5)
+	for range 3 {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		m, err := r.ReadMessage(rctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range m.Headers {
+			if h.Key == event.HeaderTake {
+				id := strings.TrimPrefix(string(h.Value), "1/")
+				entries[id] = append(entries[id], "e"+strconv.Itoa(len(entries[id])), strconv.Itoa(len(m.Key))+":"+string(m.Key)+string(m.Value))
+			}
+		}
+	}
+	ids := make([]string, 0, len(entries))
+	for id := range entries {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	pipe := e.rdb.TxPipeline()
+	pipe.Del(ctx, keys.Takes(1))
+	for _, id := range ids {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Takes(1), ID: id, Values: entries[id]})
+	}
+	pipe.Set(ctx, keys.TakesRelay(1), older, 0)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.take(t, 2) // the relay's next move finds the older cursor
+	e.relayed(t)
+	stop()
 	e.exactlyOnce(t)
 }
