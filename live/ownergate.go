@@ -138,7 +138,7 @@ func (s *Sink) readTarget(ctx context.Context, partition int, p *partState) {
 		p.takes.applied = first
 	}
 	p.takes.target = end
-	p.takes.open = !p.takes.fenced && p.takes.lostAt.IsZero() && p.takes.applied >= end
+	p.takes.open = !p.takes.fenced && p.takes.applied >= end
 }
 
 // takesApplied follows an applied batch (under p.mu): its take events'
@@ -159,7 +159,7 @@ func (s *Sink) takesApplied(ctx context.Context, b aggregator.Batch, p *partStat
 	}
 	p.takes.applied = b.Next()
 	switch {
-	case p.takes.open || p.takes.fenced || !p.takes.lostAt.IsZero():
+	case p.takes.open || p.takes.fenced:
 	case p.takes.ov == nil || p.takes.target < 0:
 		// read on the reopen tick, not on the batch path
 	case p.takes.applied >= p.takes.target:
@@ -196,17 +196,18 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 	if sec := floorDiv(s.cfg.Now().UnixMilli(), 1000); p.takes.ov != nil && sec != p.takes.swept {
 		p.takes.ov.sweep(sec - int64(rules.MaxWindow/time.Second))
 		for id, a := range p.takes.acked {
-			if _, ok := p.takes.ov.byID[id]; !ok && !a.lost && !a.again {
+			if _, ok := p.takes.ov.byID[id]; !ok && a.doubt == appended {
 				delete(p.takes.acked, id) // expired: no window needs it, the relay publishes it
 			}
 		}
 		p.takes.swept = sec
 		s.m.inflight.WithLabelValues(strconv.Itoa(partition)).Set(float64(len(p.takes.ov.byID)))
 	}
+	if !p.takes.fenced {
+		s.settleDoubts(ctx, partition, p)
+	}
 	switch {
-	case p.takes.fenced:
-	case s.recoverLost(ctx, partition, p):
-	case p.takes.open:
+	case p.takes.open || p.takes.fenced:
 	case p.takes.ov == nil:
 		s.resumeTakes(ctx, topic, partition, p, p.takes.applied)
 	case p.takes.target < 0:

@@ -9,21 +9,31 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"floodgate/event"
+	"floodgate/window"
 )
 
-// Take entries Redis lost. A Redis primary acknowledges an append before
-// its replica has it: a primary that dies then takes the entry with it,
-// and the replica promoted in its place never held it. The owner answered
-// the take (its overlay still counts it) but the entry's event would never
-// reach the events topic: history would miss it, and a next owner's load
-// would not see it. So the owner remembers each acknowledged append until
-// the apply counts its event (takeGate.acked), notices a stream that went
-// back (an append's id not past the last one Redis gave it, or, checked
-// every verifyEvery, a last generated id behind it), and appends the
-// entries it lost again: once the relay's requests sent before the loss
-// can no longer land and the owner has counted up to the partition's end,
-// an entry still uncounted is in neither the stream nor the topic.
-// Meanwhile the partition's takes fail closed.
+// Appends in doubt. The overlay counts a take from its admission until the
+// apply counts its event, so the owner's windows never miss it; but the
+// event must reach the events topic once, and the overlay must not count a
+// take that never will. Two kinds of append leave that in doubt:
+//
+//   - lost: Redis acknowledged it, then a failover to a replica that lacked
+//     it took it away. The owner notices a stream that went back (an
+//     append's id not past the last one Redis gave it, or, checked every
+//     verifyEvery, a last generated id behind it).
+//   - uncertain: the append failed without Redis's answer (a timeout, a
+//     connection cut). Its take was answered failed, closed.
+//
+// Each is settled once nothing else can decide it: the relay's produce
+// requests sent before the doubt arose can no longer land (relayWait), the
+// take stream has been read (what it holds, the relay publishes), and the
+// owner has counted up to the partition's end as it stood after that read.
+// An entry still uncounted then is in neither the topic nor the stream: a
+// lost one is appended again, an uncertain one never landed and leaves the
+// overlay (its take was never admitted). The partition's takes go on
+// meanwhile: the overlay counts every doubtful take until it is settled.
 
 // verifyEvery is how often RunTakes checks the streams of the partitions
 // with appends not yet counted.
@@ -46,12 +56,23 @@ func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms &&
 
 func (a streamID) String() string { return fmt.Sprintf("%d-%d", a.ms, a.seq) }
 
-// ackedTake is an appended take event not yet counted by the apply.
+// doubt is what an owner knows of an append not yet counted.
+type doubt uint8
+
+const (
+	appended  doubt = iota // Redis acknowledged it and holds it
+	lost                   // Redis acknowledged it and no longer holds it
+	uncertain              // no answer came
+	again                  // lost, being appended again
+)
+
+// ackedTake is a take event appended, or maybe appended, and not yet
+// counted by the apply.
 type ackedTake struct {
-	entry streamID
-	enc   string // as appended
-	lost  bool   // Redis no longer holds its entry
-	again bool   // being appended again
+	entry streamID // the entry's id when acknowledged (zero: unknown)
+	enc   string   // as appended
+	doubt doubt
+	since time.Time // when the doubt arose
 }
 
 // noteAppend records a round Redis acknowledged at id (under p.mu): its
@@ -60,39 +81,63 @@ type ackedTake struct {
 // or later is lost.
 func (s *Sink) noteAppend(partition int, p *partState, t *takeRound, id streamID) {
 	g := &p.takes
-	if g.acked == nil {
-		g.acked = map[string]*ackedTake{}
-	}
 	if g.hasAck && !g.lastAck.less(id) {
 		s.markLost(partition, p, func(e streamID) bool { return !e.less(id) }, "an append's id ("+id.String()+") is not past the last acknowledged ("+g.lastAck.String()+")")
 	}
 	g.lastAck, g.hasAck = id, true
+	s.remember(p, t, ackedTake{entry: id})
+}
+
+// remember keeps a round's events in acked as a (under p.mu), those the
+// apply has not counted yet: a counted one needs neither remembering nor a
+// second append.
+func (s *Sink) remember(p *partState, t *takeRound, a ackedTake) {
+	g := &p.takes
+	if g.acked == nil {
+		g.acked = map[string]*ackedTake{}
+	}
 	for i, ev := range t.ids {
-		// counted already, it needs no remembering (nor a second append)
 		if _, ok := g.ov.byID[ev]; ok {
-			g.acked[ev] = &ackedTake{entry: id, enc: t.evs[i]}
+			e := a
+			e.enc = t.evs[i]
+			g.acked[ev] = &e
 		}
+	}
+	if a.doubt != appended && (g.doubtAt.IsZero() || a.since.Before(g.doubtAt)) {
+		g.doubtAt = a.since
 	}
 }
 
-// markLost marks the partition's acknowledged entries gone (under p.mu)
-// and closes its takes until they are appended again.
+// appendFailed settles a round Redis did not acknowledge (under p.mu): an
+// error Redis replied leaves nothing appended, so its takes leave the
+// overlay; any other may have landed, and is settled later.
+func (s *Sink) appendFailed(p *partState, t *takeRound, err error) {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, ev := range t.ids {
+			p.takes.ov.drop(ev)
+		}
+		return
+	}
+	s.remember(p, t, ackedTake{doubt: uncertain, since: s.cfg.Now()})
+}
+
+// markLost marks the partition's acknowledged entries gone (under p.mu).
 func (s *Sink) markLost(partition int, p *partState, gone func(streamID) bool, why string) {
-	n := 0
+	n, now := 0, s.cfg.Now()
 	for _, a := range p.takes.acked {
-		if !a.lost && !a.again && gone(a.entry) {
-			a.lost = true
+		if a.doubt == appended && gone(a.entry) {
+			a.doubt, a.since = lost, now
 			n++
 		}
 	}
 	if n == 0 {
 		return
 	}
-	if p.takes.lostAt.IsZero() {
-		p.takes.lostAt = s.cfg.Now()
+	if p.takes.doubtAt.IsZero() {
+		p.takes.doubtAt = now
 	}
-	p.closeTakes()
-	s.log.Error("owner takes: Redis lost take stream entries it had acknowledged (a failover to a replica that lacked them); the partition's takes fail until they are appended again",
+	s.log.Error("owner takes: Redis lost take stream entries it had acknowledged (a failover to a replica that lacked them); they are appended again once nothing else can count them",
 		"partition", partition, "entries", n, "why", why)
 }
 
@@ -106,13 +151,13 @@ func (s *Sink) verifyStreams(ctx context.Context) {
 		p         *partState
 		cmd       *redis.XInfoStreamCmd
 	}
-	var checks []check
 	s.mu.Lock()
 	parts := make(map[int]*partState, len(s.parts))
 	for part, p := range s.parts {
 		parts[part] = p
 	}
 	s.mu.Unlock()
+	var checks []check
 	pipe := s.cfg.Takes.Redis.Pipeline()
 	for part, p := range parts {
 		p.mu.Lock()
@@ -146,53 +191,108 @@ func (s *Sink) verifyStreams(ctx context.Context) {
 	}
 }
 
-// recoverLost, on the partition's tick (under p.mu), appends its lost
-// entries again once nothing else can count them: the relay's requests
-// sent before the loss have landed or failed (relayWait), and the owner
-// has counted up to the partition's end read after that. It reports
-// whether the partition is recovering (its takes stay closed).
-func (s *Sink) recoverLost(ctx context.Context, partition int, p *partState) bool {
+// settleDoubts, on the partition's tick (under p.mu), settles the appends
+// in doubt for relayWait or more: it reads the take stream and the
+// partition's end, and once the owner has counted up to that end, appends
+// the lost entries again and drops the uncertain ones the stream did not
+// hold.
+func (s *Sink) settleDoubts(ctx context.Context, partition int, p *partState) {
 	g := &p.takes
-	switch {
-	case g.lostAt.IsZero():
-		return false
-	case s.cfg.Now().Sub(g.lostAt) < s.relayWait():
-		return true
-	case !g.lostEnd:
-		// the end as it stands now: any request of the relay's is in it
-		g.target = -1
-		s.readTarget(ctx, partition, p) // stays closed: lostAt is set
-		g.lostEnd = g.target >= 0
-		return true
-	case g.applied < g.target:
-		return true
+	now := s.cfg.Now()
+	if g.doubtAt.IsZero() || now.Sub(g.doubtAt) < s.relayWait() {
+		return
 	}
+	if g.doubtRead.IsZero() {
+		seen, err := s.streamEvents(ctx, partition)
+		if err != nil {
+			s.log.Warn("owner takes: reading the take stream to settle appends in doubt failed; retrying", "partition", partition, "err", err)
+			return
+		}
+		_, end, err := s.cfg.Takes.Bounds(ctx, g.topic, partition)
+		if err != nil {
+			s.log.Warn("owner takes: reading the partition's end to settle appends in doubt failed; retrying", "partition", partition, "err", err)
+			return
+		}
+		g.doubtRead, g.doubtSeen, g.doubtEnd = now, seen, end
+		return
+	}
+	if g.applied < g.doubtEnd {
+		return
+	}
+	cut := g.doubtRead.Add(-s.relayWait())
 	t := &takeRound{partition: partition, p: p, epoch: g.epoch, done: make(chan error, 1)}
+	landed, dropped := 0, 0
+	g.doubtAt = time.Time{}
 	for id, a := range g.acked {
-		if a.lost {
-			a.lost, a.again = false, true
+		switch {
+		case a.doubt == appended || a.doubt == again:
+		case a.since.After(cut):
+			// arose after the read began: the next round settles it
+			if g.doubtAt.IsZero() || a.since.Before(g.doubtAt) {
+				g.doubtAt = a.since
+			}
+		case a.doubt == lost:
+			a.doubt = again
 			t.ids, t.evs = append(t.ids, id), append(t.evs, a.enc)
+		case g.doubtSeen[id]:
+			a.doubt = appended // the relay publishes it
+			landed++
+		default:
+			delete(g.acked, id)
+			g.ov.drop(id) // never appended: its take was answered failed
+			dropped++
 		}
 	}
-	g.lostAt, g.lostEnd, g.target = time.Time{}, false, -1 // opens on a next tick
-	if len(t.evs) == 0 {
-		return false
+	g.doubtRead, g.doubtSeen = time.Time{}, nil
+	s.m.takeDoubts.WithLabelValues("landed").Add(float64(landed))
+	s.m.takeDoubts.WithLabelValues("not_appended").Add(float64(dropped))
+	if landed+dropped+len(t.evs) > 0 {
+		s.log.Info("owner takes: appends in doubt settled", "partition", partition, "lost", len(t.evs), "landed", landed, "not_appended", dropped)
 	}
-	p.appends.Add(1)
+	if len(t.evs) > 0 {
+		s.appendAgain(partition, t)
+	}
+}
+
+// streamEvents are the ids of the events the partition's take stream
+// holds.
+func (s *Sink) streamEvents(ctx context.Context, partition int) (map[string]bool, error) {
+	key := s.cfg.Applier.keys.Takes(partition)
+	msgs, err := s.cfg.Takes.Redis.XRange(ctx, key, "-", "+").Result()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		for _, v := range m.Values {
+			str, _ := v.(string)
+			if _, value, err := window.ParseQueuedEvent(str); err == nil {
+				if ev, err := event.Decode(value); err == nil {
+					seen[ev.ID] = true
+				}
+			}
+		}
+	}
+	return seen, nil
+}
+
+// appendAgain queues a round of lost entries (under p.mu) and settles it
+// when it has run.
+func (s *Sink) appendAgain(partition int, t *takeRound) {
+	t.p.appends.Add(1)
 	select {
 	case s.rounds <- t:
 	default:
-		p.appends.Done()
+		t.p.appends.Done()
 		t.done <- errors.New("owner takes: the rounds' queue is full")
 	}
-	go s.settleReappend(partition, t)
-	return true
+	go s.settleAgain(partition, t)
 }
 
-// settleReappend waits for a round of lost entries: appended, they are
+// settleAgain waits for a round of lost entries: appended, they are
 // remembered as any append is (noteAppend); failed, they are lost again,
 // and retried.
-func (s *Sink) settleReappend(partition int, t *takeRound) {
+func (s *Sink) settleAgain(partition int, t *takeRound) {
 	p := t.p
 	var err error
 	select {
@@ -206,23 +306,23 @@ func (s *Sink) settleReappend(partition int, t *takeRound) {
 	for _, id := range t.ids {
 		a := p.takes.acked[id]
 		switch {
-		case a == nil || !a.again:
-			// counted, or appended and remembered again
+		case a == nil || a.doubt != again:
+			// counted, or appended and remembered anew
 		case err == nil:
 			delete(p.takes.acked, id) // appended; no window needs it
 		default:
-			a.again, a.lost = false, true
+			// lost still; no relay request can hold it: settled next tick
+			a.doubt, a.since = lost, s.cfg.Now().Add(-s.relayWait())
+			if p.takes.doubtAt.IsZero() || a.since.Before(p.takes.doubtAt) {
+				p.takes.doubtAt = a.since
+			}
 			n++
 		}
 	}
 	if err == nil {
-		s.m.takesLost.WithLabelValues("appended_again").Add(float64(len(t.evs)))
+		s.m.takeDoubts.WithLabelValues("appended_again").Add(float64(len(t.evs)))
 		s.log.Info("owner takes: lost take stream entries appended again", "partition", partition, "entries", len(t.evs))
 		return
-	}
-	if n > 0 && p.takes.lostAt.IsZero() {
-		p.takes.lostAt = s.cfg.Now().Add(-s.relayWait()) // none of the relay's requests holds them
-		p.closeTakes()
 	}
 	s.log.Warn("owner takes: appending lost take stream entries again failed; retrying", "partition", partition, "entries", n, "err", err)
 }
@@ -234,18 +334,19 @@ func (s *Sink) relayWait() time.Duration {
 }
 
 // dropLost reports, loudly, the lost entries a partition leaves unappended
-// as it goes (its revoke): their events reach no topic.
+// as it goes (its revoke): their events reach no topic. (An uncertain one
+// that landed is in the stream, where the next owner loads it.)
 func (s *Sink) dropLost(partition int, p *partState) {
 	p.mu.Lock()
 	n := 0
 	for _, a := range p.takes.acked {
-		if a.lost || a.again {
+		if a.doubt == lost || a.doubt == again {
 			n++
 		}
 	}
 	p.mu.Unlock()
 	if n > 0 {
-		s.m.takesLost.WithLabelValues("dropped").Add(float64(n))
+		s.m.takeDoubts.WithLabelValues("dropped").Add(float64(n))
 		s.log.Error("owner takes: take events Redis lost were not appended again before the partition left this owner: history misses them, and its next owner does not count them",
 			"partition", partition, "entries", n)
 	}

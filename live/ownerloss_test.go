@@ -2,7 +2,11 @@ package live
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,10 +29,21 @@ type lossOwner struct {
 	rdb  *redis.Client
 	key  string
 	took []string // the events of the takes it admitted
+	n    int      // takes tried
 }
 
 func newLossOwner(t *testing.T) *lossOwner {
+	return newLossOwnerWith(t, nil)
+}
+
+// newLossOwnerWith is newLossOwner whose takes' Redis client runs hook.
+func newLossOwnerWith(t *testing.T, hook redis.Hook) *lossOwner {
 	rdb := stacktest.Redis(t)
+	takes := redis.NewClient(rdb.Options())
+	t.Cleanup(func() { _ = takes.Close() })
+	if hook != nil {
+		takes.AddHook(hook)
+	}
 	st := windowtest.NewStore(t, rdb)
 	set := windowtest.MustRules(t, `
 rules:
@@ -49,7 +64,7 @@ rules:
 		t.Fatal(err)
 	}
 	s, err := NewSink(SinkConfig{Applier: ap, Group: "g", Rules: func() *rules.Set { return set }, CheckpointEvery: time.Hour, TakeRelay: relay,
-		Takes: &TakesConfig{Redis: rdb, Bounds: func(context.Context, string, int) (int64, int64, error) { return 0, 0, nil }}})
+		Takes: &TakesConfig{Redis: takes, Bounds: func(context.Context, string, int) (int64, int64, error) { return 0, 0, nil }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +81,8 @@ rules:
 func (o *lossOwner) take() bool {
 	o.t.Helper()
 	now := time.Now()
-	e := event.Event{ID: "e" + strconv.Itoa(len(o.took)+1) + "-" + strconv.FormatInt(now.UnixNano(), 36), Action: "reset", Kind: "email", Subject: "l@example.com", N: 1, TS: now}
+	o.n++
+	e := event.Event{ID: "e" + strconv.Itoa(o.n) + "-" + strconv.FormatInt(now.UnixNano(), 36), Action: "reset", Kind: "email", Subject: "l@example.com", N: 1, TS: now}
 	v, err := event.Encode(e)
 	if err != nil {
 		o.t.Fatal(err)
@@ -123,23 +139,38 @@ func (o *lossOwner) streamEvents() map[string]int {
 	return ids
 }
 
-// recovered runs the partition's ticks until its takes are answered again.
-func (o *lossOwner) recovered() {
+// settled runs the partition's ticks until no append is in doubt.
+func (o *lossOwner) settled() {
 	o.t.Helper()
 	p := o.s.part(0)
-	stacktest.WaitFor(o.t, "the lost entry appended again and the takes open", 10*time.Second, func() bool {
+	stacktest.WaitFor(o.t, "the appends in doubt settled", 10*time.Second, func() bool {
 		o.s.reopenTakes(context.Background(), "lt", 0, p)
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.takes.open
+		for _, a := range p.takes.acked {
+			if a.doubt != appended {
+				return false
+			}
+		}
+		return p.takes.doubtAt.IsZero()
 	})
+}
+
+// inOverlay tells whether the owner's overlay counts the event id.
+func (o *lossOwner) inOverlay(id string) bool {
+	p := o.s.part(0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.takes.ov.byID[id]
+	return ok
 }
 
 // A Redis failover to a replica that lacks the owner's last appends loses
 // take entries it acknowledged: the owner notices (on its stream check, or
-// on an append whose id is not past the last), closes the partition's
-// takes, and appends the lost entries again once nothing else can count
-// them; every take it admitted is then in the stream exactly once.
+// on an append whose id is not past the last) and, once nothing else can
+// count them, appends them again; its takes go on meanwhile (the overlay
+// counts the lost ones), and every take it admitted ends in the stream
+// exactly once.
 func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 	o := newLossOwner(t)
 	for range 2 {
@@ -153,21 +184,18 @@ func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 		p := o.s.part(0)
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return !p.takes.lostAt.IsZero() && !p.takes.open
+		return !p.takes.doubtAt.IsZero()
 	})
-	if o.take() {
-		t.Fatal("a take was answered while the lost entry is missing")
-	}
-	o.recovered()
 	if !o.take() {
-		t.Fatal("a take failed after the recovery")
+		t.Fatal("a take failed while a lost entry waits to be appended again")
 	}
+	o.settled()
 	// found by the next append: its id is not past the last acknowledged
 	o.lose()
 	if !o.take() {
 		t.Fatal("the take that finds the loss failed; want it appended")
 	}
-	o.recovered()
+	o.settled()
 	got := o.streamEvents()
 	for _, id := range o.took {
 		if got[id] != 1 {
@@ -177,7 +205,104 @@ func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 	if len(got) != len(o.took) {
 		t.Errorf("the stream holds %d events, the takes admitted %d", len(got), len(o.took))
 	}
-	if n := testutil.ToFloat64(o.s.m.takesLost.WithLabelValues("appended_again")); n != 2 {
+	if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("appended_again")); n != 2 {
 		t.Errorf("entries appended again: %v, want 2", n)
+	}
+}
+
+// cutReply fails the next pipeline that appends to a take stream with a
+// connection's error, before sending it or after its replies came.
+type cutReply struct {
+	mu    sync.Mutex
+	mode  string // "before", "after", "" (none)
+	fired int
+}
+
+func (h *cutReply) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *cutReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *cutReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		mode := h.mode
+		if mode != "" && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "xadd" }) {
+			h.mode = ""
+			h.fired++
+		} else {
+			mode = ""
+		}
+		h.mu.Unlock()
+		cut := errors.New("read tcp: connection reset by peer")
+		switch mode {
+		case "before":
+			for _, c := range cmds {
+				c.SetErr(cut)
+			}
+			return cut
+		case "after":
+			_ = next(ctx, cmds)
+			for _, c := range cmds {
+				c.SetErr(cut)
+			}
+			return cut
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// An append that got no answer leaves its take failed and in the overlay
+// (counted, in case it landed) until it is settled: one the take stream
+// holds stays (the relay publishes it, the apply counts it); one that
+// never landed leaves the overlay, so the window does not count a take
+// that was never admitted.
+func TestOwnerTakesSettleAppendsWithoutAnswer(t *testing.T) {
+	h := &cutReply{}
+	o := newLossOwnerWith(t, h)
+	if !o.take() {
+		t.Fatal("a take failed")
+	}
+	h.mu.Lock()
+	h.mode = "before"
+	h.mu.Unlock()
+	if o.take() {
+		t.Fatal("a take whose append got no answer was admitted")
+	}
+	never := "e2"
+	h.mu.Lock()
+	h.mode = "after"
+	h.mu.Unlock()
+	if o.take() {
+		t.Fatal("a take whose append got no answer was admitted")
+	}
+	if h.fired != 2 {
+		t.Fatalf("the cut fired %d times, want 2", h.fired)
+	}
+	var neverID, landedID string
+	p := o.s.part(0)
+	p.mu.Lock()
+	for id := range p.takes.acked {
+		switch {
+		case strings.HasPrefix(id, never+"-"):
+			neverID = id
+		case strings.HasPrefix(id, "e3-"):
+			landedID = id
+		}
+	}
+	p.mu.Unlock()
+	if neverID == "" || landedID == "" || !o.inOverlay(neverID) || !o.inOverlay(landedID) {
+		t.Fatalf("the two takes without an answer: %q and %q; want both in doubt and counted", neverID, landedID)
+	}
+	o.settled()
+	if o.inOverlay(neverID) {
+		t.Error("the take whose append never landed is still counted")
+	}
+	if !o.inOverlay(landedID) {
+		t.Error("the take whose append landed is no longer counted before its event is")
+	}
+	got := o.streamEvents()
+	if got[neverID] != 0 || got[landedID] != 1 || got[o.took[0]] != 1 {
+		t.Errorf("the stream holds %v; want the first take's and the landed one's events once each", got)
+	}
+	if a, b := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("not_appended")), testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("landed")); a != 1 || b != 1 {
+		t.Errorf("settled not appended %v, landed %v; want 1 each", a, b)
 	}
 }

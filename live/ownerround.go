@@ -92,6 +92,12 @@ func (s *Sink) handOver(ctx context.Context, rounds []*takeRound) (int, error) {
 			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
 		}
 		for _, u := range rounds[k:] {
+			// never sent: its takes leave the overlay
+			u.p.mu.Lock()
+			for _, id := range u.ids {
+				u.p.takes.ov.drop(id)
+			}
+			u.p.mu.Unlock()
 			u.p.appends.Done()
 		}
 		return k, err
@@ -158,6 +164,9 @@ func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
 			t.done <- fmt.Errorf("owner take: partition %d: %w", t.partition, errTakeFenced)
 			continue
 		case err != nil:
+			t.p.mu.Lock()
+			s.appendFailed(t.p, t, err)
+			t.p.mu.Unlock()
 			t.done <- fmt.Errorf("owner take: append to partition %d's take stream: %w", t.partition, err)
 			continue
 		}

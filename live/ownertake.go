@@ -45,8 +45,8 @@ import (
 // replay and its predecessor's last takes included), and stops answering
 // on anything that makes its memory doubtful (a failed batch, a refused
 // checkpoint, the revoke). Meanwhile takes fail (the limiter answers them
-// closed). An uncertain append keeps its overlay entry: counted until it
-// expires, never lost.
+// closed). An append without an answer keeps its overlay entry until it
+// is settled (ownerloss.go): counted meanwhile, never lost.
 //
 // A new owner fences the take stream before it loads it (takefence.lua)
 // and appends at an epoch past every id the stream held: a former owner
@@ -124,15 +124,19 @@ type takeGate struct {
 	// here again.
 	epoch  int64
 	fenced bool
-	// acked are the appended takes' events not yet counted, by event id;
-	// lastAck the last id Redis gave this owner's appends (hasAck: one
-	// did); lostAt when Redis was found to have lost some of acked (zero:
-	// none). ownerloss.go.
-	acked   map[string]*ackedTake
-	lastAck streamID
-	hasAck  bool
-	lostAt  time.Time
-	lostEnd bool // target read after lostAt's relay wait
+	// acked are the takes' events appended, or maybe, and not yet
+	// counted, by event id; lastAck the last id Redis gave this owner's
+	// appends (hasAck: one did); doubtAt when the oldest doubt of acked
+	// arose (zero: none), and while one is settled, doubtRead when the
+	// stream was read, doubtSeen the events it held, doubtEnd the
+	// partition's end read after. ownerloss.go.
+	acked     map[string]*ackedTake
+	lastAck   streamID
+	hasAck    bool
+	doubtAt   time.Time
+	doubtRead time.Time
+	doubtSeen map[string]bool
+	doubtEnd  int64
 }
 
 // takeProfiles caches the limit profiles of owner takes for the rules in

@@ -552,7 +552,7 @@ type sinkMetrics struct {
 	checkpointSeconds prometheus.Histogram
 	// owner takes
 	ownerTakes *prometheus.CounterVec
-	takesLost  *prometheus.CounterVec
+	takeDoubts *prometheus.CounterVec
 	inflight   *prometheus.GaugeVec
 }
 
@@ -612,9 +612,9 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 			Name: "floodgate_live_owner_takes_total", ConstLabels: labels,
 			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), fenced (a newer owner fenced the take stream: this member lost the partition and has not noticed yet), failed (an error: the take may have counted).",
 		}, []string{"result"}),
-		takesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_live_owner_take_entries_lost_total", ConstLabels: labels,
-			Help: "Owner takes' take stream entries Redis lost after acknowledging them (a failover to a replica that lacked them), by outcome: appended_again, or dropped (the partition left this owner first: history misses their events).",
+		takeDoubts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_live_owner_take_doubts_total", ConstLabels: labels,
+			Help: "Owner takes' appends settled after a doubt, by outcome: appended_again (Redis lost it after acknowledging it, a failover), landed (no answer came; the stream held it), not_appended (no answer came and it never landed: its take leaves the overlay), dropped (lost, and the partition left this owner before it was appended again: history misses its event).",
 		}, []string{"outcome"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_live_owner_takes_inflight", ConstLabels: labels,
@@ -646,11 +646,11 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"taken", "refused", "not_owner", "fenced", "failed"} {
 		m.ownerTakes.WithLabelValues(r)
 	}
-	for _, r := range []string{"appended_again", "dropped"} {
-		m.takesLost.WithLabelValues(r)
+	for _, r := range []string{"appended_again", "landed", "not_appended", "dropped"} {
+		m.takeDoubts.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds, m.ownerTakes, m.takesLost, m.inflight} {
+		for _, c := range []prometheus.Collector{m.events, m.decisions, m.batches, m.subjects, m.fromCopies, m.misplaced, m.pruned, m.delay, m.offsetMissing, m.replayed, m.unreplayed, m.checkpoints, m.checkpointFields, m.checkpointSeconds, m.ownerTakes, m.takeDoubts, m.inflight} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("live sink: register metrics: %w", err)
 			}

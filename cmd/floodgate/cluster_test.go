@@ -217,6 +217,87 @@ func TestClusterRedisPrimaryKill(t *testing.T) {
 	e.checkExact(tally, 2*time.Minute)
 }
 
+// TestClusterOwnerTakesRedisPrimaryKill kills the Redis primary of some
+// partitions' take streams while `aggregator --owner-takes` answers takes
+// of them, after cutting its replica off until the primary has acknowledged
+// appends the replica lacks (as TestClusterRedisPrimaryKill does for
+// batches). The owner notices its streams went back, closes their takes,
+// and appends again the entries no topic holds: no subject is admitted past
+// its limit, and each is counted exactly its limit in Redis and in the
+// events topic.
+func TestClusterOwnerTakesRedisPrimaryKill(t *testing.T) {
+	e := newEnv(t, envConfig{partitions: clusterParts, rules: ownerTakeRules, cluster: true})
+	// enough subjects that takes go on past the failover
+	ownerTakesExact(t, e, 400, func(run *ownerTakesRun) {
+		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return run.total() >= 200 })
+		keys := e.store.Keys()
+		primary, replica := stacktest.KillRedisPrimaryAhead(t, keys.Slot(0), func(node *redis.Client) {
+			parts := e.partitionsOn(node, node.Options().Addr)
+			stalled := takeStreamEnds(t, node, e, parts)
+			stacktest.WaitFor(t, "appends the cut-off replica lacks", time.Minute, func() bool {
+				now := takeStreamEnds(t, node, e, parts)
+				for _, p := range parts {
+					if !idLess(stalled[p], now[p]) {
+						return false
+					}
+				}
+				t.Logf("take streams' last ids on the primary at the cut-off %v, now %v", stalled, now)
+				return true
+			})
+		})
+		stacktest.WaitClusterOK(t)
+		t.Logf("primary %s killed ahead of its replica %s", primary, replica)
+		stacktest.WaitFor(t, "the owner noticing its take streams went back", time.Minute, func() bool {
+			return e.logsContain("Redis lost take stream entries it had acknowledged")
+		})
+		stacktest.WaitFor(t, "the appends in doubt settled", time.Minute, func() bool {
+			return e.logsContain("appends in doubt settled")
+		})
+		if body, err := httpGet(metricsAddr(t, e, "run0")); err == nil {
+			var outcomes []string
+			for _, o := range []string{"appended_again", "landed", "not_appended", "dropped"} {
+				outcomes = append(outcomes, fmt.Sprintf("%s %v", o, metricValue(body, "floodgate_live_owner_take_doubts_total", `outcome="`+o+`"`)))
+			}
+			t.Logf("appends in doubt: %s", strings.Join(outcomes, ", "))
+		}
+		stacktest.StartRedisNode(t, portOf(t, primary))
+		stacktest.WaitClusterOK(t)
+	})
+}
+
+// takeStreamEnds reads the last generated id of parts' take streams on a
+// node ("0-0" for none).
+func takeStreamEnds(t *testing.T, node *redis.Client, e *liveEnv, parts []int) map[int]string {
+	t.Helper()
+	ends := map[int]string{}
+	for _, p := range parts {
+		info, err := node.XInfoStream(context.Background(), e.store.Keys().Takes(p)).Result()
+		switch {
+		case err != nil && strings.Contains(err.Error(), "no such key"):
+			ends[p] = "0-0"
+		case err != nil:
+			t.Fatalf("take stream of partition %d: %v", p, err)
+		default:
+			ends[p] = info.LastGeneratedID
+		}
+	}
+	return ends
+}
+
+// idLess orders Redis stream ids.
+func idLess(a, b string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	x, _ := strconv.ParseUint(am, 10, 64)
+	y, _ := strconv.ParseUint(bm, 10, 64)
+	if x != y {
+		return x < y
+	}
+	u, _ := strconv.ParseUint(as, 10, 64)
+	v, _ := strconv.ParseUint(bs, 10, 64)
+	return u < v
+}
+
 // TestClusterKafkaBrokerKill kills (SIGKILL) the broker coordinating the
 // live group under load (it leads some partitions too), lets the load and
 // both groups go on with two brokers, and restarts it.

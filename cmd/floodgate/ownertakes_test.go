@@ -88,13 +88,46 @@ func (tl *ownerTakeTally) count(m map[string]int64, subject string) int64 {
 func TestOwnerTakesExactAcrossKills(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{partitions: 4, rules: ownerTakeRules})
+	ownerTakesExact(t, e, 8, func(run *ownerTakesRun) {
+		for round, at := range []int64{40, 100} {
+			stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return run.total() >= at })
+			run.p.kill(t)
+			run.p = e.start("run" + string(rune('1'+round)))
+		}
+	})
+}
+
+// ownerTakesRun is a run of ownerTakesExact: its owner and what its takes
+// were told.
+type ownerTakesRun struct {
+	p    *proc
+	subs []string
+	tl   *ownerTakeTally
+}
+
+// total is how many takes were admitted so far.
+func (r *ownerTakesRun) total() (n int64) {
+	for _, s := range r.subs {
+		n += r.tl.count(r.tl.allowed, s)
+	}
+	return n
+}
+
+// ownerTakesExact starts `aggregator --owner-takes` (run0) on e, sends
+// strict takes of n subjects to it from 8 goroutines (to run.p's take
+// address, kept across restarts), runs fault while they go on, and then,
+// once every subject is denied by its limit of 25, checks that no subject
+// was admitted past it and that each is counted exactly the limit, in
+// Redis and in the events topic.
+func ownerTakesExact(t *testing.T, e *liveEnv, n int, fault func(run *ownerTakesRun)) {
+	t.Helper()
 	addr, err := childproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addr, "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
-	subs := subjects(8)
-	tl := &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}
+	run := &ownerTakesRun{subs: subjects(n), tl: &ownerTakeTally{allowed: map[string]int64{}, uncertain: map[string]int64{}, limited: map[string]int64{}}}
+	subs, tl := run.subs, run.tl
 	const limit = 25
 
 	stop := make(chan struct{})
@@ -114,19 +147,9 @@ func TestOwnerTakesExactAcrossKills(t *testing.T) {
 	}
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopLoad)
-	total := func() (n int64) {
-		for _, s := range subs {
-			n += tl.count(tl.allowed, s)
-		}
-		return n
-	}
-	p := e.start("run0")
-	for round, at := range []int64{40, 100} {
-		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return total() >= at })
-		p.kill(t)
-		p = e.start("run" + string(rune('1'+round)))
-	}
-	stacktest.WaitFor(t, "every subject denied by its limit", 120*time.Second, func() bool {
+	run.p = e.start("run0")
+	fault(run)
+	stacktest.WaitFor(t, "every subject denied by its limit", 3*time.Minute, func() bool {
 		for _, s := range subs {
 			if tl.count(tl.limited, s) < 3 {
 				return false
@@ -138,7 +161,7 @@ func TestOwnerTakesExactAcrossKills(t *testing.T) {
 
 	ctx := context.Background()
 	waitTakesRelayed(t, e)
-	p.stop(t) // its final checkpoint: Redis holds every count
+	run.p.stop(t) // its final checkpoint: Redis holds every count
 	qs := make([]window.Query, len(subs))
 	for i, s := range subs {
 		qs[i] = window.Query{Subject: window.Subject{Action: "crash", Kind: "k", Subject: s}, Windows: []time.Duration{time.Hour}}
