@@ -185,6 +185,7 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 			s.log.Warn("owner takes: writing the partition's owner record failed; takes forwarded here may fail until it is written", "partition", partition, "err", err)
 		}
 	}
+	read := s.readForDoubts(ctx, topic, partition, p)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if berr == nil {
@@ -204,7 +205,7 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 		s.m.inflight.WithLabelValues(strconv.Itoa(partition)).Set(float64(len(p.takes.ov.byID)))
 	}
 	if !p.takes.fenced {
-		s.settleDoubts(ctx, partition, p)
+		s.settleDoubts(partition, p, read)
 	}
 	switch {
 	case p.takes.open || p.takes.fenced:

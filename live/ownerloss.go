@@ -191,29 +191,52 @@ func (s *Sink) verifyStreams(ctx context.Context) {
 	}
 }
 
+// doubtsRead is what settling appends in doubt reads, outside the
+// partition's lock: the take stream's events, then the partition's end.
+type doubtsRead struct {
+	at   time.Time
+	seen map[string]bool
+	end  int64
+}
+
+// readForDoubts reads the take stream and the partition's end when appends
+// have been in doubt for relayWait and were not read for yet (nil
+// otherwise, or on an error: read again on the next tick).
+func (s *Sink) readForDoubts(ctx context.Context, topic string, partition int, p *partState) *doubtsRead {
+	p.mu.Lock()
+	due := !p.takes.doubtAt.IsZero() && p.takes.doubtRead.IsZero() && s.cfg.Now().Sub(p.takes.doubtAt) >= s.relayWait()
+	p.mu.Unlock()
+	if !due {
+		return nil
+	}
+	at := s.cfg.Now()
+	seen, err := s.streamEvents(ctx, partition)
+	if err != nil {
+		s.log.Warn("owner takes: reading the take stream to settle appends in doubt failed; retrying", "partition", partition, "err", err)
+		return nil
+	}
+	_, end, err := s.cfg.Takes.Bounds(ctx, topic, partition)
+	if err != nil {
+		s.log.Warn("owner takes: reading the partition's end to settle appends in doubt failed; retrying", "partition", partition, "err", err)
+		return nil
+	}
+	return &doubtsRead{at: at, seen: seen, end: end}
+}
+
 // settleDoubts, on the partition's tick (under p.mu), settles the appends
-// in doubt for relayWait or more: it reads the take stream and the
-// partition's end, and once the owner has counted up to that end, appends
-// the lost entries again and drops the uncertain ones the stream did not
-// hold.
-func (s *Sink) settleDoubts(ctx context.Context, partition int, p *partState) {
+// in doubt since relayWait before the take stream was read (read, once
+// readForDoubts has): once the owner has counted up to the partition's end
+// read after the stream, it appends the lost entries again and drops the
+// uncertain ones the stream did not hold.
+func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 	g := &p.takes
-	now := s.cfg.Now()
-	if g.doubtAt.IsZero() || now.Sub(g.doubtAt) < s.relayWait() {
+	if g.doubtAt.IsZero() {
 		return
 	}
 	if g.doubtRead.IsZero() {
-		seen, err := s.streamEvents(ctx, partition)
-		if err != nil {
-			s.log.Warn("owner takes: reading the take stream to settle appends in doubt failed; retrying", "partition", partition, "err", err)
-			return
+		if read != nil {
+			g.doubtRead, g.doubtSeen, g.doubtEnd = read.at, read.seen, read.end
 		}
-		_, end, err := s.cfg.Takes.Bounds(ctx, g.topic, partition)
-		if err != nil {
-			s.log.Warn("owner takes: reading the partition's end to settle appends in doubt failed; retrying", "partition", partition, "err", err)
-			return
-		}
-		g.doubtRead, g.doubtSeen, g.doubtEnd = now, seen, end
 		return
 	}
 	if g.applied < g.doubtEnd {
