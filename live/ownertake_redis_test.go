@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,50 +22,59 @@ import (
 	"floodgate/window/windowtest"
 )
 
-// lossOwner is a sink answering owner takes of partition 0, its ticks run
-// by the test.
-type lossOwner struct {
-	t    *testing.T
-	s    *Sink
-	rdb  *redis.Client
-	key  string
-	took []string // the events of the takes it admitted
-	n    int      // takes tried
+// testOwner is a sink answering owner takes of partition 0 of st, from
+// the slot's Redis (through a client of its own), its ticks run by the
+// test. Its takes are of one subject, against a limit of limit an hour.
+type testOwner struct {
+	t     *testing.T
+	s     *Sink
+	rdb   *redis.Client
+	key   string
+	limit int64
+	took  []string // the events of the takes it admitted
+	n     int      // takes tried
 }
 
-func newLossOwner(t *testing.T) *lossOwner {
+func newLossOwner(t *testing.T) *testOwner {
 	return newLossOwnerWith(t, nil)
 }
 
-// newLossOwnerWith is newLossOwner whose takes' Redis client runs hook.
-func newLossOwnerWith(t *testing.T, hook redis.Hook) *lossOwner {
+// newLossOwnerWith is a testOwner of 100 an hour on a store of its own,
+// whose takes' Redis client runs hook.
+func newLossOwnerWith(t *testing.T, hook redis.Hook) *testOwner {
 	rdb := stacktest.Redis(t)
+	return newTestOwner(t, rdb, windowtest.NewStore(t, rdb), 100, hook)
+}
+
+func newTestOwner(t *testing.T, rdb *redis.Client, st *window.Store, limit int64, hook redis.Hook) *testOwner {
+	t.Helper()
 	takes := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { _ = takes.Close() })
 	if hook != nil {
 		takes.AddHook(hook)
 	}
-	st := windowtest.NewStore(t, rdb)
-	set := windowtest.MustRules(t, `
+	set := windowtest.MustRules(t, fmt.Sprintf(`
 rules:
   - name: r
     action: reset
     kinds: [email]
-    limits: [100/h]
+    limits: [%d/h]
     strict: true
-`)
+`, limit))
 	ap, err := NewApplier(st, ApplierConfig{WriteBack: true, OwnerTakes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// never run (no RunPartition): its produce timeout is the wait for
-	// requests sent before a loss
+	// requests sent before a doubt
 	relay, err := NewTakeRelay(TakeRelayConfig{Store: st, Redis: rdb, Kafka: &kafka.Client{}, ProduceTimeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := NewSink(SinkConfig{Applier: ap, Group: "g", Rules: func() *rules.Set { return set }, CheckpointEvery: time.Hour, TakeRelay: relay,
-		Takes: &TakesConfig{Redis: takes, Bounds: func(context.Context, string, int) (int64, int64, error) { return 0, 0, nil }}})
+		Takes: &TakesConfig{Redis: takes, Bounds: func(context.Context, string, int) (int64, int64, error) {
+			return 0, 0, nil // nothing in the log: a resumed owner answers at once
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,10 +85,16 @@ rules:
 	if _, _, err := s.Resume(context.Background(), "lt", 0); err != nil {
 		t.Fatal(err)
 	}
-	return &lossOwner{t: t, s: s, rdb: rdb, key: st.Keys().Takes(0)}
+	return &testOwner{t: t, s: s, rdb: rdb, key: st.Keys().Takes(0), limit: limit}
 }
 
-func (o *lossOwner) take() bool {
+// take takes one, telling whether it was admitted.
+func (o *testOwner) take() bool {
+	ok, err := o.takeErr()
+	return ok && err == nil
+}
+
+func (o *testOwner) takeErr() (bool, error) {
 	o.t.Helper()
 	now := time.Now()
 	o.n++
@@ -88,17 +104,17 @@ func (o *lossOwner) take() bool {
 		o.t.Fatal(err)
 	}
 	q := window.EvalQuery{Subject: window.Subject{Action: "reset", Kind: "email", Subject: e.Subject}, MaxWindow: time.Hour, Count: true,
-		Limits: []window.EvalLimit{{Limit: rules.Limit{Count: 100, Window: time.Hour}, Block: true}}}
+		Limits: []window.EvalLimit{{Limit: rules.Limit{Count: o.limit, Window: time.Hour}, Block: true}}}
 	taken, _, _, err := o.s.TakeQueued(context.Background(), now, []window.EvalQuery{q}, 1, []window.QueuedEvent{{Key: []byte(e.Key()), Value: v, ID: e.ID}})
 	if taken && err == nil {
 		o.took = append(o.took, e.ID)
 	}
-	return taken && err == nil
+	return taken, err
 }
 
 // lose makes the stream what a replica that lacks its last entry holds:
 // the entries before it, its last id the one before.
-func (o *lossOwner) lose() {
+func (o *testOwner) lose() {
 	o.t.Helper()
 	ctx := context.Background()
 	msgs, err := o.rdb.XRange(ctx, o.key, "-", "+").Result()
@@ -116,7 +132,7 @@ func (o *lossOwner) lose() {
 }
 
 // streamEvents are the ids of the events the take stream holds.
-func (o *lossOwner) streamEvents() map[string]int {
+func (o *testOwner) streamEvents() map[string]int {
 	o.t.Helper()
 	msgs, err := o.rdb.XRange(context.Background(), o.key, "-", "+").Result()
 	if err != nil {
@@ -140,7 +156,7 @@ func (o *lossOwner) streamEvents() map[string]int {
 }
 
 // settled runs the partition's ticks until no append is in doubt.
-func (o *lossOwner) settled() {
+func (o *testOwner) settled() {
 	o.t.Helper()
 	p := o.s.part(0)
 	stacktest.WaitFor(o.t, "the appends in doubt settled", 10*time.Second, func() bool {
@@ -157,7 +173,7 @@ func (o *lossOwner) settled() {
 }
 
 // inOverlay tells whether the owner's overlay counts the event id.
-func (o *lossOwner) inOverlay(id string) bool {
+func (o *testOwner) inOverlay(id string) bool {
 	p := o.s.part(0)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -304,5 +320,37 @@ func TestOwnerTakesSettleAppendsWithoutAnswer(t *testing.T) {
 	}
 	if a, b := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("not_appended")), testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("landed")); a != 1 || b != 1 {
 		t.Errorf("settled not appended %v, landed %v; want 1 each", a, b)
+	}
+}
+
+// A member cut off from the group but not from Redis still believes it
+// owns its partitions: a take it admits from its memory must not be
+// answered once a new owner has loaded the take stream, or the two would
+// admit the same room twice. The new owner's load fences the stream; the
+// zombie's append fails, so does its take, and it answers no more.
+func TestOwnerTakesZombieIsFenced(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := windowtest.NewStore(t, rdb)
+	zombie := newTestOwner(t, rdb, st, 3, nil)
+	if ok, err := zombie.takeErr(); !ok || err != nil {
+		t.Fatalf("the first owner's take: taken %v, %v", ok, err)
+	}
+	next := newTestOwner(t, rdb, st, 3, nil)
+	for i := range 2 {
+		if ok, err := next.takeErr(); !ok || err != nil {
+			t.Fatalf("the new owner's take %d: taken %v, %v", i+1, ok, err)
+		}
+	}
+	if ok, err := next.takeErr(); ok || err != nil {
+		t.Fatalf("the new owner's fourth take: taken %v, %v; want refused (its predecessor's take counts)", ok, err)
+	}
+	// the zombie's memory holds 1 of 3
+	for range 2 {
+		if ok, err := zombie.takeErr(); ok || !errors.Is(err, ErrNotOwner) {
+			t.Fatalf("the zombie's take: taken %v, %v; want failed, not the owner", ok, err)
+		}
+	}
+	if n, err := rdb.XLen(context.Background(), st.Keys().Takes(0)).Result(); err != nil || n != 3 {
+		t.Errorf("the take stream holds %d entries (%v), want the 3 admitted", n, err)
 	}
 }
