@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -38,23 +37,6 @@ import (
 // verifyEvery is how often RunTakes checks the streams of the partitions
 // with appends not yet counted.
 const verifyEvery = 250 * time.Millisecond
-
-// streamID is a Redis stream entry id, "<ms>-<seq>".
-type streamID struct{ ms, seq uint64 }
-
-func parseStreamID(s string) (streamID, error) {
-	ms, seq, ok := strings.Cut(s, "-")
-	m, err1 := strconv.ParseUint(ms, 10, 64)
-	q, err2 := strconv.ParseUint(seq, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return streamID{}, fmt.Errorf("stream id %q: want <ms>-<seq>", s)
-	}
-	return streamID{m, q}, nil
-}
-
-func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
-
-func (a streamID) String() string { return fmt.Sprintf("%d-%d", a.ms, a.seq) }
 
 // doubt is what an owner knows of an append not yet counted.
 type doubt uint8

@@ -620,24 +620,3 @@ func takeHeader(hs []kafka.Header, prefix string) (string, bool) {
 	}
 	return "", false
 }
-
-// streamIDLess orders Redis stream ids "<ms>-<seq>".
-func streamIDLess(a, b string) bool {
-	am, as := splitStreamID(a)
-	bm, bs := splitStreamID(b)
-	return am < bm || (am == bm && as < bs)
-}
-
-func splitStreamID(id string) (uint64, uint64) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, _ := strconv.ParseUint(ms, 10, 64)
-	s, _ := strconv.ParseUint(seq, 10, 64)
-	return m, s
-}
-
-// nextStreamID is the least id after id: trimming below it keeps nothing
-// up to id.
-func nextStreamID(id string) string {
-	m, s := splitStreamID(id)
-	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10)
-}
