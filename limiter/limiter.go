@@ -549,6 +549,9 @@ func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.S
 	if err != nil {
 		return nil, err
 	}
+	if err := checkStates(plans, states); err != nil {
+		return nil, err
+	}
 	views := make([]view, len(plans))
 	for i, st := range states {
 		v := view{deny: st.Deny, ban: st.Ban, limits: make([]limitView, len(plans[i].limits))}
@@ -568,6 +571,29 @@ func (l *Limiter) readRedis(ctx context.Context, op, action string, set *rules.S
 		views[i] = v
 	}
 	return views, nil
+}
+
+// checkStates refuses states that do not answer every plan's limits: a
+// taker may be a peer across the network, and a short answer must fail
+// the request, not the process.
+func checkStates(plans []plan, states []window.EvalState) error {
+	if len(states) != len(plans) {
+		return fmt.Errorf("limiter: %d states answer %d subjects", len(states), len(plans))
+	}
+	for i, st := range states {
+		w, b := 0, 0
+		for _, pl := range plans[i].limits {
+			if pl.bucket != nil {
+				b++
+			} else {
+				w++
+			}
+		}
+		if len(st.Sums) < w || len(st.Until) < w || len(st.Buckets) < b {
+			return fmt.Errorf("limiter: subject %d answered with %d sums, %d retry times and %d buckets for %d window limits and %d buckets", i, len(st.Sums), len(st.Until), len(st.Buckets), w, b)
+		}
+	}
+	return nil
 }
 
 // evalQuery is a plan as the store reads it. values are the request's other

@@ -122,6 +122,7 @@ func (s *Sink) RunTakes(ctx context.Context) error {
 			return nil
 		case <-verify.C:
 			s.verifyStreams(ctx)
+			s.expireReservations()
 			continue
 		case t := <-s.rounds:
 			round = append(round, t)

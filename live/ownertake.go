@@ -176,19 +176,42 @@ func (p *partState) closeTakes() {
 // A take of a partition not answered here fails with ErrNotOwner.
 func (s *Sink) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
 	taken, queued, states, err := s.takeQueued(ctx, now, qs, n, events)
-	result := "taken"
+	s.m.ownerTakes.WithLabelValues(takeResult(taken, err)).Inc()
+	return taken, queued, states, err
+}
+
+// takeResult is a take's floodgate_live_owner_takes_total label.
+func takeResult(taken bool, err error) string {
 	switch {
 	case errors.Is(err, errTakeFenced):
-		result = "fenced"
+		return "fenced"
 	case errors.Is(err, ErrNotOwner):
-		result = "not_owner"
+		return "not_owner"
 	case err != nil:
-		result = "failed"
+		return "failed"
 	case !taken:
-		result = "refused"
+		return "refused"
 	}
-	s.m.ownerTakes.WithLabelValues(result).Inc()
-	return taken, queued, states, err
+	return "taken"
+}
+
+// byPartition groups qs by their subjects' partitions: the queries of
+// each, and the partitions in order.
+func (s *Sink) byPartition(qs []window.EvalQuery) (map[int][]int, []int, error) {
+	groups := map[int][]int{}
+	for i, q := range qs {
+		part, err := s.cfg.Applier.Store().PartitionOf(q.Subject)
+		if err != nil {
+			return nil, nil, err
+		}
+		groups[part] = append(groups[part], i)
+	}
+	parts := make([]int, 0, len(groups))
+	for part := range groups {
+		parts = append(parts, part)
+	}
+	slices.Sort(parts)
+	return groups, parts, nil
 }
 
 func (s *Sink) takeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
@@ -199,19 +222,10 @@ func (s *Sink) takeQueued(ctx context.Context, now time.Time, qs []window.EvalQu
 	if err != nil {
 		return false, nil, nil, err
 	}
-	groups := map[int][]int{}
-	for i, q := range qs {
-		part, err := s.cfg.Applier.Store().PartitionOf(q.Subject)
-		if err != nil {
-			return false, nil, nil, err
-		}
-		groups[part] = append(groups[part], i)
+	groups, parts, err := s.byPartition(qs)
+	if err != nil {
+		return false, nil, nil, err
 	}
-	parts := make([]int, 0, len(groups))
-	for part := range groups {
-		parts = append(parts, part)
-	}
-	slices.Sort(parts)
 	states, held, err := s.admit(ctx, now, qs, n, byQuery, groups, parts)
 	if err != nil || held == nil {
 		return false, nil, states, err

@@ -108,6 +108,10 @@ type Sink struct {
 	// rounds queues owner takes for RunTakes (ownertake.go).
 	rounds       chan *takeRound
 	takeProfiles takeProfiles
+	// reservations are the parts of takes across owners reserved here
+	// (ownerreserve.go), by id.
+	resMu        sync.Mutex
+	reservations map[string]*reservation
 
 	mu    sync.Mutex
 	parts map[int]*partState
@@ -175,7 +179,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, parts: map[int]*partState{}, had: map[int]bool{}, rounds: make(chan *takeRound, maxTakeRound)}, nil
+	return &Sink{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), m: m, parts: map[int]*partState{}, had: map[int]bool{}, rounds: make(chan *takeRound, maxTakeRound), reservations: map[string]*reservation{}}, nil
 }
 
 // Resume implements aggregator.Sink. A write-back sink resumes from the
@@ -610,7 +614,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}),
 		ownerTakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_owner_takes_total", ConstLabels: labels,
-			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), fenced (a newer owner fenced the take stream: this member lost the partition and has not noticed yet), failed (an error: the take may have counted).",
+			Help: "Strict takes the partition owner answered (--owner-takes) by result: taken, refused (a limit or a ban), not_owner (a partition not answered here now: owned elsewhere, or catching up), fenced (a newer owner fenced the take stream: this member lost the partition and has not noticed yet), failed (an error: the take may have counted), released (a part of a take across owners reserved here, released as another part was refused).",
 		}, []string{"result"}),
 		takeDoubts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_owner_take_doubts_total", ConstLabels: labels,
@@ -643,7 +647,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"written", "fenced", "failed"} {
 		m.checkpoints.WithLabelValues(r)
 	}
-	for _, r := range []string{"taken", "refused", "not_owner", "fenced", "failed"} {
+	for _, r := range []string{"taken", "refused", "not_owner", "fenced", "failed", "released"} {
 		m.ownerTakes.WithLabelValues(r)
 	}
 	for _, r := range []string{"appended_again", "landed", "not_appended", "dropped"} {

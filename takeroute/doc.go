@@ -3,8 +3,11 @@
 // aggregator running --owner-takes writes, per partition whose takes it
 // answers, an owner record with the address of its peer endpoint
 // (window.Keys.TakesOwner, refreshed on its checkpoint tick, expiring when
-// it stops); a Router answers a take locally when it can and otherwise
-// forwards it, whole, to the one member that owns all its partitions.
+// it stops); a Router answers a take locally when it can, otherwise
+// forwards it, whole, to the one member that owns all its partitions, and
+// a take whose partitions several members own (this one among them,
+// perhaps) it takes in two phases (split.go): each owner reserves its part,
+// then every part is committed, or the reserved ones released.
 //
 // The peer endpoint trusts the limits a forwarded take carries (its
 // caller's limiter planned them from the same rules): only members may

@@ -29,12 +29,17 @@ const Path = "/internal/owner-take"
 const (
 	maxQueries   = 64
 	maxBodyBytes = 1 << 20
+	maxIDBytes   = 64
 	ownerTTL     = time.Second // how long a looked-up owner is trusted
 )
 
-// Local answers takes of the partitions this process owns; *live.Sink.
+// Local answers takes of the partitions this process owns, whole or in
+// two phases (a take across owners); *live.Sink.
 type Local interface {
 	TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error)
+	Reserve(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (string, []bool, []window.EvalState, error)
+	Commit(ctx context.Context, id string) error
+	Release(id string) error
 }
 
 // Redis is what a Router reads of Redis: the owner records.
@@ -93,9 +98,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, owners: map[int]cachedOwner{}, forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_takeroute_forwarded_total",
-		Help: "Owner takes of partitions another member owns, by result: forwarded (answered there), no_owner (no single other member owns them: denied here), not_owner (the member named no longer answers them: denied), failed (no answer: the take may have counted there).",
+		Help: "Owner takes of partitions another member owns, by result: forwarded (answered there), split (its partitions have several owners: reserved at each, then committed or released), no_owner (a partition no member answers: denied here), not_owner (the member named no longer answers them: denied), failed (no answer: the take may have counted there).",
 	}, []string{"result"})}
-	for _, res := range []string{"forwarded", "no_owner", "not_owner", "failed"} {
+	for _, res := range []string{"forwarded", "split", "no_owner", "not_owner", "failed"} {
 		r.forwarded.WithLabelValues(res)
 	}
 	if cfg.Registerer != nil {
@@ -108,19 +113,28 @@ func New(cfg Config) (*Router, error) {
 
 // TakeQueued implements limiter.Taker: the take is answered here when this
 // process owns its partitions, else forwarded to the member whose owner
-// records name all of them. A take whose partitions no single other member
-// owns fails with live.ErrNotOwner (answered closed).
+// records name all of them, else reserved at each owner and committed
+// (split). A take of a partition no record names fails with
+// live.ErrNotOwner (answered closed).
 func (r *Router) TakeQueued(ctx context.Context, now time.Time, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
 	taken, queued, states, err := r.cfg.Local.TakeQueued(ctx, now, qs, n, events)
 	if !errors.Is(err, live.ErrNotOwner) {
 		return taken, queued, states, err
 	}
-	addr, oerr := r.owner(ctx, qs)
+	addrs, oerr := r.ownersOf(ctx, qs)
 	if oerr != nil {
 		r.forwarded.WithLabelValues("no_owner").Inc()
 		return false, nil, nil, errors.Join(err, oerr)
 	}
-	taken, queued, states, err = r.forward(ctx, addr, qs, n, events)
+	if addr := addrs[0]; !slices.ContainsFunc(addrs, func(a string) bool { return a != addr }) && addr != r.cfg.Self {
+		taken, queued, states, err = r.forward(ctx, addr, qs, n, events)
+	} else {
+		taken, queued, states, err = r.split(ctx, now, qs, n, events, addrs)
+		if err == nil {
+			r.forwarded.WithLabelValues("split").Inc()
+			return taken, queued, states, nil
+		}
+	}
 	switch {
 	case errors.Is(err, live.ErrNotOwner):
 		r.forwarded.WithLabelValues("not_owner").Inc()
@@ -132,29 +146,28 @@ func (r *Router) TakeQueued(ctx context.Context, now time.Time, qs []window.Eval
 	return taken, queued, states, err
 }
 
-// owner is the one other member owning every partition of qs.
-func (r *Router) owner(ctx context.Context, qs []window.EvalQuery) (string, error) {
-	var parts []int
-	for _, q := range qs {
+// ownersOf are the members answering each query's partition, as their
+// owner records name them (Self for this one). A partition no record names
+// fails the take.
+func (r *Router) ownersOf(ctx context.Context, qs []window.EvalQuery) ([]string, error) {
+	parts := make([]int, len(qs))
+	for i, q := range qs {
 		p, err := r.cfg.Store.PartitionOf(q.Subject)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		if !slices.Contains(parts, p) {
-			parts = append(parts, p)
-		}
+		parts[i] = p
 	}
 	addrs, err := r.lookup(ctx, parts)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	addr := addrs[0]
-	for _, a := range addrs {
-		if a != addr || a == "" || a == r.cfg.Self {
-			return "", fmt.Errorf("take router: partitions %v are owned by %q: no single other member answers them", parts, addrs)
+	for i, a := range addrs {
+		if a == "" {
+			return nil, fmt.Errorf("take router: partition %d has no owner record: no member answers it now", parts[i])
 		}
 	}
-	return addr, nil
+	return addrs, nil
 }
 
 // lookup reads the owner records of parts, trusting what it read within
@@ -198,12 +211,18 @@ func (r *Router) lookup(ctx context.Context, parts []int) ([]string, error) {
 
 // wireTake and wireReply are a forwarded take and its answer.
 type wireTake struct {
+	// Op is "" (a take), or a phase of a take across owners: "reserve"
+	// (a take's part, held under the ID answered), "commit" or "release"
+	// (of ID).
+	Op      string               `json:"op,omitempty"`
+	ID      string               `json:"id,omitempty"`
 	Queries []window.EvalQuery   `json:"queries"`
 	N       int64                `json:"n"`
 	Events  []window.QueuedEvent `json:"events"`
 }
 
 type wireReply struct {
+	ID       string      `json:"id,omitempty"` // a reservation's
 	Taken    bool        `json:"taken"`
 	Queued   []bool      `json:"queued"`
 	States   []wireState `json:"states"`
@@ -262,13 +281,23 @@ func fromWire(ws []wireState) ([]window.EvalState, error) {
 // forward sends the take to addr's peer endpoint. An error leaves the take
 // uncertain (it may have counted there), as a local one does.
 func (r *Router) forward(ctx context.Context, addr string, qs []window.EvalQuery, n int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
-	body, err := json.Marshal(wireTake{Queries: qs, N: n, Events: events})
+	rep, states, err := r.call(ctx, addr, wireTake{Queries: qs, N: n, Events: events})
 	if err != nil {
 		return false, nil, nil, err
 	}
+	return rep.Taken, rep.Queued, states, nil
+}
+
+// call sends one request to addr's peer endpoint and checks its answer:
+// states for every query, queued flags for every event of a take.
+func (r *Router) call(ctx context.Context, addr string, in wireTake) (wireReply, []window.EvalState, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return wireReply{}, nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.Scheme+"://"+addr+Path, bytes.NewReader(body))
 	if err != nil {
-		return false, nil, nil, err
+		return wireReply{}, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if r.cfg.Token != "" {
@@ -276,27 +305,36 @@ func (r *Router) forward(ctx context.Context, addr string, qs []window.EvalQuery
 	}
 	resp, err := r.cfg.Client.Do(req)
 	if err != nil {
-		return false, nil, nil, fmt.Errorf("take router: forward to %s: %w", addr, err)
+		return wireReply{}, nil, fmt.Errorf("take router: %s to %s: %w", opName(in.Op), addr, err)
 	}
 	defer resp.Body.Close()
 	var rep wireReply
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&rep); err != nil {
-		return false, nil, nil, fmt.Errorf("take router: forward to %s: %s: %w", addr, resp.Status, err)
+		return wireReply{}, nil, fmt.Errorf("take router: %s to %s: %s: %w", opName(in.Op), addr, resp.Status, err)
 	}
 	switch {
 	case rep.NotOwner:
-		return false, nil, nil, fmt.Errorf("take router: %s: %s: %w", addr, rep.Error, live.ErrNotOwner)
+		return wireReply{}, nil, fmt.Errorf("take router: %s: %s: %w", addr, rep.Error, live.ErrNotOwner)
 	case rep.Error != "":
-		return false, nil, nil, fmt.Errorf("take router: %s: %s", addr, rep.Error)
+		return wireReply{}, nil, fmt.Errorf("take router: %s: %s", addr, rep.Error)
+	case in.Op == "commit" || in.Op == "release":
+		return rep, nil, nil
 	}
 	states, err := fromWire(rep.States)
 	if err != nil {
-		return false, nil, nil, fmt.Errorf("take router: %s: %w", addr, err)
+		return wireReply{}, nil, fmt.Errorf("take router: %s: %w", addr, err)
 	}
-	if len(states) != len(qs) || (rep.Taken && len(rep.Queued) != len(events)) {
-		return false, nil, nil, fmt.Errorf("take router: %s: %d states for %d queries", addr, len(states), len(qs))
+	if len(states) != len(in.Queries) || ((rep.Taken || rep.ID != "") && len(rep.Queued) != len(in.Events)) {
+		return wireReply{}, nil, fmt.Errorf("take router: %s: %d states for %d queries", addr, len(states), len(in.Queries))
 	}
-	return rep.Taken, rep.Queued, states, nil
+	return rep, states, nil
+}
+
+func opName(op string) string {
+	if op == "" {
+		return "forward"
+	}
+	return op
 }
 
 // Handler serves takes forwarded by peers: answered here or not at all
@@ -316,16 +354,11 @@ func (r *Router) Handler() http.Handler {
 			http.Error(w, "bad forwarded take: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if len(in.Queries) == 0 || len(in.Queries) > maxQueries || in.N < 1 || len(in.Events) > maxQueries {
-			http.Error(w, fmt.Sprintf("bad forwarded take: %d queries, %d events, n=%d: want 1..%d queries and n >= 1", len(in.Queries), len(in.Events), in.N, maxQueries), http.StatusBadRequest)
+		if msg := badTake(in); msg != "" {
+			http.Error(w, "bad forwarded take: "+msg, http.StatusBadRequest)
 			return
 		}
-		// at the owner's clock, which its windows and overlay keep
-		taken, queued, states, err := r.cfg.Local.TakeQueued(req.Context(), time.Now(), in.Queries, in.N, in.Events)
-		rep := wireReply{Taken: taken, Queued: queued}
-		if err == nil {
-			rep.States, err = toWire(states)
-		}
+		rep, err := r.serve(req.Context(), in)
 		if err != nil {
 			rep = wireReply{Error: err.Error(), NotOwner: errors.Is(err, live.ErrNotOwner)}
 		}
@@ -336,6 +369,47 @@ func (r *Router) Handler() http.Handler {
 			r.log().Warn("take router: the answer to a forwarded take was not delivered", "taken", rep.Taken, "err", err)
 		}
 	})
+}
+
+// badTake tells what is wrong with a forwarded request, "" if nothing.
+func badTake(in wireTake) string {
+	switch in.Op {
+	case "commit", "release":
+		if in.ID == "" || len(in.ID) > maxIDBytes {
+			return fmt.Sprintf("%s of id %q: want 1..%d bytes", in.Op, in.ID, maxIDBytes)
+		}
+		return ""
+	case "", "reserve":
+	default:
+		return fmt.Sprintf("op %q: want reserve, commit, release or none", in.Op)
+	}
+	if len(in.Queries) == 0 || len(in.Queries) > maxQueries || in.N < 1 || len(in.Events) > maxQueries {
+		return fmt.Sprintf("%d queries, %d events, n=%d: want 1..%d queries and n >= 1", len(in.Queries), len(in.Events), in.N, maxQueries)
+	}
+	return ""
+}
+
+// serve answers a peer's request from this process's memory.
+func (r *Router) serve(ctx context.Context, in wireTake) (wireReply, error) {
+	var rep wireReply
+	var states []window.EvalState
+	var err error
+	switch in.Op {
+	case "commit":
+		err = r.cfg.Local.Commit(ctx, in.ID)
+		return wireReply{Taken: err == nil}, err
+	case "release":
+		return wireReply{}, r.cfg.Local.Release(in.ID)
+	case "reserve":
+		// at the owner's clock, which its windows and overlay keep
+		rep.ID, rep.Queued, states, err = r.cfg.Local.Reserve(ctx, time.Now(), in.Queries, in.N, in.Events)
+	default:
+		rep.Taken, rep.Queued, states, err = r.cfg.Local.TakeQueued(ctx, time.Now(), in.Queries, in.N, in.Events)
+	}
+	if err == nil {
+		rep.States, err = toWire(states)
+	}
+	return rep, err
 }
 
 func (r *Router) log() *slog.Logger {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,15 @@ func (l *local) TakeQueued(_ context.Context, _ time.Time, qs []window.EvalQuery
 	return true, make([]bool, len(events)), make([]window.EvalState, len(qs)), nil
 }
 
+func (l *local) Reserve(_ context.Context, _ time.Time, qs []window.EvalQuery, _ int64, events []window.QueuedEvent) (string, []bool, []window.EvalState, error) {
+	l.n++
+	return "r1", make([]bool, len(events)), make([]window.EvalState, len(qs)), nil
+}
+
+func (l *local) Commit(context.Context, string) error { l.n++; return nil }
+
+func (l *local) Release(string) error { l.n++; return nil }
+
 // The peer endpoint answers members only, and refuses what is unbounded or
 // malformed with a 4xx and the reason, before any take.
 func TestHandlerRefusesStrangersAndBadTakes(t *testing.T) {
@@ -56,6 +66,10 @@ func TestHandlerRefusesStrangersAndBadTakes(t *testing.T) {
 		{"too many queries", "s3cret", `{"queries":[` + many + `],"n":1}`, http.StatusBadRequest, "65 queries"},
 		{"n zero", "s3cret", `{"queries":[` + q + `],"n":0}`, http.StatusBadRequest, "n=0"},
 		{"too large", "s3cret", `{"queries":[` + q + `],"n":1,"pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`, http.StatusBadRequest, "too large"},
+		{"unknown op", "s3cret", `{"op":"drop","queries":[` + q + `],"n":1}`, http.StatusBadRequest, `op "drop"`},
+		{"commit without id", "s3cret", `{"op":"commit"}`, http.StatusBadRequest, "commit of id"},
+		{"release of a long id", "s3cret", `{"op":"release","id":"` + strings.Repeat("a", maxIDBytes+1) + `"}`, http.StatusBadRequest, "release of id"},
+		{"reserve without query", "s3cret", `{"op":"reserve","queries":[],"n":1}`, http.StatusBadRequest, "0 queries"},
 	} {
 		rec := post(h, c.token, c.body)
 		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.says) {
@@ -80,4 +94,25 @@ func post(h http.Handler, token, body string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
+}
+
+// A take across owners splits by owner: each part its queries, and the
+// events of its counted ones by the subject's Kafka key; an event of no
+// counted query goes to none; parts in the order of their owners.
+func TestSplitPartsByOwner(t *testing.T) {
+	q := func(kind, subject string, count bool) window.EvalQuery {
+		return window.EvalQuery{Subject: window.Subject{Action: "login", Kind: kind, Subject: subject}, Count: count}
+	}
+	qs := []window.EvalQuery{q("ip", "10.0.0.1", true), q("email", "a@example.com", true), q("ua", "curl", false)}
+	evs := []window.QueuedEvent{{Key: []byte("email:a@example.com")}, {Key: []byte("ua:curl")}, {Key: []byte("ip:10.0.0.1")}}
+	parts := splitParts(qs, evs, []string{"b:1", "a:1", "b:1"})
+	if len(parts) != 2 || parts[0].addr != "a:1" || parts[1].addr != "b:1" {
+		t.Fatalf("parts %+v", parts)
+	}
+	if !slices.Equal(parts[0].qs, []int{1}) || !slices.Equal(parts[0].evs, []int{0}) {
+		t.Errorf("a's part: queries %v events %v; want [1] and [0]", parts[0].qs, parts[0].evs)
+	}
+	if !slices.Equal(parts[1].qs, []int{0, 2}) || !slices.Equal(parts[1].evs, []int{2}) {
+		t.Errorf("b's part: queries %v events %v; want [0 2] and [2]", parts[1].qs, parts[1].evs)
+	}
 }

@@ -400,3 +400,137 @@ func logField(t *testing.T, e *liveEnv, name, msg, key string) string {
 	})
 	return v
 }
+
+// pairRules: a strict limit on each IP and each e-mail of action "pair".
+const pairRules = `
+rules:
+  - name: pair
+    action: pair
+    kinds: [ip, email]
+    limits: [25/1h]
+    strict: true
+`
+
+// TestOwnerTakesAcrossOwners: two aggregators with owner takes, and takes
+// of an IP and an e-mail whose partitions the two own apart, sent to
+// either. Each IP goes with two e-mails, so it runs out first: a take is
+// reserved at both owners and committed at both, or the part reserved is
+// released when the other is refused. Every IP is admitted exactly its
+// limit, and each subject is counted in the events topic exactly as often
+// as its takes were admitted.
+func TestOwnerTakesAcrossOwners(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{partitions: 4, rules: pairRules})
+	var addrs, peers [2]string
+	for i := range addrs {
+		var err error
+		if addrs[i], err = childproc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrs[i], "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
+		e.start("m" + strconv.Itoa(i))
+		peers[i] = logField(t, e, "m"+strconv.Itoa(i), "owner takes served", "peer")
+	}
+	ownerOf := func(kind, subject string) string {
+		part := window.Partition(window.Subject{Action: "pair", Kind: kind, Subject: subject}, e.partitions)
+		v, _ := e.rdb.Get(context.Background(), e.store.Keys().TakesOwner(part)).Result()
+		return v
+	}
+	stacktest.WaitFor(t, "each member owning partitions", 90*time.Second, func() bool {
+		by := map[string]bool{}
+		for p := range e.partitions {
+			v, _ := e.rdb.Get(context.Background(), e.store.Keys().TakesOwner(p)).Result()
+			if v != peers[0] && v != peers[1] {
+				return false
+			}
+			by[v] = true
+		}
+		return len(by) == 2
+	})
+	// four IPs, each with two e-mails the other member owns
+	type pair struct{ ip, email string }
+	var pairs []pair
+	ips := map[string]int{}
+	for i := 1; len(ips) < 4 && i < 250; i++ {
+		ip := "10.0.0." + strconv.Itoa(i)
+		var two []pair
+		for k := 0; len(two) < 2 && k < 200; k++ {
+			email := "p" + strconv.Itoa(i) + "x" + strconv.Itoa(k) + "@example.com"
+			if ownerOf("email", email) != ownerOf("ip", ip) {
+				two = append(two, pair{ip, email})
+			}
+		}
+		if len(two) == 2 {
+			pairs = append(pairs, two...)
+			ips[ip] = 0
+		}
+	}
+	if len(ips) < 4 {
+		t.Fatalf("found %d IPs with e-mails owned apart", len(ips))
+	}
+	var mu sync.Mutex
+	allowed, limited, uncertain := map[pair]int{}, map[pair]int{}, map[pair]int{}
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Minute)
+	for g := range 8 {
+		wg.Go(func() {
+			c := &http.Client{Timeout: 15 * time.Second}
+			for k := 0; ; k++ {
+				mu.Lock()
+				done := !slices.ContainsFunc(pairs, func(p pair) bool { return limited[p] < 3 })
+				mu.Unlock()
+				if done || time.Now().After(deadline) {
+					return // past the deadline, the counts below tell what is missing
+				}
+				p := pairs[(g+k)%len(pairs)]
+				resp, err := c.Post("http://"+addrs[(g+k)%2]+"/v1/take?action=pair&ip="+p.ip+"&email="+p.email, "", nil)
+				var r struct {
+					Allowed  bool `json:"allowed"`
+					Degraded bool `json:"degraded"`
+				}
+				code := 0
+				if err == nil {
+					code = resp.StatusCode
+					_ = json.NewDecoder(resp.Body).Decode(&r)
+					resp.Body.Close()
+				}
+				mu.Lock()
+				switch {
+				case err != nil || code >= 500:
+					uncertain[p]++
+				case r.Allowed:
+					allowed[p]++
+				case !r.Degraded && code == http.StatusTooManyRequests:
+					limited[p]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	waitTakesRelayed(t, e)
+	inTopic := e.topicCounts("pair")
+	for _, p := range pairs {
+		ips[p.ip] += allowed[p]
+		if uncertain[p] != 0 || inTopic[p.email] != int64(allowed[p]) {
+			t.Errorf("pair %v: admitted %d (%d unanswered), its e-mail %d times in the topic", p, allowed[p], uncertain[p], inTopic[p.email])
+		}
+	}
+	for ip, n := range ips {
+		if n != 25 || inTopic[ip] != 25 {
+			t.Errorf("IP %s: admitted %d, %d in the topic: want the limit, 25, each", ip, n, inTopic[ip])
+		}
+	}
+	var split, released float64
+	for i := range addrs {
+		body, err := httpGet(metricsAddr(t, e, "m"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		split += metricValue(body, "floodgate_takeroute_forwarded_total", `result="split"`)
+		released += metricValue(body, "floodgate_live_owner_takes_total", `result="released"`)
+	}
+	if split < 100 || released == 0 {
+		t.Errorf("%v takes answered across owners (want the 100 admitted and more), %v reserved parts released (want some)", split, released)
+	}
+}
