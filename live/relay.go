@@ -175,6 +175,13 @@ func (r *Relay) follow(ctx context.Context, partition int, log *slog.Logger) err
 		Source: r.cfg.Store, Streams: r.cfg.Redis, Partition: partition, Handler: h, SkipStates: true,
 		From: id, FromSeq: seq, Metrics: r.feed, Now: r.cfg.Now, Logger: log,
 		OnGap: func(p int, want, got int64) {
+			if got < want {
+				// A failover to a replica that lacked the last entries:
+				// their sequence numbers come again, on new entries (the
+				// batches applied again), which are published as they come.
+				log.Warn("change stream went back (a failover): sequence numbers repeat", "want_seq", want, "got_seq", got)
+				return
+			}
 			r.lost.WithLabelValues(strconv.Itoa(p)).Add(float64(got - want))
 			log.Error("decisions lost: change entries gone before they were published", "want_seq", want, "got_seq", got, "lost_entries", got-want)
 		},

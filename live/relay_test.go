@@ -252,3 +252,67 @@ func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
 		t.Errorf("restarts_total %v, running %v; want 1 and 1", restarts, running)
 	}
 }
+
+// A failover to a replica that lacked the change stream's last entries
+// gives their sequence numbers again, to new entries (the batches applied
+// again). The relay publishes those as they come, and goes on: counting
+// the decisions "lost" by a negative number once stopped the process.
+func TestRelayGoesOnWhenTheChangeStreamGoesBack(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next int64
+	deny := func(ips ...string) {
+		t.Helper()
+		now := time.Now()
+		b := aggregator.Batch{Topic: "t", First: next}
+		for _, ip := range ips {
+			for range 2 {
+				b.Records = append(b.Records, aggregator.Record{Offset: next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
+				next++
+			}
+		}
+		b.Last = next - 1
+		if _, err := ap.Apply(context.Background(), "g", b, set, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	relay, err := live.NewRelay(live.RelayConfig{Store: st, Redis: rdb, Writer: w, RetryBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { relay.Run(ctx, 0); close(done) }()
+	defer func() { cancel(); <-done }()
+	// a batch each: change entries 1, 2 and 3
+	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		deny(ip)
+	}
+	if ids := decisionIDs(t, bs, topic, 3); len(ids) != 3 {
+		t.Fatalf("decisions published: %v, want 3", ids)
+	}
+	// the replica had the first entry only
+	if err := rdb.Set(context.Background(), st.Keys().Seq(0), 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deny("192.0.2.4") // entry 2 again
+	deny("192.0.2.5")
+	if ids := decisionIDs(t, bs, topic, 5); len(ids) != 5 {
+		t.Fatalf("decisions published: %v, want the 3 and the 2 after the stream went back", ids)
+	}
+}
