@@ -176,8 +176,11 @@ func (r *TakeRelay) Run(ctx context.Context, topic string, partition int) {
 	wait := jitter.New(r.cfg.RetryBackoff, 5*time.Second)
 	restarts := r.restarts.WithLabelValues(strconv.Itoa(partition))
 	defer r.backlog.DeleteLabelValues(strconv.Itoa(partition))
+	// prev is the last follow's position: what it published, it knows
+	// better than a Redis that went back to an older value of its cursor
+	var prev *relayState
 	for {
-		err := r.follow(ctx, topic, partition, log)
+		err := r.follow(ctx, topic, partition, log, &prev)
 		if ctx.Err() != nil {
 			return
 		}
@@ -248,11 +251,12 @@ func parseTakeCursor(v string) (takeCursor, error) {
 
 // follow claims the cursor, settles a request its last holder left
 // pending, and relays until ctx ends (nil) or something fails.
-func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log *slog.Logger) error {
-	rs, wait, err := r.claim(ctx, partition)
+func (r *TakeRelay) follow(ctx context.Context, topic string, partition int, log *slog.Logger, prev **relayState) error {
+	rs, wait, err := r.claim(ctx, partition, *prev)
 	if err != nil {
 		return err
 	}
+	*prev = rs
 	if rs.cur.pending != "" {
 		// The request may still be landing (its relay may even be alive,
 		// not yet fenced): read back only once it cannot land any more.
@@ -316,7 +320,12 @@ const (
 // claim puts the cursor under a token of this run's own and returns how
 // long the request it notes pending, if any, may still take to land:
 // one and a half produce timeouts after it was noted, by Redis's clock.
-func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time.Duration, error) {
+//
+// prev is this relay's last run of the partition (nil: none): a cursor
+// holding an older value of its token is one Redis went back to (a
+// failover to a replica that lacked its last moves), and prev's position
+// is taken instead, or entries it published would go out again.
+func (r *TakeRelay) claim(ctx context.Context, partition int, prev *relayState) (*relayState, time.Duration, error) {
 	key := r.cfg.Store.Keys().TakesRelay(partition)
 	raw, err := r.cfg.Redis.Get(ctx, key).Result()
 	if errors.Is(err, redis.Nil) {
@@ -328,6 +337,10 @@ func (r *TakeRelay) claim(ctx context.Context, partition int) (*relayState, time
 	cur, err := parseTakeCursor(raw)
 	if err != nil {
 		return nil, 0, err
+	}
+	if prev != nil && prev.cur.owner != "" && cur.owner == prev.cur.owner && raw != prev.raw {
+		r.log.Warn("take relay: Redis lost the cursor's last moves (a failover); going on from this relay's own", "partition", partition, "found", raw, "ours", prev.raw)
+		cur = prev.cur
 	}
 	cur.owner = strconv.FormatUint(rand.Uint64(), 36)
 	rs := &relayState{raw: raw}

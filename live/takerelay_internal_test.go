@@ -33,7 +33,7 @@ func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rs, wait, err := r.claim(ctx, 1)
+	rs, wait, err := r.claim(ctx, 1, nil)
 	if err != nil || wait != 0 || rs.cur.last != "0-0" {
 		t.Fatalf("claim: %+v, wait %v, %v", rs, wait, err)
 	}
@@ -62,5 +62,44 @@ func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
 	}
 	if err := note(msgs); err != nil || rs.cur.pending != msgs[1].ID || rs.cur.since == 0 {
 		t.Fatalf("note: %v, cursor %+v", err, rs.cur)
+	}
+}
+
+// A relay that restarts after Redis went back to an older value of its
+// last run's cursor (a failover that lost the run's last moves) goes on
+// from where that run was, not from the older value: it would publish
+// again what the run published since.
+func TestTakeRelayClaimAfterRedisWentBack(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewTakeRelay(TakeRelayConfig{Store: st, Redis: rdb, Kafka: &kafka.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prev, _, err := r.claim(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := prev.raw
+	if _, err := r.write(ctx, 1, prev, takeCursor{owner: prev.cur.owner, last: "100-7"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, st.Keys().TakesRelay(1), older, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs, _, err := r.claim(ctx, 1, prev)
+	if err != nil || rs.cur.last != "100-7" || rs.cur.owner == prev.cur.owner {
+		t.Fatalf("claim after Redis went back: %+v, %v; want the last run's position, 100-7, under a new token", rs, err)
+	}
+	// another relay's cursor is trusted as it stands
+	if err := rdb.Set(ctx, st.Keys().TakesRelay(1), "@other 50-1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _, err = r.claim(ctx, 1, prev); err != nil || rs.cur.last != "50-1" {
+		t.Fatalf("claim over another relay's cursor: %+v, %v; want its 50-1", rs, err)
 	}
 }
