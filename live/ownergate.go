@@ -138,7 +138,7 @@ func (s *Sink) readTarget(ctx context.Context, partition int, p *partState) {
 		p.takes.applied = first
 	}
 	p.takes.target = end
-	p.takes.open = !p.takes.fenced && p.takes.applied >= end
+	p.takes.open = !p.takes.fenced && !p.takes.refence && p.takes.applied >= end
 }
 
 // takesApplied follows an applied batch (under p.mu): its take events'
@@ -159,7 +159,7 @@ func (s *Sink) takesApplied(ctx context.Context, b aggregator.Batch, p *partStat
 	}
 	p.takes.applied = b.Next()
 	switch {
-	case p.takes.open || p.takes.fenced:
+	case p.takes.open || p.takes.fenced || p.takes.refence:
 	case p.takes.ov == nil || p.takes.target < 0:
 		// read on the reopen tick, not on the batch path
 	case p.takes.applied >= p.takes.target:
@@ -185,6 +185,7 @@ func (s *Sink) reopenTakes(ctx context.Context, topic string, partition int, p *
 			s.log.Warn("owner takes: writing the partition's owner record failed; takes forwarded here may fail until it is written", "partition", partition, "err", err)
 		}
 	}
+	s.refenceTakes(ctx, partition, p)
 	read := s.readForDoubts(ctx, topic, partition, p)
 	p.mu.Lock()
 	defer p.mu.Unlock()

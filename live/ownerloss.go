@@ -60,14 +60,48 @@ type ackedTake struct {
 // noteAppend records a round Redis acknowledged at id (under p.mu): its
 // events are remembered until counted. An id not past the last one Redis
 // gave this owner means the stream went back: what was acknowledged at id
-// or later is lost.
+// or later is lost, and so is this round, whose id may be one the take
+// relay's cursor has passed (as is any round sent before a new epoch).
 func (s *Sink) noteAppend(partition int, p *partState, t *takeRound, id streamID) {
 	g := &p.takes
-	if g.hasAck && !g.lastAck.less(id) {
-		s.markLost(partition, p, func(e streamID) bool { return !e.less(id) }, "an append's id ("+id.String()+") is not past the last acknowledged ("+g.lastAck.String()+")")
+	if !g.refence && g.hasAck && !g.lastAck.less(id) {
+		s.wentBack(partition, p, func(e streamID) bool { return !e.less(id) }, "an append's id ("+id.String()+") is not past the last acknowledged ("+g.lastAck.String()+")")
+	}
+	if g.refence {
+		s.remember(p, t, ackedTake{doubt: lost, since: s.cfg.Now()})
+		return
 	}
 	g.lastAck, g.hasAck = id, true
 	s.remember(p, t, ackedTake{entry: id})
+}
+
+// wentBack handles a take stream that went back (under p.mu): the entries
+// gone are lost, and no take is answered until the stream has a new epoch
+// past every id it gave (refenceTakes).
+func (s *Sink) wentBack(partition int, p *partState, gone func(streamID) bool, why string) {
+	s.markLost(partition, p, gone, why)
+	p.takes.refence = true
+	p.closeTakes()
+}
+
+// refenceTakes, on the partition's tick, gives a stream that went back a
+// new epoch (outside the partition's lock: the fence is a script run).
+func (s *Sink) refenceTakes(ctx context.Context, partition int, p *partState) {
+	p.mu.Lock()
+	due := p.takes.refence
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	epoch, err := s.fenceTakes(ctx, partition)
+	if err != nil {
+		s.log.Warn("owner takes: a new epoch for a take stream that went back failed; its takes wait", "partition", partition, "err", err)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.takes.epoch, p.takes.refence = epoch, false
+	p.takes.hasAck = false // ids start again past the new epoch
 }
 
 // remember keeps a round's events in acked as a (under p.mu), those the
@@ -119,7 +153,7 @@ func (s *Sink) markLost(partition int, p *partState, gone func(streamID) bool, w
 	if p.takes.doubtAt.IsZero() {
 		p.takes.doubtAt = now
 	}
-	s.log.Error("owner takes: Redis lost take stream entries it had acknowledged (a failover to a replica that lacked them); they are appended again once nothing else can count them",
+	s.log.Error("owner takes: Redis lost take stream entries it had acknowledged (a failover to a replica that lacked them); they are appended again, at a new epoch, once nothing else can count them",
 		"partition", partition, "entries", n, "why", why)
 }
 
@@ -165,9 +199,8 @@ func (s *Sink) verifyStreams(ctx context.Context) {
 			}
 		}
 		c.p.mu.Lock()
-		if last.less(c.p.takes.lastAck) {
-			s.markLost(c.partition, c.p, func(e streamID) bool { return last.less(e) }, "the stream's last id ("+last.String()+") is behind the last acknowledged ("+c.p.takes.lastAck.String()+")")
-			c.p.takes.lastAck = last
+		if !c.p.takes.refence && last.less(c.p.takes.lastAck) {
+			s.wentBack(c.partition, c.p, func(e streamID) bool { return last.less(e) }, "the stream's last id ("+last.String()+") is behind the last acknowledged ("+c.p.takes.lastAck.String()+")")
 		}
 		c.p.mu.Unlock()
 	}
@@ -225,7 +258,7 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 		return
 	}
 	cut := g.doubtRead.Add(-s.relayWait())
-	t := &takeRound{partition: partition, p: p, epoch: g.epoch, done: make(chan error, 1)}
+	t := &takeRound{partition: partition, p: p, done: make(chan error, 1)}
 	landed, dropped := 0, 0
 	g.doubtAt = time.Time{}
 	for id, a := range g.acked {
@@ -236,12 +269,14 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 			if g.doubtAt.IsZero() || a.since.Before(g.doubtAt) {
 				g.doubtAt = a.since
 			}
+		case g.doubtSeen[id]:
+			// in the stream after all (an append at an id that came
+			// again, the relay not past it): the relay publishes it
+			a.doubt = appended
+			landed++
 		case a.doubt == lost:
 			a.doubt = again
 			t.ids, t.evs = append(t.ids, id), append(t.evs, a.enc)
-		case g.doubtSeen[id]:
-			a.doubt = appended // the relay publishes it
-			landed++
 		default:
 			delete(g.acked, id)
 			g.ov.drop(id) // never appended: its take was answered failed

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,11 +18,20 @@ import (
 type takeRound struct {
 	partition int
 	p         *partState // its appends count this round until it has run
-	epoch     int64      // the partition's takeGate.epoch
+	epoch     int64      // the partition's takeGate.epoch, read as it is sent
 	ids       []string   // the events' ids
 	evs       []string   // "<key length>:<key><value>" each
 	done      chan error
+	// state: roundQueued until RunTakes sends it (roundSent) or its take
+	// gives up waiting first (roundAbandoned: never sent).
+	state atomic.Int32
 }
+
+const (
+	roundQueued int32 = iota
+	roundSent
+	roundAbandoned
+)
 
 // errNotAppended is a round of which nothing is in the take stream: a
 // newer owner's fence refused it (errTakeFenced), or it never ran. A take
@@ -28,6 +39,9 @@ type takeRound struct {
 var (
 	errNotAppended = fmt.Errorf("not appended: %w", ErrNotOwner)
 	errTakeFenced  = fmt.Errorf("a newer owner fenced the take stream: %w", errNotAppended)
+	// errAbandoned is a round its take stopped waiting for before it was
+	// sent: it never will be. Certain, but not another owner's to take.
+	errAbandoned = errors.New("given up before it was sent")
 )
 
 // appendTakes appends the take's events to their partitions' take streams,
@@ -39,9 +53,7 @@ var (
 func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups map[int][]int, parts []int, held []*partState) error {
 	var rounds []*takeRound
 	for k, part := range parts {
-		// held[k].takes.epoch: set before the gate opened, under the
-		// lock admit held since, and fixed while the gate is open
-		t := &takeRound{partition: part, p: held[k], epoch: held[k].takes.epoch, done: make(chan error, 1)}
+		t := &takeRound{partition: part, p: held[k], done: make(chan error, 1)}
 		for _, i := range groups[part] {
 			if e := byQuery[i]; e != nil {
 				t.ids, t.evs = append(t.ids, e.id), append(t.evs, e.enc)
@@ -59,11 +71,15 @@ func (s *Sink) appendTakes(ctx context.Context, byQuery []*queuedEvent, groups m
 		case err = <-t.done:
 		case <-ctx.Done():
 			err = fmt.Errorf("owner take: partition %d: %w", t.partition, context.Cause(ctx))
+			if t.state.CompareAndSwap(roundQueued, roundAbandoned) {
+				// RunTakes drops it unsent, and its takes from the overlay
+				err = fmt.Errorf("%w: %w", err, errAbandoned)
+			}
 		}
 		switch {
 		case err == nil:
 			appended = true
-		case !errors.Is(err, errNotAppended):
+		case !errors.Is(err, errNotAppended) && !errors.Is(err, errAbandoned):
 			uncertain = true
 		}
 		if err != nil && first == nil {
@@ -92,13 +108,7 @@ func (s *Sink) handOver(ctx context.Context, rounds []*takeRound) (int, error) {
 			err = fmt.Errorf("owner take: %w", context.Cause(ctx))
 		}
 		for _, u := range rounds[k:] {
-			// never sent: its takes leave the overlay
-			u.p.mu.Lock()
-			for _, id := range u.ids {
-				u.p.takes.ov.drop(id)
-			}
-			u.p.mu.Unlock()
-			u.p.appends.Done()
+			s.unsent(u)
 		}
 		return k, err
 	}
@@ -145,6 +155,27 @@ func (s *Sink) RunTakes(ctx context.Context) error {
 // stream, whose entries not yet counted the overlay holds.
 func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
 	keys := s.cfg.Applier.keys
+	round = slices.DeleteFunc(round, func(t *takeRound) bool {
+		if !t.state.CompareAndSwap(roundQueued, roundSent) {
+			s.unsent(t) // its take gave up waiting
+			t.done <- fmt.Errorf("owner take: partition %d: %w", t.partition, errAbandoned)
+			return true
+		}
+		t.p.mu.Lock()
+		refence := t.p.takes.refence
+		t.epoch = t.p.takes.epoch
+		t.p.mu.Unlock()
+		if refence {
+			// its id could repeat one the relay has passed
+			s.unsent(t)
+			t.done <- fmt.Errorf("owner take: partition %d: the take stream went back, a new epoch is due: %w", t.partition, errNotAppended)
+			return true
+		}
+		return false
+	})
+	if len(round) == 0 {
+		return
+	}
 	pipe := s.cfg.Takes.Redis.Pipeline()
 	cmds := make([]*redis.StringCmd, len(round))
 	for k, t := range round {
@@ -186,7 +217,7 @@ func (s *Sink) drainRounds() {
 	for {
 		select {
 		case t := <-s.rounds:
-			t.p.appends.Done()
+			s.unsent(t)
 			t.done <- fmt.Errorf("owner take: stopping: %w", errNotAppended)
 		default:
 			return
@@ -212,4 +243,15 @@ func (s *Sink) fenced(partition int, p *partState) {
 	if !was {
 		s.log.Warn("owner takes: a newer owner fenced the partition's take stream; this member answers its takes no more (it lost the partition and has not noticed yet)", "partition", partition)
 	}
+}
+
+// unsent settles a round that was never sent: its takes leave the
+// overlay, and its partition's revoke need not wait for it.
+func (s *Sink) unsent(t *takeRound) {
+	t.p.mu.Lock()
+	for _, id := range t.ids {
+		t.p.takes.ov.drop(id)
+	}
+	t.p.mu.Unlock()
+	t.p.appends.Done()
 }

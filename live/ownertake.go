@@ -124,6 +124,10 @@ type takeGate struct {
 	// here again.
 	epoch  int64
 	fenced bool
+	// refence: the stream went back (a failover), so ids this owner's
+	// epoch gave could come again, at or below the take relay's cursor,
+	// which would pass them by; takes wait for a new epoch (ownerloss.go).
+	refence bool
 	// acked are the takes' events appended, or maybe, and not yet
 	// counted, by event id; lastAck the last id Redis gave this owner's
 	// appends (hasAck: one did); doubtAt when the oldest doubt of acked

@@ -183,10 +183,11 @@ func (o *testOwner) inOverlay(id string) bool {
 
 // A Redis failover to a replica that lacks the owner's last appends loses
 // take entries it acknowledged: the owner notices (on its stream check, or
-// on an append whose id is not past the last) and, once nothing else can
-// count them, appends them again; its takes go on meanwhile (the overlay
-// counts the lost ones), and every take it admitted ends in the stream
-// exactly once.
+// on an append whose id is not past the last), gives the stream a new
+// epoch on its next tick (ids could come again below the relay's cursor),
+// and once nothing else can count them appends the lost entries again; its
+// takes go on meanwhile (the overlay counts the lost ones), and every take
+// it admitted ends in the stream exactly once.
 func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 	o := newLossOwner(t)
 	for range 2 {
@@ -202,6 +203,10 @@ func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 		defer p.mu.Unlock()
 		return !p.takes.doubtAt.IsZero()
 	})
+	if o.take() {
+		t.Fatal("a take was answered before the stream that went back had a new epoch")
+	}
+	o.s.reopenTakes(context.Background(), "lt", 0, o.s.part(0)) // the new epoch
 	if !o.take() {
 		t.Fatal("a take failed while a lost entry waits to be appended again")
 	}
