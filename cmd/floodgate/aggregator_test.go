@@ -206,7 +206,7 @@ func (e *liveEnv) run(name string, args ...string) *proc {
 		}
 		if e.t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 6000 {
+			if len(b) > 6000 && os.Getenv("FG_FULL_LOGS") == "" {
 				b = b[len(b)-6000:]
 			}
 			e.t.Logf("---- %s log (tail) ----\n%s", name, b)
