@@ -72,38 +72,16 @@ func decisionIDs(t *testing.T, brokers []string, topic string, n int) map[string
 // (recognisable duplicates), and a relay restarted from its cursor neither
 // loses nor repeats what the previous one published.
 func TestRelayPublishesEveryDecisionAtLeastOnce(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	bs := stacktest.Brokers(t)
-	topic := stacktest.Topic(t, bs, 1)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap, err := live.NewApplier(st, live.ApplierConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var next int64
+	rdb, bs, topic, st, fx := newDenyFixture(t)
+	var ips int
 	deny := func(n int) {
 		t.Helper()
-		now := time.Now()
-		b := aggregator.Batch{Topic: "t", First: next}
-		for i := range n {
-			ip := "192.0.2." + strconv.FormatInt(next/2, 10)
-			for range 2 {
-				b.Records = append(b.Records, aggregator.Record{Offset: next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
-				next++
-			}
-			_ = i
+		batch := make([]string, n)
+		for i := range batch {
+			batch[i] = "192.0.2." + strconv.Itoa(ips)
+			ips++
 		}
-		b.Last = next - 1
-		if _, err := ap.Apply(context.Background(), "g", b, set, now, nil); err != nil {
-			t.Fatal(err)
-		}
+		fx.deny(batch...)
 	}
 	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
@@ -258,37 +236,8 @@ func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
 // again). The relay publishes those as they come, and goes on: counting
 // the decisions "lost" by a negative number once stopped the process.
 func TestRelayGoesOnWhenTheChangeStreamGoesBack(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	bs := stacktest.Brokers(t)
-	topic := stacktest.Topic(t, bs, 1)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap, err := live.NewApplier(st, live.ApplierConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var next int64
-	deny := func(ips ...string) {
-		t.Helper()
-		now := time.Now()
-		b := aggregator.Batch{Topic: "t", First: next}
-		for _, ip := range ips {
-			for range 2 {
-				b.Records = append(b.Records, aggregator.Record{Offset: next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
-				next++
-			}
-		}
-		b.Last = next - 1
-		if _, err := ap.Apply(context.Background(), "g", b, set, now, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdb, bs, topic, st, fx := newDenyFixture(t)
+	deny := fx.deny
 	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	relay, err := live.NewRelay(live.RelayConfig{Store: st, Redis: rdb, Writer: w, RetryBackoff: 10 * time.Millisecond})
@@ -314,5 +263,53 @@ func TestRelayGoesOnWhenTheChangeStreamGoesBack(t *testing.T) {
 	deny("192.0.2.5")
 	if ids := decisionIDs(t, bs, topic, 5); len(ids) != 5 {
 		t.Fatalf("decisions published: %v, want the 3 and the 2 after the stream went back", ids)
+	}
+}
+
+// denyFixture applies batches that take IPs over a 1/h rule, a batch per
+// call, in write-through: each batch one change entry.
+type denyFixture struct {
+	t    *testing.T
+	ap   *live.Applier
+	set  *rules.Set
+	next int64
+}
+
+// newDenyFixture is a one-partition store on the stack's Redis, a topic of
+// one partition for decisions, and a denyFixture over them.
+func newDenyFixture(t *testing.T) (*redis.Client, []string, string, *window.Store, *denyFixture) {
+	t.Helper()
+	rdb := stacktest.Redis(t)
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := live.NewApplier(st, live.ApplierConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rdb, bs, topic, st, &denyFixture{t: t, ap: ap, set: set}
+}
+
+// deny applies one batch of two events for each IP: each denied.
+func (f *denyFixture) deny(ips ...string) {
+	f.t.Helper()
+	now := time.Now()
+	b := aggregator.Batch{Topic: "t", First: f.next}
+	for _, ip := range ips {
+		for range 2 {
+			b.Records = append(b.Records, aggregator.Record{Offset: f.next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
+			f.next++
+		}
+	}
+	b.Last = f.next - 1
+	if _, err := f.ap.Apply(context.Background(), "g", b, f.set, now, nil); err != nil {
+		f.t.Fatal(err)
 	}
 }

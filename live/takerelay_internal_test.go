@@ -17,15 +17,7 @@ import (
 // yet noted in a request, makes the note fail and change nothing: the relay
 // reads again and sends the rest, never the refunded entry.
 func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewTakeRelay(TakeRelayConfig{Store: st, Redis: rdb, Kafka: &kafka.Client{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, st, r := newIdleTakeRelay(t)
 	ctx := context.Background()
 	key := st.Keys().Takes(1)
 	for range 3 {
@@ -70,15 +62,7 @@ func TestTakeRelayNoteRefusesAChangedBatch(t *testing.T) {
 // from where that run was, not from the older value: it would publish
 // again what the run published since.
 func TestTakeRelayClaimAfterRedisWentBack(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewTakeRelay(TakeRelayConfig{Store: st, Redis: rdb, Kafka: &kafka.Client{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, st, r := newIdleTakeRelay(t)
 	ctx := context.Background()
 	prev, _, err := r.claim(ctx, 1, nil)
 	if err != nil {
@@ -102,4 +86,20 @@ func TestTakeRelayClaimAfterRedisWentBack(t *testing.T) {
 	if rs, _, err = r.claim(ctx, 1, prev); err != nil || rs.cur.last != "50-1" {
 		t.Fatalf("claim over another relay's cursor: %+v, %v; want its 50-1", rs, err)
 	}
+}
+
+// newIdleTakeRelay is a take relay over a store of two partitions on the
+// stack's Redis, which the test drives step by step (Kafka unused).
+func newIdleTakeRelay(t *testing.T) (*redis.Client, *window.Store, *TakeRelay) {
+	t.Helper()
+	rdb := stacktest.Redis(t)
+	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewTakeRelay(TakeRelayConfig{Store: st, Redis: rdb, Kafka: &kafka.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rdb, st, r
 }

@@ -300,16 +300,7 @@ func TestOwnerTakesBansAndPartitionsElsewhere(t *testing.T) {
 func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{partitions: 4, rules: ownerTakeRules})
-	var addrs, peers [2]string
-	for i := range addrs {
-		var err error
-		if addrs[i], err = childproc.FreePort(); err != nil {
-			t.Fatal(err)
-		}
-		e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrs[i], "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
-		e.start("m" + strconv.Itoa(i))
-		peers[i] = logField(t, e, "m"+strconv.Itoa(i), "owner takes served", "peer")
-	}
+	addrs, peers := startTakeMembers(t, e)
 	subs := subjects(16)
 	// other is, per subject, the member its owner record does not name.
 	other := map[string]string{}
@@ -365,6 +356,23 @@ func TestOwnerTakesForwardedToTheOwner(t *testing.T) {
 	if forwarded < float64(len(subs)*25)/2 {
 		t.Errorf("%v takes forwarded, of %d admitted", forwarded, len(subs)*25)
 	}
+}
+
+// startTakeMembers starts two aggregators with owner takes, m0 and m1,
+// and returns their take addresses and the peer addresses their owner
+// records give.
+func startTakeMembers(t *testing.T, e *liveEnv) (addrs, peers [2]string) {
+	t.Helper()
+	for i := range addrs {
+		var err error
+		if addrs[i], err = childproc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrs[i], "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
+		e.start("m" + strconv.Itoa(i))
+		peers[i] = logField(t, e, "m"+strconv.Itoa(i), "owner takes served", "peer")
+	}
+	return addrs, peers
 }
 
 // waitTakesRelayed waits until every take stream is published and trimmed
@@ -439,16 +447,7 @@ rules:
 func TestOwnerTakesAcrossOwners(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{partitions: 4, rules: pairRules})
-	var addrs, peers [2]string
-	for i := range addrs {
-		var err error
-		if addrs[i], err = childproc.FreePort(); err != nil {
-			t.Fatal(err)
-		}
-		e.extraArgs = []string{"--owner-takes", "--takes-http-addr", addrs[i], "--takes-rls-addr", "off", "--takes-peer-addr", "127.0.0.1:0", "--takes-timeout", "10s"}
-		e.start("m" + strconv.Itoa(i))
-		peers[i] = logField(t, e, "m"+strconv.Itoa(i), "owner takes served", "peer")
-	}
+	addrs, peers := startTakeMembers(t, e)
 	ownerOf := func(kind, subject string) string {
 		part := window.Partition(window.Subject{Action: "pair", Kind: kind, Subject: subject}, e.partitions)
 		v, _ := e.rdb.Get(context.Background(), e.store.Keys().TakesOwner(part)).Result()
