@@ -40,7 +40,7 @@ func (s *Sink) resumeTakes(ctx context.Context, topic string, partition int, p *
 			s.log.Warn("owner takes: loading the take stream failed; the partition's takes fail until it succeeds", "partition", partition, "err", err)
 			return
 		}
-		p.takes.epoch = epoch
+		p.takes.epoch.Store(epoch)
 	}
 	s.refreshBans(ctx, partition, p)
 	s.readTarget(ctx, partition, p)
@@ -138,7 +138,7 @@ func (s *Sink) readTarget(ctx context.Context, partition int, p *partState) {
 		p.takes.applied = first
 	}
 	p.takes.target = end
-	p.takes.open = !p.takes.fenced && !p.takes.refence && p.takes.applied >= end
+	p.takes.open = !p.takes.fenced && p.takes.epoch.Load() != 0 && p.takes.applied >= end
 }
 
 // takesApplied follows an applied batch (under p.mu): its take events'
@@ -159,7 +159,7 @@ func (s *Sink) takesApplied(ctx context.Context, b aggregator.Batch, p *partStat
 	}
 	p.takes.applied = b.Next()
 	switch {
-	case p.takes.open || p.takes.fenced || p.takes.refence:
+	case p.takes.open || p.takes.fenced || p.takes.epoch.Load() == 0:
 	case p.takes.ov == nil || p.takes.target < 0:
 		// read on the reopen tick, not on the batch path
 	case p.takes.applied >= p.takes.target:

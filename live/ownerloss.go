@@ -64,10 +64,10 @@ type ackedTake struct {
 // relay's cursor has passed (as is any round sent before a new epoch).
 func (s *Sink) noteAppend(partition int, p *partState, t *takeRound, id streamID) {
 	g := &p.takes
-	if !g.refence && g.hasAck && !g.lastAck.less(id) {
+	if g.epoch.Load() != 0 && g.hasAck && !g.lastAck.less(id) {
 		s.wentBack(partition, p, func(e streamID) bool { return !e.less(id) }, "an append's id ("+id.String()+") is not past the last acknowledged ("+g.lastAck.String()+")")
 	}
-	if g.refence {
+	if g.epoch.Load() == 0 {
 		s.remember(p, t, ackedTake{doubt: lost, since: s.cfg.Now()})
 		return
 	}
@@ -80,7 +80,7 @@ func (s *Sink) noteAppend(partition int, p *partState, t *takeRound, id streamID
 // past every id it gave (refenceTakes).
 func (s *Sink) wentBack(partition int, p *partState, gone func(streamID) bool, why string) {
 	s.markLost(partition, p, gone, why)
-	p.takes.refence = true
+	p.takes.epoch.Store(0)
 	p.closeTakes()
 }
 
@@ -88,7 +88,7 @@ func (s *Sink) wentBack(partition int, p *partState, gone func(streamID) bool, w
 // new epoch (outside the partition's lock: the fence is a script run).
 func (s *Sink) refenceTakes(ctx context.Context, partition int, p *partState) {
 	p.mu.Lock()
-	due := p.takes.refence
+	due := p.takes.ov != nil && !p.takes.fenced && p.takes.epoch.Load() == 0 // loaded, and went back since
 	p.mu.Unlock()
 	if !due {
 		return
@@ -100,7 +100,7 @@ func (s *Sink) refenceTakes(ctx context.Context, partition int, p *partState) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.takes.epoch, p.takes.refence = epoch, false
+	p.takes.epoch.Store(epoch)
 	p.takes.hasAck = false // ids start again past the new epoch
 }
 
@@ -199,7 +199,7 @@ func (s *Sink) verifyStreams(ctx context.Context) {
 			}
 		}
 		c.p.mu.Lock()
-		if !c.p.takes.refence && last.less(c.p.takes.lastAck) {
+		if c.p.takes.epoch.Load() != 0 && last.less(c.p.takes.lastAck) {
 			s.wentBack(c.partition, c.p, func(e streamID) bool { return last.less(e) }, "the stream's last id ("+last.String()+") is behind the last acknowledged ("+c.p.takes.lastAck.String()+")")
 		}
 		c.p.mu.Unlock()

@@ -161,11 +161,7 @@ func (s *Sink) runTakeRound(ctx context.Context, round []*takeRound) {
 			t.done <- fmt.Errorf("owner take: partition %d: %w", t.partition, errAbandoned)
 			return true
 		}
-		t.p.mu.Lock()
-		refence := t.p.takes.refence
-		t.epoch = t.p.takes.epoch
-		t.p.mu.Unlock()
-		if refence {
+		if t.epoch = t.p.takes.epoch.Load(); t.epoch == 0 {
 			// its id could repeat one the relay has passed
 			s.unsent(t)
 			t.done <- fmt.Errorf("owner take: partition %d: the take stream went back, a new epoch is due: %w", t.partition, errNotAppended)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,16 +119,15 @@ type takeGate struct {
 	swept, advertised int64
 	ev                evaluation // scratch of the partition's takes
 	// epoch is the ms part of this owner's take stream ids, set by the
-	// fence before the overlay's load (takefence.lua) and fixed while the
-	// partition's state lives; fenced, that a newer owner's fence refused
-	// an append: the takes stay closed until the partition is assigned
-	// here again.
-	epoch  int64
+	// fence before the overlay's load (takefence.lua); 0 after the stream
+	// went back (a failover), as ids the old epoch gave could come again
+	// at or below the take relay's cursor, which would pass them by: no
+	// append goes out until the next tick fences anew (ownerloss.go).
+	// Atomic: RunTakes reads it for every round. fenced, that a newer
+	// owner's fence refused an append: the takes stay closed until the
+	// partition is assigned here again.
+	epoch  atomic.Int64
 	fenced bool
-	// refence: the stream went back (a failover), so ids this owner's
-	// epoch gave could come again, at or below the take relay's cursor,
-	// which would pass them by; takes wait for a new epoch (ownerloss.go).
-	refence bool
 	// acked are the takes' events appended, or maybe, and not yet
 	// counted, by event id; lastAck the last id Redis gave this owner's
 	// appends (hasAck: one did); doubtAt when the oldest doubt of acked
