@@ -161,35 +161,8 @@ func (f *failingSet) Set(ctx context.Context, key string, value any, expiration 
 // stopping the partition's decisions until the next rebalance: decisions
 // made after the failure are published, and the restart is counted.
 func TestRelayRestartsAfterAFailedRedisWrite(t *testing.T) {
-	rdb := stacktest.Redis(t)
-	bs := stacktest.Brokers(t)
-	topic := stacktest.Topic(t, bs, 1)
-	st, err := window.NewStore(rdb, window.StoreConfig{Prefix: stacktest.Prefix(t, rdb), Partitions: func() int { return 1 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap, err := live.NewApplier(st, live.ApplierConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: a\n    kinds: [ip]\n    limits: [1/1h]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var next int64
-	deny := func(ip string) {
-		t.Helper()
-		now := time.Now()
-		b := aggregator.Batch{Topic: "t", First: next}
-		for range 2 {
-			b.Records = append(b.Records, aggregator.Record{Offset: next, Event: event.Event{V: 1, ID: event.NewID(), Action: "a", Kind: "ip", Subject: ip, TS: now, N: 1}})
-			next++
-		}
-		b.Last = next - 1
-		if _, err := ap.Apply(context.Background(), "g", b, set, now, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdb, bs, topic, st, fx := newDenyFixture(t)
+	deny := func(ip string) { fx.deny(ip) }
 	w := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	fr := &failingSet{Client: rdb}
