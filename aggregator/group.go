@@ -459,6 +459,17 @@ func (w *worker) run(ctx, genCtx context.Context) {
 		if rewind == nil {
 			break
 		}
+		if rewind.Recount {
+			rc, ok := g.sink.(Recounter)
+			if !ok {
+				w.log.Error("partition stopped: the sink says its store lost the partition but cannot count it again", "err", rewind)
+				break
+			}
+			if next, ok = w.recount(stop, rc, rewind.First, rewind.Reason); !ok {
+				break
+			}
+			continue
+		}
 		// The sink lost batches it had acknowledged: what it holds is a
 		// consistent past (offset and effects together), so reading again
 		// from its offset applies exactly what was lost.
@@ -537,6 +548,13 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched, reread 
 		work := context.WithoutCancel(ctx)
 		if item.reread != "" {
 			next, ok, err := w.g.sink.Resume(work, w.g.cfg.Topic, w.partition)
+			if _, rc := w.g.sink.(Recounter); rc && err == nil && !ok && w.next >= 0 {
+				// The partition was applied here, and its store holds no
+				// offset now: lost, and an idle partition's next batch may
+				// be long in coming.
+				return &RewindError{Topic: w.g.cfg.Topic, Partition: w.partition, First: w.next, Recount: true,
+					Reason: "the sink's offset is gone as it reads the partition again: " + item.reread}
+			}
 			if err != nil || !ok {
 				// The next batch finds the sink's memory gone and rewinds.
 				w.log.Warn("the sink asked to read the partition again, but its offset could not be read", "reason", item.reread, "err", err)
@@ -843,9 +861,12 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 			case w.committed >= 0:
 				// The group committed progress its sink never stored: the
 				// sink's store lost its data (Redis restarted without
-				// persistence, flushed) or was replaced. What the sink held
-				// is gone; only what follows is counted.
+				// persistence, flushed) or was replaced.
 				w.g.metrics.sinkOffsetMissing.WithLabelValues(strconv.Itoa(w.partition)).Inc()
+				if rc, ok := w.g.sink.(Recounter); ok {
+					return w.recount(stop, rc, w.committed, "the sink holds no offset for a partition the group has committed progress on")
+				}
+				// What the sink held is gone; only what follows is counted.
 				w.log.Error("the sink holds no offset for a partition the group has committed progress on: its store lost its data; resuming at the committed offset",
 					"committed", w.committed)
 				return w.committed, true
@@ -858,6 +879,68 @@ func (w *worker) resume(stop context.Context) (int64, bool) {
 			return 0, false
 		}
 	}
+}
+
+// recount finds where a Recounter whose store lost the partition counts it
+// again: the first offset written RecountSince ago or later, at most at
+// (where the partition stood). It tells the sink, with the partition's
+// end: records before it were counted in the store lost.
+func (w *worker) recount(stop context.Context, rc Recounter, at int64, why string) (int64, bool) {
+	since := w.g.cfg.Now().Add(-rc.RecountSince())
+	var first, from, end int64
+	if !w.retry(stop, "recount", func() error {
+		ctx, cancel := context.WithTimeout(stop, 30*time.Second)
+		defer cancel()
+		var err error
+		first, from, end, err = w.recountRange(ctx, since)
+		return err
+	}, func() {}) {
+		return 0, false
+	}
+	from = max(min(from, at), first)
+	to := max(end, at)
+	if !w.retry(stop, "recount", func() error {
+		ctx, cancel := context.WithTimeout(stop, 30*time.Second)
+		defer cancel()
+		return rc.Recount(ctx, w.g.cfg.Topic, w.partition, from, to)
+	}, func() {}) {
+		return 0, false
+	}
+	part := strconv.Itoa(w.partition)
+	w.g.metrics.recounts.WithLabelValues(part).Inc()
+	w.g.metrics.recounted.WithLabelValues(part).Add(float64(max(at-from, 0)))
+	w.log.Error("the sink's store lost the partition: counting it again from the log; its decisions lag until the recount reaches where it stood",
+		"reason", why, "from", from, "stood_at", at, "counted_before", to, "since", since.UTC().Format(time.RFC3339))
+	return from, true
+}
+
+// recountRange returns where the partition's log starts, its first
+// offset written at or after since (its end when there is none) and its
+// end.
+func (w *worker) recountRange(ctx context.Context, since time.Time) (first, from, end int64, err error) {
+	topic, p := w.g.cfg.Topic, w.partition
+	resp, err := w.g.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics:         map[string][]kafka.OffsetRequest{topic: {kafka.TimeOffsetOf(p, since), kafka.LastOffsetOf(p), kafka.FirstOffsetOf(p)}},
+		IsolationLevel: kafka.ReadCommitted})
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("list offsets since %s: %w", since.Format(time.RFC3339), err)
+	}
+	for _, po := range resp.Topics[topic] {
+		if po.Partition != p {
+			continue
+		}
+		if po.Error != nil {
+			return 0, 0, 0, fmt.Errorf("list offsets since %s: %w", since.Format(time.RFC3339), po.Error)
+		}
+		from = po.LastOffset
+		for off := range po.Offsets {
+			if off >= 0 && off < from {
+				from = off
+			}
+		}
+		return po.FirstOffset, from, po.LastOffset, nil
+	}
+	return 0, 0, 0, fmt.Errorf("list offsets since %s: no answer for the partition", since.Format(time.RFC3339))
 }
 
 // batch decodes what was fetched into a Batch up to its end, and the dead

@@ -34,6 +34,9 @@ type metrics struct {
 	// sinkOffsetMissing: partitions assigned with a group commit but no
 	// offset in the sink.
 	sinkOffsetMissing *prometheus.CounterVec
+	// recounts: partitions a Recounter counts again from the log, and the
+	// offsets each recount reads again.
+	recounts, recounted *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
@@ -71,6 +74,10 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_offset_resets_total", Help: "Stored offsets beyond the log's end (topic recreated) moved back to the log's start, per partition.", ConstLabels: labels}, []string{"partition"}),
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_memory_rebuilds_total", Help: "Partitions read again from a write-back sink's checkpoint to rebuild its memory (another writer fenced it, an operator acted): nothing lost, per partition.", ConstLabels: labels}, []string{"partition"}),
+		recounts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_recounts_total", Help: "Partitions counted again from the log because the sink's store lost them (a Redis restart without persistence, a failover before anything was replicated), per partition.", ConstLabels: labels}, []string{"partition"}),
+		recounted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_recounted_offsets_total", Help: "Offsets read again by recounts: from the recount's start to where the partition stood when its store lost it, per partition.", ConstLabels: labels}, []string{"partition"}),
 		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_rewinds_total", Help: "Partitions read again from the sink's offset because the sink lost batches it had acknowledged (a Redis failover), per partition.", ConstLabels: labels}, []string{"partition"}),
 		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -90,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.aheadWaits, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.aheadWaits, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing, m.recounts, m.recounted} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -114,6 +121,8 @@ func (m *metrics) partitionStarted(partition int) {
 	m.rewinds.WithLabelValues(p)
 	m.rebuilds.WithLabelValues(p)
 	m.sinkOffsetMissing.WithLabelValues(p)
+	m.recounts.WithLabelValues(p)
+	m.recounted.WithLabelValues(p)
 	for _, why := range []string{"permanent", "retries_exhausted"} {
 		m.dlqDropped.WithLabelValues(p, why)
 	}

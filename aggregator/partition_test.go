@@ -251,3 +251,107 @@ func TestGroupReportsASinkThatLostItsOffsets(t *testing.T) {
 		t.Errorf("sink_offset_missing_total = %v, want 1", got)
 	}
 }
+
+// recountSink is an offsetSink that keeps only the last hour, as the live
+// windows do, and asks to be counted again from the log when it loses its
+// store (aggregator.Recounter).
+type recountSink struct {
+	*offsetSink
+	loseAt   int64      // the batch holding this offset finds the store lost, once; -1 never
+	recounts [][2]int64 // {from, to} of each Recount
+}
+
+func (s *recountSink) RecountSince() time.Duration { return time.Hour }
+
+func (s *recountSink) Recount(_ context.Context, _ string, _ int, from, to int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recounts = append(s.recounts, [2]int64{from, to})
+	return nil
+}
+
+func (s *recountSink) Apply(ctx context.Context, b aggregator.Batch) error {
+	s.mu.Lock()
+	if s.loseAt >= 0 && b.First <= s.loseAt && s.loseAt <= b.Last {
+		s.loseAt = -1
+		s.applied, s.seen, s.next = map[int][]aggregator.Record{}, map[string]int{}, map[int]int64{}
+		s.mu.Unlock()
+		return &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, First: b.First, Recount: true, Reason: "lost"}
+	}
+	s.mu.Unlock()
+	return s.offsetSink.Apply(ctx, b)
+}
+
+func (s *recountSink) offsets() (out []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.applied[0] {
+		out = append(out, r.Offset)
+	}
+	return out
+}
+
+// A sink whose store lost a partition, found as it starts (the group has
+// committed progress, the sink holds no offset) or as it applies, is read
+// again from the first offset written RecountSince ago: what it lost
+// within its windows is counted again, nothing older, and the sink learns
+// the partition's end at the loss.
+func TestGroupRecountsASinkThatLostItsStore(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	old, recent := time.Now().Add(-2*time.Hour), time.Now()
+	msgs := ipEvents(t, "192.0.2.12", 3, old)
+	for i := range msgs {
+		msgs[i].Time = old // the log's time, which the recount's start is found by
+	}
+	produce(t, ctx, bs, topic, append(msgs, ipEvents(t, "192.0.2.12", 3, recent)...)) // offsets 0..5
+	run := func(sink aggregator.Sink, reg *prometheus.Registry, until func() bool) {
+		t.Helper()
+		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, Registerer: reg}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(runCtx) }()
+		stacktest.WaitFor(t, "the partition applied", time.Minute, until)
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := newOffsetSink()
+	run(first, prometheus.NewRegistry(), func() bool { return first.count() == 6 })
+
+	// Lost before the start: the group committed 6.
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.12", 1, recent)) // offset 6
+	lost := &recountSink{offsetSink: newOffsetSink(), loseAt: -1}
+	reg := prometheus.NewRegistry()
+	run(lost, reg, func() bool { return lost.count() == 4 })
+	if got, want := fmt.Sprint(lost.offsets()), "[3 4 5 6]"; got != want {
+		t.Errorf("recounted offsets %s, want %s (the last hour's, then what followed)", got, want)
+	}
+	if got, want := fmt.Sprint(lost.recounts), "[[3 7]]"; got != want {
+		t.Errorf("Recount calls %s, want %s", got, want)
+	}
+	if got := sumMetric(t, reg, "floodgate_aggregator_recounts_total"); got != 1 {
+		t.Errorf("recounts_total = %v, want 1", got)
+	}
+	if got := sumMetric(t, reg, "floodgate_aggregator_recounted_offsets_total"); got != 3 {
+		t.Errorf("recounted_offsets_total = %v, want 3 (3..5)", got)
+	}
+
+	// Lost while it applies: the batch holding offset 7 finds it gone.
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.12", 2, recent)) // offsets 7, 8
+	lost.loseAt = 7
+	reg = prometheus.NewRegistry()
+	run(lost, reg, func() bool { return lost.count() == 6 })
+	if got, want := fmt.Sprint(lost.offsets()), "[3 4 5 6 7 8]"; got != want {
+		t.Errorf("recounted offsets %s, want %s", got, want)
+	}
+	if got := len(lost.recounts); got != 2 || lost.recounts[1] != [2]int64{3, 9} {
+		t.Errorf("Recount calls %v, want a second of [3 9]", lost.recounts)
+	}
+}

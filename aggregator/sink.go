@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"floodgate/event"
 )
@@ -83,6 +84,22 @@ type OffsetResetter interface {
 	ResetOffset(ctx context.Context, topic string, partition int, from, to int64) error
 }
 
+// Recounter is implemented by sinks whose store keeps only the recent past
+// (the live windows). When that store lost a partition (a Redis restart
+// without persistence, a failover before anything was replicated), such a
+// sink counts it again from the log, RecountSince back, instead of going
+// on without what it lost: its Apply returns a *RewindError with Recount,
+// or its Resume finds nothing where the group committed progress.
+type Recounter interface {
+	// RecountSince is how far back events still count.
+	RecountSince() time.Duration
+	// Recount tells the sink that the partition is read again from
+	// offset from because its store lost it; records before to (the
+	// partition's end when the loss was found) were counted in the store
+	// lost, whatever their headers say, and are counted again.
+	Recount(ctx context.Context, topic string, partition int, from, to int64) error
+}
+
 // RewindError is returned by a sink's Apply when the offset it holds for
 // the partition lies before the batch: the store lost batches it had
 // acknowledged. A Redis primary that dies before replicating its last
@@ -99,9 +116,17 @@ type RewindError struct {
 	// the partition again (another writer fenced it, an operator acted):
 	// nothing was lost, its memory is rebuilt from Next.
 	Reason string
+	// Recount, from a Recounter, says its store lost the whole partition:
+	// Next is unknown, and the partition is counted again from
+	// RecountSince back.
+	Recount bool
 }
 
 func (e *RewindError) Error() string {
+	if e.Recount {
+		return fmt.Sprintf("topic %s partition %d: the sink's store lost the partition (batch at %d): %s",
+			e.Topic, e.Partition, e.First, e.Reason)
+	}
 	if e.Reason != "" {
 		return fmt.Sprintf("topic %s partition %d: reading again from offset %d (batch at %d): %s",
 			e.Topic, e.Partition, e.Next, e.First, e.Reason)

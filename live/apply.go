@@ -119,7 +119,15 @@ const (
 	replyDedupRaced = 3 // DEDUP_RACED: an id was counted since the caller looked
 	replyRewind     = 4 // REWIND: the batch starts after the stored offset
 	replyStale      = 5 // STALE: the caller's verdicts or copies are stale
+	replyLost       = 6 // LOST: no offset where the caller applied before
 )
+
+// errSlotLost: the partition's slot holds no offset although this
+// Headroom saw one there, so Redis lost the slot (a restart without
+// persistence, a failover before anything was replicated) and with it
+// every count. Nothing of the batch is written: the sink has the partition
+// counted again from the log (aggregator.Recounter).
+var errSlotLost = errors.New("the partition's offset is missing from Redis although this owner had stored one: Redis lost the slot")
 
 // seenBody reads the scores of many ids in chunks: Lua's unpack fails
 // past a few thousand values, and a backlog's batch holds more.
@@ -300,12 +308,23 @@ func (s *Applier) Apply(ctx context.Context, group string, b aggregator.Batch, s
 	// hr's tables are freed when it is collected: keep it until the pointers
 	// into them are done with, whatever the caller holds.
 	defer runtime.KeepAlive(hr)
+	var res ApplyResult
+	var err error
 	if s.wb && hr != nil {
-		return s.applyWriteBack(ctx, group, b, set, now, hr)
+		res, err = s.applyWriteBack(ctx, group, b, set, now, hr)
+	} else {
+		res, err = s.applyThrough(ctx, group, b, set, now, hr)
 	}
-	chunks := s.split(b)
+	if err == nil && hr != nil {
+		hr.held = true
+	}
+	return res, err
+}
+
+// applyThrough is Apply written through: every batch by the apply script.
+func (s *Applier) applyThrough(ctx context.Context, group string, b aggregator.Batch, set *rules.Set, now time.Time, hr *Headroom) (ApplyResult, error) {
 	total := ApplyResult{Duplicate: true}
-	for _, c := range chunks {
+	for _, c := range s.split(b) {
 		res, err := s.applyChunk(ctx, group, c, set, now, hr)
 		total.add(res)
 		if err != nil {
@@ -650,6 +669,8 @@ func refusedApply(b aggregator.Batch, status, prev int64) (ApplyResult, int64, e
 		return ApplyResult{}, -1, &aggregator.RewindError{Topic: b.Topic, Partition: b.Partition, Next: prev, First: b.First}
 	case replyStale:
 		return ApplyResult{}, -1, errMirrorStale
+	case replyLost:
+		return ApplyResult{}, -1, fmt.Errorf("apply batch partition=%d offsets=%d-%d: %w", b.Partition, b.First, b.Last, errSlotLost)
 	}
 	return ApplyResult{}, -1, fmt.Errorf("apply batch partition=%d offsets=%d-%d: unknown reply %d", b.Partition, b.First, b.Last, status)
 }

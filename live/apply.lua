@@ -1,5 +1,5 @@
 -- reply codes: the first value of the reply (live/apply.go, replyApplied...)
-local APPLIED, HELD, TRIM, DEDUP_RACED, REWIND, STALE = 0, 1, 2, 3, 4, 5
+local APPLIED, HELD, TRIM, DEDUP_RACED, REWIND, STALE, LOST = 0, 1, 2, 3, 4, 5, 6
 
 local a = ARGV
 local offkey = KEYS[1]
@@ -21,6 +21,10 @@ if prev then
   if last < prev then return {HELD, prev} end
   if first < prev then return {TRIM, prev} end
   if first > prev then return {REWIND, prev} end
+elseif expect >= 0 then
+  -- the caller applied here before: Redis lost the slot, and what it
+  -- held is counted again from the log (aggregator.Recounter)
+  return {LOST, -1}
 else
   prev = -1
 end

@@ -37,8 +37,12 @@ type Headroom struct {
 	// window.Field), and the subjects' bucket copies: outside the Go heap
 	// (subjects.go). A room is dropped only with all others, so a *room
 	// stays valid until the next evict.
-	t    *tables
-	max  int
+	t   *tables
+	max int
+	// held: the slot held the partition's offset since this Headroom was
+	// made or last recounted (a resume found it, a batch was applied).
+	// Finding it missing then means Redis lost the slot; drop keeps it.
+	held bool
 	key  []byte // scratch of roomOf
 	plan []byte // scratch of needs
 }

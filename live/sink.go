@@ -139,6 +139,10 @@ type partState struct {
 	takes   takeGate
 	appends sync.WaitGroup
 	stopped chan struct{}
+	// recountTo: the partition is counted again after Redis lost its slot,
+	// the limiter's counted events too before this offset (recount.go);
+	// -1 when not.
+	recountTo int64
 }
 
 var (
@@ -209,7 +213,27 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (int64, 
 		s.had[partition] = true
 		s.mu.Unlock()
 	}
+	if err == nil {
+		err = s.resumeRecount(ctx, topic, partition, next, ok)
+	}
 	return next, ok, err
+}
+
+// resumeRecount picks up a recount of the partition its last owner left
+// unfinished.
+func (s *Sink) resumeRecount(ctx context.Context, topic string, partition int, next int64, ok bool) error {
+	to, err := s.readRecount(ctx, topic, partition)
+	if err != nil {
+		return err
+	}
+	p := s.part(partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recountTo = -1
+	if ok && to > next {
+		p.recountTo = to
+	}
+	return nil
 }
 
 // warnWriteBackPast reports, loudly, a partition a write-back owner left
@@ -243,7 +267,7 @@ func (s *Sink) part(partition int) *partState {
 		// The first checkpoint one interval after the start, as every
 		// later one after the last, at the partition's own phase.
 		p = &partState{due: s.cfg.Now().Add(s.cfg.CheckpointEvery + checkpointPhase(partition, s.cfg.CheckpointEvery)), reread: make(chan string, 1),
-			takes: takeGate{target: -1}, stopped: make(chan struct{})}
+			takes: takeGate{target: -1}, stopped: make(chan struct{}), recountTo: -1}
 		if !s.cfg.EvaluateAll {
 			p.hr = NewHeadroom(s.cfg.MaxHeadroom)
 		}
@@ -469,9 +493,15 @@ func (s *Sink) Apply(ctx context.Context, b aggregator.Batch) error {
 			return fmt.Errorf("partition %d: %d bucket fields wait for a checkpoint that fails: holding the batch", b.Partition, p.hr.wb.fields)
 		}
 	}
+	if p.recountTo >= 0 {
+		b = s.recounted(b, p)
+	}
 	res, err := s.cfg.Applier.Apply(ctx, s.cfg.Group, b, s.cfg.Rules(), s.cfg.Now(), p.hr)
 	if s.cfg.Takes != nil {
 		s.takesApplied(ctx, b, p, err)
+	}
+	if errors.Is(err, errSlotLost) {
+		return s.slotLost(b, err)
 	}
 	done := time.Now()
 	// Runs of a split batch that succeeded before one failed are applied:

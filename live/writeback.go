@@ -326,6 +326,7 @@ func (s *Applier) Resume(ctx context.Context, group, topic string, partition int
 	hr.wb = &writeBack{c: o.c, cKept: o.cKept, at: o.c, replayTo: o.d, resets: o.resets, marks: o.marks,
 		rules: rs, stored: o.rules, pending: hr.t.pending, carried: -1, inherited: o.held}
 	hr.next, hr.seq = o.d, o.seq
+	hr.held = hr.held || o.c >= 0
 	return o.c, o.c >= 0, nil
 }
 
@@ -772,8 +773,12 @@ func (s *Applier) applyWriteBack(ctx context.Context, group string, b aggregator
 	}
 	wb := hr.wb
 	// Redis holds no offset of the partition: never applied, or Redis lost
-	// its data (the caller knows which; it had progress or not).
+	// its data.
 	missing := wb.at < 0
+	if missing && hr.held {
+		hr.drop()
+		return ApplyResult{}, fmt.Errorf("apply batch partition=%d offsets=%d-%d: %w", b.Partition, b.First, b.Last, errSlotLost)
+	}
 	if missing { // a partition never applied starts with this batch
 		wb.at, wb.c, wb.replayTo = b.First, b.First, -1
 	}

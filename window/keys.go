@@ -109,6 +109,14 @@ func (k Keys) CheckpointMarks(group, topic string, partition int) string {
 	return k.Slot(partition) + ":@ckmarks:" + group + ":" + topic
 }
 
+// Recount returns the key of the offset a recount runs to (a string): the
+// partition's end when Redis was found to have lost its slot. The events
+// the limiter had counted before it (event.HeaderCounted) were counted in
+// the slot lost, so every owner counts them again up to there.
+func (k Keys) Recount(group, topic string, partition int) string {
+	return k.Slot(partition) + ":@recount:" + group + ":" + topic
+}
+
 // CheckpointHeld returns the key of the verdicts a write-back owner holds
 // back past its checkpoint (a string: JSON, live/carried.go): denies its
 // slot shows already, extended later. A new owner writes them as it

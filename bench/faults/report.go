@@ -383,4 +383,46 @@ pays the network round trip to the replica besides. When the replica is down or 
 takes fail at its timeout or, with a short timeout, gives the guarantee up again; and Redis does not roll
 back a write whose WAIT timed out. floodgate does not WAIT: a strict rule's overshoot is 0 while the primaries
 live, and bounded by the replication lag when one dies.
+
+**Owner takes (` + "`" + `aggregator --owner-takes` + "`" + `) keep what such a loss takes.** There the take stream is a
+take's only durable copy before the events topic, so a lost entry would be a take's event lost for
+good. The owner remembers each append Redis acknowledged until the apply counts its event; it
+notices a stream that went back (an append's id not past the last one Redis gave it, or a last
+generated id behind it, checked every 250 ms) with an ERROR, gives the stream a new epoch before
+its next take (an old id could come again below the take relay's cursor), waits until the relay's produce
+requests sent before the loss can no longer land, reads the stream, counts up to the partition's
+end, and appends again what is still uncounted. An append that got no answer during the fault is
+settled the same way: kept if the stream held it, else dropped from the owner's windows (its take
+was answered failed) (` + "`" + `floodgate_live_owner_take_doubts_total{outcome}` + "`" + `). Its own memory never lost
+the takes, so its windows stay exact throughout, and its takes go on after a tick
+(TestClusterOwnerTakesRedisPrimaryKill). The take relay's cursor can go back the same way, past entries
+it published: the relay that finds an older value of its own token there, at its next move or as it
+restarts (no other run writes it), goes on from its own position instead of reading back from the
+older one (TestTakeRelayCursorGoneBack, TestTakeRelayClaimAfterRedisWentBack; stage A's takes gain
+the same). The decisions relay goes on when the change stream's sequence numbers go back; it used
+to count a negative loss and panic (TestRelayGoesOnWhenTheChangeStreamGoesBack). Not covered: entries lost while the partition also moves (the next owner's load
+cannot see them: ` + "`" + `outcome="dropped"` + "`" + `, an ERROR), and a relay that dies in the same moments as the
+primary (its successor trusts the older cursor and may publish up to a replication lag of entries
+twice).
+
+**A slot lost whole is counted again from the log.** A failover before a partition's first checkpoint
+reached the replica, or a Redis restarted without persistence, leaves no offset at all where the
+aggregator had stored one. The aggregator does not take that for a new partition. The batch or
+checkpoint that finds the slot gone is refused, nothing of it written (` + "`" + `floodgate_live_offset_missing_total` + "`" + `),
+and the group reads the partition again from the first offset written the longest window plus a
+minute ago (Kafka's ListOffsets by time), with an ERROR naming the offsets,
+` + "`" + `floodgate_aggregator_recounts_total` + "`" + ` and ` + "`" + `floodgate_aggregator_recounted_offsets_total` + "`" + `. An aggregator
+that starts on a partition its group committed progress on and finds the slot gone does the same. The
+events the limiter had counted (` + "`" + `floodgate-counted` + "`" + `) up to the partition's end when the loss was found
+are counted again with the rest, since their counts were in the slot lost; that end is kept in the slot
+(` + "`" + `@recount` + "`" + `), so an owner that takes the partition over mid-recount counts them too. Owner takes of the
+partition stay closed until the recount has counted up to the partition's end. Until then its windows
+are short and its decisions late: a recount reads up to a day of the partition, at the aggregator's
+speed (TestAggregatorRecountsWhatRedisLost pauses the aggregator, deletes every key of the live path
+and finds the counts exact against the topic; TestSinkRecountsASlotRedisLost,
+TestGroupRecountsASinkThatLostItsStore; TestClusterOwnerTakesRedisPrimaryKill no longer waits for
+checkpoints before its kill). Not covered: ` + "`" + `--evaluate-all` + "`" + ` (write-through without a Headroom) keeps
+the ERROR ` + "`" + `the partition's offset was missing from Redis although this sink had stored one` + "`" + ` and goes
+on without what was lost (run ` + "`" + `floodgate rebuild` + "`" + `); a stage-A take the limiter counted in the new slot
+between the loss and its finding (at most a checkpoint interval) is counted twice, on the safe side.
 `
