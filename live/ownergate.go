@@ -41,6 +41,8 @@ func (s *Sink) resumeTakes(ctx context.Context, topic string, partition int, p *
 			return
 		}
 		p.takes.epoch.Store(epoch)
+		p.takes.held = epoch
+		s.takeOverLost(ctx, partition, p)
 	}
 	s.refreshBans(ctx, partition, p)
 	s.readTarget(ctx, partition, p)

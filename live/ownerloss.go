@@ -2,8 +2,10 @@ package live
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +103,7 @@ func (s *Sink) refenceTakes(ctx context.Context, partition int, p *partState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.takes.epoch.Store(epoch)
+	p.takes.held = epoch
 	p.takes.hasAck = false // ids start again past the new epoch
 }
 
@@ -373,21 +376,101 @@ func (s *Sink) relayWait() time.Duration {
 	return s.cfg.TakeRelay.cfg.ProduceTimeout * 3 / 2
 }
 
-// dropLost reports, loudly, the lost entries a partition leaves unappended
-// as it goes (its revoke): their events reach no topic. (An uncertain one
-// that landed is in the stream, where the next owner loads it.)
-func (s *Sink) dropLost(partition int, p *partState) {
+//go:embed takehandover.lua
+var takeHandOverBody string
+
+var takeHandOverScript = redis.NewScript("#!lua\n" + takeHandOverBody)
+
+// handOverLost leaves the lost entries a partition has not appended again
+// as it goes (its revoke) to the partition's next owner, in the slot's
+// hand-over hash, unless a newer owner fenced the stream already
+// (takehandover.lua). The next owner's load counts them in its overlay and
+// settles them as doubts of its own (takeOverLost). What cannot be handed
+// over is dropped, loudly: its event reaches no topic.
+func (s *Sink) handOverLost(ctx context.Context, partition int, p *partState) {
 	p.mu.Lock()
+	held := p.takes.held
+	args := []any{held}
 	n := 0
-	for _, a := range p.takes.acked {
+	for id, a := range p.takes.acked {
 		if a.doubt == lost || a.doubt == again {
+			args = append(args, id, strconv.FormatInt(a.since.UnixMilli(), 10)+" "+a.enc)
 			n++
 		}
 	}
 	p.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := errors.New("this owner never fenced the take stream")
+	if held != 0 {
+		keys := []string{s.cfg.Applier.keys.Takes(partition), s.cfg.Applier.keys.TakesHandOver(partition)}
+		var got int64
+		got, err = takeHandOverScript.Run(ctx, s.cfg.Takes.Redis, keys, args...).Int64()
+		if err == nil && got < 0 {
+			err = errors.New("a newer owner fenced the take stream")
+		}
+	}
+	if err == nil {
+		s.m.takeDoubts.WithLabelValues("handed_over").Add(float64(n))
+		s.log.Warn("owner takes: take events Redis lost, not yet appended again, handed over to the partition's next owner", "partition", partition, "entries", n)
+		return
+	}
+	s.m.takeDoubts.WithLabelValues("dropped").Add(float64(n))
+	s.log.Error("owner takes: take events Redis lost were not appended again before the partition left this owner, nor handed over: history misses them, and its next owner does not count them",
+		"partition", partition, "entries", n, "err", err)
+}
+
+// takeOverLost loads what the partition's last owner handed over (under
+// p.mu, after the fence and the overlay's load): each event counts in the
+// overlay, and is settled as a lost append of this owner's. The hash goes
+// with the read: an event is handed over once.
+func (s *Sink) takeOverLost(ctx context.Context, partition int, p *partState) {
+	key := s.cfg.Applier.keys.TakesHandOver(partition)
+	// after this owner's fence: no hand-over can land between the two
+	pipe := s.cfg.Takes.Redis.Pipeline()
+	get := pipe.HGetAll(ctx, key)
+	pipe.Del(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		// the load goes on: what was handed over waits for the next
+		s.log.Warn("owner takes: reading the take events handed over failed; they wait for the partition's next load", "partition", partition, "err", err)
+		return
+	}
+	g := &p.takes
+	sec := floorDiv(s.cfg.Now().UnixMilli(), 1000)
+	n := 0
+	for id, v := range get.Val() {
+		ms, enc, _ := strings.Cut(v, " ")
+		since, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			continue
+		}
+		_, value, err := window.ParseQueuedEvent(enc)
+		if err != nil {
+			continue
+		}
+		ev, err := event.Decode(value)
+		if err != nil || ev.ID != id {
+			continue
+		}
+		if _, ok := g.ov.byID[id]; !ok {
+			sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: ev.Subject}
+			g.ov.add(sub, inflight{id: id, sec: min(floorDiv(ev.TS.UnixMilli(), 1000), sec), n: max(ev.N, 1)})
+		}
+		if g.acked == nil {
+			g.acked = map[string]*ackedTake{}
+		}
+		a := &ackedTake{enc: enc, doubt: lost, since: time.UnixMilli(since)}
+		g.acked[id] = a
+		if g.doubtAt.IsZero() || a.since.Before(g.doubtAt) {
+			g.doubtAt = a.since
+		}
+		n++
+	}
 	if n > 0 {
-		s.m.takeDoubts.WithLabelValues("dropped").Add(float64(n))
-		s.log.Error("owner takes: take events Redis lost were not appended again before the partition left this owner: history misses them, and its next owner does not count them",
-			"partition", partition, "entries", n)
+		s.m.takeDoubts.WithLabelValues("taken_over").Add(float64(n))
+		s.log.Warn("owner takes: took over take events Redis lost that the partition's last owner had not appended again; they are appended again once nothing else can count them", "partition", partition, "entries", n)
 	}
 }

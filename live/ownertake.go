@@ -128,6 +128,9 @@ type takeGate struct {
 	// partition is assigned here again.
 	epoch  atomic.Int64
 	fenced bool
+	// held is the last epoch this owner fenced the stream at (epoch goes
+	// 0 while a new one is due): what it hands lost events over under.
+	held int64
 	// acked are the takes' events appended, or maybe, and not yet
 	// counted, by event id; lastAck the last id Redis gave this owner's
 	// appends (hasAck: one did); doubtAt when the oldest doubt of acked

@@ -29,6 +29,7 @@ type testOwner struct {
 	t     *testing.T
 	s     *Sink
 	rdb   *redis.Client
+	st    *window.Store
 	key   string
 	limit int64
 	took  []string // the events of the takes it admitted
@@ -85,7 +86,7 @@ rules:
 	if _, _, err := s.Resume(context.Background(), "lt", 0); err != nil {
 		t.Fatal(err)
 	}
-	return &testOwner{t: t, s: s, rdb: rdb, key: st.Keys().Takes(0), limit: limit}
+	return &testOwner{t: t, s: s, rdb: rdb, st: st, key: st.Keys().Takes(0), limit: limit}
 }
 
 // take takes one, telling whether it was admitted.
@@ -228,6 +229,56 @@ func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("appended_again")); n != 2 {
 		t.Errorf("entries appended again: %v, want 2", n)
+	}
+}
+
+// An owner that leaves a partition (its revoke) before appending again
+// the take events Redis lost hands them over to the partition's next
+// owner, whose overlay counts them and who appends them again once nothing
+// else can count them: every take admitted ends in the stream once. A
+// former owner's hand-over after a newer owner fenced the stream is
+// refused, loudly (dropped): the newer owner's load has been.
+func TestOwnerTakesHandLostEntriesOver(t *testing.T) {
+	o := newLossOwner(t)
+	for range 2 {
+		if !o.take() {
+			t.Fatal("a take failed")
+		}
+	}
+	o.lose()
+	stacktest.WaitFor(t, "the loss noticed", 10*time.Second, func() bool {
+		p := o.s.part(0)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.takes.doubtAt.IsZero()
+	})
+	o.s.handOverLost(context.Background(), 0, o.s.part(0)) // the revoke
+	if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("handed_over")); n != 1 {
+		t.Fatalf("entries handed over: %v, want 1", n)
+	}
+	next := newTestOwner(t, o.rdb, o.st, 100, nil)
+	lostID := o.took[1]
+	if !next.inOverlay(lostID) {
+		t.Fatal("the next owner's overlay misses the take handed over")
+	}
+	next.settled()
+	got := next.streamEvents()
+	for _, id := range o.took {
+		if got[id] != 1 {
+			t.Errorf("event %s is in the take stream %d times, want once", id, got[id])
+		}
+	}
+	for outcome, want := range map[string]float64{"taken_over": 1, "appended_again": 1} {
+		if n := testutil.ToFloat64(next.s.m.takeDoubts.WithLabelValues(outcome)); n != want {
+			t.Errorf("next owner's %s: %v, want %v", outcome, n, want)
+		}
+	}
+	o.s.handOverLost(context.Background(), 0, o.s.part(0)) // a zombie's, after the fence
+	if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("dropped")); n != 1 {
+		t.Errorf("a hand-over after a newer owner's fence: dropped %v, want 1", n)
+	}
+	if n, err := o.rdb.Exists(context.Background(), o.st.Keys().TakesHandOver(0)).Result(); err != nil || n != 0 {
+		t.Errorf("the hand-over hash exists (%d, %v) after the refused hand-over", n, err)
 	}
 }
 

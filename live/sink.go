@@ -304,7 +304,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		p.closeTakes()
 		p.mu.Unlock()
 		s.waitAppends(partition, p)
-		s.dropLost(partition, p)
+		s.handOverLost(context.WithoutCancel(ctx), partition, p)
 		stop()
 		wg.Wait()
 		p.mu.Lock()
@@ -648,7 +648,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 		}, []string{"result"}),
 		takeDoubts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_live_owner_take_doubts_total", ConstLabels: labels,
-			Help: "Owner takes' appends settled after a doubt, by outcome: appended_again (Redis lost it after acknowledging it, a failover), landed (no answer came; the stream held it), not_appended (no answer came and it never landed: its take leaves the overlay), dropped (lost, and the partition left this owner before it was appended again: history misses its event).",
+			Help: "Owner takes' appends settled after a doubt, by outcome: appended_again (Redis lost it after acknowledging it, a failover), landed (no answer came; the stream held it), not_appended (no answer came and it never landed: its take leaves the overlay), handed_over (lost, and the partition left this owner before it was appended again: left to its next owner), taken_over (handed over by the partition's last owner, settled here), dropped (lost, and neither appended again nor handed over: history misses its event).",
 		}, []string{"outcome"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_live_owner_takes_inflight", ConstLabels: labels,
@@ -680,7 +680,7 @@ func newSinkMetrics(reg prometheus.Registerer, group string) (*sinkMetrics, erro
 	for _, r := range []string{"taken", "refused", "not_owner", "fenced", "failed", "released"} {
 		m.ownerTakes.WithLabelValues(r)
 	}
-	for _, r := range []string{"appended_again", "landed", "not_appended", "dropped"} {
+	for _, r := range []string{"appended_again", "landed", "not_appended", "dropped", "handed_over", "taken_over"} {
 		m.takeDoubts.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -67,6 +67,9 @@ const (
 	// the peer address of the aggregator answering the partition's owner
 	// takes (takeroute), expiring unless refreshed
 	takesOwnerSuffix = ":@takes-owner"
+	// event id -> "<since ms> <entry>": take events Redis lost that the
+	// owner leaving the partition hands over to the next (live/ownerloss.go)
+	takesHandOverSuffix = ":@takes-handover"
 	// hash field -> the decisions offset an operator's reset stood at: a
 	// write-back owner replaying from its checkpoint skips the subject's
 	// events before it (live/writeback.go)
@@ -153,6 +156,10 @@ func (k Keys) IDs(partition int) string { return k.Slot(partition) + idsSuffix }
 // Takes returns the key of a partition's stream of strict takes' events
 // not yet published to the events topic.
 func (k Keys) Takes(partition int) string { return k.Slot(partition) + takesSuffix }
+
+// TakesHandOver returns the key of the take events Redis lost that an
+// owner leaving the partition hands over to its next owner.
+func (k Keys) TakesHandOver(partition int) string { return k.Slot(partition) + takesHandOverSuffix }
 
 // TakesRelay returns the key holding the take relay's cursor.
 func (k Keys) TakesRelay(partition int) string { return k.Slot(partition) + takesRelaySuffix }

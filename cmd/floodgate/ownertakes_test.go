@@ -553,3 +553,47 @@ func TestOwnerTakesAcrossOwners(t *testing.T) {
 		t.Errorf("%v takes answered across owners, %v reserved parts released: want some of each", split, released)
 	}
 }
+
+// TestOwnerTakesHandLostTakesOver: Redis loses every take stream under
+// ownerTakesExact's takes (the owner paused meanwhile, so the loss is
+// whole, as a failover's is), and the owner is stopped (SIGTERM) as soon
+// as it noticed, before it may append the lost takes again (the relay's
+// requests could still land): it hands them over to the next owner, which
+// counts them in its overlay and appends them again once nothing else can
+// count them. No subject is admitted past its limit, and each is counted
+// exactly its limit in Redis and in the events topic.
+func TestOwnerTakesHandLostTakesOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{partitions: 4, rules: ownerTakeRules})
+	ownerTakesExact(t, e, 40, func(run *ownerTakesRun) {
+		run.failedMayCount = true
+		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return run.total() >= 300 })
+		pid := run.p.cmd.Process.Pid
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for p := range e.partitions {
+			if err := e.rdb.Del(context.Background(), e.store.Keys().Takes(p)).Err(); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		stacktest.WaitFor(t, "the owner noticing its take streams went back", 30*time.Second, func() bool {
+			return e.logsContain("Redis lost take stream entries it had acknowledged")
+		})
+		run.p.stop(t)
+		if !e.logsContain("handed over to the partition's next owner") {
+			t.Fatal("the stopped owner handed nothing over")
+		}
+		run.p = e.start("run1")
+		stacktest.WaitFor(t, "the next owner taking them over", time.Minute, func() bool {
+			return e.logsContain("took over take events Redis lost")
+		})
+		// once the relay's requests can no longer land (15 s)
+		stacktest.WaitFor(t, "the next owner appending them again", time.Minute, func() bool {
+			return e.logsContain("lost take stream entries appended again")
+		})
+	})
+}
