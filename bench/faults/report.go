@@ -317,26 +317,25 @@ const explanations = `## No silent loss: what each path does
   stream, written by the same script as the counts, and the relay publishes from its cursor, moved only once Kafka
   acknowledged. Decisions are published at least once; every copy carries the same ` + "`id`" + ` (docs/redis.md, docs/events.md).
 
-## Redis loses its counters: rebuild from Kafka
+## Redis loses its counters: counted again from Kafka
 
 Redis holds only derived state: bucket counters, deny records and each partition's next offset, all
 written by one script per batch. Kafka keeps the events far longer than the longest rule window, so the
-counters can always be recomputed. ` + "`recovery.Rebuild`" + ` does it: with the live aggregator stopped it deletes
-the key prefix (the counters written since the restart are partial), finds for each partition the first
-offset at or after now − (longest window + 1 min) with Kafka's time index, and replays each partition to its
-current end through the same ` + "`live.Applier.Apply`" + ` the aggregator uses — so the offsets are stored with the
-counters and the aggregator, restarted, resumes exactly where the rebuild stopped (no gap, no double count).
-Events the limiter's strict mode had counted (header ` + "`floodgate-counted`" + `) are counted too: those counts
-were lost with Redis. Deny records come back as the replayed subjects are evaluated.
+counters can always be recomputed, and the running aggregator does it by itself. Each partition's
+Headroom remembers that its slot held an offset; the batch or checkpoint that finds none (a restart
+without persistence, a flush, a failover to an empty replica) writes nothing, and the group finds the
+first offset at or after now − (longest window + 1 min) with Kafka's time index and reads the partition
+again from there through the same ` + "`live.Applier`" + ` (` + "`aggregator.Recounter`" + `, an ERROR naming the offsets,
+` + "`floodgate_aggregator_recounts_total`" + `). Events the limiter's strict mode had counted (header
+` + "`floodgate-counted`" + `) up to the partition's end when the loss was found are counted too: those counts were
+lost with Redis. Deny records come back as the recounted subjects are evaluated; until the recount
+reaches where the partition stood its windows are short and its decisions late. An aggregator that
+starts on partitions whose slots are gone while its group committed progress recounts them the same way.
 
-Without a rebuild the aggregator still recovers by itself: it keeps running through the outage, retries
-each batch until Redis answers, and from then on counts new events exactly; only the windows that
-straddle the restart undercount, for at most the longest window (1 day with the example rules).
-
-Operationally: ` + "`scripts/stack restart-service redis`" + ` (or a failover to an empty replica) → stop the live
-aggregator → run the rebuild (` + "`recovery.Rebuild`" + ` with ` + "`Reset`" + `; the ` + "`floodgate rebuild`" + ` subcommand in
-cmd/floodgate/rebuild.go wraps it) → start the aggregator. The table's Redis-restart row measures exactly
-that sequence, and re-checks every earlier scenario's subjects in Redis after the rebuild.
+` + "`recovery.Rebuild`" + ` (the ` + "`floodgate rebuild`" + ` subcommand) does the same offline, with the live aggregator
+stopped: it is needed only with ` + "`--evaluate-all`" + `, whose write-through sink keeps no Headroom to notice the loss.
+The table's Redis-restart row restarts Redis under load with the aggregator running, and re-checks every
+earlier scenario's subjects in Redis after the recount.
 
 ## A Redis Cluster primary dies: what asynchronous replication loses
 
