@@ -393,7 +393,10 @@ type worker struct {
 	aheadBytes prometheus.Gauge   // floodgate_aggregator_read_ahead_bytes
 	aheadWaits prometheus.Counter // floodgate_aggregator_read_ahead_waits_total
 	held       *fetched           // an offset reset met while filling a batch
-	log        *slog.Logger
+	// recounted: offsets below it are read again by a recount (Recounter);
+	// their malformed messages were dead-lettered when first read.
+	recounted int64
+	log       *slog.Logger
 }
 
 // fetched is what the fetch loop hands the apply loop: records, or a
@@ -906,6 +909,7 @@ func (w *worker) recount(stop context.Context, rc Recounter, at int64, why strin
 	}, func() {}) {
 		return 0, false
 	}
+	w.recounted = max(w.recounted, at)
 	part := strconv.Itoa(w.partition)
 	w.g.metrics.recounts.WithLabelValues(part).Inc()
 	w.g.metrics.recounted.WithLabelValues(part).Add(float64(max(at-from, 0)))
@@ -972,11 +976,13 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 		if w.next < 0 {
 			b.First = u.From
 		}
-		part := strconv.Itoa(w.partition)
-		w.g.metrics.unreadable.WithLabelValues(part).Add(float64(u.To - u.From))
-		w.log.Error("offsets skipped: their record batch decompresses past the bound; their events are not counted",
-			"from", u.From, "to", u.To-1, "bound_bytes", MaxBatchDecompressed, "err", u.Err)
-		dead = append(dead, w.unreadableStub(u))
+		if u.To > w.recounted { // else reported when first read; a recount reads it again
+			part := strconv.Itoa(w.partition)
+			w.g.metrics.unreadable.WithLabelValues(part).Add(float64(u.To - u.From))
+			w.log.Error("offsets skipped: their record batch decompresses past the bound; their events are not counted",
+				"from", u.From, "to", u.To-1, "bound_bytes", MaxBatchDecompressed, "err", u.Err)
+			dead = append(dead, w.unreadableStub(u))
+		}
 	}
 	now := w.g.cfg.Now()
 	for _, msgs := range item.parts {
@@ -987,6 +993,9 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 				w.g.metrics.clamped.Inc()
 			}
 			if derr != nil {
+				if m.Offset < w.recounted {
+					continue // dead-lettered when first read: a recount reads it again
+				}
 				w.g.metrics.invalid.WithLabelValues(derr.Reason).Inc()
 				dead = append(dead, w.deadLetterOf(m, derr))
 				continue

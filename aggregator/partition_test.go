@@ -306,10 +306,14 @@ func TestGroupRecountsASinkThatLostItsStore(t *testing.T) {
 	for i := range msgs {
 		msgs[i].Time = old // the log's time, which the recount's start is found by
 	}
-	produce(t, ctx, bs, topic, append(msgs, ipEvents(t, "192.0.2.12", 3, recent)...)) // offsets 0..5
+	msgs = append(msgs, ipEvents(t, "192.0.2.12", 3, recent)...)
+	msgs = append(msgs, kafka.Message{Key: []byte("ip:192.0.2.12"), Value: []byte("{not json")})
+	produce(t, ctx, bs, topic, msgs) // offsets 0..6, 6 malformed
+	dlq := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: stacktest.Topic(t, bs, 1), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer dlq.Close()
 	run := func(sink aggregator.Sink, reg *prometheus.Registry, until func() bool) {
 		t.Helper()
-		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, Registerer: reg}, sink)
+		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, Registerer: reg}, sink)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,33 +329,39 @@ func TestGroupRecountsASinkThatLostItsStore(t *testing.T) {
 	first := newOffsetSink()
 	run(first, prometheus.NewRegistry(), func() bool { return first.count() == 6 })
 
-	// Lost before the start: the group committed 6.
-	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.12", 1, recent)) // offset 6
+	// Lost before the start: the group committed 7.
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.12", 1, recent)) // offset 7
 	lost := &recountSink{offsetSink: newOffsetSink(), loseAt: -1}
 	reg := prometheus.NewRegistry()
 	run(lost, reg, func() bool { return lost.count() == 4 })
-	if got, want := fmt.Sprint(lost.offsets()), "[3 4 5 6]"; got != want {
+	if got, want := fmt.Sprint(lost.offsets()), "[3 4 5 7]"; got != want {
 		t.Errorf("recounted offsets %s, want %s (the last hour's, then what followed)", got, want)
 	}
-	if got, want := fmt.Sprint(lost.recounts), "[[3 7]]"; got != want {
+	if got, want := fmt.Sprint(lost.recounts), "[[3 8]]"; got != want {
 		t.Errorf("Recount calls %s, want %s", got, want)
 	}
 	if got := sumMetric(t, reg, "floodgate_aggregator_recounts_total"); got != 1 {
 		t.Errorf("recounts_total = %v, want 1", got)
 	}
-	if got := sumMetric(t, reg, "floodgate_aggregator_recounted_offsets_total"); got != 3 {
-		t.Errorf("recounted_offsets_total = %v, want 3 (3..5)", got)
+	if got := sumMetric(t, reg, "floodgate_aggregator_recounted_offsets_total"); got != 4 {
+		t.Errorf("recounted_offsets_total = %v, want 4 (3..6)", got)
+	}
+	if got := sumMetric(t, reg, "floodgate_aggregator_dead_lettered_total"); got != 0 {
+		t.Errorf("dead_lettered_total = %v in the recount, want 0: offset 6 was dead-lettered when first read", got)
 	}
 
-	// Lost while it applies: the batch holding offset 7 finds it gone.
-	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.12", 2, recent)) // offsets 7, 8
-	lost.loseAt = 7
+	// Lost while it applies: the batch holding offset 8 finds it gone.
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.12", 2, recent)) // offsets 8, 9
+	lost.loseAt = 8
 	reg = prometheus.NewRegistry()
 	run(lost, reg, func() bool { return lost.count() == 6 })
-	if got, want := fmt.Sprint(lost.offsets()), "[3 4 5 6 7 8]"; got != want {
+	if got, want := fmt.Sprint(lost.offsets()), "[3 4 5 7 8 9]"; got != want {
 		t.Errorf("recounted offsets %s, want %s", got, want)
 	}
-	if got := len(lost.recounts); got != 2 || lost.recounts[1] != [2]int64{3, 9} {
-		t.Errorf("Recount calls %v, want a second of [3 9]", lost.recounts)
+	if got := len(lost.recounts); got != 2 || lost.recounts[1] != [2]int64{3, 10} {
+		t.Errorf("Recount calls %v, want a second of [3 10]", lost.recounts)
+	}
+	if got := sumMetric(t, reg, "floodgate_aggregator_dead_lettered_total"); got != 0 {
+		t.Errorf("dead_lettered_total = %v in the second recount, want 0", got)
 	}
 }

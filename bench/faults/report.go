@@ -426,5 +426,6 @@ TestGroupRecountsASinkThatLostItsStore; TestClusterOwnerTakesRedisPrimaryKill no
 checkpoints before its kill). Not covered: ` + "`" + `--evaluate-all` + "`" + ` (write-through without a Headroom) keeps
 the ERROR ` + "`" + `the partition's offset was missing from Redis although this sink had stored one` + "`" + ` and goes
 on without what was lost (run ` + "`" + `floodgate rebuild` + "`" + `); a stage-A take the limiter counted in the new slot
-between the loss and its finding (at most a checkpoint interval) is counted twice, on the safe side.
+between the loss and its finding (at most a checkpoint interval) is counted twice, on the safe side. Operator resets and bans live in Redis
+and go with it: a recount counts a reset subject's events of the last day again.
 `

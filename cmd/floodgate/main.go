@@ -40,7 +40,7 @@ type CLI struct {
 	Migrate    MigrateCmd    `cmd:"" help:"Apply or show database migrations."`
 	Query      QueryCmd      `cmd:"" help:"Print analytics answers: count, curve, top, total, visitors, and the dashboard page as text (summary)."`
 	Dashboard  DashboardCmd  `cmd:"" help:"Serve the web dashboard: totals, top subjects, curves, recent deny decisions."`
-	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters by replaying Kafka (after Redis lost them)."`
+	Rebuild    RebuildCmd    `cmd:"" help:"Rebuild live Redis counters offline by replaying Kafka (a running aggregator recounts what Redis lost by itself; for --evaluate-all, or with the aggregators stopped)."`
 	Rules      RulesCmd      `cmd:"" help:"Check a rules file: validate it, print what it enforces, warn on overlaps."`
 	Backtest   BacktestCmd   `cmd:"" help:"Replay the events topic through a rules file: whom it would have denied, and what changes against the rules in force."`
 	Inspect    InspectCmd    `cmd:"" help:"Show a subject's counts, deny, shadow and ban records, and what a check answers now and why."`

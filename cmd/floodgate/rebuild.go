@@ -11,9 +11,11 @@ import (
 	"floodgate/recovery"
 )
 
-// RebuildCmd rebuilds the live Redis counters from Kafka after Redis lost
-// them (see package recovery and docs/faults.md). Run it with the live
-// aggregator stopped.
+// RebuildCmd rebuilds the live Redis counters from Kafka, offline (see
+// package recovery and docs/faults.md). A running aggregator recounts
+// what Redis lost by itself (aggregator.Recounter); this is for
+// --evaluate-all, whose sink cannot tell, and for an operator's reset of
+// the whole prefix. Run it with the live aggregator stopped.
 type RebuildCmd struct {
 	KafkaFlags
 	RedisFlags
