@@ -2,10 +2,14 @@ package takeroute
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,5 +118,43 @@ func TestSplitPartsByOwner(t *testing.T) {
 	}
 	if !slices.Equal(parts[1].qs, []int{0, 2}) || !slices.Equal(parts[1].evs, []int{2}) {
 		t.Errorf("b's part: queries %v events %v; want [0 2] and [2]", parts[1].qs, parts[1].evs)
+	}
+}
+
+// The router keeps its connections to a peer: calls in turn share one, and
+// calls at once as many as are in flight, instead of a dial each (net/http
+// keeps two idle per host unless told, and reuses none whose body was not
+// read to its end).
+func TestRouterReusesPeerConnections(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("{}\n")) // as json.Encoder writes: a newline after the value
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	r := &Router{cfg: Config{Client: NewClient(nil), Scheme: "http"}}
+	const inFlight, each = 16, 40
+	var wg sync.WaitGroup
+	for range inFlight {
+		wg.Go(func() {
+			for range each {
+				if _, _, err := r.call(context.Background(), addr, wireTake{Op: "commit", ID: "x"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := conns.Load(); n > inFlight {
+		t.Errorf("%d connections for %d calls, %d at a time: want at most %d", n, inFlight*each, inFlight, inFlight)
 	}
 }

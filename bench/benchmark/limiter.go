@@ -70,6 +70,8 @@ const (
 	scEnvoy = "envoy"
 	// the same takes answered by the partition owner (ownertakes.go)
 	scOwnerStrict = "strict-owner"
+	// takes of an IP and an e-mail answered by two owners (ownertakes.go)
+	scOwnerStrictTwo = "strict-owner-two"
 )
 
 // The requests of each scenario; the subject ranges do not overlap.
@@ -98,6 +100,8 @@ type Lookup struct {
 	// always fail closed): floodgate_limiter_failure_mode_total{mode="closed"}.
 	// They are among Unexpected.
 	FailedClosed int64
+	// Routes says how the takes of a run across two owners went.
+	Routes string `json:",omitempty"`
 }
 
 // target is where a step's processes run: the single-node stack or the

@@ -11,6 +11,8 @@ import (
 	"floodgate/bench/rlsload"
 	"floodgate/stacktest"
 	"floodgate/stacktest/childproc"
+	"floodgate/stacktest/promtext"
+	"floodgate/window"
 )
 
 // ownerTakeRuns measures stage B's strict takes: `floodgate aggregator
@@ -49,7 +51,11 @@ func (b *bench) ownerTakeRuns(ctx context.Context, t target, rulesPath string) e
 		return err
 	}
 	err = b.ownerTakeLoad(ctx, p, metrics, rls)
-	return errors.Join(err, b.stopProc(p, "floodgate aggregator --owner-takes"))
+	err = errors.Join(err, b.stopProc(p, "floodgate aggregator --owner-takes"))
+	if err != nil {
+		return err
+	}
+	return b.ownerTakeSplitRuns(ctx, t, rulesPath)
 }
 
 func (b *bench) ownerTakeLoad(ctx context.Context, p *childproc.Proc, metrics, rls string) error {
@@ -68,4 +74,151 @@ func (b *bench) ownerTakeLoad(ctx context.Context, p *childproc.Proc, metrics, r
 	runs, err := b.measure(ctx, p, "http://"+metrics+"/metrics", scOwnerStrict, false, cl.Op(shapeStrict, rlsload.OK), []int{16, 64}, 0)
 	b.res.Lookups = append(b.res.Lookups, runs...)
 	return err
+}
+
+// takeMember is one `floodgate aggregator --owner-takes` of the split runs.
+type takeMember struct {
+	p                 *childproc.Proc
+	metrics, rls, cmd string
+}
+
+// ownerTakeSplitRuns measures strict takes of an IP and an e-mail answered
+// by two members with --owner-takes in one group, each owning about half
+// the partitions, every take sent to the first. A take whose subjects one
+// member owns is answered there (by the first, or forwarded to the second);
+// one whose subjects the two own apart is reserved at both and committed
+// (takeroute/split.go). The second member's CPU is the report's aggregator
+// column; each run says how its takes went.
+func (b *bench) ownerTakeSplitRuns(ctx context.Context, t target, rulesPath string) error {
+	topic, err := b.topic("own2")
+	if err != nil {
+		return err
+	}
+	if err := b.outputTopics(ctx, topic); err != nil {
+		return err
+	}
+	prefix := "bench" + b.id + "p"
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+			b.log.Warn("bench: delete owner take keys", "err", err)
+		}
+	}()
+	var ms []takeMember
+	defer func() {
+		for i, m := range ms {
+			if err := b.stopProc(m.p, fmt.Sprintf("floodgate aggregator --owner-takes (member %d)", i+1)); err != nil {
+				b.log.Warn("bench: stop a take member", "err", err)
+			}
+		}
+	}()
+	for i := range 2 {
+		m, err := b.startTakeMember(ctx, t, topic, prefix, rulesPath, i)
+		if err != nil {
+			return err
+		}
+		ms = append(ms, m)
+		b.res.LookupCmds = append(b.res.LookupCmds, m.cmd)
+	}
+	for _, m := range ms {
+		if err := childproc.WaitHTTP(ctx, "http://"+m.metrics+"/healthz", time.Minute); err != nil {
+			return err
+		}
+	}
+	if err := b.waitTwoOwners(ctx, prefix); err != nil {
+		return err
+	}
+	cl, err := rlsload.Dial(ms[0].rls, runtime.NumCPU())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	// every subject's takes answered: both members own partitions, caught
+	// up, and each one's owner records are written
+	if err := cl.WaitCode(ctx, shapeStrictTwo, rlsload.OK, 2*time.Minute); err != nil {
+		return fmt.Errorf("split owner takes not answering: %w", err)
+	}
+	relay := cpuMeter{cpuRelay, pidCPU(ms[1].p.Pid())}
+	for _, c := range []int{16, 64} {
+		before, err := promtext.Scrape(ctx, "http://"+ms[0].metrics+"/metrics")
+		if err != nil {
+			return err
+		}
+		runs, err := b.measure(ctx, ms[0].p, "http://"+ms[0].metrics+"/metrics", scOwnerStrictTwo, false, cl.Op(shapeStrictTwo, rlsload.OK), []int{c}, 0, relay)
+		if err != nil {
+			b.res.Lookups = append(b.res.Lookups, runs...)
+			return err
+		}
+		after, err := promtext.Scrape(ctx, "http://"+ms[0].metrics+"/metrics")
+		if err != nil {
+			return err
+		}
+		for i := range runs {
+			runs[i].Routes = takeRoutes(before, after)
+		}
+		b.res.Lookups = append(b.res.Lookups, runs...)
+	}
+	return nil
+}
+
+// startTakeMember starts member i of the split runs.
+func (b *bench) startTakeMember(ctx context.Context, t target, topic, prefix, rulesPath string, i int) (takeMember, error) {
+	var addrs [4]string
+	for k := range addrs {
+		var err error
+		if addrs[k], err = childproc.FreePort(); err != nil {
+			return takeMember{}, err
+		}
+	}
+	m := takeMember{metrics: addrs[0], rls: addrs[2]}
+	args := append(b.aggregatorArgs(t, topic, "bench-"+b.id+"-own2", prefix, rulesPath, m.metrics),
+		"--owner-takes", "--takes-http-addr", addrs[1], "--takes-rls-addr", m.rls, "--takes-peer-addr", addrs[3])
+	m.cmd = "floodgate " + strings.Join(args, " ")
+	var err error
+	m.p, err = childproc.Start(ctx, childproc.Config{Name: fmt.Sprintf("aggregator-owner-takes-%d", i+1), Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir})
+	return m, err
+}
+
+// takeRoutes says how a run's takes went at the first member, from its
+// floodgate_takeroute_forwarded_total before and after the run (its
+// warm-up included); the rest of its takes it answered itself.
+func takeRoutes(before, after promtext.Sample) string {
+	const name = "floodgate_takeroute_forwarded_total"
+	delta := func(results ...string) int64 {
+		var n float64
+		for _, r := range results {
+			label := `result="` + r + `"`
+			n += after.Sum(name, label) - before.Sum(name, label)
+		}
+		return int64(n)
+	}
+	return fmt.Sprintf("in the run and its warm-up, %d forwarded to the second member, %d split between the two, %d failed",
+		delta("forwarded"), delta("split"), delta("failed", "not_owner", "no_owner"))
+}
+
+// waitTwoOwners waits until the owner records of the prefix's partitions
+// name two members: the group has given each its share.
+func (b *bench) waitTwoOwners(ctx context.Context, prefix string) error {
+	keys := window.Keys{Prefix: prefix}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		owners := map[string]bool{}
+		for p := range b.cfg.PartCount {
+			if v, err := b.rdb.Get(ctx, keys.TakesOwner(p)).Result(); err == nil {
+				owners[v] = true
+			}
+		}
+		if len(owners) == 2 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("split owner takes: the partitions' owner records name %d members, not 2", len(owners))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -273,6 +273,7 @@ var lookupLabels = map[string]string{
 	scStrictTwo:   "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
 	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
 	scOwnerStrict: "strict take answered by the partition owner (`aggregator --owner-takes`: summed from its memory, its event appended to the take stream before the answer, relayed and counted by the same process)",
+	scOwnerStrictTwo: "strict take of an IP and an e-mail answered by two owners (`aggregator --owner-takes` ×2, each owning about half the partitions, every take sent to the first: answered there, forwarded to the second, or, when the two own its subjects apart, reserved at both and committed; the second's CPU is the aggregator column)",
 	scEnvoy:       "envoyproxy/ratelimit on the strict take's requests (its own redis-server; one `INCRBY` and `EXPIRE` per hit, fixed windows): the take goal's reference",
 }
 
@@ -318,6 +319,9 @@ func renderLookups(w func(string, ...any), r *Results) {
 		label := lookupLabels[l.Scenario]
 		if l.Cluster {
 			label += ", on the cluster profile (Redis Cluster 3+3, 3 brokers)"
+		}
+		if l.Routes != "" {
+			label += "; " + l.Routes
 		}
 		x := "—"
 		if n, ok := ceilingOf(r, l); ok && l.Scenario != scHTTP {

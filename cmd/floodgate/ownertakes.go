@@ -179,7 +179,7 @@ func (c *AggregatorCmd) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *
 				return nil, fmt.Errorf("--takes-peer-ca %s: no PEM certificate", c.TakesPeerCA)
 			}
 		}
-		cfg.Client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+		cfg.Client = takeroute.NewClient(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 	}
 	return takeroute.New(cfg)
 }
