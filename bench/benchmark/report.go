@@ -265,16 +265,16 @@ func renderCluster(w func(string, ...any), r *Results) {
 
 // lookupLabels name the limiter step's scenarios in the table.
 var lookupLabels = map[string]string{
-	scNoop:        "no-op RLS server (`floodbench rls-noop`: the ceiling)",
-	scAllowedOne:  "allowed check, one limit (ip 100/m)",
-	scAllowedFour: "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
-	scDenied:      "denied check (ip over 10/h)",
-	scStrict:      "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
-	scStrictTwo:   "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
-	scHTTP:        "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
-	scOwnerStrict: "strict take answered by the partition owner (`aggregator --owner-takes`: summed from its memory, its event appended to the take stream before the answer, relayed and counted by the same process)",
+	scNoop:           "no-op RLS server (`floodbench rls-noop`: the ceiling)",
+	scAllowedOne:     "allowed check, one limit (ip 100/m)",
+	scAllowedFour:    "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
+	scDenied:         "denied check (ip over 10/h)",
+	scStrict:         "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
+	scStrictTwo:      "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
+	scHTTP:           "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
+	scOwnerStrict:    "strict take answered by the partition owner (`aggregator --owner-takes`: summed from its memory, its event appended to the take stream before the answer, relayed and counted by the same process)",
 	scOwnerStrictTwo: "strict take of an IP and an e-mail answered by two owners (`aggregator --owner-takes` ×2, each owning about half the partitions, every take sent to the first: answered there, forwarded to the second, or, when the two own its subjects apart, reserved at both and committed; the second's CPU is the aggregator column)",
-	scEnvoy:       "envoyproxy/ratelimit on the strict take's requests (its own redis-server; one `INCRBY` and `EXPIRE` per hit, fixed windows): the take goal's reference",
+	scEnvoy:          "envoyproxy/ratelimit on the strict take's requests (its own redis-server; one `INCRBY` and `EXPIRE` per hit, fixed windows): the take goal's reference",
 }
 
 // lookupRulesSummary is what the rules of the limiter step say, for the
