@@ -146,9 +146,15 @@ func (r *Router) TakeQueued(ctx context.Context, now time.Time, qs []window.Eval
 		r.forwarded.WithLabelValues("no_owner").Inc()
 		return false, nil, nil, errors.Join(err, oerr)
 	}
-	if addr := addrs[0]; !slices.ContainsFunc(addrs, func(a string) bool { return a != addr }) && addr != r.cfg.Self {
-		taken, queued, states, err = r.forward(ctx, addr, qs, n, events)
-	} else {
+	oneOwner := !slices.ContainsFunc(addrs, func(a string) bool { return a != addrs[0] })
+	switch {
+	case oneOwner && addrs[0] == r.cfg.Self:
+		// its records name this member, which just said it does not
+		// answer them now (catching up, stopping): nothing to route
+		return taken, queued, states, err
+	case oneOwner:
+		taken, queued, states, err = r.forward(ctx, addrs[0], qs, n, events)
+	default:
 		taken, queued, states, err = r.split(ctx, now, qs, n, events, addrs)
 		if err == nil {
 			r.forwarded.WithLabelValues("split").Inc()
