@@ -591,9 +591,32 @@ func TestOwnerTakesHandLostTakesOver(t *testing.T) {
 		stacktest.WaitFor(t, "the next owner taking them over", time.Minute, func() bool {
 			return e.logsContain("took over take events Redis lost")
 		})
-		// once the relay's requests can no longer land (15 s)
-		stacktest.WaitFor(t, "the next owner appending them again", time.Minute, func() bool {
-			return e.logsContain("lost take stream entries appended again")
+		// every partition's settled, once the relay's requests can no
+		// longer land (15 s after the loss, or after the hand-over for a
+		// loss found only then)
+		stacktest.WaitFor(t, "the next owner settling what it took over", 90*time.Second, func() bool {
+			b, _ := os.ReadFile(filepath.Join(e.dir, run.p.name+".log"))
+			took, settled := map[string]bool{}, map[string]bool{}
+			for _, line := range strings.Split(string(b), "\n") {
+				part := ""
+				for _, f := range strings.Fields(line) {
+					if after, ok := strings.CutPrefix(f, "partition="); ok {
+						part = after
+					}
+				}
+				switch {
+				case strings.Contains(line, "took over take events Redis lost"):
+					took[part] = true
+				case strings.Contains(line, "appends in doubt settled"):
+					settled[part] = true
+				}
+			}
+			for part := range took {
+				if !settled[part] {
+					return false
+				}
+			}
+			return len(took) > 0
 		})
 	})
 }
