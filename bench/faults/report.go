@@ -399,8 +399,9 @@ it published: the relay that finds an older value of its own token there, at its
 restarts (no other run writes it), goes on from its own position instead of reading back from the
 older one (TestTakeRelayCursorGoneBack, TestTakeRelayClaimAfterRedisWentBack; stage A's takes gain
 the same). The decisions relay goes on when the change stream's sequence numbers go back; it used
-to count a negative loss and panic (TestRelayGoesOnWhenTheChangeStreamGoesBack). Lost entries not yet appended again when the partition moves are
-handed over to its next owner in the slot, which settles them as its own
+to count a negative loss and panic (TestRelayGoesOnWhenTheChangeStreamGoesBack). Lost entries not yet appended again when the partition moves, and appended ones its stream
+no longer holds (a loss not noticed yet), are handed over to its next owner in the slot, which
+settles them as its own
 (` + "`" + `outcome="handed_over"` + "`" + `, ` + "`" + `"taken_over"` + "`" + `; TestOwnerTakesHandLostTakesOver stops the owner as soon as it
 noticed); a hand-over a newer owner's fence came before is refused (` + "`" + `"dropped"` + "`" + `, an ERROR). Not
 covered: a relay that dies in the same moments as the
