@@ -227,18 +227,7 @@ func TestGroupReportsASinkThatLostItsOffsets(t *testing.T) {
 	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.11", 3, time.Now()))
 	run := func(sink *offsetSink, reg *prometheus.Registry, until func() bool) {
 		t.Helper()
-		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, Registerer: reg}, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- g.Run(runCtx) }()
-		stacktest.WaitFor(t, "the partition applied", time.Minute, until)
-		stop()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		runGroupUntil(t, ctx, aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, Registerer: reg}, sink, until)
 	}
 	first := newOffsetSink()
 	run(first, prometheus.NewRegistry(), func() bool { return first.count() == 3 })
@@ -313,18 +302,7 @@ func TestGroupRecountsASinkThatLostItsStore(t *testing.T) {
 	defer dlq.Close()
 	run := func(sink aggregator.Sink, reg *prometheus.Registry, until func() bool) {
 		t.Helper()
-		g, err := aggregator.NewGroup(aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, Registerer: reg}, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- g.Run(runCtx) }()
-		stacktest.WaitFor(t, "the partition applied", time.Minute, until)
-		stop()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		runGroupUntil(t, ctx, aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, Registerer: reg}, sink, until)
 	}
 	first := newOffsetSink()
 	run(first, prometheus.NewRegistry(), func() bool { return first.count() == 6 })
@@ -363,5 +341,23 @@ func TestGroupRecountsASinkThatLostItsStore(t *testing.T) {
 	}
 	if got := sumMetric(t, reg, "floodgate_aggregator_dead_lettered_total"); got != 0 {
 		t.Errorf("dead_lettered_total = %v in the second recount, want 0", got)
+	}
+}
+
+// runGroupUntil runs a group of cfg over sink until until holds, then
+// stops it.
+func runGroupUntil(t *testing.T, ctx context.Context, cfg aggregator.Config, sink aggregator.Sink, until func() bool) {
+	t.Helper()
+	g, err := aggregator.NewGroup(cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	stacktest.WaitFor(t, "the partition applied", time.Minute, until)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

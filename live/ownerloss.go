@@ -387,6 +387,12 @@ var takeHandOverScript = redis.NewScript("#!lua\n" + takeHandOverBody)
 // settles them as doubts of its own (takeOverLost). What cannot be handed
 // over is dropped, loudly: its event reaches no topic.
 func (s *Sink) handOverLost(ctx context.Context, partition int, p *partState) {
+	p.mu.Lock()
+	pending := len(p.takes.acked)
+	p.mu.Unlock()
+	if s.cfg.Takes == nil || pending == 0 {
+		return // nothing appended and uncounted: nothing to hand over
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// A loss not noticed yet (the stream check runs every verifyEvery)
@@ -454,8 +460,12 @@ func (s *Sink) takeOverLost(ctx context.Context, partition int, p *partState) {
 	}
 	g := &p.takes
 	sec := floorDiv(s.cfg.Now().UnixMilli(), 1000)
-	n := 0
+	n, over := 0, 0
 	for id, v := range get.Val() {
+		if len(g.ov.byID) >= s.cfg.Takes.MaxInflight {
+			over++ // the overlay's bound holds whatever the hash holds
+			continue
+		}
 		ms, enc, _ := strings.Cut(v, " ")
 		since, err := strconv.ParseInt(ms, 10, 64)
 		if err != nil {
@@ -482,6 +492,10 @@ func (s *Sink) takeOverLost(ctx context.Context, partition int, p *partState) {
 			g.doubtAt = a.since
 		}
 		n++
+	}
+	if over > 0 {
+		s.m.takeDoubts.WithLabelValues("dropped").Add(float64(over))
+		s.log.Error("owner takes: take events handed over past the overlay's bound were dropped: history misses them", "partition", partition, "entries", over, "bound", s.cfg.Takes.MaxInflight)
 	}
 	if n > 0 {
 		s.m.takeDoubts.WithLabelValues("taken_over").Add(float64(n))

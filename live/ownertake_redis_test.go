@@ -132,6 +132,17 @@ func (o *testOwner) lose() {
 	}
 }
 
+// lossNoticed waits until the owner has noticed its stream went back.
+func (o *testOwner) lossNoticed() {
+	o.t.Helper()
+	stacktest.WaitFor(o.t, "the loss noticed", 10*time.Second, func() bool {
+		p := o.s.part(0)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.takes.doubtAt.IsZero()
+	})
+}
+
 // streamEvents are the ids of the events the take stream holds.
 func (o *testOwner) streamEvents() map[string]int {
 	o.t.Helper()
@@ -198,12 +209,7 @@ func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 	}
 	// found by the stream check: nothing is appended meanwhile
 	o.lose()
-	stacktest.WaitFor(t, "the loss noticed", 10*time.Second, func() bool {
-		p := o.s.part(0)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return !p.takes.doubtAt.IsZero()
-	})
+	o.lossNoticed()
 	if o.take() {
 		t.Fatal("a take was answered before the stream that went back had a new epoch")
 	}
@@ -246,12 +252,7 @@ func TestOwnerTakesHandLostEntriesOver(t *testing.T) {
 		}
 	}
 	o.lose()
-	stacktest.WaitFor(t, "the loss noticed", 10*time.Second, func() bool {
-		p := o.s.part(0)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return !p.takes.doubtAt.IsZero()
-	})
+	o.lossNoticed()
 	o.s.handOverLost(context.Background(), 0, o.s.part(0)) // the revoke
 	if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("handed_over")); n != 1 {
 		t.Fatalf("entries handed over: %v, want 1", n)

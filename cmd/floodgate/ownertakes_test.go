@@ -568,18 +568,14 @@ func TestOwnerTakesHandLostTakesOver(t *testing.T) {
 	ownerTakesExact(t, e, 40, func(run *ownerTakesRun) {
 		run.failedMayCount = true
 		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return run.total() >= 300 })
-		pid := run.p.cmd.Process.Pid
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		for p := range e.partitions {
-			if err := e.rdb.Del(context.Background(), e.store.Keys().Takes(p)).Err(); err != nil {
-				t.Error(err)
+		paused(t, run.p, func() error {
+			for p := range e.partitions {
+				if err := e.rdb.Del(context.Background(), e.store.Keys().Takes(p)).Err(); err != nil {
+					return err
+				}
 			}
-		}
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
+			return nil
+		})
 		stacktest.WaitFor(t, "the owner noticing its take streams went back", 30*time.Second, func() bool {
 			return e.logsContain("Redis lost take stream entries it had acknowledged")
 		})

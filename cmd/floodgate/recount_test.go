@@ -24,17 +24,7 @@ func TestAggregatorRecountsWhatRedisLost(t *testing.T) {
 	e.waitOwns("a")
 	e.waitFresh(time.Minute)
 
-	pid := a.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	err := stacktest.DeletePrefix(context.Background(), e.rdb, e.prefix)
-	if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil {
-		t.Fatal(cerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	paused(t, a, func() error { return stacktest.DeletePrefix(context.Background(), e.rdb, e.prefix) })
 	t.Log("every key of the live path deleted")
 	stacktest.WaitFor(t, "a recount of every partition", time.Minute, func() bool {
 		body, err := httpGet(metricsAddr(t, e, "a"))
@@ -64,20 +54,27 @@ func TestOwnerTakesExactWhenRedisLosesEverything(t *testing.T) {
 		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return run.total() >= 300 })
 		// every partition applied: a slot never written is no loss
 		e.waitPast(time.Minute)
-		pid := run.p.cmd.Process.Pid
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		err := stacktest.DeletePrefix(context.Background(), e.rdb, e.prefix)
-		if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil {
-			t.Fatal(cerr)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		paused(t, run.p, func() error { return stacktest.DeletePrefix(context.Background(), e.rdb, e.prefix) })
 		stacktest.WaitFor(t, "a recount of every partition", time.Minute, func() bool {
 			body, err := httpGet(metricsAddr(t, e, run.p.name))
 			return err == nil && metricValue(body, "floodgate_aggregator_recounts_total", `group="`+e.group+`"`) == float64(e.partitions)
 		})
 	})
+}
+
+// paused runs fault with p stopped (SIGSTOP), so that what fault changes
+// happens at once as p sees it, as a restart's loss does.
+func paused(t *testing.T, p *proc, fault func() error) {
+	t.Helper()
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	err := fault()
+	if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
