@@ -337,7 +337,7 @@ func (r *Router) call(ctx context.Context, addr string, in wireTake) (wireReply,
 		// read to its end (the encoder's newline), or the connection is
 		// not reused
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyBytes))
-		_ = resp.Body.Close()
+		_ = resp.Body.Close() // the answer is read: closing it says nothing of the take
 	}()
 	var rep wireReply
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&rep); err != nil {

@@ -21,21 +21,11 @@ import (
 // which the same process relays to Kafka and counts). Its CPU is the
 // server's: nothing else takes part but Redis and the broker.
 func (b *bench) ownerTakeRuns(ctx context.Context, t target, rulesPath string) error {
-	topic, err := b.topic("own")
+	topic, prefix, cleanup, err := b.takeTopic(ctx, "own", "o")
 	if err != nil {
 		return err
 	}
-	if err := b.outputTopics(ctx, topic); err != nil {
-		return err
-	}
-	prefix := "bench" + b.id + "o"
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
-			b.log.Warn("bench: delete owner take keys", "err", err)
-		}
-	}()
+	defer cleanup()
 	var addrs [3]string
 	for i := range addrs {
 		if addrs[i], err = childproc.FreePort(); err != nil {
@@ -90,21 +80,11 @@ type takeMember struct {
 // (takeroute/split.go). The second member's CPU is the report's aggregator
 // column; each run says how its takes went.
 func (b *bench) ownerTakeSplitRuns(ctx context.Context, t target, rulesPath string) error {
-	topic, err := b.topic("own2")
+	topic, prefix, cleanup, err := b.takeTopic(ctx, "own2", "p")
 	if err != nil {
 		return err
 	}
-	if err := b.outputTopics(ctx, topic); err != nil {
-		return err
-	}
-	prefix := "bench" + b.id + "p"
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
-			b.log.Warn("bench: delete owner take keys", "err", err)
-		}
-	}()
+	defer cleanup()
 	var ms []takeMember
 	defer func() {
 		for i, m := range ms {
@@ -221,4 +201,24 @@ func (b *bench) waitTwoOwners(ctx context.Context, prefix string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// takeTopic creates an events topic of the owner-take runs, with its
+// dead-letter and decisions topics, and names their key prefix; cleanup
+// deletes the prefix's keys.
+func (b *bench) takeTopic(ctx context.Context, name, suffix string) (topic, prefix string, cleanup func(), err error) {
+	if topic, err = b.topic(name); err != nil {
+		return "", "", nil, err
+	}
+	if err = b.outputTopics(ctx, topic); err != nil {
+		return "", "", nil, err
+	}
+	prefix = "bench" + b.id + suffix
+	return topic, prefix, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := stacktest.DeletePrefix(cctx, b.rdb, prefix); err != nil {
+			b.log.Warn("bench: delete owner take keys", "err", err)
+		}
+	}, nil
 }
