@@ -57,9 +57,17 @@ func (b *bench) envoyBin(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// envoyRuns measures envoyproxy/ratelimit on the strict take's requests,
-// closed loop at c=16 and c=64, on a redis-server of its own.
-func (b *bench) envoyRuns(ctx context.Context) (runs []Lookup, err error) {
+// envoy is envoyproxy/ratelimit running on a redis-server of its own,
+// ready for the strict take's requests.
+type envoy struct {
+	cl     *rlsload.Client
+	meters []cpuMeter
+	stop   func() error
+}
+
+// startEnvoyRL builds and starts envoyproxy/ratelimit and its redis-server,
+// and waits until it answers.
+func (b *bench) startEnvoyRL(ctx context.Context) (e *envoy, err error) {
 	bin, err := b.envoyBin(ctx)
 	if err != nil {
 		return nil, err
@@ -68,25 +76,35 @@ func (b *bench) envoyRuns(ctx context.Context) (runs []Lookup, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, stopRedis()) }()
+	e = &envoy{stop: stopRedis}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.stop())
+		}
+	}()
 	p, grpcAddr, err := b.startEnvoy(ctx, bin, rdb.Options().Addr)
 	if err != nil {
-		return nil, err
+		return e, err
 	}
-	defer func() { err = errors.Join(err, b.stopProc(p, "envoyproxy/ratelimit")) }()
-	cl, err := rlsload.Dial(grpcAddr, runtime.NumCPU())
-	if err != nil {
-		return nil, err
+	e.stop = func() error { return errors.Join(b.stopProc(p, "envoyproxy/ratelimit"), stopRedis()) }
+	if e.cl, err = rlsload.Dial(grpcAddr, runtime.NumCPU()); err != nil {
+		return e, err
 	}
-	defer cl.Close()
-	if err := cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
-		return nil, err
+	stopProcs := e.stop
+	e.stop = func() error { return errors.Join(e.cl.Close(), stopProcs()) }
+	if err := e.cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
+		return e, err
 	}
-	meters := []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, redisMeter(rdb)}
+	e.meters = []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, redisMeter(rdb)}
 	if m, err := b.brokerMeter(); err == nil {
-		meters = append(meters, m)
+		e.meters = append(e.meters, m)
 	}
-	return b.measureWith(ctx, meters, "", scEnvoy, false, cl.Op(shapeStrict, rlsload.OK), []int{16, 64}, 0)
+	return e, nil
+}
+
+// runs measures it closed loop at c=16 and c=64, as scenario sc.
+func (e *envoy) runs(ctx context.Context, b *bench, sc string) ([]Lookup, error) {
+	return b.measureWith(ctx, e.meters, "", sc, false, e.cl.Op(shapeStrict, rlsload.OK), []int{16, 64}, 0)
 }
 
 // startEnvoy writes envoyConfig where envoyproxy/ratelimit reads its

@@ -152,7 +152,7 @@ func Render(r *Results) string {
 	w("- Redis: INFO commandstats (all commands but INFO), used_cpu_sys + used_cpu_user and used_memory before and after each live run (only the aggregator talks to that Redis then); subjects are the `@state` hashes under the run's key prefix.\n")
 	w("- roller and curve: `%s` after the runs (rows rolled per second as it reports), `%s` ×5 (wall time of the process).\n", r.RollerCmd, r.CurveCmd)
 	if len(r.Lookups) > 0 {
-		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Unexpected answers: another code than the scenario's; those marked failed closed are the limiter's own count (`floodgate_limiter_failure_mode_total{mode=\"closed\"}`) of answers Redis did not give within `--redis-timeout` (50 ms), which a strict take always denies — under load the take's wait for its slot's script run; that count covers the load generator's warm-up too, so it can exceed the unexpected answers. envoyproxy/ratelimit (`go install %s`, into the work directory) runs after the no-op, on the strict take's requests, with a redis-server of its own (its `Redis` column) and the rule domain bench_strict, key email, 10⁹ per minute; in a run without it, the steps that failed say why. Rules: %s\n",
+		w("- limiter lookups: the load generator (bench/rlsload, in floodbench's process) sends Envoy RLS v3 `ShouldRateLimit` calls over %d HTTP/2 connections (Envoy keeps one per worker thread), a random subject of %d per scenario each time; closed loop: c callers each calling again once answered, lookups/s over the measured %s after a warm-up of a fifth of it (at most 1 s); paced: calls scheduled at a fixed rate whatever the answers, each latency from its scheduled time (no coordinated omission), lookups/s up to the last answer; latencies in an HDR histogram (1 µs–1 min, 3 digits). Processes: `%s`. Denied subjects get %d events each through live.Applier.Apply (the aggregator's write) before the runs, which start once every one answers OVER_LIMIT; strict takes use `--rls-mode take`, which counts each admitted take in Redis and queues its event there, and a live aggregator of the limiter's topic runs beside it, whose take relay publishes the queued events to Kafka (its CPU is the `aggregator` column). Unexpected answers: another code than the scenario's; those marked failed closed are the limiter's own count (`floodgate_limiter_failure_mode_total{mode=\"closed\"}`) of answers Redis did not give within `--redis-timeout` (50 ms), which a strict take always denies — under load the take's wait for its slot's script run; that count covers the load generator's warm-up too, so it can exceed the unexpected answers. envoyproxy/ratelimit (`go install %s`, into the work directory) runs on the strict take's requests, with a redis-server of its own (its `Redis` column) and the rule domain bench_strict, key email, 10⁹ per minute, just before `aggregator --owner-takes` starts and again just after it stops (never beside it), and the take goal compares the owner with the mean of the two; in a run without it, the steps that failed say why. The owner's takes are measured twice: of subjects it has never seen (the `cold` rows: each take's subject loaded from Redis first, under its partition's lock), then, after asking every subject of the goal's set once, of subjects it holds. Rules: %s\n",
 			runtime.NumCPU(), lookupSubjects, r.SketchOpts.LimiterD, strings.Join(r.LookupCmds, "`, `"), deniedEvents, envoyRatelimit, strings.ReplaceAll(strings.TrimSpace(lookupRulesSummary), "\n", " "))
 	}
 	if r.Cluster.Skipped == "" && len(r.Cluster.One) > 0 {
@@ -265,16 +265,18 @@ func renderCluster(w func(string, ...any), r *Results) {
 
 // lookupLabels name the limiter step's scenarios in the table.
 var lookupLabels = map[string]string{
-	scNoop:           "no-op RLS server (`floodbench rls-noop`: the ceiling)",
-	scAllowedOne:     "allowed check, one limit (ip 100/m)",
-	scAllowedFour:    "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
-	scDenied:         "denied check (ip over 10/h)",
-	scStrict:         "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
-	scStrictTwo:      "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
-	scHTTP:           "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
-	scOwnerStrict:    "strict take answered by the partition owner (`aggregator --owner-takes`: summed from its memory, its event appended to the take stream before the answer, relayed and counted by the same process)",
-	scOwnerStrictTwo: "strict take of an IP and an e-mail answered by two owners (`aggregator --owner-takes` ×2, each owning about half the partitions, every take sent to the first: answered there, forwarded to the second, or, when the two own its subjects apart, reserved at both and committed; the second's CPU is the aggregator column)",
-	scEnvoy:          "envoyproxy/ratelimit on the strict take's requests (its own redis-server; one `INCRBY` and `EXPIRE` per hit, fixed windows): the take goal's reference",
+	scNoop:            "no-op RLS server (`floodbench rls-noop`: the ceiling)",
+	scAllowedOne:      "allowed check, one limit (ip 100/m)",
+	scAllowedFour:     "allowed check, four limits on ip + email (2/s, 5/m, 10/h, 100/d)",
+	scDenied:          "denied check (ip over 10/h)",
+	scStrict:          "strict take (`--rls-mode take`: counted in Redis, its event relayed to Kafka by the aggregator)",
+	scStrictTwo:       "strict take of an IP and an e-mail (two slots: reserved in each in turn, each slot's event queued with its count)",
+	scHTTP:            "allowed check, four limits, HTTP `GET /v1/check` (not RLS: no ratio)",
+	scOwnerStrict:     "strict take answered by the partition owner (`aggregator --owner-takes`: summed from its memory, its event appended to the take stream before the answer, relayed and counted by the same process)",
+	scOwnerStrictTwo:  "strict take of an IP and an e-mail answered by two owners (`aggregator --owner-takes` ×2, each owning about half the partitions, every take sent to the first: answered there, forwarded to the second, or, when the two own its subjects apart, reserved at both and committed; the second's CPU is the aggregator column)",
+	scOwnerStrictCold: "strict take answered by the partition owner, of subjects it has never seen (each first loaded from Redis: a login or a password reset's usual subject)",
+	scEnvoy:           "envoyproxy/ratelimit on the strict take's requests (its own redis-server; one `INCRBY` and `EXPIRE` per hit, fixed windows), just before the owner's takes: the take goal's reference",
+	scEnvoyAfter:      "envoyproxy/ratelimit again, just after the owner's takes",
 }
 
 // lookupRulesSummary is what the rules of the limiter step say, for the
@@ -476,7 +478,7 @@ func lookupGoals(r *Results) []goal {
 // many a second as envoyproxy/ratelimit's hits, at c=16 and c=64, in the
 // same run.
 func envoyGoal(r *Results) goal {
-	g := goal{text: "strict takes ≥ 1.0× envoyproxy/ratelimit in the same run, at c=16 and c=64 (issue 27)", measured: true, met: true}
+	g := goal{text: "strict takes ≥ 1.0× envoyproxy/ratelimit in the same run, at c=16 and c=64, Envoy's figure the mean of its runs just before and just after (issue 27)", measured: true, met: true}
 	var parts []string
 	for _, c := range []int{16, 64} {
 		// the owner's takes (stage B) when measured, else the limiter's
@@ -486,16 +488,39 @@ func envoyGoal(r *Results) goal {
 			sc = scStrict
 			take, ok1 = findLookup(r, sc, c)
 		}
-		envoy, ok2 := findLookup(r, scEnvoy, c)
-		if !ok1 || !ok2 || envoy.PerSec <= 0 {
+		envoy, ok2 := envoyAt(r, c)
+		if !ok1 || !ok2 {
 			g.measured = false
 			continue
 		}
-		g.met = g.met && take.PerSec >= envoy.PerSec
-		parts = append(parts, fmt.Sprintf("c=%d %s %s/s against %s/s = %.2f×", c, sc, harness.Human(take.PerSec), harness.Human(envoy.PerSec), take.PerSec/envoy.PerSec))
+		g.met = g.met && take.PerSec >= envoy
+		part := fmt.Sprintf("c=%d %s %s/s against %s/s = %.2f×", c, sc, harness.Human(take.PerSec), harness.Human(envoy), take.PerSec/envoy)
+		if cold, ok := findLookup(r, scOwnerStrictCold, c); ok {
+			// not the goal's: reported beside it
+			part += fmt.Sprintf(" (subjects never seen: %s/s = %.2f×)", harness.Human(cold.PerSec), cold.PerSec/envoy)
+		}
+		parts = append(parts, part)
 	}
 	g.detail = strings.Join(parts, ", ")
 	return g
+}
+
+// envoyAt is envoyproxy/ratelimit's hits a second at concurrency c: the
+// mean of its runs before and after the owner's takes (one when the other
+// is missing).
+func envoyAt(r *Results, c int) (float64, bool) {
+	var sum float64
+	n := 0
+	for _, sc := range []string{scEnvoy, scEnvoyAfter} {
+		if l, ok := findLookup(r, sc, c); ok && l.PerSec > 0 {
+			sum += l.PerSec
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
 }
 
 // shortLabel names a scenario in a goal's detail.

@@ -179,6 +179,13 @@ func TestEnvoyGoalComparesTheTakesOfTheSameRun(t *testing.T) {
 	if g := envoyGoal(r); g.verdict() != "met" || !strings.HasPrefix(g.detail, "c=16 strict-owner 7.0k/s against 5.0k/s = 1.40×") {
 		t.Errorf("owner takes: got %s (%s)", g.verdict(), g.detail)
 	}
+	// Envoy's runs after the owner's are averaged with those before; the
+	// owner's takes of subjects never seen are told beside, not judged.
+	r.Lookups = append(r.Lookups, closedRun(scEnvoyAfter, 16, 9000, time.Millisecond), closedRun(scEnvoyAfter, 64, 6000, time.Millisecond),
+		closedRun(scOwnerStrictCold, 16, 3500, time.Millisecond))
+	if g := envoyGoal(r); g.verdict() != "met" || !strings.HasPrefix(g.detail, "c=16 strict-owner 7.0k/s against 7.0k/s = 1.00× (subjects never seen: 3.5k/s = 0.50×), c=64") {
+		t.Errorf("Envoy before and after: got %s (%s)", g.verdict(), g.detail)
+	}
 	r.Lookups = r.Lookups[:2]
 	if g := envoyGoal(r); g.verdict() != "not measured" {
 		t.Errorf("without Envoy's runs: got %s", g.verdict())
