@@ -469,7 +469,7 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 	keepRules := text != nil && !bytes.Equal(text, wb.stored)
 	if wb.fields == 0 && wb.c == wb.at && wb.cKept && !keepRules {
 		wb.rules = rs
-		return 0, nil
+		return 0, s.verifySlot(ctx, group, topic, partition, hr)
 	}
 	if !keepRules {
 		text = nil
@@ -500,6 +500,24 @@ func (s *Applier) checkpoint(ctx context.Context, group, topic string, partition
 		return 0, err
 	}
 	return hr.checkpointWritten(parts[len(parts)-1], rs, text, nowSec), nil
+}
+
+// verifySlot reads the fencing values of a partition that has nothing to
+// checkpoint, and fails with errFenced when they are not what memory is as
+// of. A partition whose takes are all refused, or whose subjects are all
+// held, writes nothing and may load nothing for long: without this, a slot
+// Redis lost (or an operator's action) would go unnoticed until its next
+// write, and the counts it held would not be counted again.
+func (s *Applier) verifySlot(ctx context.Context, group, topic string, partition int, hr *Headroom) error {
+	pipe := s.rdb.Pipeline()
+	fence := s.readFence(ctx, pipe, s.keys.Offset(group, topic, partition), group, topic, partition, true)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("verify partition %d's slot: %w", partition, err)
+	}
+	if err := fence.check(hr, partition); err != nil {
+		return fmt.Errorf("verify partition %d's slot: %w", partition, err)
+	}
+	return nil
 }
 
 // writeHeldBack writes what a checkpoint must precede: the last owner's
