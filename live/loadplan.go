@@ -92,3 +92,33 @@ func planLoads(missing map[*pendingSubject]map[hashID]bool, held redisHeld, pl *
 	}
 	return p
 }
+
+// makeUnderEmpty makes, from memory alone, each of missing (a subject's
+// hashes, ps's) whose parent hash this write-back owner holds a copy of
+// with no count where it stands, and tells whether it made any. Only for
+// an owner answering takes: the slot's only writer then, its copies are
+// what Redis holds plus what it counted since (no script of a limiter
+// counts beside it), so the parent's empty field says the finer hash is
+// empty in Redis too, whenever it was loaded. A take of a subject in a
+// minute it had no events in yet then needs no round trip: at every minute,
+// every subject taken from had one.
+func (s *Applier) makeUnderEmpty(hr *Headroom, r *room, ps *pendingSubject, missing map[hashID]bool, lv string) bool {
+	made := false
+	var scratch [60]int64
+	for id := range missing {
+		parent, field, ok := parentOf(id, lv)
+		if !ok {
+			continue
+		}
+		bi := hr.mir.find(r, parent)
+		if bi == 0 || hr.mir.counts(bi).at(field) != 0 {
+			continue
+		}
+		h := scratch[:fieldsOf(id.level)]
+		clear(h)
+		s.copyLoaded(h, ps, id, hr)
+		delete(missing, id)
+		made = true
+	}
+	return made
+}

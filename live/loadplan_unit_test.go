@@ -2,6 +2,8 @@ package live
 
 import (
 	"testing"
+
+	"floodgate/window"
 )
 
 // A subject new to the slot reads only its coarsest hashes; the finer
@@ -66,5 +68,36 @@ func TestPlanLoadsReadsCoarseHashesFirst(t *testing.T) {
 		if got := p.read[day][hashID{'s', minute}]; got != c.read {
 			t.Errorf("hour's mask %x: current minute read %v, want %v", c.mask, got, c.read)
 		}
+	}
+}
+
+// An owner answering takes makes a hash whose parent copy holds no count
+// where it stands (a minute the subject had no events in yet), with what
+// memory counted in it, and leaves the one under a count to be loaded.
+func TestOwnerMakesHashesUnderAnEmptyField(t *testing.T) {
+	hr := NewHeadroom(10)
+	hr.wb = &writeBack{pending: hr.t.pending}
+	sub := window.Subject{Action: "login", Kind: "ip", Subject: "10.0.0.1"}
+	r := hr.roomFor(sub, 1)
+	const hour = int64(498789)
+	m := make([]int64, 60)
+	m[10] = 5 // minute 10 of the hour holds counts, minute 11 none
+	hr.mir.store(r, hashID{'m', hour}, m)
+	counted, fresh := hashID{'s', hour*60 + 10}, hashID{'s', hour*60 + 11}
+	orphan := hashID{'s', (hour+1)*60 + 0} // its parent not held
+	missing := map[hashID]bool{counted: true, fresh: true, orphan: true}
+	ps := &pendingSubject{sub: sub}
+	if !(&Applier{}).makeUnderEmpty(hr, r, ps, missing, "sm") {
+		t.Fatal("nothing made")
+	}
+	if len(missing) != 2 || missing[fresh] || !missing[counted] || !missing[orphan] {
+		t.Errorf("missing after: %v, want the hash under a count and the one without a parent held", missing)
+	}
+	if c, ok := hr.mir.get(r, fresh); !ok || c.sum(0, 59) != 0 {
+		t.Errorf("the fresh minute's hash: held %v, sum %d", ok, c.sum(0, 59))
+	}
+	// seconds only (no level above): nothing to ask
+	if (&Applier{}).makeUnderEmpty(hr, r, ps, map[hashID]bool{{'s', hour*60 + 12}: true}, "s") {
+		t.Error("made a hash with no level above")
 	}
 }

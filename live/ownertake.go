@@ -383,6 +383,9 @@ func (s *Sink) evalTake(ctx context.Context, set *rules.Set, p *partState, part 
 		}
 		// loaded as a batch's evaluation loads a subject's hashes
 		ps := &pendingSubject{sub: q.Subject, eval: nowSec, plan: evalAll}
+		if s.cfg.Applier.makeUnderEmpty(hr, ev.r, ps, ev.missing, window.Levels(pr.maxw)) && len(ev.missing) == 0 {
+			continue
+		}
 		pl := &profiles{list: []profile{pr}}
 		if held == nil {
 			held = redisHeld{}
