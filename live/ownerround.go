@@ -237,7 +237,11 @@ func (s *Sink) fenced(partition int, p *partState) {
 	p.closeTakes()
 	p.mu.Unlock()
 	if !was {
-		s.log.Warn("owner takes: a newer owner fenced the partition's take stream; this member answers its takes no more (it lost the partition and has not noticed yet)", "partition", partition)
+		// The stream's ids moved past this owner's epoch: a newer owner's
+		// fence, or a limiter's take script (`--rls-mode take`), whose
+		// entries get ids of the current time, which must not run beside
+		// owner takes.
+		s.log.Warn("owner takes: the partition's take stream moved past this owner's epoch; this member answers its takes no more (it lost the partition and has not noticed yet, or a limiter with --rls-mode take appends to the same stream: stage A must not run beside --owner-takes)", "partition", partition)
 	}
 }
 
