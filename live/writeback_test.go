@@ -1121,3 +1121,34 @@ func TestWriteBackLearnsWhetherTheSlotHoldsAState(t *testing.T) {
 		t.Fatal("x's state, which says nothing any more, was left in the slot")
 	}
 }
+
+// An owner with nothing to checkpoint still checks, on the tick, that the
+// slot is as its memory is as of: a slot Redis lost while every take was
+// refused, or every subject held, is found within a tick.
+func TestWriteBackIdleTickFindsALostSlot(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	st := newStore(t, rdb)
+	set := mustRules(t, `
+rules:
+  - name: r
+    action: act
+    kinds: [k]
+    limits: [1000/d]
+`)
+	at := base.Add(time.Hour)
+	b := &batcher{Topic: "wb"}
+	a := newOwner(t, st, set)
+	a.mustApply(b.Batch(eventsOf("x", 3, at)...), at)
+	if err := a.checkpoint(at); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkpoint(at); err != nil {
+		t.Fatalf("a tick with nothing to write, the slot as it was: %v", err)
+	}
+	if err := stacktest.DeletePrefix(context.Background(), rdb, st.Keys().Slot(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkpoint(at); err == nil || !strings.Contains(err.Error(), "fenced") {
+		t.Fatalf("a tick with nothing to write after the slot was lost: %v, want it fenced", err)
+	}
+}
