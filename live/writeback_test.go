@@ -111,15 +111,19 @@ func eventsOf(subject string, n int, at time.Time) []eventT {
 	return evs
 }
 
-func TestWriteBackStaleOwnerIsFenced(t *testing.T) {
-	st := newStore(t, stacktest.Redis(t))
-	set := mustRules(t, `
+// actPerDay is the rules of most write-back tests: one limit a day on
+// action act, kind k.
+const actPerDay = `
 rules:
   - name: r
     action: act
     kinds: [k]
     limits: [1000/d]
-`)
+`
+
+func TestWriteBackStaleOwnerIsFenced(t *testing.T) {
+	st := newStore(t, stacktest.Redis(t))
+	set := mustRules(t, actPerDay)
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
 	a := newOwner(t, st, set)
@@ -490,13 +494,7 @@ func TestWriteBackResumeRefusesRulesItCannotRead(t *testing.T) {
 // batches and timers leave checkpoints alone.
 func TestSinkEvaluateAllWritesThrough(t *testing.T) {
 	st := newStore(t, stacktest.Redis(t))
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: act
-    kinds: [k]
-    limits: [1000/d]
-`)
+	set := mustRules(t, actPerDay)
 	sink, err := live.NewSink(live.SinkConfig{Applier: applierOf(t, st), Group: "g", EvaluateAll: true,
 		Rules: func() *rules.Set { return set }})
 	if err != nil {
@@ -522,13 +520,7 @@ rules:
 // Memory past MaxPending fields is written at once, whatever the interval.
 func TestSinkCheckpointsPastMaxPending(t *testing.T) {
 	st := newStore(t, stacktest.Redis(t))
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: act
-    kinds: [k]
-    limits: [1000/d]
-`)
+	set := mustRules(t, actPerDay)
 	ap, err := live.NewApplier(st, live.ApplierConfig{WriteBack: true})
 	if err != nil {
 		t.Fatal(err)
@@ -1031,13 +1023,7 @@ func TestWriteBackSetsAHashExpiryOnce(t *testing.T) {
 func testHashExpiryOnce(t *testing.T, subjects int) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: act
-    kinds: [k]
-    limits: [1000/d]
-`)
+	set := mustRules(t, actPerDay)
 	ctx := context.Background()
 	at := base.Add(time.Hour).Truncate(time.Minute)
 	b := &batcher{Topic: "wb"}
@@ -1128,13 +1114,7 @@ func TestWriteBackLearnsWhetherTheSlotHoldsAState(t *testing.T) {
 func TestWriteBackIdleTickFindsALostSlot(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	st := newStore(t, rdb)
-	set := mustRules(t, `
-rules:
-  - name: r
-    action: act
-    kinds: [k]
-    limits: [1000/d]
-`)
+	set := mustRules(t, actPerDay)
 	at := base.Add(time.Hour)
 	b := &batcher{Topic: "wb"}
 	a := newOwner(t, st, set)
