@@ -335,7 +335,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 				case <-pctx.Done():
 					return
 				case <-t.C:
-					s.checkpoint(pctx, topic, partition, false)
+					s.tick(pctx, topic, partition)
 					s.reopenTakes(pctx, topic, partition, p)
 				}
 			}
@@ -414,6 +414,20 @@ func checkpointPhase(partition int, every time.Duration) time.Duration {
 	return time.Duration(frac * float64(every))
 }
 
+// tick writes the partition's periodic checkpoint when it is due. One
+// begun finishes even if the partition stops meanwhile (within
+// finishCheckpoint): cut between its parts, it would drop the memory the
+// final checkpoint writes, and the next owner would replay it.
+func (s *Sink) tick(pctx context.Context, topic string, partition int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(pctx), finishCheckpoint)
+	defer cancel()
+	s.checkpoint(ctx, topic, partition, false)
+}
+
+// finishCheckpoint bounds a checkpoint that outlives its partition's
+// context: a stop waits for it.
+const finishCheckpoint = 10 * time.Second
+
 // checkpoint writes the partition's memory to Redis when it is due (or
 // always, final) and reports how it went. A refused checkpoint has
 // forgotten the memory: the next batch reads the partition again from
@@ -448,7 +462,7 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 	}
 	if final {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		ctx, cancel = context.WithTimeout(ctx, finishCheckpoint)
 		defer cancel()
 	}
 	start := time.Now()
