@@ -316,7 +316,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 		p.mu.Unlock()
 		// The partition's last batch is applied: write what memory holds,
 		// so the next owner replays nothing.
-		s.checkpoint(context.WithoutCancel(ctx), topic, partition, true)
+		s.checkpoint(ctx, topic, partition, true)
 		s.mu.Lock()
 		delete(s.parts, partition)
 		s.mu.Unlock()
@@ -335,7 +335,7 @@ func (s *Sink) RunPartition(ctx context.Context, topic string, partition int) {
 				case <-pctx.Done():
 					return
 				case <-t.C:
-					s.tick(pctx, topic, partition)
+					s.checkpoint(pctx, topic, partition, false)
 					s.reopenTakes(pctx, topic, partition, p)
 				}
 			}
@@ -414,18 +414,8 @@ func checkpointPhase(partition int, every time.Duration) time.Duration {
 	return time.Duration(frac * float64(every))
 }
 
-// tick writes the partition's periodic checkpoint when it is due. One
-// begun finishes even if the partition stops meanwhile (within
-// finishCheckpoint): cut between its parts, it would drop the memory the
-// final checkpoint writes, and the next owner would replay it.
-func (s *Sink) tick(pctx context.Context, topic string, partition int) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(pctx), finishCheckpoint)
-	defer cancel()
-	s.checkpoint(ctx, topic, partition, false)
-}
-
-// finishCheckpoint bounds a checkpoint that outlives its partition's
-// context: a stop waits for it.
+// finishCheckpoint bounds a checkpoint, which outlives the context it was
+// begun under: a stop waits for it.
 const finishCheckpoint = 10 * time.Second
 
 // checkpoint writes the partition's memory to Redis when it is due (or
@@ -460,11 +450,11 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 		// the next due time at the partition's phase (ticks missed: skipped)
 		p.due = p.due.Add((now.Sub(p.due)/every + 1) * every)
 	}
-	if final {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, finishCheckpoint)
-		defer cancel()
-	}
+	// A checkpoint begun finishes, even if ctx ends meanwhile (a revoke, a
+	// shutdown): cut between its parts, it would drop the memory the final
+	// checkpoint writes, and the next owner would replay it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishCheckpoint)
+	defer cancel()
 	start := time.Now()
 	n, err := s.cfg.Applier.Checkpoint(ctx, s.cfg.Group, topic, partition, p.hr, now)
 	s.m.checkpointSeconds.Observe(time.Since(start).Seconds())
@@ -484,7 +474,7 @@ func (s *Sink) checkpointLocked(ctx context.Context, topic string, partition int
 			s.log.Warn("checkpoint failed after some of its parts were written; memory forgotten, the partition is read again from the last checkpoint", "partition", partition, "err", err)
 			p.closeTakes()
 			p.rereadLocked(err.Error())
-		case ctx.Err() == nil:
+		default:
 			s.log.Warn("checkpoint failed; retrying", "partition", partition, "err", err)
 		}
 	default:
