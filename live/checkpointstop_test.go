@@ -9,12 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/aggregator"
-	"floodgate/event"
 	"floodgate/live"
 	"floodgate/rules"
 	"floodgate/stacktest"
-	"floodgate/window"
 )
 
 // holdPart holds the first checkpoint part script it sees, once armed,
@@ -55,19 +52,12 @@ func (h *holdPart) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestCheckpointInPartsFinishesAcrossTheStop(t *testing.T) {
 	ctx := context.Background()
 	rdb := stacktest.Redis(t)
-	prefix := stacktest.Prefix(t, rdb)
 	hooked := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { _ = hooked.Close() })
-	store, err := window.NewStore(hooked, window.StoreConfig{Prefix: prefix, Partitions: func() int { return 1 }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t, hooked)
 	h := &holdPart{marks: store.Keys().CheckpointMarks("g", "t", 0), armed: make(chan struct{}), reached: make(chan struct{}), release: make(chan struct{})}
 	hooked.AddHook(h)
-	set, err := rules.Parse([]byte("rules:\n  - name: r\n    action: act\n    kinds: [ip]\n    limits: [1000/1h]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := mustRules(t, actPerDay)
 	ap, err := live.NewApplier(store, live.ApplierConfig{WriteBack: true, CheckpointPart: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +69,11 @@ func TestCheckpointInPartsFinishesAcrossTheStop(t *testing.T) {
 	if _, _, err := sink.Resume(ctx, "t", 0); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	b := aggregator.Batch{Topic: "t", Partition: 0}
-	for i := range 20 {
-		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "act", Kind: "ip", Subject: fmt.Sprintf("10.0.0.%d", i), TS: now, N: 1}})
+	evs := make([]eventT, 20)
+	for i := range evs {
+		evs[i] = ev("act", "k", fmt.Sprintf("10.0.0.%d", i), time.Now())
 	}
-	b.Last = int64(len(b.Records) - 1)
+	b := (&batcher{Topic: "t"}).Batch(evs...)
 	if err := sink.Apply(ctx, b); err != nil {
 		t.Fatal(err)
 	}
