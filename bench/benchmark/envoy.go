@@ -60,14 +60,16 @@ func (b *bench) envoyBin(ctx context.Context) (string, error) {
 // envoy is envoyproxy/ratelimit running on a redis-server of its own,
 // ready for the strict take's requests.
 type envoy struct {
-	cl     *rlsload.Client
-	meters []cpuMeter
-	stop   func() error
+	b         *bench
+	p         *childproc.Proc // nil until started
+	cl        *rlsload.Client // nil until dialed
+	stopRedis func() error
+	meters    []cpuMeter
 }
 
 // startEnvoyRL builds and starts envoyproxy/ratelimit and its redis-server,
-// and waits until it answers.
-func (b *bench) startEnvoyRL(ctx context.Context) (e *envoy, err error) {
+// and waits until it answers; on an error, what it started is stopped.
+func (b *bench) startEnvoyRL(ctx context.Context) (*envoy, error) {
 	bin, err := b.envoyBin(ctx)
 	if err != nil {
 		return nil, err
@@ -76,30 +78,42 @@ func (b *bench) startEnvoyRL(ctx context.Context) (e *envoy, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e = &envoy{stop: stopRedis}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, e.stop())
-		}
-	}()
-	p, grpcAddr, err := b.startEnvoy(ctx, bin, rdb.Options().Addr)
-	if err != nil {
-		return e, err
-	}
-	e.stop = func() error { return errors.Join(b.stopProc(p, "envoyproxy/ratelimit"), stopRedis()) }
-	if e.cl, err = rlsload.Dial(grpcAddr, runtime.NumCPU()); err != nil {
-		return e, err
-	}
-	stopProcs := e.stop
-	e.stop = func() error { return errors.Join(e.cl.Close(), stopProcs()) }
-	if err := e.cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
-		return e, err
-	}
-	e.meters = []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, redisMeter(rdb)}
-	if m, err := b.brokerMeter(); err == nil {
-		e.meters = append(e.meters, m)
+	e := &envoy{b: b, stopRedis: stopRedis}
+	if err := e.start(ctx, bin, rdb); err != nil {
+		return nil, errors.Join(err, e.stop())
 	}
 	return e, nil
+}
+
+func (e *envoy) start(ctx context.Context, bin string, rdb *redis.Client) error {
+	p, grpcAddr, err := e.b.startEnvoy(ctx, bin, rdb.Options().Addr)
+	if err != nil {
+		return err
+	}
+	e.p = p
+	if e.cl, err = rlsload.Dial(grpcAddr, runtime.NumCPU()); err != nil {
+		return err
+	}
+	if err := e.cl.WaitReady(ctx, shapeStrict, 30*time.Second); err != nil {
+		return err
+	}
+	e.meters = []cpuMeter{{cpuServer, pidCPU(p.Pid())}, {cpuLoad, pidCPU(os.Getpid())}, redisMeter(rdb)}
+	if m, err := e.b.brokerMeter(); err == nil {
+		e.meters = append(e.meters, m)
+	}
+	return nil
+}
+
+// stop stops what start started, and the redis-server.
+func (e *envoy) stop() error {
+	var err error
+	if e.cl != nil {
+		err = e.cl.Close()
+	}
+	if e.p != nil {
+		err = errors.Join(err, e.b.stopProc(e.p, "envoyproxy/ratelimit"))
+	}
+	return errors.Join(err, e.stopRedis())
 }
 
 // runs measures it closed loop at c=16 and c=64, as scenario sc.

@@ -33,8 +33,6 @@ func (b *bench) ownerTakeRuns(ctx context.Context, t target, rulesPath string) e
 		var runs []Lookup
 		runs, err = e.runs(ctx, b, scEnvoy)
 		b.res.Lookups = append(b.res.Lookups, runs...)
-	} else {
-		e = nil // stopped
 	}
 	if err != nil {
 		b.res.Errors = append(b.res.Errors, fmt.Sprintf("envoyproxy/ratelimit beside the takes: %v", err))
