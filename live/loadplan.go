@@ -114,9 +114,7 @@ func (s *Applier) makeUnderEmpty(hr *Headroom, r *room, ps *pendingSubject, miss
 		if bi == 0 || hr.mir.counts(bi).at(field) != 0 {
 			continue
 		}
-		h := scratch[:fieldsOf(id.level)]
-		clear(h)
-		s.copyLoaded(h, ps, id, hr)
+		s.copyEmpty(scratch[:], ps, id, hr)
 		delete(missing, id)
 		made = true
 	}

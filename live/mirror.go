@@ -707,9 +707,7 @@ func (s *Applier) loadMirrored(ctx context.Context, offkey, group string, b aggr
 	var scratch [60]int64 // store and addPending keep none of it
 	for ps, ids := range plan.made {
 		for _, id := range ids {
-			h := scratch[:fieldsOf(id.level)]
-			clear(h)
-			s.copyLoaded(h, ps, id, hr)
+			s.copyEmpty(scratch[:], ps, id, hr)
 		}
 	}
 	var targets []loadTarget
@@ -851,6 +849,14 @@ func (s *Applier) copyLoaded(h []int64, ps *pendingSubject, id hashID, hr *Headr
 	if r := hr.roomOf(ps.sub); r != nil {
 		hr.mir.store(r, id, h)
 	}
+}
+
+// copyEmpty is copyLoaded of a hash Redis holds nothing in; scratch is
+// the hash's room (60 fields), which it keeps none of.
+func (s *Applier) copyEmpty(scratch []int64, ps *pendingSubject, id hashID, hr *Headroom) {
+	h := scratch[:fieldsOf(id.level)]
+	clear(h)
+	s.copyLoaded(h, ps, id, hr)
 }
 
 // statedReads are the reads of whether the slot holds a state for
