@@ -76,6 +76,12 @@ func ClusterRedisAddrs() []string {
 func ClusterRedis(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
 	addrs := ClusterRedisAddrs()
+	// Every node must answer, and a node another test process killed does
+	// not until that test starts it again (each package's tests run in a
+	// process of their own, at once): wait for its fault to end.
+	if err := waitFaults("redis"); err != nil {
+		tb.Fatal(err)
+	}
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
@@ -455,6 +461,7 @@ func lockFaults(kind string) (*os.File, error) {
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
+			heldFaults.Store(f, kind)
 			return f, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
@@ -466,7 +473,34 @@ func lockFaults(kind string) (*os.File, error) {
 }
 
 // unlock releases a fault lock (closing the file releases the flock).
-func unlock(f *os.File) { _ = f.Close() }
+func unlock(f *os.File) {
+	heldFaults.Delete(f)
+	_ = f.Close()
+}
+
+// heldFaults are the fault locks this process holds, with their kinds.
+var heldFaults sync.Map // *os.File → kind
+
+// waitFaults returns once no other test process has a node of kind down
+// (none holds its fault lock). A test that holds the lock itself has its
+// own fault in progress and does not wait for it: a second flock from this
+// process would wait for ever.
+func waitFaults(kind string) error {
+	mine := false
+	heldFaults.Range(func(_, k any) bool {
+		mine = k == kind
+		return !mine
+	})
+	if mine {
+		return nil
+	}
+	f, err := lockFaults(kind)
+	if err != nil {
+		return err
+	}
+	unlock(f)
+	return nil
+}
 
 // stack runs scripts/stack with args and returns its output.
 func stack(args ...string) (string, error) {
