@@ -188,8 +188,9 @@ func (r *TakeRelay) Run(ctx context.Context, topic string, partition int) {
 		backoff := wait.Next()
 		if errors.Is(err, errTakeRelayFenced) {
 			// Another member relays the partition (one of us has not
-			// noticed a rebalance yet): nothing is lost, take turns.
-			log.Warn("take relay: another relay claimed the partition's cursor; claiming it again after a pause", "err", err, "backoff", backoff)
+			// noticed a rebalance yet), or Redis lost or went back on the
+			// cursor: nothing is lost, claim it again.
+			log.Warn("take relay: the partition's cursor is not what this relay wrote (another relay claimed it, or Redis lost it); claiming it again after a pause", "err", err, "backoff", backoff)
 		} else {
 			log.Error("take relay failed; the partition's take events wait until it restarts from its cursor", "err", err, "backoff", backoff)
 		}
@@ -415,10 +416,19 @@ func (r *TakeRelay) writeCursor(ctx context.Context, partition int, rs *relaySta
 // refunds counter before them in rs, and sets the backlog gauge from the
 // stream's length, in one round trip. Reads never block
 // (TakeRelayConfig.Wait says why).
+//
+// The round trip also checks the cursor is still what this run wrote: a
+// Redis that lost it (a restart without persistence, a flush) may hold
+// entries appended since at or below the run's last, which reads after
+// that last would pass by forever; a relay with nothing to publish never
+// moves the cursor, so the move's fence would not tell it. It fails with
+// errTakeRelayFenced, and the claim that follows starts from what Redis
+// holds.
 func (r *TakeRelay) read(ctx context.Context, partition int, rs *relayState) ([]redis.XMessage, error) {
 	keys := r.cfg.Store.Keys()
 	key := keys.Takes(partition)
 	pipe := r.cfg.Redis.Pipeline()
+	cursor := pipe.Get(ctx, keys.TakesRelay(partition))
 	// the counter first: a refund between it and the read then fails the
 	// note, where one after the read would go unseen
 	refunds := pipe.Get(ctx, keys.TakesRefunds(partition))
@@ -427,6 +437,12 @@ func (r *TakeRelay) read(ctx context.Context, partition int, rs *relayState) ([]
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	if n, err := size.Result(); err == nil {
 		r.backlog.WithLabelValues(strconv.Itoa(partition)).Set(float64(n))
+	}
+	switch v, err := cursor.Result(); {
+	case err != nil && !errors.Is(err, redis.Nil):
+		return nil, fmt.Errorf("read %s: %w", keys.TakesRelay(partition), err)
+	case v != rs.raw:
+		return nil, fmt.Errorf("read: take relay cursor %s is %q, not %q as this relay left it: %w", keys.TakesRelay(partition), v, rs.raw, errTakeRelayFenced)
 	}
 	switch v, err := refunds.Result(); {
 	case errors.Is(err, redis.Nil):

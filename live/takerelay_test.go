@@ -407,3 +407,36 @@ func TestTakeRelayCursorGoneBack(t *testing.T) {
 	stop()
 	e.exactlyOnce(t)
 }
+
+// A Redis that loses the take relay's cursor and stream (a restart without
+// persistence, a flush) may then hold an entry at or below the running
+// relay's last: an owner's take appended at its epoch before the owner
+// noticed the loss. The relay finds its cursor gone on its next read, not
+// only on its next move (an idle relay makes none), claims it again from
+// the stream's start and publishes the entry.
+func TestTakeRelayCursorLost(t *testing.T) {
+	e := newTakeRelayEnv(t, false)
+	ctx := context.Background()
+	keys := e.st.Keys()
+	e.take(t, 5)
+	stop := e.run(t)
+	defer stop()
+	e.relayed(t)
+
+	ev := event.Event{V: event.Version, ID: "take-" + strconv.Itoa(e.n), Action: "reset", Kind: "email", Subject: e.q.Subject.Subject, TS: time.Now(), N: 1}
+	v, err := event.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.n++
+	pipe := e.rdb.TxPipeline()
+	pipe.Del(ctx, keys.Takes(1), keys.TakesRelay(1))
+	// below every id the relay published (they are Redis times)
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Takes(1), ID: "1-1", Values: []any{"e0", strconv.Itoa(len(ev.Key())) + ":" + ev.Key() + string(v)}})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.relayed(t)
+	stop()
+	e.exactlyOnce(t)
+}
