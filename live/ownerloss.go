@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +34,9 @@ import (
 // owner has counted up to the partition's end as it stood after that read.
 // An entry still uncounted then is in neither the topic nor the stream: a
 // lost one is appended again, an uncertain one never landed and leaves the
-// overlay (its take was never admitted). The partition's takes go on
+// overlay (its take was never admitted). A lost one the stream does hold
+// landed at an id that came again, which the relay may have passed: it is
+// taken out of the stream first (takeBack), and appended again. The partition's takes go on
 // meanwhile: the overlay counts every doubtful take until it is settled.
 
 // verifyEvery is how often RunTakes checks the streams of the partitions
@@ -228,17 +231,93 @@ func (s *Sink) readForDoubts(ctx context.Context, topic string, partition int, p
 		return nil
 	}
 	at := s.cfg.Now()
-	seen, err := s.streamEvents(ctx, partition)
+	entries, err := s.streamEvents(ctx, partition)
 	if err != nil {
 		s.log.Warn("owner takes: reading the take stream to settle appends in doubt failed; retrying", "partition", partition, "err", err)
 		return nil
 	}
+	if err := s.takeBack(ctx, partition, p, at, entries); err != nil {
+		s.log.Warn("owner takes: taking back the entries of lost appends the take stream holds failed; retrying", "partition", partition, "err", err)
+		return nil
+	}
+	// after the take-back: what the relay published before it is counted
+	// by the time the owner reaches this end
 	_, end, err := s.cfg.Takes.Bounds(ctx, topic, partition)
 	if err != nil {
 		s.log.Warn("owner takes: reading the partition's end to settle appends in doubt failed; retrying", "partition", partition, "err", err)
 		return nil
 	}
+	seen := make(map[string]bool, len(entries))
+	for id := range entries {
+		seen[id] = true
+	}
 	return &doubtsRead{at: at, seen: seen, end: end}
+}
+
+//go:embed takeback.lua
+var takeBackBody string
+
+var takeBackScript = redis.NewScript("#!lua\n" + takeBackBody)
+
+// takeBack deletes from the take stream the entries that hold lost
+// appends due to be settled at a read at (entries: the stream's events by
+// id, their entry ids; those deleted leave it). A lost append the stream
+// holds landed at an id that came again after the stream went back, one
+// the take relay may have passed: going on from what it published, it
+// would never publish it, and the settling would leave it to the relay
+// all the same. Deleted (takeback.lua), its events are appended again at
+// the new epoch, unless the relay had published it, and then they are
+// counted before the settling. An entry in a produce request the relay's
+// cursor notes stays, and its appends are settled on a later read, once
+// the request has landed or failed.
+func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at time.Time, entries map[string]string) error {
+	cut := at.Add(-s.relayWait())
+	due := map[string]bool{}
+	p.mu.Lock()
+	for id, a := range p.takes.acked {
+		if e, ok := entries[id]; ok && a.doubt == lost && !a.since.After(cut) {
+			due[e] = true
+		}
+	}
+	p.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	keys := s.cfg.Applier.keys
+	args := make([]any, 0, len(due))
+	for e := range due {
+		args = append(args, e)
+	}
+	kept, err := takeBackScript.Run(ctx, s.cfg.Takes.Redis, []string{keys.Takes(partition), keys.TakesRelay(partition), keys.TakesRefunds(partition)}, args...).StringSlice()
+	if err != nil {
+		return fmt.Errorf("take back %d entries: %w", len(due), err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for id, e := range entries {
+		if !due[e] {
+			continue
+		}
+		a := p.takes.acked[id]
+		if slices.Contains(kept, e) {
+			if a != nil && a.doubt == lost {
+				a.since = at // settled once the request is
+			}
+			continue
+		}
+		delete(entries, id)
+		if a != nil && a.doubt != lost && a.doubt != again {
+			// of the same round as a lost one: not in the stream either
+			a.doubt, a.since = lost, cut
+		}
+		n++
+	}
+	if n > 0 {
+		s.m.takeDoubts.WithLabelValues("taken_back").Add(float64(n))
+		s.log.Warn("owner takes: lost appends landed at ids that came again, which the take relay may have passed; taken back, to be appended again at the new epoch", "partition", partition, "events", n, "in_requests", len(kept))
+	}
+	return nil
 }
 
 // settleDoubts, on the partition's tick (under p.mu), settles the appends
@@ -273,8 +352,9 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 				g.doubtAt = a.since
 			}
 		case g.doubtSeen[id]:
-			// in the stream after all (an append at an id that came
-			// again, the relay not past it): the relay publishes it
+			// an append without an answer that landed (a lost one the
+			// stream held was taken back, or waits for the request
+			// that holds it): the relay publishes it
 			a.doubt = appended
 			landed++
 		case a.doubt == lost:
@@ -297,20 +377,20 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 }
 
 // streamEvents are the ids of the events the partition's take stream
-// holds.
-func (s *Sink) streamEvents(ctx context.Context, partition int) (map[string]bool, error) {
+// holds, with the ids of their entries.
+func (s *Sink) streamEvents(ctx context.Context, partition int) (map[string]string, error) {
 	key := s.cfg.Applier.keys.Takes(partition)
 	msgs, err := s.cfg.Takes.Redis.XRange(ctx, key, "-", "+").Result()
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{}
 	for _, m := range msgs {
 		for _, v := range m.Values {
 			str, _ := v.(string)
 			if _, value, err := window.ParseQueuedEvent(str); err == nil {
 				if ev, err := event.Decode(value); err == nil {
-					seen[ev.ID] = true
+					seen[ev.ID] = m.ID
 				}
 			}
 		}
@@ -412,7 +492,7 @@ func (s *Sink) handOverLost(ctx context.Context, partition int, p *partState) {
 		since := a.since
 		switch {
 		case a.doubt == lost || a.doubt == again:
-		case a.doubt == appended && serr == nil && !inStream[id]:
+		case a.doubt == appended && serr == nil && inStream[id] == "":
 			since = now
 		default:
 			continue
