@@ -30,14 +30,13 @@ import (
 //
 // Each is settled once nothing else can decide it: the relay's produce
 // requests sent before the doubt arose can no longer land (relayWait), the
-// take stream has been read (what it holds, the relay publishes), and the
-// owner has counted up to the partition's end as it stood after that read.
-// An entry still uncounted then is in neither the topic nor the stream: a
-// lost one is appended again, an uncertain one never landed and leaves the
-// overlay (its take was never admitted). A lost one the stream does hold
-// landed at an id that came again, which the relay may have passed: it is
-// taken out of the stream first (takeBack), and appended again. The partition's takes go on
-// meanwhile: the overlay counts every doubtful take until it is settled.
+// take stream has been read and what it still holds of them taken back
+// (takeBack), and the owner has counted up to the partition's end as it
+// stood after that. An entry still uncounted then is in neither the topic
+// nor the stream: a lost one, or one taken back, is appended again; an
+// uncertain one never landed and leaves the overlay (its take was never
+// admitted). The partition's takes go on meanwhile: the overlay counts
+// every doubtful take until it is settled.
 
 // verifyEvery is how often RunTakes checks the streams of the partitions
 // with appends not yet counted.
@@ -213,11 +212,11 @@ func (s *Sink) verifyStreams(ctx context.Context) {
 }
 
 // doubtsRead is what settling appends in doubt reads, outside the
-// partition's lock: the take stream's events, then the partition's end.
+// partition's lock: when it read the take stream (and took back what it
+// held of them), and the partition's end after.
 type doubtsRead struct {
-	at   time.Time
-	seen map[string]bool
-	end  int64
+	at  time.Time
+	end int64
 }
 
 // readForDoubts reads the take stream and the partition's end when appends
@@ -247,11 +246,7 @@ func (s *Sink) readForDoubts(ctx context.Context, topic string, partition int, p
 		s.log.Warn("owner takes: reading the partition's end to settle appends in doubt failed; retrying", "partition", partition, "err", err)
 		return nil
 	}
-	seen := make(map[string]bool, len(entries))
-	for id := range entries {
-		seen[id] = true
-	}
-	return &doubtsRead{at: at, seen: seen, end: end}
+	return &doubtsRead{at: at, end: end}
 }
 
 //go:embed takeback.lua
@@ -259,23 +254,24 @@ var takeBackBody string
 
 var takeBackScript = redis.NewScript("#!lua\n" + takeBackBody)
 
-// takeBack deletes from the take stream the entries that hold lost
-// appends due to be settled at a read at (entries: the stream's events by
-// id, their entry ids; those deleted leave it). A lost append the stream
-// holds landed at an id that came again after the stream went back, one
-// the take relay may have passed: going on from what it published, it
-// would never publish it, and the settling would leave it to the relay
-// all the same. Deleted (takeback.lua), its events are appended again at
-// the new epoch, unless the relay had published it, and then they are
-// counted before the settling. An entry in a produce request the relay's
-// cursor notes stays, and its appends are settled on a later read, once
-// the request has landed or failed.
+// takeBack deletes from the take stream the entries that hold appends in
+// doubt due to be settled at a read at (entries: the stream's events by
+// id, their entry ids). A relay publishes an entry within moments; one
+// still uncounted a relayWait after its doubt arose is one it may have
+// passed: a lost append the stream holds landed at an id that came again
+// after the stream went back (so may one without an answer, sent as it
+// went back), and the relay, going on from what it published, would never
+// publish it. Deleted (takeback.lua), its events are appended again at the
+// epoch the stream has then, unless the relay had published it, and then
+// they are counted before the settling. An entry in a produce request the
+// relay's cursor notes stays, and its appends are settled on a later
+// read, once the request has landed or failed.
 func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at time.Time, entries map[string]string) error {
 	cut := at.Add(-s.relayWait())
 	due := map[string]bool{}
 	p.mu.Lock()
 	for id, a := range p.takes.acked {
-		if e, ok := entries[id]; ok && a.doubt == lost && !a.since.After(cut) {
+		if e, ok := entries[id]; ok && (a.doubt == lost || a.doubt == uncertain) && !a.since.After(cut) {
 			due[e] = true
 		}
 	}
@@ -301,21 +297,21 @@ func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at tim
 		}
 		a := p.takes.acked[id]
 		if slices.Contains(kept, e) {
-			if a != nil && a.doubt == lost {
+			if a != nil && (a.doubt == lost || a.doubt == uncertain) {
 				a.since = at // settled once the request is
 			}
 			continue
 		}
-		delete(entries, id)
 		if a != nil && a.doubt != lost && a.doubt != again {
-			// of the same round as a lost one: not in the stream either
+			// landed after all (or of the same round as one that
+			// did): appended again as a lost one is
 			a.doubt, a.since = lost, cut
 		}
 		n++
 	}
 	if n > 0 {
 		s.m.takeDoubts.WithLabelValues("taken_back").Add(float64(n))
-		s.log.Warn("owner takes: lost appends landed at ids that came again, which the take relay may have passed; taken back, to be appended again at the new epoch", "partition", partition, "events", n, "in_requests", len(kept))
+		s.log.Warn("owner takes: appends in doubt the take stream still held, which the take relay may have passed (at ids that came again); taken back, to be appended again", "partition", partition, "events", n, "in_requests", len(kept))
 	}
 	return nil
 }
@@ -323,8 +319,8 @@ func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at tim
 // settleDoubts, on the partition's tick (under p.mu), settles the appends
 // in doubt since relayWait before the take stream was read (read, once
 // readForDoubts has): once the owner has counted up to the partition's end
-// read after the stream, it appends the lost entries again and drops the
-// uncertain ones the stream did not hold.
+// read after the stream, it appends the lost entries (and those taken
+// back) again and drops the uncertain ones the stream did not hold.
 func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 	g := &p.takes
 	if g.doubtAt.IsZero() {
@@ -332,7 +328,7 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 	}
 	if g.doubtRead.IsZero() {
 		if read != nil {
-			g.doubtRead, g.doubtSeen, g.doubtEnd = read.at, read.seen, read.end
+			g.doubtRead, g.doubtEnd = read.at, read.end
 		}
 		return
 	}
@@ -341,7 +337,7 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 	}
 	cut := g.doubtRead.Add(-s.relayWait())
 	t := &takeRound{partition: partition, p: p, done: make(chan error, 1)}
-	landed, dropped := 0, 0
+	dropped := 0
 	g.doubtAt = time.Time{}
 	for id, a := range g.acked {
 		switch {
@@ -351,12 +347,6 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 			if g.doubtAt.IsZero() || a.since.Before(g.doubtAt) {
 				g.doubtAt = a.since
 			}
-		case g.doubtSeen[id]:
-			// an append without an answer that landed (a lost one the
-			// stream held was taken back, or waits for the request
-			// that holds it): the relay publishes it
-			a.doubt = appended
-			landed++
 		case a.doubt == lost:
 			a.doubt = again
 			t.ids, t.evs = append(t.ids, id), append(t.evs, a.enc)
@@ -366,11 +356,10 @@ func (s *Sink) settleDoubts(partition int, p *partState, read *doubtsRead) {
 			dropped++
 		}
 	}
-	g.doubtRead, g.doubtSeen = time.Time{}, nil
-	s.m.takeDoubts.WithLabelValues("landed").Add(float64(landed))
+	g.doubtRead = time.Time{}
 	s.m.takeDoubts.WithLabelValues("not_appended").Add(float64(dropped))
 	// logged even when all were counted meanwhile: a doubt arose, and ends
-	s.log.Info("owner takes: appends in doubt settled", "partition", partition, "lost", len(t.evs), "landed", landed, "not_appended", dropped)
+	s.log.Info("owner takes: appends in doubt settled", "partition", partition, "lost", len(t.evs), "not_appended", dropped)
 	if len(t.evs) > 0 {
 		s.appendAgain(partition, t)
 	}

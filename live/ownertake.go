@@ -135,14 +135,13 @@ type takeGate struct {
 	// counted, by event id; lastAck the last id Redis gave this owner's
 	// appends (hasAck: one did); doubtAt when the oldest doubt of acked
 	// arose (zero: none), and while one is settled, doubtRead when the
-	// stream was read, doubtSeen the events it held, doubtEnd the
+	// stream was read (and what it held of them taken back), doubtEnd the
 	// partition's end read after. ownerloss.go.
 	acked     map[string]*ackedTake
 	lastAck   streamID
 	hasAck    bool
 	doubtAt   time.Time
 	doubtRead time.Time
-	doubtSeen map[string]bool
 	doubtEnd  int64
 }
 

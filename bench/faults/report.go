@@ -390,15 +390,24 @@ notices a stream that went back (an append's id not past the last one Redis gave
 generated id behind it, checked every 250 ms) with an ERROR, gives the stream a new epoch before
 its next take (an old id could come again below the take relay's cursor), waits until the relay's produce
 requests sent before the loss can no longer land, reads the stream, counts up to the partition's
-end, and appends again what is still uncounted. An append that got no answer during the fault is
-settled the same way: kept if the stream held it, else dropped from the owner's windows (its take
+end, and appends again what is still uncounted. A lost append the stream still holds landed at an id
+that came again, one the relay may already have passed (it goes on from what it published), and so may
+one without an answer sent as the stream went back: the owner deletes such an entry from the stream,
+unless the relay's cursor notes it in a produce request (then it waits for
+that request), and appends its events again at the new epoch, those the relay had published being
+counted by then (` + "`" + `outcome="taken_back"` + "`" + `, live/takeback.lua; TestOwnerTakesAppendBehindTheRelayPublishedOnce
+fails over to a stream and a cursor a replica would hold and runs the relay). An append that got no answer during the fault is
+settled the same way: appended again if the stream held it, else dropped from the owner's windows (its take
 was answered failed) (` + "`" + `floodgate_live_owner_take_doubts_total{outcome}` + "`" + `). Its own memory never lost
 the takes, so its windows stay exact throughout, and its takes go on after a tick
 (TestClusterOwnerTakesRedisPrimaryKill). The take relay's cursor can go back the same way, past entries
-it published: the relay that finds an older value of its own token there, at its next move or as it
-restarts (no other run writes it), goes on from its own position instead of reading back from the
+it published: the relay that finds an older value of its own token there, at its next read or move or
+as it restarts (no other run writes it), goes on from its own position instead of reading back from the
 older one (TestTakeRelayCursorGoneBack, TestTakeRelayClaimAfterRedisWentBack; stage A's takes gain
-the same). The decisions relay goes on when the change stream's sequence numbers go back; it used
+the same). A cursor Redis lost altogether (a restart without persistence, a flush) is claimed again
+from the stream's start at the relay's next read: an idle relay used to read on past its own last
+forever, passing by an owner's append that landed below it (TestTakeRelayCursorLost; CI's
+TestOwnerTakesExactWhenRedisLosesEverything once timed out on it). The decisions relay goes on when the change stream's sequence numbers go back; it used
 to count a negative loss and panic (TestRelayGoesOnWhenTheChangeStreamGoesBack). Lost entries not yet appended again when the partition moves, and appended ones its stream
 no longer holds (a loss not noticed yet), are handed over to its next owner in the slot, which
 settles them as its own

@@ -260,7 +260,7 @@ func TestClusterOwnerTakesRedisPrimaryKill(t *testing.T) {
 		})
 		if body, err := httpGet(metricsAddr(t, e, "run0")); err == nil {
 			var outcomes []string
-			for _, o := range []string{"appended_again", "landed", "not_appended", "dropped"} {
+			for _, o := range []string{"appended_again", "taken_back", "not_appended", "dropped"} {
 				outcomes = append(outcomes, fmt.Sprintf("%s %v", o, metricValue(body, "floodgate_live_owner_take_doubts_total", `outcome="`+o+`"`)))
 			}
 			t.Logf("appends in doubt: %s; partitions recounted (their slot lost whole): %v", strings.Join(outcomes, ", "),
