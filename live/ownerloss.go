@@ -236,7 +236,7 @@ func (s *Sink) readForDoubts(ctx context.Context, topic string, partition int, p
 		return nil
 	}
 	if err := s.takeBack(ctx, partition, p, at, entries); err != nil {
-		s.log.Warn("owner takes: taking back the entries of lost appends the take stream holds failed; retrying", "partition", partition, "err", err)
+		s.log.Warn("owner takes: taking back the appends in doubt the take stream holds failed; retrying", "partition", partition, "err", err)
 		return nil
 	}
 	// after the take-back: what the relay published before it is counted
@@ -296,13 +296,16 @@ func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at tim
 			continue
 		}
 		a := p.takes.acked[id]
-		if slices.Contains(kept, e) {
-			if a != nil && (a.doubt == lost || a.doubt == uncertain) {
+		switch {
+		case a == nil:
+			// counted meanwhile: published before it was taken back
+			continue
+		case slices.Contains(kept, e):
+			if a.doubt == lost || a.doubt == uncertain {
 				a.since = at // settled once the request is
 			}
 			continue
-		}
-		if a != nil && a.doubt != lost && a.doubt != again {
+		case a.doubt != lost && a.doubt != again:
 			// landed after all (or of the same round as one that
 			// did): appended again as a lost one is
 			a.doubt, a.since = lost, cut
