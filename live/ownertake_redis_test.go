@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,6 +192,26 @@ func (o *testOwner) settled() {
 	})
 }
 
+// doubtsSettled waits until the owner's settled doubts by outcome
+// (floodgate_live_owner_take_doubts_total) are want: an append made again
+// is counted as its round returns, a moment after settled saw its entry
+// appended.
+func (o *testOwner) doubtsSettled(want map[string]float64) {
+	o.t.Helper()
+	got := map[string]float64{}
+	o.t.Cleanup(func() {
+		if !maps.Equal(got, want) {
+			o.t.Logf("settled doubts %v, want %v", got, want)
+		}
+	})
+	stacktest.WaitFor(o.t, fmt.Sprintf("settled doubts %v", want), 10*time.Second, func() bool {
+		for outcome := range want {
+			got[outcome] = testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues(outcome))
+		}
+		return maps.Equal(got, want)
+	})
+}
+
 // inOverlay tells whether the owner's overlay counts the event id.
 func (o *testOwner) inOverlay(id string) bool {
 	p := o.s.part(0)
@@ -243,11 +264,7 @@ func TestOwnerTakesAppendLostEntriesAgain(t *testing.T) {
 	// the append that found the second loss landed at the lost entry's
 	// id, which a relay may have passed: taken back, and appended again
 	// with the lost one
-	for outcome, want := range map[string]float64{"appended_again": 3, "taken_back": 1} {
-		if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues(outcome)); n != want {
-			t.Errorf("%s: %v, want %v", outcome, n, want)
-		}
-	}
+	o.doubtsSettled(map[string]float64{"appended_again": 3, "taken_back": 1})
 }
 
 // An owner that leaves a partition (its revoke) before appending again
@@ -281,11 +298,7 @@ func TestOwnerTakesHandLostEntriesOver(t *testing.T) {
 			t.Errorf("event %s is in the take stream %d times, want once", id, got[id])
 		}
 	}
-	for outcome, want := range map[string]float64{"taken_over": 1, "appended_again": 1} {
-		if n := testutil.ToFloat64(next.s.m.takeDoubts.WithLabelValues(outcome)); n != want {
-			t.Errorf("next owner's %s: %v, want %v", outcome, n, want)
-		}
-	}
+	next.doubtsSettled(map[string]float64{"taken_over": 1, "appended_again": 1})
 	o.s.handOverLost(context.Background(), 0, o.s.part(0)) // a zombie's, after the fence
 	if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues("dropped")); n != 1 {
 		t.Errorf("a hand-over after a newer owner's fence: dropped %v, want 1", n)
@@ -388,11 +401,7 @@ func TestOwnerTakesSettleAppendsWithoutAnswer(t *testing.T) {
 	if got[neverID] != 0 || got[landedID] != 1 || got[o.took[0]] != 1 {
 		t.Errorf("the stream holds %v; want the first take's and the landed one's events once each", got)
 	}
-	for _, outcome := range []string{"not_appended", "taken_back", "appended_again"} {
-		if n := testutil.ToFloat64(o.s.m.takeDoubts.WithLabelValues(outcome)); n != 1 {
-			t.Errorf("%s: %v, want 1", outcome, n)
-		}
-	}
+	o.doubtsSettled(map[string]float64{"not_appended": 1, "taken_back": 1, "appended_again": 1})
 }
 
 // A member cut off from the group but not from Redis still believes it
