@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -279,31 +278,24 @@ func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at tim
 	if len(due) == 0 {
 		return nil
 	}
-	keys := s.cfg.Applier.keys
-	args := make([]any, 0, len(due))
-	for e := range due {
-		args = append(args, e)
-	}
-	kept, err := takeBackScript.Run(ctx, s.cfg.Takes.Redis, []string{keys.Takes(partition), keys.TakesRelay(partition), keys.TakesRefunds(partition)}, args...).StringSlice()
-	if err != nil {
-		return fmt.Errorf("take back %d entries: %w", len(due), err)
-	}
+	// taken: the entries each script run answered for (the ones out of
+	// the stream now false, the ones kept for their request true)
+	taken, err := s.runTakeBack(ctx, partition, due)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
+	n, inRequests := 0, 0
 	for id, e := range entries {
-		if !due[e] {
-			continue
-		}
+		keep, ok := taken[e]
 		a := p.takes.acked[id]
 		switch {
-		case a == nil:
-			// counted meanwhile: published before it was taken back
+		case !ok || a == nil:
+			// not taken back, or counted meanwhile: published before
 			continue
-		case slices.Contains(kept, e):
+		case keep:
 			if a.doubt == lost || a.doubt == uncertain {
 				a.since = at // settled once the request is
 			}
+			inRequests++
 			continue
 		case a.doubt != lost && a.doubt != again:
 			// landed after all (or of the same round as one that
@@ -314,9 +306,51 @@ func (s *Sink) takeBack(ctx context.Context, partition int, p *partState, at tim
 	}
 	if n > 0 {
 		s.m.takeDoubts.WithLabelValues("taken_back").Add(float64(n))
-		s.log.Warn("owner takes: appends in doubt the take stream still held, which the take relay may have passed (at ids that came again); taken back, to be appended again", "partition", partition, "events", n, "in_requests", len(kept))
+		s.log.Warn("owner takes: appends in doubt the take stream still held, which the take relay may have passed (at ids that came again); taken back, to be appended again", "partition", partition, "events", n, "in_requests", inRequests)
 	}
-	return nil
+	return err
+}
+
+// maxTakeBack bounds the entries of one takeback.lua run, so that a
+// partition with many appends in doubt does not hold Redis for long.
+const maxTakeBack = 1000
+
+// runTakeBack runs takeback.lua over the due entries, maxTakeBack at a
+// time, and returns what each run that succeeded answered, by entry: true
+// for one kept (a noted request holds it), false for one no longer in the
+// stream. On an error it returns what the runs before it did.
+func (s *Sink) runTakeBack(ctx context.Context, partition int, due map[string]bool) (map[string]bool, error) {
+	keys := s.cfg.Applier.keys
+	script := []string{keys.Takes(partition), keys.TakesRelay(partition), keys.TakesRefunds(partition)}
+	taken := make(map[string]bool, len(due))
+	args := make([]any, 0, min(len(due), maxTakeBack))
+	run := func() error {
+		kept, err := takeBackScript.Run(ctx, s.cfg.Takes.Redis, script, args...).StringSlice()
+		if err != nil {
+			return fmt.Errorf("take back %d entries: %w", len(args), err)
+		}
+		for _, e := range args {
+			taken[e.(string)] = false
+		}
+		for _, e := range kept {
+			taken[e] = true
+		}
+		args = args[:0]
+		return nil
+	}
+	for e := range due {
+		if args = append(args, e); len(args) == maxTakeBack {
+			if err := run(); err != nil {
+				return taken, err
+			}
+		}
+	}
+	if len(args) > 0 {
+		if err := run(); err != nil {
+			return taken, err
+		}
+	}
+	return taken, nil
 }
 
 // settleDoubts, on the partition's tick (under p.mu), settles the appends

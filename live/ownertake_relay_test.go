@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,56 @@ func countTakes(ctx context.Context, o *testOwner, client *kafka.Client, topic s
 		p.mu.Lock()
 		o.s.takesApplied(ctx, b, p, nil)
 		p.mu.Unlock()
+	}
+}
+
+// The take-back deletes the entries it is given from the take stream, but
+// not those the relay's cursor notes in a produce request (past its last,
+// up to its pending), and moves the refunds counter; many entries go in
+// runs of maxTakeBack.
+func TestTakeBackKeepsWhatARequestHolds(t *testing.T) {
+	o := newLossOwner(t)
+	ctx := context.Background()
+	keys := o.st.Keys()
+	const n = 2*maxTakeBack + 500
+	// past the owner's fence
+	info, err := o.rdb.XInfoStream(ctx, o.key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := parseStreamID(info.LastGeneratedID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(m, i int) string { return strconv.FormatUint(ms.ms+uint64(m), 10) + "-" + strconv.Itoa(i) }
+	pipe := o.rdb.Pipeline()
+	due := map[string]bool{}
+	for i := 1; i <= n; i++ {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: o.key, ID: id(1, i), Values: []any{"e0", "x"}})
+		due[id(1, i)] = true
+	}
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: o.key, ID: id(2, 1), Values: []any{"e0", "x"}}) // not due
+	pipe.Set(ctx, keys.TakesRelay(0), "@r "+id(1, 100)+" "+id(1, 200)+" 0 1", 0)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := o.s.runTakeBack(ctx, 0, due)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := o.rdb.XRange(ctx, o.key, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(taken) != n || len(left) != 101 || left[0].ID != id(1, 101) || left[99].ID != id(1, 200) || left[100].ID != id(2, 1) {
+		t.Fatalf("answered %d of %d; the stream holds %d entries: want the 100 in the request and the one not due", len(taken), n, len(left))
+	}
+	for i := 1; i <= n; i++ {
+		if keep, want := taken[id(1, i)], i > 100 && i <= 200; keep != want {
+			t.Errorf("entry %s: kept %v, want %v", id(1, i), keep, want)
+		}
+	}
+	if v, err := o.rdb.Get(ctx, keys.TakesRefunds(0)).Int(); err != nil || v != 3 {
+		t.Errorf("refunds counter %d (%v): want 3, one per run that deleted", v, err)
 	}
 }
