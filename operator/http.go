@@ -47,11 +47,13 @@ const MinSecretLen = 16
 func ParseTokens(specs []string) ([]Token, error) {
 	var out []Token
 	seen := map[string]bool{}
-	for _, s := range specs {
+	for i, s := range specs {
 		name, secret, ok := strings.Cut(strings.TrimSpace(s), "=")
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("admin token %q: want name=secret", redact(s))
+			// Without "=" the whole spec may be a secret: say where it is,
+			// show nothing of it.
+			return nil, fmt.Errorf("admin token %d of %d: want name=secret", i+1, len(specs))
 		case !operatorRE.MatchString(name):
 			return nil, fmt.Errorf("admin token %q: name must be 1 to 64 of [A-Za-z0-9_.@+-]", name)
 		case len(secret) < MinSecretLen:
@@ -65,13 +67,6 @@ func ParseTokens(specs []string) ([]Token, error) {
 		out = append(out, Token{Name: name, Secret: secret})
 	}
 	return out, nil
-}
-
-func redact(s string) string {
-	if len(s) > 4 {
-		return s[:4] + "…"
-	}
-	return "…"
 }
 
 // NewHandler serves the admin endpoints of o, each requiring one of tokens
@@ -99,9 +94,10 @@ func NewHandler(o *Operator, tokens []Token, maxBytes int64) (http.Handler, erro
 	}
 	// Go's profiler, behind the admin tokens: profiles name internals and
 	// cost CPU. A CPU profile or trace runs at most 25 s (?seconds=), under
-	// the admin server's write timeout.
+	// the admin server's write timeout. Not /debug/pprof/cmdline: the
+	// command line may hold secrets (--auth-token, --admin-token), and an
+	// admin token is no licence to read them (Index answers it 404).
 	mux.Handle("/debug/pprof/", h.authed(http.HandlerFunc(pprof.Index)))
-	mux.Handle("/debug/pprof/cmdline", h.authed(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("/debug/pprof/profile", h.authed(boundSeconds(http.HandlerFunc(pprof.Profile))))
 	mux.Handle("/debug/pprof/symbol", h.authed(http.HandlerFunc(pprof.Symbol)))
 	mux.Handle("/debug/pprof/trace", h.authed(boundSeconds(http.HandlerFunc(pprof.Trace))))

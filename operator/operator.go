@@ -70,6 +70,12 @@ type Config struct {
 	Group, Topic string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Pseudonym is how a reset's log line and error name the subject: a
+	// reset is how a subject is erased (floodgate erase), and a log that
+	// kept it would undo the erasure. Default event.Digest; erase gives
+	// history's keyed hash when it has the key. Bans and unbans log the
+	// subject: their audit names it anyway.
+	Pseudonym func(subject string) string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives floodgate_admin_actions_total. Nil: not registered.
@@ -114,6 +120,9 @@ func New(cfg Config) (*Operator, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Pseudonym == nil {
+		cfg.Pseudonym = event.Digest
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -177,17 +186,22 @@ func (o *Operator) write(ctx context.Context, op AdminOp, req Request) (Result, 
 		if res.Until != nil {
 			ar.Until = *res.Until
 		}
+		logged, field := s.Subject, window.Field(sub)
+		if op == OpReset {
+			logged = o.cfg.Pseudonym(s.Subject)
+			field = window.Field(window.Subject{Action: sub.Action, Kind: sub.Kind, Subject: logged})
+		}
 		r, err := o.cfg.Writer.Admin(ctx, now, ar)
 		if err != nil {
 			o.actions.WithLabelValues(string(op), "error").Inc()
-			return res, fmt.Errorf("%s %s by %s: %w", op, window.Field(sub), req.Operator, err)
+			return res, fmt.Errorf("%s %s by %s: %w", op, field, req.Operator, err)
 		}
 		sr := SubjectResult{Kind: s.Kind, Subject: sub.Subject, Partition: r.Partition, Seq: r.Seq, Entry: r.EntryID, Cleared: r.Cleared, DeletedKeys: r.DeletedKeys}
 		if op == OpReset && r.Offset >= 0 {
 			sr.Offset = &r.Offset
 		}
 		res.Subjects = append(res.Subjects, sr)
-		attrs := []any{"op", op, "operator", req.Operator, "action", req.Action, "kind", s.Kind, "subject", s.Subject,
+		attrs := []any{"op", op, "operator", req.Operator, "action", req.Action, "kind", s.Kind, "subject", logged,
 			"partition", r.Partition, "seq", r.Seq}
 		switch op {
 		case OpBan:

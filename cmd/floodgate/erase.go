@@ -88,7 +88,7 @@ func (c *EraseCmd) Run(ctx context.Context, logger *slog.Logger, std stdio) erro
 	}
 	err = c.eraseHistory(ctx, logger, hasher, &rep)
 	if err == nil {
-		err = c.eraseLive(ctx, logger, set, name, &rep)
+		err = c.eraseLive(ctx, logger, set, name, hasher, &rep)
 	}
 	if perr := c.print(std.out, rep); perr != nil {
 		err = errors.Join(err, perr)
@@ -117,7 +117,7 @@ func (c *EraseCmd) eraseHistory(ctx context.Context, logger *slog.Logger, h *his
 // eraseLive resets the subject (counters, deny and shadow records, bans,
 // decision state) for every action whose rules count its kind: the
 // operator's reset, audited on the decisions topic.
-func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rules.Set, name string, rep *eraseReport) error {
+func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rules.Set, name string, h *history.Hasher, rep *eraseReport) error {
 	if history.IsHashed(c.Subject) {
 		rep.NotErased = append(rep.NotErased, "live state: the subject was given as its hash, and live state keys subjects by value")
 		return nil
@@ -142,7 +142,15 @@ func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rule
 	if err != nil {
 		return err
 	}
-	op, err := operator.New(operator.Config{Store: store, Writer: writer, Rules: func() *rules.Set { return set }, Group: c.LiveGroup, Topic: c.Topic, Logger: logger})
+	// The reset's log line names the subject as history stores it hashed
+	// when the key is given (nobody can test a guess against it), else by
+	// its digest: never as given, which the erasure is about.
+	var pseudonym func(string) string
+	if h != nil {
+		pseudonym = h.Subject
+	}
+	op, err := operator.New(operator.Config{Store: store, Writer: writer, Rules: func() *rules.Set { return set }, Group: c.LiveGroup, Topic: c.Topic,
+		Pseudonym: pseudonym, Logger: logger})
 	if err != nil {
 		return err
 	}
