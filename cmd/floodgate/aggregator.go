@@ -204,7 +204,7 @@ func (c *AggregatorCmd) serve(ctx context.Context, logger *slog.Logger, reg *pro
 		return fmt.Errorf("metrics listener %s: %w", c.MetricsAddr, err)
 	}
 	var stopping atomic.Bool
-	srv := &http.Server{Handler: c.mux(reg, rdb, &stopping), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: c.mux(reg, rdb, &stopping, logger), ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("aggregator started", "metrics", "http://"+ln.Addr().String()+"/metrics",
 		"topic", c.Topic, "live_group", c.LiveGroup, "history", c.History, "key_prefix", c.KeyPrefix)
 
@@ -263,7 +263,10 @@ func (c *AggregatorCmd) writer(topic string) *kafka.Writer {
 	}
 }
 
-func (c *AggregatorCmd) mux(reg *prometheus.Registry, rdb redis.UniversalClient, stopping *atomic.Bool) *http.ServeMux {
+// mux serves /metrics and /healthz. A failing health check answers the
+// dependency's name only: the listener is open to whatever probes it, and
+// Redis's error names addresses; the error goes to the log.
+func (c *AggregatorCmd) mux(reg *prometheus.Registry, rdb redis.UniversalClient, stopping *atomic.Bool, logger *slog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -274,7 +277,8 @@ func (c *AggregatorCmd) mux(reg *prometheus.Registry, rdb redis.UniversalClient,
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			logger.Warn("health check: redis does not answer", "err", err)
+			http.Error(w, "redis unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
