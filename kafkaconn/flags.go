@@ -2,6 +2,7 @@ package kafkaconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,7 +24,14 @@ type Flags struct {
 	KafkaSASLUsername     string   `name:"kafka-sasl-username" env:"FLOODGATE_KAFKA_SASL_USERNAME" help:"SASL username."`
 	KafkaSASLPassword     string   `name:"kafka-sasl-password" env:"FLOODGATE_KAFKA_SASL_PASSWORD" help:"SASL password (prefer --kafka-sasl-password-file)."`
 	KafkaSASLPasswordFile string   `name:"kafka-sasl-password-file" env:"FLOODGATE_KAFKA_SASL_PASSWORD_FILE" help:"File holding the SASL password (wins over --kafka-sasl-password)."`
+	// PLAIN sends the password as it is: over a plaintext connection,
+	// anyone on the path reads it. Refused unless said on purpose.
+	KafkaSASLPlainInsecure bool `name:"kafka-sasl-plain-insecure" env:"FLOODGATE_KAFKA_SASL_PLAIN_INSECURE" help:"Allow --kafka-sasl-mechanism plain without --kafka-tls: the password crosses the network in clear (refused by default)."`
 }
+
+// ErrPlainInClear is in the chain of KafkaSecurity's error when SASL PLAIN
+// is asked for without TLS and without --kafka-sasl-plain-insecure.
+var ErrPlainInClear = errors.New("SASL PLAIN without TLS sends the password in clear")
 
 // KafkaSecurity builds the TLS and SASL settings, reading the files now.
 func (f *Flags) KafkaSecurity() (Security, error) {
@@ -44,6 +52,9 @@ func (f *Flags) KafkaSecurity() (Security, error) {
 	}
 	if sec.SASL, err = Mechanism(f.KafkaSASLMechanism, f.KafkaSASLUsername, password); err != nil {
 		return sec, err
+	}
+	if sec.SASL != nil && sec.SASL.Name() == "PLAIN" && sec.TLS == nil && !f.KafkaSASLPlainInsecure {
+		return Security{}, fmt.Errorf("kafka: %w: set --kafka-tls (or --kafka-sasl-plain-insecure to allow it on a network you trust)", ErrPlainInClear)
 	}
 	return sec, nil
 }

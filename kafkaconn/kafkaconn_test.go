@@ -57,3 +57,31 @@ func TestCheckExplainsAHangUp(t *testing.T) {
 		t.Error("a hang-up without TLS is not known to be a refusal")
 	}
 }
+
+// SASL PLAIN sends the password as it is: without TLS it is refused unless
+// --kafka-sasl-plain-insecure says so; over TLS, and SCRAM either way, it
+// is accepted.
+func TestPlainNeedsTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    kafkaconn.Flags
+		ok   bool
+	}{
+		{"plain", kafkaconn.Flags{KafkaSASLMechanism: "plain"}, false},
+		{"PLAIN", kafkaconn.Flags{KafkaSASLMechanism: "PLAIN"}, false},
+		{"plain over TLS", kafkaconn.Flags{KafkaSASLMechanism: "plain", KafkaTLS: true}, true},
+		{"plain insecure", kafkaconn.Flags{KafkaSASLMechanism: "plain", KafkaSASLPlainInsecure: true}, true},
+		{"scram", kafkaconn.Flags{KafkaSASLMechanism: "scram-sha-512"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.f.KafkaSASLUsername, tc.f.KafkaSASLPassword = "floodgate", "s3cr3t"
+			sec, err := tc.f.KafkaSecurity()
+			if tc.ok && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if !tc.ok && (!errors.Is(err, kafkaconn.ErrPlainInClear) || !strings.Contains(err.Error(), "--kafka-tls") || sec.SASL != nil) {
+				t.Fatalf("got %v (mechanism %v); want ErrPlainInClear naming --kafka-tls", err, sec.SASL)
+			}
+		})
+	}
+}
