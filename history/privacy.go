@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
@@ -61,6 +62,11 @@ const MinKeyLen = 16
 // without the key.
 type Hasher struct {
 	key []byte
+	// visitorKey keys the visitor sketches' hashes: derived from key, so
+	// that a visitor's hash is not the first bytes of the same value's
+	// subject hash (an IP visiting a link would be linked to its hashed
+	// rows of kind ip).
+	visitorKey []byte
 }
 
 // NewHasher returns a Hasher with key (at least MinKeyLen bytes; the
@@ -69,7 +75,21 @@ func NewHasher(key []byte) (*Hasher, error) {
 	if len(key) < MinKeyLen {
 		return nil, fmt.Errorf("history key of %d bytes: want at least %d (e.g. openssl rand -base64 32)", len(key), MinKeyLen)
 	}
-	return &Hasher{key: slices.Clone(key)}, nil
+	mac := hmac.New(sha256.New, key)
+	_, _ = mac.Write([]byte("floodgate history visitors"))
+	return &Hasher{key: slices.Clone(key), visitorKey: mac.Sum(nil)}, nil
+}
+
+// visitor returns the keyed hash standing for value in the visitor
+// sketches: the first 8 bytes of HMAC-SHA256 under the visitor key, as
+// PostgreSQL's bigint. Uniform like xxhash64 (HyperLogLog's error bound
+// holds), but nobody without the key can test a guess: unkeyed, the
+// hashes of every IPv4 address are 2^32 computations away.
+func (h *Hasher) visitor(mac hash.Hash, value string, buf []byte) int64 {
+	mac.Reset()
+	buf = append(buf[:0], value...)
+	_, _ = mac.Write(buf)
+	return int64(binary.BigEndian.Uint64(mac.Sum(buf[:0])))
 }
 
 // Subject returns the stored form of subject: its hash, or subject itself
@@ -109,7 +129,9 @@ func IsHashed(s string) bool {
 }
 
 // Privacy is the storage policy of the history sink: how each kind's
-// subjects are stored. A nil *Privacy stores every subject raw.
+// subjects are stored, and, when it has a key, the key of the visitor
+// sketches' hashes. A nil *Privacy stores every subject raw and hashes
+// visitors unkeyed.
 type Privacy struct {
 	kinds  map[string]Storage
 	hasher *Hasher
@@ -117,7 +139,8 @@ type Privacy struct {
 
 // NewPrivacy returns the policy storing each kind of kinds as said (the
 // others raw). A kind stored hashed needs hasher: without one it is an
-// error naming the kinds, never a silent raw write.
+// error naming the kinds, never a silent raw write. With a hasher, the
+// visitor sketches hold keyed hashes (docs/history.md, "Unique visitors").
 func NewPrivacy(kinds map[string]Storage, hasher *Hasher) (*Privacy, error) {
 	var hashed []string
 	for k, s := range kinds {
@@ -143,17 +166,22 @@ func (p *Privacy) Storage(kind string) Storage {
 	return p.kinds[kind]
 }
 
-// subjects maps a batch's subjects to their stored form. Each distinct
-// subject of a hashed kind is hashed once per batch, with one MAC.
+// subjects maps a batch's subjects to their stored form, and its visitors
+// to their hashes. Each distinct subject of a hashed kind, and each
+// distinct visitor, is hashed once per batch, with one MAC each.
 type subjects struct {
 	p     *Privacy
 	mac   hash.Hash
 	buf   []byte
 	cache map[string]string // subject -> hash (the hash ignores the kind)
+
+	visitorMAC hash.Hash
+	visitorBuf []byte           // the value, then its MAC: no allocation per value
+	visitors   map[string]int64 // value -> keyed hash
 }
 
 func (p *Privacy) batch() *subjects {
-	if p == nil || len(p.kinds) == 0 {
+	if p == nil || (len(p.kinds) == 0 && p.hasher == nil) {
 		return nil
 	}
 	s := &subjects{p: p}
@@ -163,6 +191,25 @@ func (p *Privacy) batch() *subjects {
 		s.cache = map[string]string{}
 	}
 	return s
+}
+
+// visitor returns the hash standing for a visitor's value in the sketches:
+// keyed when the policy has a key, else xxhash64 (visitorHash).
+func (s *subjects) visitor(value string) int64 {
+	if s == nil || s.p.hasher == nil {
+		return visitorHash(value)
+	}
+	if h, ok := s.visitors[value]; ok {
+		return h
+	}
+	if s.visitorMAC == nil {
+		s.visitorMAC = hmac.New(sha256.New, s.p.hasher.visitorKey)
+		s.visitorBuf = make([]byte, 0, 64)
+		s.visitors = map[string]int64{}
+	}
+	h := s.p.hasher.visitor(s.visitorMAC, value, s.visitorBuf)
+	s.visitors[value] = h
+	return h
 }
 
 // stored returns the subject as stored for kind, or false when the kind is

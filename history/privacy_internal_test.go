@@ -1,7 +1,11 @@
 package history
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,5 +45,62 @@ func TestSummarizeHashesPerDistinctSubject(t *testing.T) {
 	drop, _ := NewPrivacy(map[string]Storage{"email": StoreDrop}, nil)
 	if rs := summarize(recs, nil, drop.batch()); len(rs.subjects) != 0 || rs.dropped != int64(len(recs)) {
 		t.Errorf("drop: %d rows, %d dropped; want none written, all dropped", len(rs.subjects), rs.dropped)
+	}
+}
+
+// With a history key, the visitor sketches hold keyed hashes: not the
+// unkeyed xxhash anyone can compute for every IPv4 address, not the first
+// bytes of the value's subject hash, different under another key; the
+// same value keeps one hash, so distinct counts hold. Each distinct
+// visitor of a batch is hashed once.
+func TestKeyedVisitorHashes(t *testing.T) {
+	h1, err := NewHasher([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := NewHasher([]byte("fedcba9876543210fedcba9876543210"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed, _ := NewPrivacy(nil, h1)
+	other, _ := NewPrivacy(nil, h2)
+	vis := Visitors{"visit": "ip"}
+	const distinct = 20
+	t0 := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	recs := make([]aggregator.Record, 2000)
+	for i := range recs {
+		recs[i] = aggregator.Record{Offset: int64(i), Event: event.Event{Action: "visit", Kind: "link", Subject: "abc",
+			TS: t0, N: 1, Attrs: map[string]string{"ip": fmt.Sprintf("192.0.2.%d", i%distinct)}}}
+	}
+	unkeyed := summarize(recs, vis, nil)
+	a, b := summarize(recs, vis, keyed.batch()), summarize(recs, vis, other.batch())
+	if len(unkeyed.visitorHashes) != distinct || len(a.visitorHashes) != distinct || len(b.visitorHashes) != distinct {
+		t.Fatalf("visitors: unkeyed %d, keyed %d, other key %d; want %d each", len(unkeyed.visitorHashes), len(a.visitorHashes), len(b.visitorHashes), distinct)
+	}
+	plain := map[int64]bool{}
+	for i := range distinct {
+		plain[visitorHash(fmt.Sprintf("192.0.2.%d", i))] = true
+	}
+	for i, hk := range a.visitorHashes {
+		if plain[hk] || plain[b.visitorHashes[i]] || hk == b.visitorHashes[i] {
+			t.Fatalf("keyed hash %d: %x (other key %x) is unkeyed or the same under both keys", i, hk, b.visitorHashes[i])
+		}
+		if !plain[unkeyed.visitorHashes[i]] {
+			t.Fatalf("without a key, hash %x is not xxhash64 of a value", unkeyed.visitorHashes[i])
+		}
+	}
+	if again := summarize(recs, vis, keyed.batch()); !slices.Equal(again.visitorHashes, a.visitorHashes) {
+		t.Error("the same key hashed the same visitors differently")
+	}
+	mac := hmac.New(sha256.New, h1.key) // the subjects' hash
+	mac.Write([]byte("192.0.2.1"))
+	if h := h1.visitor(hmac.New(sha256.New, h1.visitorKey), "192.0.2.1", nil); h == int64(binary.BigEndian.Uint64(mac.Sum(nil))) {
+		t.Error("a visitor's hash is its subject hash: the two are linkable")
+	}
+	raw := testing.AllocsPerRun(20, func() { summarize(recs, vis, nil) })
+	hashed := testing.AllocsPerRun(20, func() { summarize(recs, vis, keyed.batch()) })
+	t.Logf("allocations per batch: unkeyed %.0f, keyed %.0f", raw, hashed)
+	if extra := hashed - raw; extra > 4*distinct+20 {
+		t.Errorf("keyed visitors of a batch of %d events, %d visitors: %.0f more allocations, want at most %d", len(recs), distinct, extra, 4*distinct+20)
 	}
 }

@@ -236,7 +236,8 @@ type rows struct {
 
 // summarize sums records into minute rows (a batch of 10 000 events about a
 // few hot keys becomes a few rows) and collects each row's visitors. subs
-// (nil: all raw) gives each subject its stored form, or drops its kind.
+// (nil: all raw, visitors hashed unkeyed) gives each subject its stored
+// form, or drops its kind, and each visitor its hash.
 func summarize(recs []aggregator.Record, vis Visitors, subs *subjects) rows {
 	var out rows
 	sums := make(map[key]int64, len(recs))
@@ -255,8 +256,8 @@ func summarize(recs []aggregator.Record, vis Visitors, subs *subjects) rows {
 		k := key{e.Action, subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}
 		sums[k] += n
 		out.events += n
-		if h, ok := vis.visitorOf(e); ok {
-			seen[k] = append(seen[k], h)
+		if v, ok := vis.visitorOf(e); ok {
+			seen[k] = append(seen[k], subs.visitor(v))
 			out.visits++
 		}
 	}

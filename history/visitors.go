@@ -66,19 +66,22 @@ func (v Visitors) String() string {
 
 // visitorHash returns the 64-bit hash that stands for a counted value in the
 // sketches (exact sets store it, the HyperLogLog registers are derived from
-// it in SQL, migration 00005). xxhash64: fast and well distributed, which
-// HyperLogLog's error bound assumes. As int64, PostgreSQL's bigint.
+// it in SQL, migration 00005) when history has no key. xxhash64: fast and
+// well distributed, which HyperLogLog's error bound assumes. As int64,
+// PostgreSQL's bigint. Unkeyed, it is no secret: anyone holding a sketch
+// finds which IPv4 addresses are in it by hashing them all, so with a
+// history key the sketches hold keyed hashes instead (Hasher.visitor).
 func visitorHash(value string) int64 { return int64(xxhash.Sum64String(value)) }
 
-// visitorOf returns the hash of the value e counts as a visitor, if any.
-func (v Visitors) visitorOf(e event.Event) (int64, bool) {
+// visitorOf returns the value e counts as a visitor, if any.
+func (v Visitors) visitorOf(e event.Event) (string, bool) {
 	attr, ok := v[e.Action]
 	if !ok {
-		return 0, false
+		return "", false
 	}
 	value, ok := e.Attrs[attr]
 	if !ok || value == "" {
-		return 0, false
+		return "", false
 	}
-	return visitorHash(value), true
+	return value, true
 }

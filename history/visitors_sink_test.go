@@ -3,6 +3,7 @@ package history_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,51 @@ func TestSinkKeepsVisitors(t *testing.T) {
 		top, err := q.TopVisitors(ctx, "visit", "", span.from, span.to, 5)
 		if err != nil || len(top) != 2 || top[0].Subject != "b" || top[0].Events != 300 || top[1].Subject != "a" || top[1].Visitors != 4 || top[1].Events != 7 {
 			t.Errorf("top visitors, %s = %+v, %v", span.name, top, err)
+		}
+	}
+}
+
+// With a history key the sink stores keyed visitor hashes: the counts are
+// the same, and no stored hash is the unkeyed xxhash of a visitor.
+func TestSinkKeysVisitors(t *testing.T) {
+	pool := historytest.Pool(t)
+	ctx := context.Background()
+	h, err := history.NewHasher([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := history.NewPrivacy(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "test-keyed-visitors",
+		Visitors: history.Visitors{"visit": "ip"}, Privacy: func() (*history.Privacy, error) { return p, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2030, 5, 6, 7, 8, 0, 0, time.UTC)
+	ips := []string{"192.0.2.1", "192.0.2.2", "192.0.2.1", "192.0.2.3"}
+	b := aggregator.Batch{Topic: "t", First: 0, Last: int64(len(ips) - 1)}
+	for i, ip := range ips {
+		b.Records = append(b.Records, visit(int64(i), "a", ip, t0.Add(time.Duration(i)*time.Second)))
+	}
+	if err := s.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	k := history.Key{Action: "visit", Kind: "link", Subject: "a"}
+	if n, err := history.NewQuerier(pool).TotalVisitors(ctx, k); err != nil || n != 3 {
+		t.Fatalf("total visitors %d, %v; want 3", n, err)
+	}
+	var stored []int64
+	if err := pool.QueryRow(ctx, `SELECT (visitors).hashes FROM floodgate.history_totals WHERE action = 'visit' AND subject = 'a'`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 3 {
+		t.Fatalf("stored hashes %v, want 3", stored)
+	}
+	for _, ip := range ips {
+		if slices.Contains(stored, history.VisitorHash(ip)) {
+			t.Errorf("the unkeyed hash of %s is stored: anyone can test a guess", ip)
 		}
 	}
 }

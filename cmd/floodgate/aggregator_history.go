@@ -109,12 +109,19 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 		return nil, nil, err
 	}
 	var privacy func() (*history.Privacy, error)
-	if h.Rules != nil {
+	switch {
+	case h.Rules != nil:
 		src := &privacySource{rules: h.Rules, hasher: hasher}
 		if _, err := src.get(); err != nil { // a clear start-up error
 			return nil, nil, err
 		}
 		privacy = src.get
+	case hasher != nil: // no rules: every kind raw, the visitors keyed
+		p, err := history.NewPrivacy(nil, hasher)
+		if err != nil {
+			return nil, nil, err
+		}
+		privacy = func() (*history.Privacy, error) { return p, nil }
 	}
 	pool, err := h.PostgresFlags.historyPool(ctx, logger)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 // stored where, and for how long"). Every command that writes history or
 // looks a subject up in it takes it.
 type HistoryKeyFlags struct {
-	HistoryKeyFile string `name:"history-key-file" env:"FLOODGATE_HISTORY_KEY_FILE" help:"File holding the key of the subjects history stores hashed (kinds with history: hash; at least 16 bytes, e.g. openssl rand -base64 32). Writers need it for those kinds; queries and erase need it to find a hashed subject by its value."`
+	HistoryKeyFile string `name:"history-key-file" env:"FLOODGATE_HISTORY_KEY_FILE" help:"File holding the key of the subjects history stores hashed (kinds with history: hash; at least 16 bytes, e.g. openssl rand -base64 32). Writers need it for those kinds, and key the unique visitors' sketches with it; queries and erase need it to find a hashed subject by its value."`
 }
 
 // hasher returns the Hasher of the key file; nil without one.
