@@ -45,7 +45,7 @@ type CLI struct {
 	Addr            string   `name:"addr" env:"FLOODGATE_SHORTENER_ADDR" default:"127.0.0.1:8088" help:"Listen address (port 0 picks one)."`
 	BaseURL         string   `name:"base-url" env:"FLOODGATE_SHORTENER_BASE_URL" help:"Public prefix of short links. Default: http://<listen address>."`
 	Schema          string   `name:"schema" env:"FLOODGATE_SHORTENER_SCHEMA" default:"shortener" help:"PostgreSQL schema of the links and their migrations."`
-	TrustedProxies  []string `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For / X-Real-IP name the client, e.g. 127.0.0.1/32 behind a local nginx."`
+	TrustedProxies  []string `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For names the client, e.g. 127.0.0.1/32 behind a local nginx (X-Real-IP is never read)."`
 	PostgresURL     string   `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable" help:"PostgreSQL connection URL (TLS: sslmode=verify-full&sslrootcert=...). Prefer --postgres-url-file when it holds a password."`
 	PostgresURLFile string   `name:"postgres-url-file" env:"FLOODGATE_POSTGRES_URL_FILE" help:"File holding the PostgreSQL URL (wins over --postgres-url)."`
 	kafkaconn.Flags

@@ -55,9 +55,9 @@ type Config struct {
 	Publisher limitermw.Publisher
 	// BaseURL prefixes codes in answers, e.g. "https://sho.rt". Required.
 	BaseURL string
-	// TrustedProxies may set the client address in X-Forwarded-For or
-	// X-Real-IP (nginx in front). Default none: the peer address is the
-	// client.
+	// TrustedProxies may set the client address in X-Forwarded-For (nginx
+	// in front, with proxy_add_x_forwarded_for). Default none: the peer
+	// address is the client. X-Real-IP is never read.
 	TrustedProxies []netip.Prefix
 	// MaxBodyBytes bounds POST /links bodies. Default 8 KiB.
 	MaxBodyBytes int64
@@ -247,8 +247,11 @@ func (s *server) visitSubjects(r *http.Request) []limitapi.Subject {
 }
 
 // clientIP is the peer address, or, when the peer is a trusted proxy, the
-// last address in X-Forwarded-For that is not a trusted proxy (or
-// X-Real-IP): the nearest hop nobody trusted could have forged.
+// last address in X-Forwarded-For that is not a trusted proxy: the nearest
+// hop nobody trusted could have forged. When the header names none (absent,
+// every hop trusted, or a hop that does not parse before an untrusted one)
+// it is the peer: never X-Real-IP, which a proxy that does not set it
+// passes on from the client.
 func (s *server) clientIP(r *http.Request) string {
 	peer, err := netip.ParseAddr(limitermw.ClientIP(r))
 	if err != nil {
@@ -267,9 +270,6 @@ func (s *server) clientIP(r *http.Request) string {
 		if a = a.Unmap(); !s.trusted(a) {
 			return a.String()
 		}
-	}
-	if a, err := netip.ParseAddr(strings.TrimSpace(r.Header.Get("X-Real-IP"))); err == nil {
-		return a.Unmap().String()
 	}
 	return peer.String()
 }
