@@ -12,13 +12,16 @@
 //
 // Routes: GET / (the page), GET /panel (the page's refreshable part),
 // GET /api/summary (the same as JSON), GET /static/..., GET /healthz,
-// GET /metrics. Parameters: action, kind, top; a bad one is a 400.
+// GET /metrics. Parameters: action, kind, top; a bad one is a 400. With
+// Config.Token, every route but /healthz and /metrics answers 401 without
+// it.
 package dashboard
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -28,6 +31,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +58,12 @@ type Config struct {
 	Refresh time.Duration
 	// Timeout bounds the queries of one request. Default 10s.
 	Timeout time.Duration
+	// Token, when set, is required on every route but /healthz and
+	// /metrics (the page shows personal subjects): as "Authorization:
+	// Bearer <token>", or as the password of HTTP Basic authentication,
+	// any user name, which a browser asks for and then sends with the
+	// page's own requests. Empty: none (serve on loopback only).
+	Token string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -135,10 +145,10 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /{$}", s.count("page", s.html("page")))
-	mux.Handle("GET /panel", s.count("panel", s.html("panel")))
-	mux.Handle("GET /api/summary", s.count("summary", http.HandlerFunc(s.summary)))
-	mux.Handle("GET /static/", s.count("static", http.StripPrefix("/static/", http.FileServerFS(static))))
+	mux.Handle("GET /{$}", s.count("page", s.authed(s.html("page"))))
+	mux.Handle("GET /panel", s.count("panel", s.authed(s.html("panel"))))
+	mux.Handle("GET /api/summary", s.count("summary", s.authed(http.HandlerFunc(s.summary))))
+	mux.Handle("GET /static/", s.count("static", s.authed(http.StripPrefix("/static/", http.FileServerFS(static)))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -213,6 +223,29 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error, asJSON 
 		return
 	}
 	http.Error(w, msg, status)
+}
+
+// authed lets through requests carrying the token (Config.Token), in
+// constant time; everything without a token configured.
+func (s *server) authed(next http.Handler) http.Handler {
+	if s.cfg.Token == "" {
+		return next
+	}
+	want := []byte(s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := "", false
+		if _, pw, basic := r.BasicAuth(); basic {
+			got, ok = pw, true
+		} else if h := r.Header.Get("Authorization"); len(h) > len("bearer ") && strings.EqualFold(h[:len("bearer ")], "bearer ") {
+			got, ok = strings.TrimSpace(h[len("bearer "):]), true
+		}
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="floodgate dashboard", charset="UTF-8"`)
+			http.Error(w, "missing or wrong dashboard token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // secure adds headers that keep the page to its own assets: no inline

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"floodgate/dashboard"
 	"floodgate/dashboard/dashboardtest"
 	"floodgate/event"
@@ -102,6 +104,9 @@ func (p *pipeline) waitHistory(t *testing.T, k history.Key, want int64) {
 	}
 }
 
+// testToken is the dashboard's token in the tests that load it.
+const testToken = "dashboard-test-token-0123456789"
+
 func (p *pipeline) dashboard(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -111,7 +116,7 @@ func (p *pipeline) dashboard(t *testing.T) string {
 		defer close(done)
 		dashboard.Follow(ctx, p.st.Brokers, p.st.DecisionsTopic, recent, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
-	h, err := dashboard.New(dashboard.Config{History: p.hq, Recent: recent, Refresh: 300 * time.Millisecond})
+	h, err := dashboard.New(dashboard.Config{History: p.hq, Recent: recent, Refresh: 300 * time.Millisecond, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +143,9 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	if err := b.Token(ctx, testToken); err != nil {
+		t.Fatal(err)
+	}
 	page, err := b.Load(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -281,6 +289,67 @@ func TestBadParameters(t *testing.T) {
 			if err := json.Unmarshal(body, &v); err != nil || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s: not JSON: %s", tc.path, body)
 			}
+		}
+	}
+}
+
+// With a token, every route but /healthz and /metrics answers 401 without
+// it (a challenge a browser answers with HTTP Basic): the page shows
+// personal subjects. The token is taken as a Bearer token or as Basic's
+// password.
+func TestDashboardRequiresToken(t *testing.T) {
+	pool := historytest.Pool(t)
+	reg := prometheus.NewRegistry()
+	h, err := dashboard.New(dashboard.Config{History: history.NewQuerier(pool), Token: testToken, Registerer: reg, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func(path string, auth func(*http.Request)) (int, http.Header, string) {
+		t.Helper()
+		r, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != nil {
+			auth(r)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	bearer := func(tok string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok) }
+	}
+	for _, path := range []string{"/", "/panel", "/api/summary", "/static/refresh.js"} {
+		for name, auth := range map[string]func(*http.Request){
+			"no token":        nil,
+			"a wrong token":   bearer("not-the-token"),
+			"a wrong Basic":   func(r *http.Request) { r.SetBasicAuth("ops", "not-the-token") },
+			"an empty Bearer": bearer(""),
+		} {
+			code, hdr, body := get(path, auth)
+			if code != http.StatusUnauthorized || !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Basic ") || strings.Contains(body, "visit") {
+				t.Errorf("%s with %s: %d %q (WWW-Authenticate %q); want 401 and a Basic challenge", path, name, code, body, hdr.Get("WWW-Authenticate"))
+			}
+		}
+		for name, auth := range map[string]func(*http.Request){
+			"the Bearer token": bearer(testToken),
+			"Basic":            func(r *http.Request) { r.SetBasicAuth("anyone", testToken) },
+		} {
+			if code, _, body := get(path, auth); code != http.StatusOK {
+				t.Errorf("%s with %s: %d %.80q; want 200", path, name, code, body)
+			}
+		}
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		if code, _, _ := get(path, nil); code != http.StatusOK {
+			t.Errorf("%s without a token: %d; want 200 (probes and scrapers)", path, code)
 		}
 	}
 }

@@ -20,7 +20,9 @@ type DashboardCmd struct {
 	KafkaConnFlags
 	ListenTLSFlags
 	DecisionsTopic string        `name:"decisions-topic" env:"FLOODGATE_DECISIONS_TOPIC" default:"floodgate.decisions" help:"Topic of deny decisions shown."`
-	Addr           string        `name:"addr" env:"FLOODGATE_DASHBOARD_ADDR" default:"127.0.0.1:8090" help:"Listen address (loopback by default: the dashboard has no authentication)."`
+	Addr           string        `name:"addr" env:"FLOODGATE_DASHBOARD_ADDR" default:"127.0.0.1:8090" help:"Listen address (loopback by default; beyond it, give --auth-token-file and --tls-cert: the page shows personal subjects)."`
+	AuthToken      string        `name:"auth-token" env:"FLOODGATE_DASHBOARD_AUTH_TOKEN" help:"Token required on every route but /healthz and /metrics: Bearer, or the password of HTTP Basic (any user name; a browser asks). Empty: none. Prefer --auth-token-file."`
+	AuthTokenFile  string        `name:"auth-token-file" env:"FLOODGATE_DASHBOARD_AUTH_TOKEN_FILE" help:"File holding the dashboard's token (wins over --auth-token)."`
 	Action         string        `name:"action" env:"FLOODGATE_DASHBOARD_ACTION" default:"visit" help:"Action shown by default."`
 	Kind           string        `name:"kind" env:"FLOODGATE_DASHBOARD_KIND" default:"link" help:"Kind shown by default (empty: every kind)."`
 	Recent         int           `name:"recent" env:"FLOODGATE_DASHBOARD_RECENT" default:"50" help:"Deny decisions kept and shown."`
@@ -29,6 +31,10 @@ type DashboardCmd struct {
 
 // Run serves until ctx ends.
 func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	token, serverTLS, err := c.access(logger)
+	if err != nil {
+		return err
+	}
 	pool, err := c.PostgresFlags.historyPool(ctx, logger)
 	if err != nil {
 		return err
@@ -38,16 +44,12 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	recent := dashboard.NewRecent(c.Recent)
 	h, err := dashboard.New(dashboard.Config{
 		History: history.NewQuerier(pool), Recent: recent, Action: c.Action, Kind: c.Kind,
-		Refresh: c.Refresh, Logger: logger, Registerer: reg, Gatherer: reg,
+		Refresh: c.Refresh, Token: token, Logger: logger, Registerer: reg, Gatherer: reg,
 	})
 	if err != nil {
 		return err
 	}
 	kc, err := c.KafkaCluster(ctx)
-	if err != nil {
-		return err
-	}
-	serverTLS, err := c.serverTLS(logger)
 	if err != nil {
 		return err
 	}
@@ -83,4 +85,24 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	<-followed
 	logger.Info("dashboard stopped", "err", err)
 	return err
+}
+
+// access is the dashboard's token and TLS; it warns when the dashboard
+// listens beyond loopback without both: the page shows personal subjects
+// (top IPs, e-mail addresses, deny decisions), and a token sent in clear
+// is anyone's on the path.
+func (c *DashboardCmd) access(logger *slog.Logger) (token string, tlsCfg *tls.Config, err error) {
+	token, err = secret("auth-token", c.AuthToken, c.AuthTokenFile)
+	if err != nil {
+		return "", nil, err
+	}
+	tlsCfg, err = c.serverTLS(logger)
+	if err != nil {
+		return "", nil, err
+	}
+	if beyondLoopback(c.Addr) && (token == "" || tlsCfg == nil) {
+		logger.Warn("the dashboard listens beyond loopback without a token or TLS: whoever reaches it reads personal subjects; set --auth-token-file and --tls-cert/--tls-key",
+			"addr", c.Addr, "token", token != "", "tls", tlsCfg != nil)
+	}
+	return token, tlsCfg, nil
 }

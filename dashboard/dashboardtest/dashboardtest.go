@@ -6,6 +6,7 @@
 //
 //	b, err := dashboardtest.Start(ctx, "/usr/bin/chromium", t.TempDir())
 //	defer b.Close()
+//	err = b.Token(ctx, token)                               // a dashboard with --auth-token-file
 //	p, err := b.Load(ctx, "http://127.0.0.1:8090/")      // p.Total, p.Curves, p.TopDay, p.Decisions
 //	err = b.WaitTotal(ctx, 42)                             // after the page refreshed itself
 //	png, err := b.Screenshot(ctx)
@@ -18,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -68,6 +71,22 @@ func Start(ctx context.Context, bin, userDataDir string) (*Browser, error) {
 		return nil, fmt.Errorf("start chromium %s: %w", bin, err)
 	}
 	return b, nil
+}
+
+// Token makes every request of the tab carry "Authorization: Bearer
+// token", for a dashboard that requires one (--auth-token-file).
+func (b *Browser) Token(ctx context.Context, token string) error {
+	ctx, cancel := b.bound(ctx, 10*time.Second)
+	defer cancel()
+	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+			Headers: network.Headers{"Authorization": "Bearer " + token}})
+		return err
+	}))
+	if err != nil {
+		return fmt.Errorf("set the dashboard token: %w", err)
+	}
+	return nil
 }
 
 // Close ends the browser.
