@@ -58,7 +58,7 @@ func newPipeline(t *testing.T) *pipeline {
 		Topic: stacktest.Topic(t, brokers, 3), DecisionsTopic: stacktest.Topic(t, brokers, 1),
 		Prefix: stacktest.Prefix(t, stacktest.Redis(t)), Rules: rules,
 	}}
-	p.hq = history.NewQuerier(pool)
+	p.hq = history.NewQuerier(historytest.ReaderPool(t, pool)) // as the dashboard reads: floodgate_reader
 	servicetest.Aggregator(t, servicetest.Build(t, servicetest.Floodgate), p.st, "--visitors", "visit=ip")
 	pub, err := producer.New(producer.Config{Brokers: brokers, Topic: p.st.Topic})
 	if err != nil {
@@ -300,7 +300,7 @@ func TestBadParameters(t *testing.T) {
 func TestDashboardRequiresToken(t *testing.T) {
 	pool := historytest.Pool(t)
 	reg := prometheus.NewRegistry()
-	h, err := dashboard.New(dashboard.Config{History: history.NewQuerier(pool), Token: testToken, Registerer: reg, Gatherer: reg})
+	h, err := dashboard.New(dashboard.Config{History: history.NewQuerier(historytest.ReaderPool(t, pool)), Token: testToken, Registerer: reg, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,10 @@ type dashboard struct {
 
 // TestDashboardQueriesRun runs the SQL of every panel and variable of the
 // provisioned Grafana dashboard, its macros replaced as Grafana would, on
-// a database of the test's own, migrated, holding a few visits: a renamed
-// SQL function or a wrong argument breaks this test, not the dashboard.
+// a database of the test's own, migrated, holding a few visits, as
+// floodgate_reader (the role Grafana's login is a member of): a renamed
+// SQL function, a wrong argument or a missing grant breaks this test, not
+// the dashboard.
 func TestDashboardQueriesRun(t *testing.T) {
 	raw, err := os.ReadFile("grafana/dashboards/floodgate.json")
 	if err != nil {
@@ -62,6 +64,9 @@ func TestDashboardQueriesRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Grafana logs in as a member of floodgate_reader: every query runs
+	// with that role's rights.
+	reader := historytest.ReaderPool(t, pool)
 	macros := strings.NewReplacer(
 		"$__timeFrom()", "'"+day.Format(time.RFC3339)+"'::timestamptz",
 		"$__timeTo()", "'"+day.Add(24*time.Hour).Format(time.RFC3339)+"'::timestamptz",
@@ -71,7 +76,7 @@ func TestDashboardQueriesRun(t *testing.T) {
 	run := func(what, sql string) {
 		t.Helper()
 		sql = macros.Replace(sql)
-		rows, err := pool.Query(ctx, sql)
+		rows, err := reader.Query(ctx, sql)
 		if err != nil {
 			t.Errorf("%s: %v\n%s", what, err, sql)
 			return

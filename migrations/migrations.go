@@ -23,6 +23,11 @@ const Schema = "floodgate"
 // VersionTable records the applied migrations.
 const VersionTable = Schema + ".goose_db_version"
 
+// ReaderRole is the NOLOGIN role holding what the dashboards read
+// (migration 00007): Grafana's and `floodgate dashboard`'s login roles are
+// members of it.
+const ReaderRole = "floodgate_reader"
+
 //go:embed *.sql
 var files embed.FS
 
@@ -86,7 +91,46 @@ func Up(ctx context.Context, db *sql.DB) ([]Applied, error) {
 	case err != nil:
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
-	return applied, nil
+	return applied, grantReader(ctx, db)
+}
+
+// grantReader grants ReaderRole what the dashboards read
+// (floodgate.grant_reader, migration 00007), when the role exists and the
+// user migrating owns the schema: a role an administrator made after the
+// migration ran gets its grants at the next Up. GRANTs of the same object
+// at once fail ("tuple concurrently updated"), so migrators take turns.
+func grantReader(ctx context.Context, db *sql.DB) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate up: grant %s: begin: %w", ReaderRole, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('floodgate.migrations.reader'))`); err != nil {
+		return fmt.Errorf("migrate up: grant %s: lock: %w", ReaderRole, err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT `+Schema+`.grant_reader($1)
+WHERE to_regrole($1) IS NOT NULL
+  AND pg_has_role((SELECT nspowner FROM pg_namespace WHERE nspname = $2), 'USAGE')`, ReaderRole, Schema); err != nil {
+		return fmt.Errorf("migrate up: grant %s: %w", ReaderRole, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate up: grant %s: commit: %w", ReaderRole, err)
+	}
+	return nil
+}
+
+// HasReader reports whether ReaderRole exists on the server (migration
+// 00007 makes it when the migrating user may create roles).
+func HasReader(ctx context.Context, db *sql.DB) (bool, error) {
+	var ok bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regrole($1) IS NOT NULL`, ReaderRole).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look up role %s: %w", ReaderRole, err)
+	}
+	return ok, nil
 }
 
 // createSchema creates schema floodgate if needed. Concurrent CREATE SCHEMA

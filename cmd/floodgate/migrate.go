@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,7 @@ func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger, std stdio) (err 
 		if len(applied) == 0 {
 			log.Info("database is up to date")
 		}
+		warnNoReader(ctx, log, db)
 	}
 	st, err := migrations.Status(ctx, db)
 	if err != nil {
@@ -105,4 +107,19 @@ func (c *MigrateCmd) found(st []migrations.Migration) error {
 		return foundError{fmt.Sprintf("%d pending migrations", pending)}
 	}
 	return nil
+}
+
+// warnNoReader says when the dashboards' read-only role is missing (the
+// migrating user may not create roles): they would have to read history
+// as a user that can write it.
+func warnNoReader(ctx context.Context, log *slog.Logger, db *sql.DB) {
+	ok, err := migrations.HasReader(ctx, db)
+	if err != nil {
+		log.Warn("could not check the dashboards' read-only role", "role", migrations.ReaderRole, "err", err)
+		return
+	}
+	if !ok {
+		log.Warn("no read-only role for the dashboards: as an administrator run CREATE ROLE "+migrations.ReaderRole+" NOLOGIN, then floodgate migrate up (docs/dashboards.md)",
+			"role", migrations.ReaderRole)
+	}
 }

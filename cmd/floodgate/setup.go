@@ -45,6 +45,9 @@ func (c *SetupCmd) Run(ctx context.Context, log *slog.Logger) error {
 		for _, a := range applied {
 			log.Info("migration applied", "version", a.Version, "file", a.Name)
 		}
+		if err == nil {
+			warnNoReader(ctx, log, db)
+		}
 		return errors.Join(err, db.Close())
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"floodgate/migrations"
@@ -27,6 +28,30 @@ import (
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	return database(tb, stacktest.PostgresURL(tb))
+}
+
+// ReaderPool returns a pool on pool's database whose every session runs
+// as migrations.ReaderRole (SET ROLE), as a dashboard logging in as a
+// member of it does: what it may not read fails with permission denied.
+// It is closed when the test ends.
+func ReaderPool(tb testing.TB, pool *pgxpool.Pool) *pgxpool.Pool {
+	tb.Helper()
+	cfg := pool.Config()
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET ROLE "+migrations.ReaderRole)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reader, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = reader.Ping(ctx)
+	}
+	if err != nil {
+		tb.Fatalf("postgres pool as %s: %v", migrations.ReaderRole, err)
+	}
+	tb.Cleanup(reader.Close)
+	return reader
 }
 
 // database creates and migrates a fresh database on the server of
