@@ -138,6 +138,10 @@ func TestEraseHistoryAndLive(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("erase: exit %d: %s%s", code, out, errOut)
 		}
+		// The log names the erased subject by its keyed hash, never as given.
+		if strings.Contains(errOut, "a@x") || !strings.Contains(errOut, "operator action") || !strings.Contains(errOut, "~h:") {
+			t.Errorf("erase's log: %s; want the reset's line with the subject's ~h: hash, not a@x", errOut)
+		}
 		var rep eraseReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("erase --json: %v: %q", err, out)
