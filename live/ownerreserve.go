@@ -47,6 +47,9 @@ func (s *Sink) Reserve(ctx context.Context, now time.Time, qs []window.EvalQuery
 	if s.cfg.Takes == nil {
 		return "", nil, nil, errors.New("live sink: owner takes are off")
 	}
+	if err := checkTakeN(n); err != nil {
+		return "", nil, nil, err
+	}
 	byQuery, queued, err := matchEvents(qs, events)
 	if err != nil {
 		return "", nil, nil, err

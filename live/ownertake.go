@@ -224,6 +224,9 @@ func (s *Sink) takeQueued(ctx context.Context, now time.Time, qs []window.EvalQu
 	if s.cfg.Takes == nil {
 		return false, nil, nil, errors.New("live sink: owner takes are off")
 	}
+	if err := checkTakeN(n); err != nil {
+		return false, nil, nil, err
+	}
 	byQuery, queued, err := matchEvents(qs, events)
 	if err != nil {
 		return false, nil, nil, err
@@ -241,6 +244,16 @@ func (s *Sink) takeQueued(ctx context.Context, now time.Time, qs []window.EvalQu
 		return false, nil, nil, err
 	}
 	return true, queued, states, nil
+}
+
+// checkTakeN refuses a take's n outside the event contract's: every
+// caller bounds it, and a window's sum plus an n near 2^63 would overflow
+// past any limit (and the overlay's sums after it).
+func checkTakeN(n int64) error {
+	if n < 1 || n > event.MaxN {
+		return fmt.Errorf("owner take: n=%d, want 1..%d", n, event.MaxN)
+	}
+	return nil
 }
 
 // queuedEvent is a counted query's event as the take stream holds it.

@@ -1,6 +1,8 @@
 package live
 
 import (
+	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +81,20 @@ func TestMatchEvents(t *testing.T) {
 	}
 	if _, _, err := matchEvents(qs, evs[1:]); err == nil || !strings.Contains(err.Error(), "no event for reset:email:c@example.com") {
 		t.Errorf("a counted query without its event: %v", err)
+	}
+}
+
+// An owner take's n is the event contract's, 1..event.MaxN, whoever calls:
+// an n near 2^63 overflowed the window's sum past any limit.
+func TestOwnerTakeBoundsN(t *testing.T) {
+	s := &Sink{cfg: SinkConfig{Takes: &TakesConfig{}}}
+	qs := []window.EvalQuery{{Subject: window.Subject{Action: "reset", Kind: "email", Subject: "a@example.com"}, Count: true}}
+	for _, n := range []int64{0, -1, event.MaxN + 1, math.MaxInt64} {
+		if _, _, _, err := s.takeQueued(context.Background(), time.Now(), qs, n, nil); err == nil || !strings.Contains(err.Error(), "want 1..1000000") {
+			t.Errorf("take of n=%d: %v", n, err)
+		}
+		if _, _, _, err := s.Reserve(context.Background(), time.Now(), qs, n, nil); err == nil || !strings.Contains(err.Error(), "want 1..1000000") {
+			t.Errorf("reservation of n=%d: %v", n, err)
+		}
 	}
 }

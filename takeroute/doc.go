@@ -9,12 +9,18 @@
 // perhaps) it takes in two phases (split.go): each owner reserves its part,
 // then every part is committed, or the reserved ones released.
 //
-// The peer endpoint trusts the limits a forwarded take carries (its
-// caller's limiter planned them from the same rules): only members may
-// reach it, which the aggregator enforces by refusing to listen beyond
-// loopback without the takes' bearer token.
+// The peer endpoint trusts nothing a forwarded take carries (peer.go): it
+// requires the members' peer credential (Config.Token, never the take
+// surfaces' token, which every take client holds), plans each subject's
+// limits again from this member's rules (Config.Plan) and takes with
+// those, refusing a take whose limits differ (409), and holds n
+// (1..event.MaxN), the subjects and the events to the event contract
+// (400), before anything is taken.
 //
-//	r, err := takeroute.New(takeroute.Config{Local: sink, Redis: rdb, Store: store, Self: "10.0.0.5:8084"})
+//	plan := func(sub window.Subject, values map[string]string) (window.EvalQuery, error) {
+//		return limiter.TakeQuery(rulesInForce(), sub, values)
+//	}
+//	r, err := takeroute.New(takeroute.Config{Local: sink, Redis: rdb, Store: store, Plan: plan, Token: peerToken, Self: "10.0.0.5:8084"})
 //	limiter.New(limiter.Config{Taker: r, ...})
 //	http.Handle(takeroute.Path, r.Handler())
 package takeroute

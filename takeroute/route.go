@@ -31,8 +31,15 @@ const (
 	maxQueries   = 64
 	maxBodyBytes = 1 << 20
 	maxIDBytes   = 64
-	ownerTTL     = time.Second // how long a looked-up owner is trusted
+	// maxRefusalBytes of a refusal's text are read into the sender's error.
+	maxRefusalBytes = 1 << 10
+	ownerTTL        = time.Second // how long a looked-up owner is trusted
 )
+
+// Planner derives a forwarded take's query for one subject from this
+// member's rules in force: limiter.TakeQuery under them. An error refuses
+// the take (the subject is not as a limiter sends it).
+type Planner func(sub window.Subject, values map[string]string) (window.EvalQuery, error)
 
 // Local answers takes of the partitions this process owns, whole or in
 // two phases (a take across owners); *live.Sink.
@@ -53,6 +60,9 @@ type Config struct {
 	Local Local         // required
 	Redis Redis         // required
 	Store *window.Store // required: partitions and keys
+	// Plan derives a forwarded take's limits from this member's rules: the
+	// peer endpoint never takes them from the wire. Required.
+	Plan Planner
 	// Self is this process's peer address as its owner records give it: a
 	// take is never forwarded to it.
 	Self string
@@ -61,8 +71,12 @@ type Config struct {
 	Client *http.Client
 	// Scheme of the peers' endpoint: "http" (default) or "https".
 	Scheme string
-	// Token, when set, is sent as a bearer token and required on Handler.
+	// Token is the members' peer credential: when set, it is sent as a
+	// bearer token and required on Handler. It must not be the take
+	// surfaces' token, which take clients hold.
 	Token string
+	// Now is the clock forwarded takes are answered at. Default time.Now.
+	Now func() time.Time
 	// Registerer receives the router's metrics. Nil: not registered.
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
@@ -73,6 +87,7 @@ type Config struct {
 type Router struct {
 	cfg       Config
 	forwarded *prometheus.CounterVec
+	refused   *prometheus.CounterVec // requests the peer endpoint refused, by reason
 	mu        sync.Mutex
 	// owners caches owner records by partition.
 	owners map[int]cachedOwner
@@ -104,8 +119,8 @@ func NewClient(tc *tls.Config) *http.Client {
 
 // New returns a Router.
 func New(cfg Config) (*Router, error) {
-	if cfg.Local == nil || cfg.Redis == nil || cfg.Store == nil {
-		return nil, errors.New("take router: local taker, redis and store are required")
+	if cfg.Local == nil || cfg.Redis == nil || cfg.Store == nil || cfg.Plan == nil {
+		return nil, errors.New("take router: local taker, redis, store and planner are required")
 	}
 	if cfg.Client == nil {
 		cfg.Client = NewClient(nil)
@@ -116,7 +131,10 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Router{cfg: cfg, owners: map[int]cachedOwner{}, forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Router{cfg: cfg, owners: map[int]cachedOwner{}, refused: newRefused(), forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_takeroute_forwarded_total",
 		Help: "Owner takes of partitions another member owns, by result: forwarded (answered there), split (its partitions have several owners: reserved at each, then committed or released), no_owner (a partition no member answers: denied here), not_owner (the member named no longer answers them: denied), failed (no answer: the take may have counted there).",
 	}, []string{"result"})}
@@ -124,8 +142,10 @@ func New(cfg Config) (*Router, error) {
 		r.forwarded.WithLabelValues(res)
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(r.forwarded); err != nil {
-			return nil, fmt.Errorf("take router: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{r.forwarded, r.refused} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("take router: register metrics: %w", err)
+			}
 		}
 	}
 	return r, nil
@@ -339,6 +359,12 @@ func (r *Router) call(ctx context.Context, addr string, in wireTake) (wireReply,
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyBytes))
 		_ = resp.Body.Close() // the answer is read: closing it says nothing of the take
 	}()
+	if resp.StatusCode != http.StatusOK {
+		// the peer endpoint's refusals (4xx) come before any take, their
+		// reason in text; the take is answered closed either way
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBytes))
+		return wireReply{}, nil, fmt.Errorf("take router: %s to %s: %s: %s", opName(in.Op), addr, resp.Status, bytes.TrimSpace(msg))
+	}
 	var rep wireReply
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&rep); err != nil {
 		return wireReply{}, nil, fmt.Errorf("take router: %s to %s: %s: %w", opName(in.Op), addr, resp.Status, err)
@@ -369,7 +395,10 @@ func opName(op string) string {
 }
 
 // Handler serves takes forwarded by peers: answered here or not at all
-// (never forwarded again). Bad requests get a 400 with the reason.
+// (never forwarded again). A request without the peer credential gets a
+// 401; one out of bounds or malformed a 400, and one whose limits this
+// member's rules do not give a 409, each with the reason and before any
+// take (peer.go).
 func (r *Router) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
@@ -377,19 +406,20 @@ func (r *Router) Handler() http.Handler {
 			return
 		}
 		if r.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), []byte("Bearer "+r.cfg.Token)) != 1 {
-			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			r.refuse(w, refusal{http.StatusUnauthorized, reasonUnauthorized, "missing or wrong peer credential (bearer token)"})
 			return
 		}
 		var in wireTake
 		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxBodyBytes)).Decode(&in); err != nil {
-			http.Error(w, "bad forwarded take: "+err.Error(), http.StatusBadRequest)
+			r.refuse(w, invalid("%v", err))
 			return
 		}
-		if msg := badTake(in); msg != "" {
-			http.Error(w, "bad forwarded take: "+msg, http.StatusBadRequest)
+		now := r.cfg.Now()
+		if ref := r.check(&in, now); ref != nil {
+			r.refuse(w, *ref)
 			return
 		}
-		rep, err := r.serve(req.Context(), in)
+		rep, err := r.serve(req.Context(), now, in)
 		if err != nil {
 			rep = wireReply{Error: err.Error(), NotOwner: errors.Is(err, live.ErrNotOwner)}
 		}
@@ -402,26 +432,8 @@ func (r *Router) Handler() http.Handler {
 	})
 }
 
-// badTake tells what is wrong with a forwarded request, "" if nothing.
-func badTake(in wireTake) string {
-	switch in.Op {
-	case "commit", "release":
-		if in.ID == "" || len(in.ID) > maxIDBytes {
-			return fmt.Sprintf("%s of id %q: want 1..%d bytes", in.Op, in.ID, maxIDBytes)
-		}
-		return ""
-	case "", "reserve":
-	default:
-		return fmt.Sprintf("op %q: want reserve, commit, release or none", in.Op)
-	}
-	if len(in.Queries) == 0 || len(in.Queries) > maxQueries || in.N < 1 || len(in.Events) > maxQueries {
-		return fmt.Sprintf("%d queries, %d events, n=%d: want 1..%d queries and n >= 1", len(in.Queries), len(in.Events), in.N, maxQueries)
-	}
-	return ""
-}
-
-// serve answers a peer's request from this process's memory.
-func (r *Router) serve(ctx context.Context, in wireTake) (wireReply, error) {
+// serve answers a peer's request, checked, from this process's memory.
+func (r *Router) serve(ctx context.Context, now time.Time, in wireTake) (wireReply, error) {
 	var rep wireReply
 	var states []window.EvalState
 	var err error
@@ -433,9 +445,9 @@ func (r *Router) serve(ctx context.Context, in wireTake) (wireReply, error) {
 		return wireReply{}, r.cfg.Local.Release(in.ID)
 	case "reserve":
 		// at the owner's clock, which its windows and overlay keep
-		rep.ID, rep.Queued, states, err = r.cfg.Local.Reserve(ctx, time.Now(), in.Queries, in.N, in.Events)
+		rep.ID, rep.Queued, states, err = r.cfg.Local.Reserve(ctx, now, in.Queries, in.N, in.Events)
 	default:
-		rep.Taken, rep.Queued, states, err = r.cfg.Local.TakeQueued(ctx, time.Now(), in.Queries, in.N, in.Events)
+		rep.Taken, rep.Queued, states, err = r.cfg.Local.TakeQueued(ctx, now, in.Queries, in.N, in.Events)
 	}
 	if err == nil {
 		rep.States, err = toWire(states)

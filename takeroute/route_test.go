@@ -38,72 +38,6 @@ func TestWireStatesRoundTrip(t *testing.T) {
 	}
 }
 
-// local answers every take: the peer endpoint's own taker.
-type local struct{ n int }
-
-func (l *local) TakeQueued(_ context.Context, _ time.Time, qs []window.EvalQuery, _ int64, events []window.QueuedEvent) (bool, []bool, []window.EvalState, error) {
-	l.n++
-	return true, make([]bool, len(events)), make([]window.EvalState, len(qs)), nil
-}
-
-func (l *local) Reserve(_ context.Context, _ time.Time, qs []window.EvalQuery, _ int64, events []window.QueuedEvent) (string, []bool, []window.EvalState, error) {
-	l.n++
-	return "r1", make([]bool, len(events)), make([]window.EvalState, len(qs)), nil
-}
-
-func (l *local) Commit(context.Context, string) error { l.n++; return nil }
-
-func (l *local) Release(string) error { l.n++; return nil }
-
-// The peer endpoint answers members only, and refuses what is unbounded or
-// malformed with a 4xx and the reason, before any take.
-func TestHandlerRefusesStrangersAndBadTakes(t *testing.T) {
-	l := &local{}
-	h := (&Router{cfg: Config{Local: l, Token: "s3cret"}}).Handler()
-	q := `{"Subject":{"Action":"reset","Kind":"email","Subject":"a@example.com"},"MaxWindow":60000000000,"Limits":[{"Limit":{"Count":5,"Window":60000000000},"Block":true}],"Count":true}`
-	many := strings.TrimSuffix(strings.Repeat(q+",", maxQueries+1), ",")
-	for _, c := range []struct {
-		name, token, body string
-		code              int
-		says              string
-	}{
-		{"no token", "", `{"queries":[` + q + `],"n":1}`, http.StatusUnauthorized, "bearer token"},
-		{"wrong token", "guess", `{"queries":[` + q + `],"n":1}`, http.StatusUnauthorized, "bearer token"},
-		{"not JSON", "s3cret", `{"queries":`, http.StatusBadRequest, "bad forwarded take"},
-		{"no query", "s3cret", `{"queries":[],"n":1}`, http.StatusBadRequest, "0 queries"},
-		{"too many queries", "s3cret", `{"queries":[` + many + `],"n":1}`, http.StatusBadRequest, "65 queries"},
-		{"n zero", "s3cret", `{"queries":[` + q + `],"n":0}`, http.StatusBadRequest, "n=0"},
-		{"too large", "s3cret", `{"queries":[` + q + `],"n":1,"pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`, http.StatusBadRequest, "too large"},
-		{"unknown op", "s3cret", `{"op":"drop","queries":[` + q + `],"n":1}`, http.StatusBadRequest, `op "drop"`},
-		{"commit without id", "s3cret", `{"op":"commit"}`, http.StatusBadRequest, "commit of id"},
-		{"release of a long id", "s3cret", `{"op":"release","id":"` + strings.Repeat("a", maxIDBytes+1) + `"}`, http.StatusBadRequest, "release of id"},
-		{"reserve without query", "s3cret", `{"op":"reserve","queries":[],"n":1}`, http.StatusBadRequest, "0 queries"},
-	} {
-		rec := post(h, c.token, c.body)
-		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.says) {
-			t.Errorf("%s: %d %q, want %d saying %q", c.name, rec.Code, rec.Body.String(), c.code, c.says)
-		}
-	}
-	if l.n != 0 {
-		t.Fatalf("%d takes run for refused requests", l.n)
-	}
-	rec := post(h, "s3cret", `{"queries":[`+q+`],"n":1,"events":[]}`)
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"taken":true`) || l.n != 1 {
-		t.Errorf("a member's take: %d %s (%d run)", rec.Code, rec.Body.String(), l.n)
-	}
-}
-
-// post sends body to h with the token given.
-func post(h http.Handler, token, body string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
 // A take across owners splits by owner: each part its queries, and the
 // events of its counted ones by the subject's Kafka key; an event of no
 // counted query goes to none; parts in the order of their owners.
@@ -188,7 +122,7 @@ func TestRouterDoesNotRouteToItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := &notOwner{}
-	r, err := New(Config{Local: local, Redis: rdb, Store: st, Self: "127.0.0.1:1"})
+	r, err := New(Config{Local: local, Redis: rdb, Store: st, Plan: planner(t), Self: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ type OwnerTakesFlags struct {
 	TakesRelayLinger   time.Duration `name:"takes-relay-linger" env:"FLOODGATE_TAKES_RELAY_LINGER" default:"200ms" help:"With --owner-takes: pause of each partition's take relay after publishing a partial batch (the relay's produce requests: a take's answer never waits for them)."`
 	TakesPublishLinger time.Duration `name:"takes-publish-linger" env:"FLOODGATE_TAKES_PUBLISH_LINGER" default:"50ms" help:"With --owner-takes: how long the events of a take's non-strict subjects may wait to share a produce request."`
 	TakesPeerAddr      string        `name:"takes-peer-addr" env:"FLOODGATE_TAKES_PEER_ADDR" default:"127.0.0.1:8084" help:"With --owner-takes: where the other members forward the takes of the partitions this one owns (their owner records name it); \"off\": no forwarding either way."`
+	TakesPeerTokenFile string        `name:"takes-peer-token-file" env:"FLOODGATE_TAKES_PEER_TOKEN_FILE" help:"With --owner-takes: file holding the members' peer credential, the bearer token forwarded takes carry and the peer endpoint requires; the same on every member, and not the take surfaces' token. Required when --takes-peer-addr listens beyond loopback or --takes-auth-token-file is set."`
 	TakesAdvertise     string        `name:"takes-advertise" env:"FLOODGATE_TAKES_ADVERTISE" help:"With --owner-takes: the address the owner records give for --takes-peer-addr, as the other members reach it (default: the address it listens on)."`
 	TakesPeerCA        string        `name:"takes-peer-ca" env:"FLOODGATE_TAKES_PEER_CA" help:"With --owner-takes and TLS: PEM CA(s) the peers' certificates are checked against, besides the system's."`
 	TakesTLSCert       string        `name:"takes-tls-cert" env:"FLOODGATE_TAKES_TLS_CERT" help:"With --owner-takes: PEM certificate (chain) the take surfaces serve; with --takes-tls-key, they speak TLS only."`
@@ -117,15 +118,25 @@ func (c *AggregatorCmd) takesServer(sink *live.Sink, rdb takeroute.Redis, store 
 	if err != nil {
 		return nil, err
 	}
-	if token == "" && ln != nil && beyondLoopback(ln.Addr().String()) {
-		// A forwarded take carries the limits to check: only members may send one.
-		return nil, errors.New("--takes-peer-addr listens beyond loopback: it needs --takes-auth-token-file (the peer endpoint trusts the limits a forwarded take carries)")
+	peerToken, err := secret("takes-peer-token", "", c.TakesPeerTokenFile)
+	if err != nil {
+		return nil, err
 	}
-	if token == "" && (beyondLoopback(c.TakesHTTPAddr) || c.TakesRLSAddr != "off" && beyondLoopback(c.TakesRLSAddr) || ln != nil && beyondLoopback(c.TakesPeerAddr)) {
+	if err := checkPeerToken(token, peerToken, ln); err != nil {
+		return nil, err
+	}
+	if ln != nil && tlsCfg == nil && beyondLoopback(ln.Addr().String()) {
+		logger.Warn("owner takes: the peer endpoint listens beyond loopback without TLS: the peer credential crosses the network in clear; set --takes-tls-cert and --takes-tls-key",
+			"peer", ln.Addr().String())
+	}
+	if token == "" && (beyondLoopback(c.TakesHTTPAddr) || c.TakesRLSAddr != "off" && beyondLoopback(c.TakesRLSAddr)) {
 		logger.Warn("owner takes listen beyond loopback without a token: anyone who reaches them may take; set --takes-auth-token-file",
-			"http", c.TakesHTTPAddr, "rls", c.TakesRLSAddr, "peer", c.TakesPeerAddr)
+			"http", c.TakesHTTPAddr, "rls", c.TakesRLSAddr)
 	}
-	router, err := c.takeRouter(sink, rdb, store, advertise, token, tlsCfg != nil, reg, logger)
+	plan := func(sub window.Subject, values map[string]string) (window.EvalQuery, error) {
+		return limiter.TakeQuery(current(), sub, values)
+	}
+	router, err := c.takeRouter(sink, rdb, store, advertise, peerToken, plan, tlsCfg != nil, reg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +170,32 @@ func (c *AggregatorCmd) takesServer(sink *live.Sink, rdb takeroute.Redis, store 
 	return ot, nil
 }
 
+// checkPeerToken refuses a peer credential that take clients could hold
+// or that is missing where one is needed. Forwarded takes append the
+// owner's events, and reserve room until their commit: only members may
+// send them. Beyond loopback anyone on the network could; on loopback with
+// take surfaces that require a token, any local process could take past
+// that token. The take surfaces' token would not do either way: every take
+// client holds it.
+func checkPeerToken(token, peerToken string, ln net.Listener) error {
+	switch {
+	case peerToken != "" && peerToken == token:
+		return errors.New("--takes-peer-token-file holds the same secret as --takes-auth-token-file: take clients would hold the members' peer credential; give each its own")
+	case ln == nil || peerToken != "":
+		return nil
+	case beyondLoopback(ln.Addr().String()):
+		return fmt.Errorf("--takes-peer-addr %s listens beyond loopback: it needs --takes-peer-token-file, the members' own credential (or --takes-peer-addr off)", ln.Addr())
+	case token != "":
+		return errors.New("--takes-auth-token-file is set: the peer endpoint (--takes-peer-addr) needs --takes-peer-token-file too, the members' own credential, or any local process could take past the token (or --takes-peer-addr off)")
+	}
+	return nil
+}
+
 // takeRouter forwards takes to their partitions' owners; with the peer
 // endpoint off, it forwards nothing (every take is this process's or
 // denied).
-func (c *AggregatorCmd) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *window.Store, advertise, token string, tlsOn bool, reg prometheus.Registerer, logger *slog.Logger) (*takeroute.Router, error) {
-	cfg := takeroute.Config{Local: sink, Redis: rdb, Store: store, Self: advertise, Token: token, Registerer: reg, Logger: logger.With("component", "take-router")}
+func (c *AggregatorCmd) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *window.Store, advertise, peerToken string, plan takeroute.Planner, tlsOn bool, reg prometheus.Registerer, logger *slog.Logger) (*takeroute.Router, error) {
+	cfg := takeroute.Config{Local: sink, Redis: rdb, Store: store, Plan: plan, Self: advertise, Token: peerToken, Registerer: reg, Logger: logger.With("component", "take-router")}
 	if tlsOn {
 		cfg.Scheme = "https"
 		roots, err := x509.SystemCertPool()
