@@ -7,6 +7,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/rules"
 )
 
 // Hashing costs per distinct subject of a batch, not per event: a batch of
@@ -17,7 +18,7 @@ func TestSummarizeHashesPerDistinctSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPrivacy(map[string]Storage{"email": StoreHash}, h)
+	p, err := NewPrivacy(map[string]Storage{"email": StoreHash}, h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +39,37 @@ func TestSummarizeHashesPerDistinctSubject(t *testing.T) {
 	if len(rs.subjects) != distinct || !IsHashed(rs.subjects[0]) || rs.events != int64(len(recs)) {
 		t.Errorf("rows %d (subjects %v...), events %d; want %d hashed rows of %d events", len(rs.subjects), rs.subjects[:1], rs.events, distinct, len(recs))
 	}
-	drop, _ := NewPrivacy(map[string]Storage{"email": StoreDrop}, nil)
+	drop, _ := NewPrivacy(map[string]Storage{"email": StoreDrop}, nil, nil)
 	if rs := summarize(recs, nil, drop.batch()); len(rs.subjects) != 0 || rs.dropped != int64(len(recs)) {
 		t.Errorf("drop: %d rows, %d dropped; want none written, all dropped", len(rs.subjects), rs.dropped)
+	}
+}
+
+// Normalizing costs nothing for a batch whose subjects are already normal
+// (the limiter publishes them so): no allocation over the raw batch.
+func TestSummarizeNormalizesWithoutAllocating(t *testing.T) {
+	set, err := rules.Parse([]byte("rules: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPrivacy(nil, nil, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	recs := make([]aggregator.Record, 2000)
+	for i := range recs {
+		kind, subject := "email", fmt.Sprintf("user%d@example.com", i%20)
+		if i%2 == 1 {
+			kind, subject = "ip", fmt.Sprintf("192.0.2.%d", i%20)
+		}
+		recs[i] = aggregator.Record{Offset: int64(i), Event: event.Event{Action: "visit", Kind: kind, Subject: subject, TS: t0, N: 1,
+			Attrs: map[string]string{"email": "a@example.com"}}}
+	}
+	vis := Visitors{"visit": "email"}
+	raw := testing.AllocsPerRun(20, func() { summarize(recs, vis, nil) })
+	normalized := testing.AllocsPerRun(20, func() { summarize(recs, vis, p.batch()) })
+	if normalized > raw+1 { // the batch's *subjects
+		t.Errorf("normalizing a batch of normal subjects: %.0f allocations, raw %.0f", normalized, raw)
 	}
 }

@@ -255,7 +255,7 @@ func summarize(recs []aggregator.Record, vis Visitors, subs *subjects) rows {
 		k := key{e.Action, subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}
 		sums[k] += n
 		out.events += n
-		if h, ok := vis.visitorOf(e); ok {
+		if h, ok := vis.visitorOf(e, subs); ok {
 			seen[k] = append(seen[k], h)
 			out.visits++
 		}

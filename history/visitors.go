@@ -70,8 +70,9 @@ func (v Visitors) String() string {
 // HyperLogLog's error bound assumes. As int64, PostgreSQL's bigint.
 func visitorHash(value string) int64 { return int64(xxhash.Sum64String(value)) }
 
-// visitorOf returns the hash of the value e counts as a visitor, if any.
-func (v Visitors) visitorOf(e event.Event) (int64, bool) {
+// visitorOf returns the hash of the value e counts as a visitor, if any,
+// normalized as subs says (two spellings of an e-mail are one visitor).
+func (v Visitors) visitorOf(e event.Event, subs *subjects) (int64, bool) {
 	attr, ok := v[e.Action]
 	if !ok {
 		return 0, false
@@ -80,5 +81,5 @@ func (v Visitors) visitorOf(e event.Event) (int64, bool) {
 	if !ok || value == "" {
 		return 0, false
 	}
-	return visitorHash(value), true
+	return visitorHash(subs.visitor(attr, value)), true
 }
