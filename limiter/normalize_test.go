@@ -59,10 +59,12 @@ func TestSpellingsOfASubjectAreOneSubject(t *testing.T) {
 		if code != http.StatusTooManyRequests || body.Subject != "victim@x.example" {
 			t.Errorf("HTTP take of another spelling: %d %+v, want 429 on victim@x.example", code, body)
 		}
-		rr, err := rlsClient(t, e.srv.RLSAddr()).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset",
-			Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", "Victim@X.EXAMPLE")}})
-		if err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-			t.Errorf("RLS take of another spelling: %v %v, want OVER_LIMIT", rr, err)
+		for _, v := range []string{"Victim@X.EXAMPLE", "victim@x.example\t"} {
+			rr, err := rlsClient(t, e.srv.RLSAddr()).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "password_reset",
+				Descriptors: []*commonv3.RateLimitDescriptor{descriptor("email", v)}})
+			if err != nil || rr.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || rr.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("RLS take of %q: %v %v, want OVER_LIMIT, its descriptor's too", v, rr, err)
+			}
 		}
 		// IPv4-mapped IPv6 is its IPv4 address.
 		if d := take(e, "ip", "::ffff:198.51.100.7"); !d.Allowed {
