@@ -245,7 +245,7 @@ func runHistory(ctx context.Context, cfg *Config, backends []backend, sets []*ru
 		parts[i] = newPartition(i, "history", backends[i%len(backends)], cfg, &partStats{})
 	}
 	stop := startProgress(cfg, parts, "history")
-	rows, err := replayHistory(ctx, cfg, q, selection(sets...), need, parts)
+	rows, err := replayHistory(ctx, cfg, q, sets, selection(sets...), need, parts)
 	stop()
 	if err != nil {
 		return nil, err

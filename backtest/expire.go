@@ -56,7 +56,9 @@ func (e *expirer) touch(b aggregator.Batch, now int64) {
 		if maxw == 0 || sec <= now-maxw {
 			continue // not counted (no rule, too old): nothing written
 		}
-		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: ev.Subject}
+		// the bucket keys of the subject as the store counts it (an e-mail
+		// normalized, IPv6 by prefix), not of the spelling the event carried
+		sub := window.Subject{Action: ev.Action, Kind: ev.Kind, Subject: e.rules.Subject(ev.Kind, ev.Subject)}
 		// Levels and lifetimes as the apply script writes them.
 		lv := window.Levels(maxw)
 		for k := 0; k < len(lv); k++ {

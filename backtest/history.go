@@ -85,9 +85,10 @@ func coarser(tiers []history.StoredTier) string {
 
 // replayHistory replays the minute buckets of [need, cfg.To) into the
 // partitions: each row is an event of n at its minute's start, and each
-// minute of a partition one tick. Rows go to a partition by their
-// subject's murmur2, as Kafka would place them.
-func replayHistory(ctx context.Context, cfg *Config, q *history.Querier, sel []history.ActionKind, need time.Time, parts []*partition) (rows int64, err error) {
+// minute of a partition one tick. Rows go to a partition by the murmur2 of
+// their subject as the sets count it (placement), as the limiter's takes
+// key them.
+func replayHistory(ctx context.Context, cfg *Config, q *history.Querier, sets []*rules.Set, sel []history.ActionKind, need time.Time, parts []*partition) (rows int64, err error) {
 	chans := make([]chan []history.MinuteRow, len(parts))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, p := range parts {
@@ -125,7 +126,7 @@ func replayHistory(ctx context.Context, cfg *Config, q *history.Querier, sel []h
 				minute = r.Minute
 			}
 			rows++
-			i := window.Partition(window.Subject{Action: r.Action, Kind: r.Kind, Subject: r.Subject}, len(parts))
+			i := window.Partition(window.Subject{Action: r.Action, Kind: r.Kind, Subject: placement(sets, r.Kind, r.Subject)}, len(parts))
 			pending[i] = append(pending[i], r)
 			return nil
 		})
@@ -135,6 +136,20 @@ func replayHistory(ctx context.Context, cfg *Config, q *history.Querier, sel []h
 		return send()
 	})
 	return rows, g.Wait()
+}
+
+// placement is the subject a history row is placed by: as each set counts
+// it (rules.Set.Subject), one after the other. The rows of one counted
+// subject (spellings stored before its kind was normalized, the addresses
+// of a /64) then share a partition, whose slot counts them together, for
+// every set: a partition split would judge each part alone.
+func placement(sets []*rules.Set, kind, subject string) string {
+	for _, s := range sets {
+		if s != nil {
+			subject = s.Subject(kind, subject)
+		}
+	}
+	return subject
 }
 
 // replayRows applies one partition's rows as they come, a minute a tick.

@@ -128,20 +128,41 @@ func IsHashed(s string) bool {
 	return true
 }
 
-// Privacy is the storage policy of the history sink: how each kind's
-// subjects are stored, and, when it has a key, the key of the visitor
-// sketches' hashes. A nil *Privacy stores every subject raw and hashes
+// Normalizer gives a subject of a kind the form it is counted in, the
+// rules file's normalization (rules.Set.Normalize: an e-mail trimmed and
+// lowercased, an IP address in canonical form; IPv6 addresses are kept
+// whole, not cut to their prefix). It must be idempotent.
+type Normalizer interface {
+	Normalize(kind, subject string) string
+}
+
+// normalize is n's form of subject, subject itself without n or when it
+// is a stored hash (which names a subject already normalized).
+func normalize(n Normalizer, kind, subject string) string {
+	if n == nil || IsHashed(subject) {
+		return subject
+	}
+	return n.Normalize(kind, subject)
+}
+
+// Privacy is the subject policy of the history sink: the form each kind's
+// subjects are stored in, normalized, then raw, hashed or dropped, and,
+// when it has a key, the key of the visitor sketches' hashes. A nil
+// *Privacy stores every subject raw, as the event carries it, and hashes
 // visitors unkeyed.
 type Privacy struct {
 	kinds  map[string]Storage
 	hasher *Hasher
+	norm   Normalizer
 }
 
 // NewPrivacy returns the policy storing each kind of kinds as said (the
-// others raw). A kind stored hashed needs hasher: without one it is an
-// error naming the kinds, never a silent raw write. With a hasher, the
-// visitor sketches hold keyed hashes (docs/history.md, "Unique visitors").
-func NewPrivacy(kinds map[string]Storage, hasher *Hasher) (*Privacy, error) {
+// others raw), every subject and visitor value normalized by norm first
+// (nil: as the event carries it). A kind stored hashed needs hasher:
+// without one it is an error naming the kinds, never a silent raw write.
+// With a hasher, the visitor sketches hold keyed hashes (docs/history.md,
+// "Unique visitors").
+func NewPrivacy(kinds map[string]Storage, hasher *Hasher, norm Normalizer) (*Privacy, error) {
 	var hashed []string
 	for k, s := range kinds {
 		if s > StoreDrop {
@@ -155,7 +176,7 @@ func NewPrivacy(kinds map[string]Storage, hasher *Hasher) (*Privacy, error) {
 		slices.Sort(hashed)
 		return nil, fmt.Errorf("history policy: kinds %s are stored hashed (history: hash) but no key is given (--history-key-file)", strings.Join(hashed, ", "))
 	}
-	return &Privacy{kinds: maps.Clone(kinds), hasher: hasher}, nil
+	return &Privacy{kinds: maps.Clone(kinds), hasher: hasher, norm: norm}, nil
 }
 
 // Storage returns how kind's subjects are stored.
@@ -168,7 +189,8 @@ func (p *Privacy) Storage(kind string) Storage {
 
 // subjects maps a batch's subjects to their stored form, and its visitors
 // to their hashes. Each distinct subject of a hashed kind, and each
-// distinct visitor, is hashed once per batch, with one MAC each.
+// distinct visitor, is hashed once per batch, with one MAC each. A nil
+// *subjects stores every subject as given.
 type subjects struct {
 	p     *Privacy
 	mac   hash.Hash
@@ -181,7 +203,7 @@ type subjects struct {
 }
 
 func (p *Privacy) batch() *subjects {
-	if p == nil || (len(p.kinds) == 0 && p.hasher == nil) {
+	if p == nil || (len(p.kinds) == 0 && p.hasher == nil && p.norm == nil) {
 		return nil
 	}
 	s := &subjects{p: p}
@@ -218,6 +240,7 @@ func (s *subjects) stored(kind, subject string) (string, bool) {
 	if s == nil {
 		return subject, true
 	}
+	subject = normalize(s.p.norm, kind, subject)
 	switch s.p.kinds[kind] {
 	case StoreDrop:
 		return "", false
@@ -232,16 +255,37 @@ func (s *subjects) stored(kind, subject string) (string, bool) {
 	return subject, true
 }
 
-// storedForms returns the forms a subject may be stored under: as given,
-// and hashed when a hasher is known. Both are looked up, so that a query
-// or an erase finds the rows written before and after a kind's policy
-// changed, and needs no rules file.
-func storedForms(h *Hasher, subject string) []string {
-	subject = event.CanonicalSubject(subject)
-	if h == nil || subject == "" || IsHashed(subject) {
-		return []string{subject}
+// visitorValue returns an attr value of kind as counted: normalized.
+func (s *subjects) visitorValue(kind, value string) string {
+	if s == nil {
+		return value
 	}
-	return []string{subject, h.Subject(subject)}
+	return normalize(s.p.norm, kind, value)
+}
+
+// storedForms returns the forms a subject of kind may be stored under: as
+// given and normalized by n (kind empty or n nil: as given), each raw and
+// hashed when a hasher is known. All are looked up, so that a query or an
+// erase finds the rows written before and after a kind's policy or
+// normalization changed (rows written before keep the spelling their
+// events carried).
+func storedForms(h *Hasher, n Normalizer, kind, subject string) []string {
+	subject = event.CanonicalSubject(subject)
+	spellings := []string{subject}
+	if kind != "" && subject != "" {
+		if c := event.CanonicalSubject(normalize(n, kind, subject)); c != subject {
+			spellings = append(spellings, c)
+		}
+	}
+	out := slices.Clone(spellings)
+	if h != nil && subject != "" {
+		for _, s := range spellings {
+			if hs := h.Subject(s); !slices.Contains(out, hs) {
+				out = append(out, hs)
+			}
+		}
+	}
+	return out
 }
 
 // SubjectTable is a table holding rows by subject.
@@ -274,16 +318,17 @@ type Erased struct {
 
 // Erase deletes every row of subject (of kind; of action, unless empty)
 // from every table holding subjects (SubjectTables), under each form it
-// may be stored in (raw, and hashed when h is given), in one transaction
+// may be stored in (storedForms: as given and normalized by n, raw and
+// hashed when h is given), in one transaction
 // holding the routing lock: no roll moves rows past it and no sink writes
 // meanwhile. It returns the rows removed per table; run again, it removes
 // nothing. Events still in Kafka that history has not read yet are written
 // after it.
-func Erase(ctx context.Context, db DB, h *Hasher, kind, subject, action string) (out []Erased, err error) {
+func Erase(ctx context.Context, db DB, h *Hasher, n Normalizer, kind, subject, action string) (out []Erased, err error) {
 	if kind == "" || subject == "" {
 		return nil, errors.New("history erase: a kind and a subject are required")
 	}
-	forms := storedForms(h, subject)
+	forms := storedForms(h, n, kind, subject)
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("history erase %s: begin: %w", kind, err)

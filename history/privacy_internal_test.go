@@ -11,6 +11,7 @@ import (
 
 	"floodgate/aggregator"
 	"floodgate/event"
+	"floodgate/rules"
 )
 
 // Hashing costs per distinct subject of a batch, not per event: a batch of
@@ -21,7 +22,7 @@ func TestSummarizeHashesPerDistinctSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPrivacy(map[string]Storage{"email": StoreHash}, h)
+	p, err := NewPrivacy(map[string]Storage{"email": StoreHash}, h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestSummarizeHashesPerDistinctSubject(t *testing.T) {
 	if len(rs.subjects) != distinct || !IsHashed(rs.subjects[0]) || rs.events != int64(len(recs)) {
 		t.Errorf("rows %d (subjects %v...), events %d; want %d hashed rows of %d events", len(rs.subjects), rs.subjects[:1], rs.events, distinct, len(recs))
 	}
-	drop, _ := NewPrivacy(map[string]Storage{"email": StoreDrop}, nil)
+	drop, _ := NewPrivacy(map[string]Storage{"email": StoreDrop}, nil, nil)
 	if rs := summarize(recs, nil, drop.batch()); len(rs.subjects) != 0 || rs.dropped != int64(len(recs)) {
 		t.Errorf("drop: %d rows, %d dropped; want none written, all dropped", len(rs.subjects), rs.dropped)
 	}
@@ -62,8 +63,8 @@ func TestKeyedVisitorHashes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyed, _ := NewPrivacy(nil, h1)
-	other, _ := NewPrivacy(nil, h2)
+	keyed, _ := NewPrivacy(nil, h1, nil)
+	other, _ := NewPrivacy(nil, h2, nil)
 	vis := Visitors{"visit": "ip"}
 	const distinct = 20
 	t0 := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
@@ -102,5 +103,34 @@ func TestKeyedVisitorHashes(t *testing.T) {
 	t.Logf("allocations per batch: unkeyed %.0f, keyed %.0f", raw, hashed)
 	if extra := hashed - raw; extra > 4*distinct+20 {
 		t.Errorf("keyed visitors of a batch of %d events, %d visitors: %.0f more allocations, want at most %d", len(recs), distinct, extra, 4*distinct+20)
+	}
+}
+
+// Normalizing costs nothing for a batch whose subjects are already normal
+// (the limiter publishes them so): no allocation over the raw batch.
+func TestSummarizeNormalizesWithoutAllocating(t *testing.T) {
+	set, err := rules.Parse([]byte("rules: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPrivacy(nil, nil, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	recs := make([]aggregator.Record, 2000)
+	for i := range recs {
+		kind, subject := "email", fmt.Sprintf("user%d@example.com", i%20)
+		if i%2 == 1 {
+			kind, subject = "ip", fmt.Sprintf("192.0.2.%d", i%20)
+		}
+		recs[i] = aggregator.Record{Offset: int64(i), Event: event.Event{Action: "visit", Kind: kind, Subject: subject, TS: t0, N: 1,
+			Attrs: map[string]string{"email": "a@example.com"}}}
+	}
+	vis := Visitors{"visit": "email"}
+	raw := testing.AllocsPerRun(20, func() { summarize(recs, vis, nil) })
+	normalized := testing.AllocsPerRun(20, func() { summarize(recs, vis, p.batch()) })
+	if normalized > raw+1 { // the batch's *subjects
+		t.Errorf("normalizing a batch of normal subjects: %.0f allocations, raw %.0f", normalized, raw)
 	}
 }

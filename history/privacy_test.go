@@ -51,11 +51,11 @@ func TestHasher(t *testing.T) {
 	if _, err := history.NewHasher([]byte("short")); err == nil {
 		t.Error("a 5-byte key accepted")
 	}
-	if _, err := history.NewPrivacy(map[string]history.Storage{"email": history.StoreHash, "link": history.StoreDrop}, nil); err == nil ||
+	if _, err := history.NewPrivacy(map[string]history.Storage{"email": history.StoreHash, "link": history.StoreDrop}, nil, nil); err == nil ||
 		!strings.Contains(err.Error(), "email") || !strings.Contains(err.Error(), "--history-key-file") {
 		t.Errorf("hash without a key: err %v, want one naming the kind and the flag", err)
 	}
-	if _, err := history.NewPrivacy(map[string]history.Storage{"link": history.StoreDrop}, nil); err != nil {
+	if _, err := history.NewPrivacy(map[string]history.Storage{"link": history.StoreDrop}, nil, nil); err != nil {
 		t.Errorf("drop needs no key: %v", err)
 	}
 }
@@ -83,7 +83,7 @@ func TestSinkPrivacyAndErase(t *testing.T) {
 	pool := historytest.Pool(t)
 	ctx := context.Background()
 	h := testHasher(t, "0123456789abcdef0123456789abcdef")
-	p, err := history.NewPrivacy(map[string]history.Storage{"email": history.StoreHash, "link": history.StoreDrop}, h)
+	p, err := history.NewPrivacy(map[string]history.Storage{"email": history.StoreHash, "link": history.StoreDrop}, h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestSinkPrivacyAndErase(t *testing.T) {
 		t.Errorf("count without the key = %d, %v; want 0", n, err)
 	}
 
-	got, err := history.Erase(ctx, pool, h, "email", "a@x", "login_failed")
+	got, err := history.Erase(ctx, pool, h, nil, "email", "a@x", "login_failed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,10 +139,10 @@ func TestSinkPrivacyAndErase(t *testing.T) {
 	if got := subjectRows(t, pool, "bucket_1m"); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("after erase: %q, want %q", got, want)
 	}
-	if _, err := history.Erase(ctx, pool, h, "email", "a@x", ""); err != nil {
+	if _, err := history.Erase(ctx, pool, h, nil, "email", "a@x", ""); err != nil {
 		t.Fatal(err)
 	}
-	again, err := history.Erase(ctx, pool, h, "email", "a@x", "")
+	again, err := history.Erase(ctx, pool, h, nil, "email", "a@x", "")
 	if err != nil {
 		t.Fatal(err)
 	}

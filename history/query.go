@@ -11,6 +11,7 @@ import (
 type Querier struct {
 	db     DB
 	hasher *Hasher
+	norm   Normalizer
 }
 
 // NewQuerier returns a Querier over the history in db.
@@ -24,7 +25,16 @@ func NewQuerier(db DB) *Querier {
 // too, so a visitor seen both before and after a kind's policy changed
 // counts twice.
 func (q *Querier) WithHasher(h *Hasher) *Querier {
-	return &Querier{db: q.db, hasher: h}
+	return &Querier{db: q.db, hasher: h, norm: q.norm}
+}
+
+// WithNormalizer returns a Querier that looks a subject of a given kind up
+// as given and normalized by n (the rules file's normalization, which the
+// sink stores), adding the two up: "Victim@x.example" finds the rows of
+// victim@x.example, and those an older version wrote under the spelling
+// given. Without a kind, a subject is looked up as given.
+func (q *Querier) WithNormalizer(n Normalizer) *Querier {
+	return &Querier{db: q.db, hasher: q.hasher, norm: n}
 }
 
 // forms returns k under each form its subject may be stored in.
@@ -32,7 +42,7 @@ func (q *Querier) forms(k Key) []Key {
 	if k.Subject == "" {
 		return []Key{k}
 	}
-	subs := storedForms(q.hasher, k.Subject)
+	subs := storedForms(q.hasher, q.norm, k.Kind, k.Subject)
 	out := make([]Key, len(subs))
 	for i, s := range subs {
 		out[i] = k

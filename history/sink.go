@@ -256,7 +256,7 @@ func summarize(recs []aggregator.Record, vis Visitors, subs *subjects) rows {
 		k := key{e.Action, subject, e.Kind, e.TS.Unix() - mod(e.TS.Unix(), 60)}
 		sums[k] += n
 		out.events += n
-		if v, ok := vis.visitorOf(e); ok {
+		if v, ok := vis.visitorOf(e, subs); ok {
 			seen[k] = append(seen[k], subs.visitor(v))
 			out.visits++
 		}

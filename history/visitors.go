@@ -73,8 +73,9 @@ func (v Visitors) String() string {
 // history key the sketches hold keyed hashes instead (Hasher.visitor).
 func visitorHash(value string) int64 { return int64(xxhash.Sum64String(value)) }
 
-// visitorOf returns the value e counts as a visitor, if any.
-func (v Visitors) visitorOf(e event.Event) (string, bool) {
+// visitorOf returns the value e counts as a visitor, if any, normalized
+// as subs says (two spellings of an e-mail are one visitor).
+func (v Visitors) visitorOf(e event.Event, subs *subjects) (string, bool) {
 	attr, ok := v[e.Action]
 	if !ok {
 		return "", false
@@ -83,5 +84,5 @@ func (v Visitors) visitorOf(e event.Event) (string, bool) {
 	if !ok || value == "" {
 		return "", false
 	}
-	return value, true
+	return subs.visitorValue(attr, value), true
 }

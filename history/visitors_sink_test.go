@@ -147,7 +147,7 @@ func TestSinkKeysVisitors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := history.NewPrivacy(nil, h)
+	p, err := history.NewPrivacy(nil, h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

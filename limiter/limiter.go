@@ -266,19 +266,19 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	if take {
 		op = "take"
 	}
-	subs, bad, err := l.validate(req, take)
+	set := l.cfg.Rules()
+	subs, bad, err := l.validate(set, req, take)
 	if err != nil {
 		l.m.invalid.WithLabelValues(op).Inc()
 		return Decision{}, err
 	}
 	now := l.now()
-	set := l.cfg.Rules()
-	// Subjects as the aggregator counts them (an IPv6 address of kind ip:
-	// its /64), so lookups, strict counts and published events name them
-	// alike. A subject named twice (ip=a&ip=a, query and body, repeated
-	// Envoy descriptor entries, two addresses of one prefix) is one
+	// validate gave the subjects as the aggregator counts them, so lookups,
+	// strict counts and published events name them alike. A subject named
+	// twice (ip=a&ip=a, query and body, repeated Envoy descriptor entries,
+	// two addresses of one prefix, two spellings of an e-mail) is one
 	// subject: decided, counted and published once.
-	req.Subjects = dedupSubjects(canonicalSubjects(set, subs))
+	req.Subjects = dedupSubjects(subs)
 	plans, others := planSubjects(set, req)
 	n := max(req.N, 1)
 	if bad == nil && take {
@@ -961,7 +961,7 @@ func attrsOf(s Subject, subs []Subject) map[string]string {
 // request (bad is for refuse: a denial of a valid subject still wins over
 // it). err is a request that cannot be decided at all: no action, or no
 // subject given.
-func (l *Limiter) validate(req Request, take bool) (subs []Subject, bad, err error) {
+func (l *Limiter) validate(set *rules.Set, req Request, take bool) (subs []Subject, bad, err error) {
 	if req.Action == "" {
 		return nil, nil, invalidf("action is required")
 	}
@@ -991,7 +991,11 @@ func (l *Limiter) validate(req Request, take bool) (subs []Subject, bad, err err
 	subs = req.Subjects
 	copied := false
 	for i, s := range req.Subjects {
-		c := event.CanonicalSubject(s.Subject)
+		// Each subject as set counts it (rules.Set.Subject: normalized, an
+		// IPv6 address of kind ip by its /64), then its digest when it is
+		// no valid subject. Normalized first: "victim@x.example\n" is
+		// trimmed, where its digest would be a fresh subject.
+		c := event.CanonicalSubject(set.Subject(s.Kind, s.Subject))
 		e.Kind, e.Subject = s.Kind, c
 		err := e.Validate()
 		if err != nil && bad == nil {
@@ -1066,26 +1070,6 @@ func detail(e *event.Error) string {
 		return e.Detail
 	}
 	return e.Reason
-}
-
-// canonicalSubjects returns subs with each subject as set counts it
-// (rules.Set.Subject); subs itself is not modified.
-func canonicalSubjects(set *rules.Set, subs []Subject) []Subject {
-	var out []Subject
-	for i, s := range subs {
-		c := set.Subject(s.Kind, s.Subject)
-		if c != s.Subject && out == nil {
-			out = append(make([]Subject, 0, len(subs)), subs[:i]...)
-		}
-		if out != nil {
-			s.Subject = c
-			out = append(out, s)
-		}
-	}
-	if out == nil {
-		return subs
-	}
-	return out
 }
 
 // dedupSubjects returns subs without repeated (kind, subject) pairs, in

@@ -63,11 +63,12 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	n, checkOnly := rlsHitsAddend(in)
 	req := Request{Action: in.GetDomain(), N: n}
 	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor
+	set := s.l.cfg.Rules()
 	for i, desc := range in.GetDescriptors() {
 		if len(desc.GetEntries()) == 0 {
 			continue
 		}
-		req.Subjects = append(req.Subjects, rlsSubject(desc))
+		req.Subjects = append(req.Subjects, rlsSubject(set, desc))
 		owner = append(owner, i)
 	}
 	var d Decision

@@ -17,6 +17,7 @@ import (
 
 	"floodgate/event"
 	"floodgate/limitapi"
+	"floodgate/rules"
 )
 
 // Defaults of the RLS connection lifetime (ServerConfig).
@@ -151,17 +152,21 @@ func rlsHitsAddend(in *rlsv3.RateLimitRequest) (n int64, checkOnly bool) {
 // actions give ip and path), they are one subject together,
 // limitapi.Composite: kind "ip.path", subject "<ip>|<path>".
 //
-// The subject is the one the limiter decides (event.CanonicalSubject), so a
-// denial of an overlong value's digest finds its descriptor.
-func rlsSubject(d *commonv3.RateLimitDescriptor) Subject {
+// The subject is the one the limiter decides: as set counts it
+// (rules.Set.Subject: an e-mail normalized before any digest, so
+// "victim@x\t" is victim@x), then its digest when it is no valid subject
+// (event.CanonicalSubject). A denial of another spelling, or of an
+// overlong value's digest, then finds its descriptor.
+func rlsSubject(set *rules.Set, d *commonv3.RateLimitDescriptor) Subject {
 	es := d.GetEntries()
 	if len(es) == 1 {
-		return Subject{Kind: es[0].GetKey(), Subject: event.CanonicalSubject(es[0].GetValue())}
+		kind := es[0].GetKey()
+		return Subject{Kind: kind, Subject: event.CanonicalSubject(set.Subject(kind, es[0].GetValue()))}
 	}
 	kinds, values := make([]string, len(es)), make([]string, len(es))
 	for i, e := range es {
 		kinds[i], values[i] = e.GetKey(), e.GetValue()
 	}
 	kind, subject := limitapi.Composite(kinds, values)
-	return Subject{Kind: kind, Subject: event.CanonicalSubject(subject)}
+	return Subject{Kind: kind, Subject: event.CanonicalSubject(set.Subject(kind, subject))}
 }

@@ -7,12 +7,25 @@
 //	mw, err := limitermw.New(limitermw.Config{
 //		Checker:   lc,
 //		Action:    "login_failed",
-//		Subjects:  func(r *http.Request) []limitapi.Subject { return []limitapi.Subject{{Kind: "ip", Subject: limitermw.ClientIP(r)}, {Kind: "email", Subject: r.FormValue("email")}} },
+//		Subjects:  func(r *http.Request) []limitapi.Subject {
+//			// as the limiter counts it (trimmed, lowercased): the events
+//			// published below are keyed by it
+//			email := strings.ToLower(strings.TrimSpace(r.FormValue("email")))
+//			return []limitapi.Subject{{Kind: "ip", Subject: limitermw.ClientIP(r)}, {Kind: "email", Subject: email}}
+//		},
 //		Publisher: pub,
 //		// Count only failed logins.
 //		Publish: func(r *http.Request, status int) bool { return status == http.StatusUnauthorized },
 //	})
 //	http.Handle("/login", mw(loginHandler))
+//
+// The limiter normalizes the subjects it decides (the rules file's kinds:
+// an e-mail trimmed and lowercased, an IP address in canonical form), so
+// "VICTIM@x.example" is checked as victim@x.example whatever the app
+// passes. The events the middleware publishes carry the subjects as
+// Subjects returns them, and their Kafka key places them: pass them
+// normalized, as above, or an attacker's spellings are counted apart from
+// the subject the limiter looks up (docs/rules.md, "Kinds").
 //
 // With Take, the middleware asks the limiter to check and count at once
 // (strict rules, docs/limiter.md): the limiter publishes the events itself,
@@ -65,7 +78,10 @@ type Config struct {
 	// Action is checked and published. Required.
 	Action string
 	// Subjects returns the request's features. Default: the client IP
-	// (kind "ip", from RemoteAddr). Empty subjects are dropped.
+	// (kind "ip", from RemoteAddr). Empty subjects are dropped. Return them
+	// normalized as the rules file's kinds say (an e-mail trimmed and
+	// lowercased): the limiter decides them normalized whatever they are,
+	// but the events published are keyed as given.
 	Subjects func(r *http.Request) []limitapi.Subject
 	// Publisher receives the access event after the handler, one event per
 	// subject, each carrying the request's other subjects as attrs. Nil:

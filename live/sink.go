@@ -557,7 +557,7 @@ func (s *Sink) count(b aggregator.Batch, res ApplyResult, done time.Time) {
 	s.m.fromCopies.Add(float64(res.Mirrored))
 	if res.Misplaced > 0 {
 		s.m.misplaced.WithLabelValues(strconv.Itoa(b.Partition)).Add(float64(res.Misplaced))
-		s.log.Error("events on another partition than their key's: counted here, where strict takes for their subjects do not look (a producer with another partitioner, or partitions added)",
+		s.log.Error("events on another partition than their key's: counted here, where strict takes for their subjects do not look (a producer with another partitioner, keys not of the subject counted: an IPv6 address, an e-mail not normalized; or partitions added)",
 			"topic", b.Topic, "partition", b.Partition, "first", b.First, "last", b.Last, "subjects", res.Misplaced)
 	}
 	for _, d := range res.Decisions {

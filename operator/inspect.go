@@ -13,11 +13,12 @@ import (
 
 // Inspect reads everything about req's subjects at now: it writes nothing.
 func (o *Operator) Inspect(ctx context.Context, req Request) (Inspection, error) {
-	if err := o.validateInspect(&req); err != nil {
+	set := o.cfg.Rules()
+	if err := o.validateInspect(&req, set); err != nil {
 		o.actions.WithLabelValues("inspect", "invalid").Inc()
 		return Inspection{}, err
 	}
-	in, err := o.inspect(ctx, req)
+	in, err := o.inspect(ctx, req, set)
 	if err != nil {
 		o.actions.WithLabelValues("inspect", "error").Inc()
 		return Inspection{}, err
@@ -26,20 +27,21 @@ func (o *Operator) Inspect(ctx context.Context, req Request) (Inspection, error)
 	return in, nil
 }
 
-func (o *Operator) validateInspect(req *Request) error {
+func (o *Operator) validateInspect(req *Request, set *rules.Set) error {
 	if o.cfg.Checker == nil {
 		return errors.New("operator: inspect needs a checker")
 	}
 	if req.Rule != "" || req.For != 0 || req.Message != "" {
 		return invalidf("inspect takes no rule, duration or message")
 	}
-	return validateSubjects(req)
+	return validateSubjects(req, set)
 }
 
-func (o *Operator) inspect(ctx context.Context, req Request) (Inspection, error) {
+// inspect reads req's subjects, which validateSubjects gave as set counts
+// them.
+func (o *Operator) inspect(ctx context.Context, req Request, set *rules.Set) (Inspection, error) {
 	now := o.cfg.Now()
 	in := Inspection{Action: req.Action, At: now}
-	set := o.cfg.Rules()
 	check := limitapi.Request{Action: req.Action, Subjects: req.Subjects}
 	mem, err := o.cfg.Checker.Check(ctx, check)
 	if err != nil {
@@ -51,7 +53,7 @@ func (o *Operator) inspect(ctx context.Context, req Request) (Inspection, error)
 		return Inspection{}, fmt.Errorf("inspect %s: exact check: %w", req.Action, err)
 	}
 	for _, s := range req.Subjects {
-		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: set.Subject(s.Kind, s.Subject)}
+		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject}
 		p, err := o.cfg.Store.PartitionOf(sub)
 		if err != nil {
 			return Inspection{}, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"floodgate/event"
 	"floodgate/limitapi"
 	"floodgate/limiter"
 	"floodgate/rules"
@@ -49,9 +50,13 @@ func NewSnapshotChecker(store SnapshotStore, rules func() *rules.Set, timeout ti
 func (c *SnapshotChecker) Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error) {
 	state := limiter.NewState()
 	now := c.now()
+	set := c.rules()
 	loaded := map[int]bool{}
 	for _, s := range req.Subjects {
-		p, err := c.store.PartitionOf(window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject})
+		// the partition of the subject as the limiter will look it up (an
+		// e-mail normalized, IPv6 by prefix, else its digest)
+		sub := event.CanonicalSubject(set.Subject(s.Kind, s.Subject))
+		p, err := c.store.PartitionOf(window.Subject{Action: req.Action, Kind: s.Kind, Subject: sub})
 		if err != nil {
 			return limitapi.Decision{}, err
 		}

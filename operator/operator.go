@@ -178,9 +178,10 @@ func (o *Operator) write(ctx context.Context, op AdminOp, req Request) (Result, 
 		res.Until = &until
 	}
 	for _, s := range req.Subjects {
-		// the subject as the limiter looks it up (an IPv6 address: its
-		// prefix), or the ban would never be consulted
-		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: set.Subject(s.Kind, s.Subject)}
+		// validate gave the subject as the limiter looks it up (an IPv6
+		// address: its prefix; an e-mail normalized), or the ban would never
+		// be consulted
+		sub := window.Subject{Action: req.Action, Kind: s.Kind, Subject: s.Subject}
 		ar := AdminRequest{Op: op, Subject: sub, Operator: req.Operator, Rule: req.Rule, Message: req.Message,
 			MaxWindow: set.MaxWindowFor(req.Action, s.Kind), Distinct: distinctKinds(set, req.Action, s.Kind), Group: o.cfg.Group, Topic: o.cfg.Topic}
 		if res.Until != nil {
@@ -252,7 +253,7 @@ var operatorRE = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,64}$`)
 // validate checks req for op against the event contract, the request
 // limits and the rules, and removes repeated subjects.
 func (o *Operator) validate(op AdminOp, req *Request, set *rules.Set) error {
-	if err := validateSubjects(req); err != nil {
+	if err := validateSubjects(req, set); err != nil {
 		return err
 	}
 	if op == OpBan || op == OpUnban || op == OpReset {
@@ -299,9 +300,9 @@ func distinctKinds(set *rules.Set, action, kind string) []string {
 	return out
 }
 
-// validateSubjects checks names as the limiter does (the event contract)
-// and removes repeated subjects.
-func validateSubjects(req *Request) error {
+// validateSubjects checks names as the limiter does (the event contract),
+// gives each subject as set counts it and removes repeated subjects.
+func validateSubjects(req *Request, set *rules.Set) error {
 	if req.Action == "" {
 		return invalidf("action is required")
 	}
@@ -310,9 +311,11 @@ func validateSubjects(req *Request) error {
 	}
 	var subs []limitapi.Subject
 	for _, s := range req.Subjects {
-		// A subject that is not valid as it stands is decided and counted
-		// as its digest everywhere: an operator names it the same way.
-		s.Subject = event.CanonicalSubject(s.Subject)
+		// The subject as the limiter decides it and the aggregator counts
+		// it (rules.Set.Subject: normalized, IPv6 by prefix; "Victim@x" is
+		// victim@x), or its digest when that is no valid subject: an
+		// operator names it the same way, and two spellings are one subject.
+		s.Subject = event.CanonicalSubject(set.Subject(s.Kind, s.Subject))
 		e := event.Event{ID: "x", Action: req.Action, Kind: s.Kind, Subject: s.Subject, TS: time.Unix(1_800_000_000, 0)}
 		if err := e.Validate(); err != nil {
 			var ee *event.Error

@@ -57,11 +57,14 @@ type KindOptions struct {
 	// Horizon is how long history keeps a personal kind's rows; 0 means
 	// forever. Default DefaultHorizon. Ignored unless Personal.
 	Horizon time.Duration
+	// Normalize makes the spellings of one subject one subject (trim,
+	// lower, ip), before IPv6Prefix. Default DefaultSteps.
+	Normalize Steps
 }
 
 // defaultKind is the options of a kind the rules file does not name.
 func defaultKind(kind string) KindOptions {
-	o := KindOptions{History: HistoryRaw}
+	o := KindOptions{History: HistoryRaw, Normalize: DefaultSteps(kind)}
 	if kind == "ip" {
 		o.IPv6Prefix = DefaultIPv6Prefix
 	}
@@ -124,13 +127,20 @@ func (s *Set) HistoryStorages() map[string]HistoryStorage {
 }
 
 // Subject returns the subject a value of a kind is counted and checked as:
-// for a kind with an IPv6 prefix, an IPv6 address (or a longer prefix) becomes its
-// prefix in canonical form, "2001:db8:1:2::/64"; everything else, IPv4
-// addresses included, is returned as given. The limiter's lookups and
-// the aggregator's counting (live.Applier.Apply) both call it, so both name
-// a subject alike; it is idempotent.
+// normalized (Normalize), then, for a kind with an IPv6 prefix, an IPv6
+// address (or a longer prefix) becomes its prefix in canonical form,
+// "2001:db8:1:2::/64"; IPv4 addresses are not cut. The limiter's lookups
+// and takes, the aggregator's counting (live.Applier.Apply), the operators'
+// commands and the backtest all call it, so all name a subject alike; it
+// is idempotent, and does not allocate for a subject already in its form
+// (IPv6 subjects of a prefixed kind aside).
 func (s *Set) Subject(kind, subject string) string {
-	bits := s.Kind(kind).IPv6Prefix
+	steps, bits := s.counting(kind)
+	if steps&StepIP != 0 {
+		// The ip step cuts the prefix as it writes the address.
+		return steps.apply(subject, bits)
+	}
+	subject = steps.Apply(subject)
 	// No colon, no IPv6: IPv4 addresses (most subjects of kind ip) skip
 	// the parse, which runs for every event the aggregator counts.
 	if bits <= 0 || bits >= 128 || strings.IndexByte(subject, ':') < 0 {
@@ -139,12 +149,36 @@ func (s *Set) Subject(kind, subject string) string {
 	return IPv6Prefix(subject, bits)
 }
 
+// Normalize returns subject normalized as its kind says (KindOptions.
+// Normalize; Steps.Apply): the form history stores and looks it up in,
+// which keeps IPv6 addresses whole. Subject is Normalize and the prefix.
+func (s *Set) Normalize(kind, subject string) string {
+	steps, _ := s.counting(kind)
+	return steps.Apply(subject)
+}
+
+// counting returns what of a kind's options Subject needs, without
+// building the whole KindOptions: it runs for every event counted.
+func (s *Set) counting(kind string) (Steps, int) {
+	if s != nil {
+		if o, ok := s.kinds[kind]; ok {
+			return o.Normalize, o.IPv6Prefix
+		}
+	}
+	if kind == "ip" {
+		return DefaultSteps(kind), DefaultIPv6Prefix
+	}
+	return DefaultSteps(kind), 0
+}
+
 // IPv6Prefix returns the /bits prefix of an IPv6 address or prefix
 // ("2001:db8::1" -> "2001:db8::/64" for 64), or subject unchanged when it
 // is neither, is IPv4 (IPv4-mapped too), or is a prefix of bits or fewer.
 func IPv6Prefix(subject string, bits int) string {
-	if addr, err := netip.ParseAddr(subject); err == nil {
-		if !addr.Is6() || addr.Is4In6() {
+	// One parse, by the slash: a failed parse allocates its error.
+	if strings.IndexByte(subject, '/') < 0 {
+		addr, err := netip.ParseAddr(subject)
+		if err != nil || !addr.Is6() || addr.Is4In6() {
 			return subject
 		}
 		p, err := addr.WithZone("").Prefix(bits)
@@ -162,8 +196,9 @@ func IPv6Prefix(subject string, bits int) string {
 	return subject
 }
 
-// parseKinds reads the "kinds:" block: {<kind>: {ipv6_prefix: <bits>,
-// history: raw|hash|drop, personal: <bool>, horizon: <n>d|forever}}. What a
+// parseKinds reads the "kinds:" block: {<kind>: {normalize: none|<step>|
+// [<step>...], ipv6_prefix: <bits>, history: raw|hash|drop, personal:
+// <bool>, horizon: <n>d|forever}}. What a
 // kind leaves out keeps its default (defaultKind).
 func parseKinds(v *yaml.Node) (map[string]KindOptions, error) {
 	out := map[string]KindOptions{}
@@ -208,12 +243,18 @@ func parseKinds(v *yaml.Node) (map[string]KindOptions, error) {
 					return nil, &Error{Line: ov.Line, Reason: fmt.Sprintf("kinds: %s: horizon: want a whole number of days or weeks (90d, 52w) or forever", k.Value)}
 				}
 				opts.Horizon, horizonSet = d, true
+			case "normalize":
+				st, err := parseSteps(k.Value, ov)
+				if err != nil {
+					return nil, err
+				}
+				opts.Normalize = st
 			case "ipv6_prefix":
 				if err := ov.Decode(&opts.IPv6Prefix); err != nil || ov.Kind != yaml.ScalarNode || opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
 					return nil, &Error{Line: ov.Line, Reason: fmt.Sprintf("kinds: %s: ipv6_prefix: want a prefix length from 1 to 128 (128 counts each address)", k.Value)}
 				}
 			default:
-				return nil, &Error{Line: ok.Line, Reason: fmt.Sprintf("kinds: %s: unknown key %q (want ipv6_prefix, history, personal, horizon)", k.Value, ok.Value)}
+				return nil, &Error{Line: ok.Line, Reason: fmt.Sprintf("kinds: %s: unknown key %q (want normalize, ipv6_prefix, history, personal, horizon)", k.Value, ok.Value)}
 			}
 		}
 		switch {

@@ -37,7 +37,8 @@ var nameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 //	    shadow: false
 //	    strict: false
 //	kinds:            # optional: how subjects of a kind are counted and kept
-//	  ip: {ipv6_prefix: 64}   # the default for kind ip
+//	  ip: {normalize: [trim, ip], ipv6_prefix: 64}   # the defaults for kind ip
+//	  user: {normalize: [trim, lower]}  # email's default; none for other kinds
 //	  email: {history: hash, horizon: 90d}  # history: raw|hash|drop; horizon of a personal kind
 //
 // Errors are *Error with the line of the offending node.
@@ -103,6 +104,9 @@ func Parse(data []byte) (*Set, error) {
 	}
 	s := newSet(out)
 	s.kinds, s.source = kinds, bytes.Clone(data)
+	for _, r := range out {
+		r.normalizeAllow(s)
+	}
 	return s, nil
 }
 

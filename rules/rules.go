@@ -146,6 +146,10 @@ type Rule struct {
 
 	allowExact map[string]struct{}
 	allowNets  []netip.Prefix
+	// allowNorm holds the exact entries as the rule's kinds normalize them
+	// (Set.Normalize), where that differs from the entry as written:
+	// subjects are matched normalized.
+	allowNorm map[string]struct{}
 }
 
 // Allowed reports whether subject is on the rule's allowlist: equal to an
@@ -153,9 +157,15 @@ type Rule struct {
 // subjects are counted but never denied by this rule.
 //
 // An IPv6 subject counted by its prefix (Set.Subject: "2001:db8::/64") is
-// allowlisted when one CIDR range holds the whole prefix.
+// allowlisted when one CIDR range holds the whole prefix. Subjects are
+// matched as counted (Set.Subject): an exact entry matches in the form
+// each of the rule's kinds normalizes it to, too ("Ops@Example.com" allows
+// "ops@example.com" of kind email).
 func (r *Rule) Allowed(subject string) bool {
 	if _, ok := r.allowExact[subject]; ok {
+		return true
+	}
+	if _, ok := r.allowNorm[subject]; ok {
 		return true
 	}
 	if len(r.allowNets) == 0 {
@@ -343,4 +353,19 @@ func (r *Rule) addAllow(entry string, kinds []string) error {
 	}
 	r.allowExact[entry] = struct{}{}
 	return nil
+}
+
+// normalizeAllow adds the exact entries' normalized forms (allowNorm) for
+// the rule's kinds, once the file's kinds: block is known.
+func (r *Rule) normalizeAllow(s *Set) {
+	for entry := range r.allowExact {
+		for _, k := range r.Kinds {
+			if n := s.Normalize(k, entry); n != entry {
+				if r.allowNorm == nil {
+					r.allowNorm = map[string]struct{}{}
+				}
+				r.allowNorm[n] = struct{}{}
+			}
+		}
+	}
 }

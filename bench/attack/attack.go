@@ -98,6 +98,7 @@ var scenarios = []scenario{
 	{"compressed-record", compressedRecord},
 	{"million-subjects", millionSubjects},
 	{"peer-forgery", peerForgery},
+	{"email-case", emailCase},
 }
 
 // Run runs the scenarios, writes the table to cfg.Out and returns the rows.

@@ -117,7 +117,7 @@ func (h *HistoryFlags) historySink(ctx context.Context, logger *slog.Logger) (ag
 		}
 		privacy = src.get
 	case hasher != nil: // no rules: every kind raw, the visitors keyed
-		p, err := history.NewPrivacy(nil, hasher)
+		p, err := history.NewPrivacy(nil, hasher, nil)
 		if err != nil {
 			return nil, nil, err
 		}

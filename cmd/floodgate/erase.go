@@ -28,7 +28,7 @@ type EraseCmd struct {
 	KeyPrefix string `name:"key-prefix" env:"FLOODGATE_KEY_PREFIX" default:"fg" help:"Prefix of every Redis key (as the aggregator's)."`
 	Rules     string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's: the actions whose live state is reset."`
 	Kind      string `name:"kind" short:"k" env:"FLOODGATE_ERASE_KIND" required:"" help:"Kind of the subject, e.g. email."`
-	Subject   string `name:"subject" short:"s" env:"FLOODGATE_ERASE_SUBJECT" required:"" help:"The subject as events carry it (or its ~h: hash, for history only)."`
+	Subject   string `name:"subject" short:"s" env:"FLOODGATE_ERASE_SUBJECT" required:"" help:"The subject as events carry it, in any spelling the kind normalizes alike (or its ~h: hash, for history only)."`
 	Action    string `name:"action" short:"a" env:"FLOODGATE_ERASE_ACTION" help:"Only this action; default: every action."`
 	Operator  string `name:"operator" env:"FLOODGATE_OPERATOR" help:"Who acts, recorded in the reset's audit on the decisions topic (default: $USER)."`
 	LiveGroup string `name:"live-group" aliases:"group" env:"FLOODGATE_LIVE_GROUP" default:"floodgate-live" help:"The aggregator's live consumer group (the reset records its offset as its boundary)."`
@@ -39,7 +39,11 @@ type EraseCmd struct {
 type eraseReport struct {
 	Kind    string `json:"kind"`
 	Subject string `json:"subject"`
-	Action  string `json:"action,omitempty"` // empty: every action
+	// Normalized is the subject as the kind counts it (the rules file's
+	// normalization), when that is not the spelling given: live state and
+	// history rows since are under it.
+	Normalized string `json:"normalized,omitempty"`
+	Action     string `json:"action,omitempty"` // empty: every action
 	// History is the rows removed per table, HistoryRows their sum.
 	History     []history.Erased `json:"history"`
 	HistoryRows int64            `json:"history_rows"`
@@ -86,7 +90,16 @@ func (c *EraseCmd) Run(ctx context.Context, logger *slog.Logger, std stdio) erro
 	if hasher == nil && set.Kind(c.Kind).History == rules.HistoryHash {
 		return fmt.Errorf("kind %s is stored hashed in history: --history-key-file is needed to find its rows", c.Kind)
 	}
-	err = c.eraseHistory(ctx, logger, hasher, &rep)
+	if !history.IsHashed(c.Subject) {
+		if n := set.Normalize(c.Kind, c.Subject); n != c.Subject {
+			rep.Normalized = n
+		}
+	}
+	if set.Kind(c.Kind).Normalize != 0 {
+		rep.NotErased = append(rep.NotErased, "history rows and live counters under other spellings of the subject, written before kind "+c.Kind+
+			" was normalized (by an older version, or a rules file with normalize: none): erase each spelling; live counters expire with their windows")
+	}
+	err = c.eraseHistory(ctx, logger, hasher, set, &rep)
 	if err == nil {
 		err = c.eraseLive(ctx, logger, set, name, hasher, &rep)
 	}
@@ -96,13 +109,15 @@ func (c *EraseCmd) Run(ctx context.Context, logger *slog.Logger, std stdio) erro
 	return err
 }
 
-func (c *EraseCmd) eraseHistory(ctx context.Context, logger *slog.Logger, h *history.Hasher, rep *eraseReport) error {
+func (c *EraseCmd) eraseHistory(ctx context.Context, logger *slog.Logger, h *history.Hasher, set *rules.Set, rep *eraseReport) error {
 	pool, err := c.PostgresFlags.historyPool(ctx, logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	erased, err := history.Erase(ctx, pool, h, c.Kind, c.Subject, c.Action)
+	// The rows of the subject as given and as normalized (rows from
+	// before the kind was normalized keep their spelling).
+	erased, err := history.Erase(ctx, pool, h, set, c.Kind, c.Subject, c.Action)
 	if err != nil {
 		return err
 	}
@@ -180,7 +195,11 @@ func (c *EraseCmd) print(w io.Writer, rep eraseReport) error {
 	if rep.Action != "" {
 		scope = "action " + rep.Action
 	}
-	fmt.Fprintf(&b, "erase %s %s (%s)\nhistory: %d rows\n", rep.Kind, rep.Subject, scope, rep.HistoryRows)
+	fmt.Fprintf(&b, "erase %s %s (%s)\n", rep.Kind, rep.Subject, scope)
+	if rep.Normalized != "" {
+		fmt.Fprintf(&b, "counted as: %s\n", rep.Normalized)
+	}
+	fmt.Fprintf(&b, "history: %d rows\n", rep.HistoryRows)
 	for _, e := range rep.History {
 		fmt.Fprintf(&b, "  %-16s %d rows (%d events)\n", e.Table, e.Rows, e.Events)
 	}

@@ -33,7 +33,8 @@ func (f HistoryKeyFlags) hasher() (*history.Hasher, error) {
 	return h, nil
 }
 
-// historyPrivacy is the storage policy of set's kinds.
+// historyPrivacy is the subject policy of set's kinds: normalization and
+// storage.
 func historyPrivacy(set *rules.Set, h *history.Hasher) (*history.Privacy, error) {
 	kinds := map[string]history.Storage{}
 	for k, s := range set.HistoryStorages() {
@@ -43,7 +44,9 @@ func historyPrivacy(set *rules.Set, h *history.Hasher) (*history.Privacy, error)
 		}
 		kinds[k] = st
 	}
-	return history.NewPrivacy(kinds, h)
+	// Subjects and visitor values as the live path counts them: the
+	// normalization of set's kinds (rules.Set.Normalize).
+	return history.NewPrivacy(kinds, h, set)
 }
 
 // privacySource is the history sink's policy, following the rules file:

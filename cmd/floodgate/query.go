@@ -10,6 +10,7 @@ import (
 
 	"floodgate/dashboard"
 	"floodgate/history"
+	"floodgate/rules"
 	"floodgate/timespan"
 )
 
@@ -30,6 +31,7 @@ type QueryCmd struct {
 type queryFlags struct {
 	PostgresFlags
 	HistoryKeyFlags
+	Rules string `name:"rules" env:"FLOODGATE_RULES" default:"examples/rules.yaml" help:"Rules file (YAML), as the aggregator's: its kinds: block says how a subject of each kind is normalized (--subject with --kind is looked up as given and normalized). The default file missing: the built-in normalization (email trimmed and lowercased, ip in canonical form)."`
 }
 
 func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), error) {
@@ -37,11 +39,19 @@ func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
+	var set *rules.Set // nil: the built-in kind defaults
+	if rulesFound(f.Rules) == nil {
+		// A query only reads: outside the repository the default file's
+		// absence is no error, a file named explicitly must load.
+		if set, err = rules.Load(f.Rules); err != nil {
+			return nil, nil, err
+		}
+	}
 	pool, err := f.PostgresFlags.historyPool(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, nil, err
 	}
-	return history.NewQuerier(pool).WithHasher(h), pool.Close, nil
+	return history.NewQuerier(pool).WithHasher(h).WithNormalizer(set), pool.Close, nil
 }
 
 // jsonFlag makes a query print one JSON document instead of text; its

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 
@@ -23,7 +24,9 @@ type RulesCheckCmd struct {
 func (c *RulesCheckCmd) Help() string {
 	return `Prints one line per action and kind a rule applies to: action, kind, rule,
 its limits (bucket, distinct kind), its mode (enforce, strict, shadow) and the
-size of its allowlist.
+size of its allowlist. Then one line per kind the rules count (distinct
+kinds included): how its subjects are normalized (trim, lower, ip, or none)
+and the prefix length an IPv6 subject is counted by (- for none).
 
 Warnings (on stderr; the file is still valid) compare the enforced (not
 shadow) rules of one action and kind that count the same thing (events, or
@@ -50,6 +53,15 @@ func (c *RulesCheckCmd) Run(std stdio) error {
 	for _, e := range set.Effective() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Action, e.Kind, e.Rule.Name, e.Rule.Describe(), ruleMode(e.Rule), strconv.Itoa(e.Rule.AllowSize()))
 	}
+	fmt.Fprintln(tw, "\nKIND\tNORMALIZE\tIPV6_PREFIX")
+	for _, k := range countedKinds(set) {
+		o := set.Kind(k)
+		prefix := "-"
+		if o.IPv6Prefix > 0 {
+			prefix = strconv.Itoa(o.IPv6Prefix)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", k, o.Normalize, prefix)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -57,6 +69,25 @@ func (c *RulesCheckCmd) Run(std stdio) error {
 		fmt.Fprintf(std.err, "%s:%d: warning: %s\n", c.File, f.Line, f)
 	}
 	return nil
+}
+
+// countedKinds are the kinds set's rules count, distinct kinds included,
+// sorted.
+func countedKinds(set *rules.Set) []string {
+	var out []string
+	add := func(k string) {
+		if k != "" && !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	for _, r := range set.Rules() {
+		for _, k := range r.Kinds {
+			add(k)
+		}
+		add(r.Distinct)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func ruleMode(r *rules.Rule) string {

@@ -50,13 +50,14 @@ func TestRulesCheck(t *testing.T) {
 			"credential-stuffing  distinct email: 20/1h", "bucket: {rate: 10/1s, burst: 50}",
 			"link-visit           limits: 50/1s 600/1m 20000/1h                       shadow   0",
 			"password_reset  ip     password-reset       limits: 1/1m 3/1h 10/1d                             strict   0",
+			"KIND   NORMALIZE      IPV6_PREFIX", "email  [trim, lower]  -", "ip     [trim, ip]     64", "user   none           -",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
 		}
-		if n := strings.Count(out, "\n"); n != 9 {
-			t.Errorf("%d lines, want a header and 8 (rule, action, kind):\n%s", n, out)
+		if n := strings.Count(out, "\n"); n != 14 {
+			t.Errorf("%d lines, want a header and 8 (rule, action, kind), a blank line, a header and 3 kinds:\n%s", n, out)
 		}
 	})
 	t.Run("warnings", func(t *testing.T) {
@@ -72,6 +73,13 @@ func TestRulesCheck(t *testing.T) {
 			if !strings.Contains(errOut, want) {
 				t.Errorf("stderr lacks %q:\n%s", want, errOut)
 			}
+		}
+	})
+	t.Run("unknown normalize step", func(t *testing.T) {
+		path := writeFile(t, "rules.yaml", "rules:\n  - {name: a, action: x, kinds: [email], limits: [5/m]}\nkinds:\n  email: {normalize: [trim, casefold]}\n")
+		code, out, errOut := runCLI(t, "rules", "check", path)
+		if code != 1 || out != "" || !strings.Contains(errOut, path+`:4: kinds: email: normalize: unknown step "casefold" (want trim, lower, ip, or none)`) {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})
 	t.Run("broken file", func(t *testing.T) {
