@@ -7,7 +7,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -132,11 +131,7 @@ func TestComposeMountsExist(t *testing.T) {
 // breaks this test instead of a user's deployment.
 func TestComposeCommandsParse(t *testing.T) {
 	p := loadCompose(t)
-	bin := filepath.Join(t.TempDir(), "floodgate")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/floodgate")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build floodgate: %v\n%s", err, out)
-	}
+	bin := floodgateBinary(t)
 	for name, s := range p.Services {
 		if !strings.HasPrefix(s.Image, "floodgate:") {
 			continue
