@@ -1,4 +1,4 @@
-.PHONY: stack test demo screenshot bench chaos attack build down fuzz
+.PHONY: stack test demo screenshot bench chaos attack build down fuzz release
 
 # Fuzzing runs for a number of executions, not a time: Go 1.26's coordinator
 # can report its own -fuzztime deadline as a failure ("context deadline
@@ -42,3 +42,26 @@ fuzz:
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' $(FUZZ_LONG)
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' $(FUZZ_LONG)
 	go test ./timespan -run='^$$' -fuzz='^FuzzParseDuration$$' $(FUZZ_LONG)
+
+# The release (docs/operations.md, "Releases"): binaries for linux and darwin
+# on amd64 and arm64, tar.gz archives, a CycloneDX SBOM per binary and
+# SHA-256 checksums by GoReleaser (.goreleaser.yaml), then the container
+# image from the Dockerfile by buildah (scripts/release-image), all in dist/.
+# On a commit tagged vX.Y.Z that version (the tree must be clean); anywhere
+# else a snapshot. The tools are pinned here and installed from the Go module
+# proxy into bin/tools. BASE_IMAGE=local builds the image's base from this
+# machine's files where no registry can be reached; IMAGE_PLATFORMS picks
+# the image's platforms (default linux/amd64).
+GORELEASER_VERSION = v2.17.0
+CYCLONEDX_GOMOD_VERSION = v1.10.0
+RELEASE_TOOLS = $(CURDIR)/bin/tools
+RELEASE_TAG = $(shell git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null)
+# GoReleaser reads no git state at all (no commit, no tag) from a clone with
+# no remote: give it the project's URL through git's environment then.
+RELEASE_GIT_ENV = $(if $(shell git remote 2>/dev/null),,GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/floodgate-dev/floodgate)
+
+release:
+	GOBIN=$(RELEASE_TOOLS) go install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+	GOBIN=$(RELEASE_TOOLS) go install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
+	$(RELEASE_GIT_ENV) PATH="$(RELEASE_TOOLS):$$PATH" goreleaser release --clean $(if $(RELEASE_TAG),--skip=publish,--snapshot)
+	scripts/release-image

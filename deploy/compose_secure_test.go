@@ -44,7 +44,7 @@ func TestComposePublishesOnLoopback(t *testing.T) {
 	if env("redis", "REDIS_PASSWORD") == "" || env("limiter", "FLOODGATE_REDIS_PASSWORD") != env("redis", "REDIS_PASSWORD") {
 		t.Error("Redis has no password, or floodgate not the same one")
 	}
-	if env("timescaledb", "POSTGRES_PASSWORD") == "floodgate" {
+	if env("postgres", "POSTGRES_PASSWORD") == "floodgate" {
 		t.Error("PostgreSQL's password is the user name")
 	}
 }
@@ -82,10 +82,10 @@ func TestComposeGrafanaSignsInAndReadsOnly(t *testing.T) {
 		t.Fatalf("grafana-db-role makes no login role:\n%s", script)
 	}
 	user := m[1]
-	if got := env("grafana", "FLOODGATE_PG_USER"); got != user || got == env("timescaledb", "POSTGRES_USER") {
-		t.Errorf("grafana reads PostgreSQL as %q, want %q (not the superuser %q)", got, user, env("timescaledb", "POSTGRES_USER"))
+	if got := env("grafana", "FLOODGATE_PG_USER"); got != user || got == env("postgres", "POSTGRES_USER") {
+		t.Errorf("grafana reads PostgreSQL as %q, want %q (not the superuser %q)", got, user, env("postgres", "POSTGRES_USER"))
 	}
-	if pw := env("grafana", "FLOODGATE_PG_PASSWORD"); pw == "" || pw == env("timescaledb", "POSTGRES_PASSWORD") || pw != env("grafana-db-role", "GRAFANA_PG_PASSWORD") {
+	if pw := env("grafana", "FLOODGATE_PG_PASSWORD"); pw == "" || pw == env("postgres", "POSTGRES_PASSWORD") || pw != env("grafana-db-role", "GRAFANA_PG_PASSWORD") {
 		t.Errorf("grafana's PostgreSQL password: empty, the superuser's, or not the one grafana-db-role sets")
 	}
 	if d := p.Services["grafana"].DependsOn["grafana-db-role"]; d.Condition != "service_completed_successfully" {

@@ -5,29 +5,133 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/distribution/reference"
 )
 
 func loadCompose(t *testing.T) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
-		cli.WithWorkingDirectory(".."), cli.WithName("floodgate"))
+	return loadComposeFiles(t, "../docker-compose.yml")
+}
+
+// loadComposeFiles loads docker-compose.yml with override files after it,
+// as `docker compose -f docker-compose.yml -f <override>` does.
+func loadComposeFiles(t *testing.T, files ...string) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions(files, cli.WithWorkingDirectory(".."), cli.WithName("floodgate"))
 	if err != nil {
 		t.Fatalf("compose options: %v", err)
 	}
 	p, err := opts.LoadProject(context.Background())
 	if err != nil {
-		t.Fatalf("load docker-compose.yml: %v", err)
+		t.Fatalf("load %v: %v", files, err)
 	}
 	return p
+}
+
+// pinned says why an image reference does not name one release: no tag,
+// "latest", or a tag that is not a version (major.minor.patch; PostgreSQL's
+// releases are major.minor). A digest pins whatever the tag.
+func pinned(ref string) error {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return err
+	}
+	if _, ok := named.(reference.Digested); ok {
+		return nil
+	}
+	tagged, ok := named.(reference.Tagged)
+	if !ok {
+		return fmt.Errorf("%s: no tag (latest)", ref)
+	}
+	version := `^v?\d+\.\d+\.\d+($|-)`
+	if reference.Path(named) == "library/postgres" {
+		version = `^\d+\.\d+($|-)`
+	}
+	if !regexp.MustCompile(version).MatchString(tagged.Tag()) {
+		return fmt.Errorf("%s: tag %q is not a version (%s)", ref, tagged.Tag(), version)
+	}
+	return nil
+}
+
+// TestComposeImagesPinned: every image Compose pulls, with or without the
+// TimescaleDB override, names one release, so `up` runs what was tested
+// and a rebuild months later runs the same; the PostgreSQL by default is
+// the major the tests run (scripts/stack: PostgreSQL 15), and the
+// override changes the database's image only. The Dockerfile's base
+// images are pinned too.
+func TestComposeImagesPinned(t *testing.T) {
+	base := loadCompose(t)
+	timescale := loadComposeFiles(t, "../docker-compose.yml", "../deploy/compose/timescaledb.yml")
+	for name, p := range map[string]*types.Project{"docker-compose.yml": base, "with timescaledb.yml": timescale} {
+		built := map[string]bool{} // floodgate's own, built from the Dockerfile
+		for _, s := range p.Services {
+			built[s.Image] = built[s.Image] || s.Build != nil
+		}
+		for _, s := range p.Services {
+			if built[s.Image] {
+				continue
+			}
+			if err := pinned(s.Image); err != nil {
+				t.Errorf("%s: service %s: %v", name, s.Name, err)
+			}
+		}
+	}
+	if img := base.Services["postgres"].Image; !strings.HasPrefix(img, "postgres:15.") {
+		t.Errorf("postgres runs %s, want PostgreSQL 15, the tests' major", img)
+	}
+	if img := timescale.Services["postgres"].Image; !strings.HasPrefix(img, "timescale/timescaledb:") || !strings.HasSuffix(img, "-pg15") {
+		t.Errorf("the TimescaleDB override runs %s, want timescale/timescaledb on PostgreSQL 15", img)
+	}
+	for name, s := range timescale.Services {
+		b := base.Services[name]
+		s.Image, b.Image = "", ""
+		if !reflect.DeepEqual(s, b) {
+			t.Errorf("the TimescaleDB override changes service %s beyond its image", name)
+		}
+	}
+
+	// The Dockerfile's bases: ARG defaults the FROM lines name.
+	df, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^ARG (\w+)=(\S+)$`).FindAllStringSubmatch(string(df), -1) {
+		args[m[1]] = m[2]
+	}
+	froms := 0
+	for _, m := range regexp.MustCompile(`(?m)^FROM (?:--platform=\S+ )?(\S+)`).FindAllStringSubmatch(string(df), -1) {
+		ref := m[1]
+		if v, ok := strings.CutPrefix(ref, "${"); ok {
+			ref = args[strings.TrimSuffix(v, "}")]
+		}
+		if ref == "runtime" || ref == "build" {
+			continue // a stage of its own
+		}
+		froms++
+		// distroless publishes no version tags: its static-debian12 image
+		// follows Debian 12's updates (pin it by digest where that matters).
+		if strings.HasPrefix(ref, "gcr.io/distroless/static-debian12:") {
+			continue
+		}
+		if err := pinned(ref); err != nil {
+			t.Errorf("Dockerfile: %v", err)
+		}
+	}
+	if froms != 2 {
+		t.Errorf("Dockerfile: %d base images found, want the Go image and the runtime's", froms)
+	}
 }
 
 func TestComposeServices(t *testing.T) {
@@ -43,12 +147,12 @@ func TestComposeServices(t *testing.T) {
 	}{
 		{service: "kafka", image: "apache/kafka:4.", ports: []uint32{19092}, healthy: true},
 		{service: "redis", image: "redis:7", ports: []uint32{6379}, healthy: true},
-		{service: "timescaledb", image: "timescale/timescaledb:", ports: []uint32{5432}, healthy: true},
+		{service: "postgres", image: "postgres:15.", ports: []uint32{5432}, healthy: true},
 		{service: "grafana", image: "grafana/grafana:", ports: []uint32{3000}, healthy: true,
-			dependsOn: map[string]string{"timescaledb": "service_healthy", "prometheus": "service_healthy"}},
+			dependsOn: map[string]string{"postgres": "service_healthy", "prometheus": "service_healthy"}},
 		{service: "prometheus", image: "prom/prometheus:v3", ports: []uint32{9090}, healthy: true},
 		{service: "floodgate-init", image: "floodgate:", fromBuild: true, subcommand: "setup",
-			dependsOn: map[string]string{"kafka": "service_healthy", "timescaledb": "service_healthy"}},
+			dependsOn: map[string]string{"kafka": "service_healthy", "postgres": "service_healthy"}},
 		{service: "aggregator", image: "floodgate:", healthy: true, subcommand: "aggregator", ports: []uint32{9464},
 			dependsOn: map[string]string{"floodgate-init": "service_completed_successfully", "redis": "service_healthy"}},
 		{service: "limiter", image: "floodgate:", healthy: true, subcommand: "limiter", ports: []uint32{8080, 8081},
@@ -132,11 +236,7 @@ func TestComposeMountsExist(t *testing.T) {
 // breaks this test instead of a user's deployment.
 func TestComposeCommandsParse(t *testing.T) {
 	p := loadCompose(t)
-	bin := filepath.Join(t.TempDir(), "floodgate")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/floodgate")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build floodgate: %v\n%s", err, out)
-	}
+	bin := floodgateBinary(t)
 	for name, s := range p.Services {
 		if !strings.HasPrefix(s.Image, "floodgate:") {
 			continue

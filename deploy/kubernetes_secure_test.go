@@ -43,7 +43,20 @@ func endpointOf(t *testing.T, hostport string) endpoint {
 // own ports and let out only to DNS and the services it uses (the
 // addresses configured); Prometheus checks the limiter's certificate.
 func TestKubernetesSecureByDefault(t *testing.T) {
-	_, objs := loadK8s(t)
+	forEachLayout(t, func(t *testing.T, _ string, objs []k8sObject) { checkSecure(t, objs) })
+}
+
+// endpointsOf reads a comma-separated list of addresses.
+func endpointsOf(t *testing.T, hostports string) []endpoint {
+	t.Helper()
+	var es []endpoint
+	for _, hp := range strings.Split(hostports, ",") {
+		es = append(es, endpointOf(t, hp))
+	}
+	return es
+}
+
+func checkSecure(t *testing.T, objs []k8sObject) {
 	secrets, configMaps := map[string]map[string]string{}, map[string]map[string]string{}
 	var policies []*networkingv1.NetworkPolicy
 	var monitors []*monitoringv1.ServiceMonitor
@@ -72,11 +85,8 @@ func TestKubernetesSecureByDefault(t *testing.T) {
 			t.Errorf("ConfigMap floodgate-env holds %s: secrets go in Secrets, as files", k)
 		}
 	}
-	var brokers []endpoint
-	for _, b := range strings.Split(env["FLOODGATE_BROKERS"], ",") {
-		brokers = append(brokers, endpointOf(t, b))
-	}
-	redis := endpointOf(t, env["FLOODGATE_REDIS_ADDR"])
+	brokers := endpointsOf(t, env["FLOODGATE_BROKERS"])
+	redis := endpointsOf(t, env["FLOODGATE_REDIS_ADDR"])
 	pgURL, err := url.Parse(secrets["floodgate-postgres"]["FLOODGATE_POSTGRES_URL"])
 	if err != nil {
 		t.Fatalf("FLOODGATE_POSTGRES_URL: %v", err)
@@ -86,12 +96,16 @@ func TestKubernetesSecureByDefault(t *testing.T) {
 		t.Errorf("PostgreSQL sslmode %q, want verify-full (require accepts any certificate)", m)
 	}
 	rootCert := pgURL.Query().Get("sslrootcert")
+	clientCert, clientKey := pgURL.Query().Get("sslcert"), pgURL.Query().Get("sslkey")
+	if (clientCert == "") != (clientKey == "") {
+		t.Errorf("PostgreSQL URL: sslcert %q without sslkey %q or the other way round", clientCert, clientKey)
+	}
 
 	// The services each workload uses.
 	uses := map[string][]endpoint{
 		"floodgate-setup":      append(slices.Clone(brokers), postgres),
-		"floodgate-aggregator": append(slices.Clone(brokers), redis, postgres),
-		"floodgate-limiter":    append(slices.Clone(brokers), redis),
+		"floodgate-aggregator": append(append(slices.Clone(brokers), redis...), postgres),
+		"floodgate-limiter":    append(slices.Clone(brokers), redis...),
 		"floodgate-roller":     {postgres},
 	}
 
@@ -163,6 +177,22 @@ func TestKubernetesSecureByDefault(t *testing.T) {
 			if gotsPostgres && rootCert != "system" {
 				if _, _, _, ok := mounted(pod.Spec, c, rootCert); !ok {
 					t.Errorf("%s: the PostgreSQL CA %s (sslrootcert) is not mounted", where, rootCert)
+				}
+			}
+			if gotsPostgres && clientCert != "" {
+				if _, _, _, ok := mounted(pod.Spec, c, clientCert); !ok {
+					t.Errorf("%s: the PostgreSQL client certificate %s (sslcert) is not mounted", where, clientCert)
+				}
+				if _, _, secret, ok := mounted(pod.Spec, c, clientKey); !ok || !secret {
+					t.Errorf("%s: the PostgreSQL client key %s (sslkey) is not a key of a mounted Secret", where, clientKey)
+				}
+			}
+			// Every CA a container is told to trust is there.
+			for k, path := range cenv {
+				if strings.HasSuffix(k, "_CA") && path != "" {
+					if _, _, _, ok := mounted(pod.Spec, c, path); !ok {
+						t.Errorf("%s: %s=%s is not a mounted key", where, k, path)
+					}
 				}
 			}
 			listens := false

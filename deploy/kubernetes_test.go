@@ -19,16 +19,20 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	kusttypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"floodgate/rules"
 )
 
+// k8sDir holds the base (secure as shipped, every component), the overlays
+// that vary its topology, and the components overlays add.
 const k8sDir = "kubernetes"
 
-// k8sObject is one decoded document of deploy/kubernetes.
+// k8sObject is one decoded object of a rendered layout.
 type k8sObject struct {
-	file string
 	kind string
 	meta metav1.ObjectMeta
 	obj  any
@@ -82,93 +86,89 @@ func strictJSON(y []byte, v any) error {
 	return nil
 }
 
-// documents splits a multi-document YAML file.
-func documents(b []byte) [][]byte {
-	var docs [][]byte
-	for _, d := range bytes.Split(append([]byte("\n"), b...), []byte("\n---\n")) {
-		if len(bytes.TrimSpace(yamlStripComments(d))) > 0 {
-			docs = append(docs, d)
-		}
-	}
-	return docs
-}
-
-func yamlStripComments(b []byte) []byte {
-	var out []byte
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
-			out = append(out, l...)
-			out = append(out, '\n')
-		}
-	}
-	return out
-}
-
-// kustomization is the part of kustomize's Kustomization the manifests use
-// (its Go type lives in sigs.k8s.io/kustomize/api, not worth the
-// dependency): a local struct, decoded as strictly.
-type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Namespace  string   `json:"namespace"`
-	Resources  []string `json:"resources"`
-	Images     []struct {
-		Name    string `json:"name"`
-		NewName string `json:"newName"`
-		NewTag  string `json:"newTag"`
-	} `json:"images"`
-}
-
-// loadK8s decodes every object of the files kustomization.yaml lists, and
-// checks it lists every manifest.
-func loadK8s(t *testing.T) (kustomization, []k8sObject) {
+// k8sLayouts are the directories a user gives `kubectl apply -k`: the base
+// and every overlay, each found on disk so a new overlay is tested too.
+func k8sLayouts(t *testing.T) []string {
 	t.Helper()
-	var k kustomization
-	b, err := os.ReadFile(filepath.Join(k8sDir, "kustomization.yaml"))
+	overlays, err := filepath.Glob(filepath.Join(k8sDir, "overlays", "*", "kustomization.yaml"))
+	if err != nil || len(overlays) == 0 {
+		t.Fatalf("no overlays: %v", err)
+	}
+	layouts := []string{"base"}
+	for _, o := range overlays {
+		layouts = append(layouts, filepath.ToSlash(filepath.Join("overlays", filepath.Base(filepath.Dir(o)))))
+	}
+	return layouts
+}
+
+// baseKustomization is the base's kustomization.yaml, decoded strictly
+// into kustomize's own type; every manifest of the base is one of its
+// resources.
+func baseKustomization(t *testing.T) kusttypes.Kustomization {
+	t.Helper()
+	var k kusttypes.Kustomization
+	b, err := os.ReadFile(filepath.Join(k8sDir, "base", "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := strictJSON(b, &k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
+		t.Fatalf("base/kustomization.yaml: %v", err)
 	}
-	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(k8sDir, "base", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
 	for _, f := range files {
-		if filepath.Base(f) != "kustomization.yaml" {
-			want = append(want, filepath.Base(f))
+		if f := filepath.Base(f); f != "kustomization.yaml" && !slices.Contains(k.Resources, f) {
+			t.Errorf("base/%s is not a resource of base/kustomization.yaml", f)
 		}
 	}
-	if got := slices.Sorted(slices.Values(k.Resources)); !slices.Equal(got, want) {
-		t.Errorf("kustomization resources %v, want every manifest %v", got, want)
+	if len(k.Images) != 1 {
+		t.Fatalf("base/kustomization.yaml: %d images, want floodgate's", len(k.Images))
+	}
+	return k
+}
+
+// renderK8s builds a layout as `kubectl apply -k` (kustomize's krusty, the
+// library kubectl embeds) does and decodes every object strictly into its
+// API type.
+func renderK8s(t *testing.T, layout string) []k8sObject {
+	t.Helper()
+	return renderDir(t, layout, filepath.Join(k8sDir, layout))
+}
+
+func renderDir(t *testing.T, layout, dir string) []k8sObject {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", layout, err)
 	}
 	var objs []k8sObject
-	for _, f := range k.Resources {
-		b, err := os.ReadFile(filepath.Join(k8sDir, f))
+	for _, r := range m.Resources() {
+		doc, err := r.AsYAML()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %s: %v", layout, r.CurId(), err)
 		}
-		for i, doc := range documents(b) {
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &tm); err != nil {
-				t.Fatalf("%s document %d: %v", f, i, err)
-			}
-			obj, err := newObject(tm.APIVersion, tm.Kind)
-			if err != nil {
-				t.Fatalf("%s document %d: %v", f, i, err)
-			}
-			if err := strictJSON(doc, obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", f, i, tm.Kind, err)
-			}
-			meta := obj.(interface{ GetObjectMeta() metav1.Object }).GetObjectMeta()
-			objs = append(objs, k8sObject{file: f, kind: tm.Kind, obj: obj, meta: metav1.ObjectMeta{
-				Name: meta.GetName(), Namespace: meta.GetNamespace(), Labels: meta.GetLabels(),
-			}})
+		obj, err := newObject(r.GetApiVersion(), r.GetKind())
+		if err != nil {
+			t.Fatalf("%s: %v", layout, err)
 		}
+		if err := strictJSON(doc, obj); err != nil {
+			t.Fatalf("%s: %s %s: %v", layout, r.GetKind(), r.GetName(), err)
+		}
+		meta := obj.(interface{ GetObjectMeta() metav1.Object }).GetObjectMeta()
+		objs = append(objs, k8sObject{kind: r.GetKind(), obj: obj, meta: metav1.ObjectMeta{
+			Name: meta.GetName(), Namespace: meta.GetNamespace(), Labels: meta.GetLabels(),
+		}})
 	}
-	return k, objs
+	return objs
+}
+
+// forEachLayout runs check on every layout's objects, a subtest each.
+func forEachLayout(t *testing.T, check func(t *testing.T, layout string, objs []k8sObject)) {
+	for _, layout := range k8sLayouts(t) {
+		t.Run(layout, func(t *testing.T) { check(t, layout, renderK8s(t, layout)) })
+	}
 }
 
 // podSpecs are the pod templates of the workloads, by workload name.
@@ -192,7 +192,12 @@ func podSpecs(objs []k8sObject) map[string]corev1.PodTemplateSpec {
 // and probes name real ports, selectors select, the rules are the
 // example's, the PrometheusRule is the alerts file.
 func TestKubernetesManifests(t *testing.T) {
-	k, objs := loadK8s(t)
+	k := baseKustomization(t)
+	image := k.Images[0].NewName + ":" + k.Images[0].NewTag
+	forEachLayout(t, func(t *testing.T, _ string, objs []k8sObject) { checkManifests(t, k, image, objs) })
+}
+
+func checkManifests(t *testing.T, k kusttypes.Kustomization, image string, objs []k8sObject) {
 	byKind := map[string]map[string]k8sObject{}
 	for _, o := range objs {
 		if byKind[o.kind] == nil {
@@ -224,8 +229,8 @@ func TestKubernetesManifests(t *testing.T) {
 	for name, pod := range pods {
 		for _, c := range pod.Spec.Containers {
 			where := name + "/" + c.Name
-			if k.Images[0].Name != c.Image {
-				t.Errorf("%s: image %q is not the kustomization's %q", where, c.Image, k.Images[0].Name)
+			if c.Image != image {
+				t.Errorf("%s: image %q is not the kustomization's %q", where, c.Image, image)
 			}
 			for _, ef := range c.EnvFrom {
 				if ef.ConfigMapRef != nil && byKind["ConfigMap"][ef.ConfigMapRef.Name].obj == nil {
@@ -267,6 +272,9 @@ func TestKubernetesManifests(t *testing.T) {
 		for _, v := range pod.Spec.Volumes {
 			if v.ConfigMap != nil && byKind["ConfigMap"][v.ConfigMap.Name].obj == nil {
 				t.Errorf("%s: volume ConfigMap %s not defined", name, v.ConfigMap.Name)
+			}
+			if v.Secret != nil && byKind["Secret"][v.Secret.SecretName].obj == nil {
+				t.Errorf("%s: volume Secret %s not defined", name, v.Secret.SecretName)
 			}
 		}
 	}
@@ -334,6 +342,32 @@ func TestKubernetesManifests(t *testing.T) {
 	env := byKind["ConfigMap"]["floodgate-env"].obj.(*corev1.ConfigMap)
 	if r := env.Data["FLOODGATE_RULES"]; !strings.HasPrefix(r, "/etc/floodgate/rules/") {
 		t.Errorf("FLOODGATE_RULES %q is not in the rules volume", r)
+	}
+
+	// The dashboards ConfigMap holds every dashboard of grafana/dashboards
+	// as it is, labelled for Grafana's sidecar.
+	dashboards, err := filepath.Glob("grafana/dashboards/*.json")
+	if err != nil || len(dashboards) == 0 {
+		t.Fatalf("no dashboards: %v", err)
+	}
+	dcm, _ := byKind["ConfigMap"]["floodgate-grafana-dashboards"].obj.(*corev1.ConfigMap)
+	if dcm == nil {
+		t.Fatal("no ConfigMap floodgate-grafana-dashboards")
+	}
+	if dcm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("ConfigMap floodgate-grafana-dashboards: labels %v, want grafana_dashboard=1 (the sidecar selects on it)", dcm.Labels)
+	}
+	if len(dcm.Data) != len(dashboards) {
+		t.Errorf("ConfigMap floodgate-grafana-dashboards holds %d dashboards, want the %d of grafana/dashboards", len(dcm.Data), len(dashboards))
+	}
+	for _, f := range dashboards {
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := dcm.Data[filepath.Base(f)]; !ok || got != string(want) {
+			t.Errorf("ConfigMap floodgate-grafana-dashboards: %s missing or not the file (present %t)", filepath.Base(f), ok)
+		}
 	}
 
 	// The PrometheusRule is deploy/prometheus/floodgate-alerts.yaml.

@@ -54,13 +54,13 @@ type podSpec struct {
 }
 
 // TestKubernetesCommandLines parses every floodgate container's args of
-// deploy/kubernetes with the binary's own parser (kong, as main builds it)
+// deploy/kubernetes/base with the binary's own parser (kong, as main builds it)
 // in the environment the container gets from its ConfigMaps and Secrets:
 // a renamed flag, a bad enum or duration, in args or in the environment,
 // fails here instead of in a rollout. Every FLOODGATE_* variable given must
 // be read by some container's command.
 func TestKubernetesCommandLines(t *testing.T) {
-	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
+	files, err := filepath.Glob("../../deploy/kubernetes/base/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
