@@ -977,7 +977,9 @@ func attrsOf(s Subject, subs []Subject) map[string]string {
 // Its cost is bounded before any work: of a request past MaxSubjects only
 // the first MaxSubjects subjects are read (the rest is refused with the
 // request), so whatever the request names, the decision looks at most
-// MaxSubjects subjects up.
+// MaxSubjects subjects up. An empty subject is none (a header sent empty,
+// as /v1/check skips empty parameters): left out on every surface, so it
+// neither refuses nor hides the request's other subjects.
 func (l *Limiter) validate(req Request, take bool, surfaceBad error) (subs []Subject, bad, err error) {
 	if req.Action == "" {
 		return nil, nil, invalidf("action is required")
@@ -1014,6 +1016,13 @@ func (l *Limiter) validate(req Request, take bool, surfaceBad error) (subs []Sub
 	subs = given
 	copied := false
 	for i, s := range given {
+		if s.Subject == "" {
+			if !copied {
+				subs = append(make([]Subject, 0, len(given)), given[:i]...)
+				copied = true
+			}
+			continue
+		}
 		c := event.CanonicalSubject(s.Subject)
 		e.Kind, e.Subject = s.Kind, c
 		err := e.Validate()
@@ -1029,6 +1038,9 @@ func (l *Limiter) validate(req Request, take bool, surfaceBad error) (subs []Sub
 		if copied && err == nil {
 			subs = append(subs, Subject{Kind: s.Kind, Subject: c})
 		}
+	}
+	if len(subs) == 0 && bad == nil {
+		return nil, nil, invalidf("no subjects: every subject given is empty")
 	}
 	return subs, bad, nil
 }

@@ -153,7 +153,10 @@ func rlsHitsAddend(hitsAddend uint32, descs []*commonv3.RateLimitDescriptor) (n 
 // limitapi.Composite: kind "ip.path", subject "<ip>|<path>".
 //
 // The subject is the one the limiter decides (event.CanonicalSubject), so a
-// denial of an overlong value's digest finds its descriptor.
+// denial of an overlong value's digest finds its descriptor. A single
+// entry's empty value (an empty header) is an empty subject, which the
+// limiter leaves out as every surface does; a composite of an empty value
+// ("203.0.113.7|") is a subject like any other.
 func rlsSubject(d *commonv3.RateLimitDescriptor) Subject {
 	es := d.GetEntries()
 	if len(es) == 1 {
