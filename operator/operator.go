@@ -294,6 +294,11 @@ func validateSubjects(req *Request) error {
 	if len(req.Subjects) == 0 {
 		return invalidf("no subjects: give at least one kind=subject")
 	}
+	if len(req.Subjects) > MaxSubjects {
+		// Before any work: the checks below are per subject, and the
+		// duplicates' pairwise.
+		return invalidf("%d subjects, at most %d", len(req.Subjects), MaxSubjects)
+	}
 	var subs []limitapi.Subject
 	for _, s := range req.Subjects {
 		// A subject that is not valid as it stands is decided and counted
@@ -318,9 +323,6 @@ func validateSubjects(req *Request) error {
 		if !dup {
 			subs = append(subs, s)
 		}
-	}
-	if len(subs) > MaxSubjects {
-		return invalidf("%d subjects, at most %d", len(subs), MaxSubjects)
 	}
 	req.Subjects = subs
 	return nil
