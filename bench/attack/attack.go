@@ -97,6 +97,9 @@ var scenarios = []scenario{
 	{"degraded-redis", degradedRedis},
 	{"compressed-record", compressedRecord},
 	{"million-subjects", millionSubjects},
+	{"rls-descriptors", rlsDescriptors},
+	{"http-subjects", httpSubjects},
+	{"rls-empty-value", rlsEmptyValue},
 }
 
 // Run runs the scenarios, writes the table to cfg.Out and returns the rows.
