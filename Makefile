@@ -15,6 +15,9 @@ test:
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' $(FUZZ_SHORT)
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' $(FUZZ_SHORT)
 	go test ./timespan -run='^$$' -fuzz='^FuzzParseDuration$$' $(FUZZ_SHORT)
+	go test ./limiter -run='^$$' -fuzz='^FuzzParseQuery$$' $(FUZZ_SHORT)
+	go test ./limiter -run='^$$' -fuzz='^FuzzRLSRequest$$' $(FUZZ_SHORT)
+	go test ./limiter -run='^$$' -fuzz='^FuzzConnectRequest$$' $(FUZZ_SHORT)
 
 demo:
 	scripts/stack up && scripts/demo
@@ -42,6 +45,9 @@ fuzz:
 	go test ./event -run='^$$' -fuzz='^FuzzDecode$$' $(FUZZ_LONG)
 	go test ./event -run='^$$' -fuzz='^FuzzDecodeEncodedMatchesJSON$$' $(FUZZ_LONG)
 	go test ./timespan -run='^$$' -fuzz='^FuzzParseDuration$$' $(FUZZ_LONG)
+	go test ./limiter -run='^$$' -fuzz='^FuzzParseQuery$$' $(FUZZ_LONG)
+	go test ./limiter -run='^$$' -fuzz='^FuzzRLSRequest$$' $(FUZZ_LONG)
+	go test ./limiter -run='^$$' -fuzz='^FuzzConnectRequest$$' $(FUZZ_LONG)
 
 # The release (docs/operations.md, "Releases"): binaries for linux and darwin
 # on amd64 and arm64, tar.gz archives, a CycloneDX SBOM per binary and

@@ -58,6 +58,12 @@ func (s *connectService) fail(err error) error {
 
 // errorToConnect maps limiter errors to Connect codes.
 func errorToConnect(err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	}
 	switch ErrorCode(err) {
 	case CodeInvalid:
 		return connect.NewError(connect.CodeInvalidArgument, err)

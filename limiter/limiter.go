@@ -102,7 +102,10 @@ type Config struct {
 	// FailureMode is the answer when Redis fails or times out. Default
 	// FailOpen.
 	FailureMode FailureMode
-	// MaxSubjects bounds the subjects of one request. Default 16.
+	// MaxSubjects bounds the subjects of one request (and the descriptors
+	// of one RLS call), before any work: past it only the first MaxSubjects
+	// are decided, a denial among them is the answer, and otherwise the
+	// request is refused. Default 16.
 	MaxSubjects int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -214,7 +217,7 @@ func New(cfg Config) (*Limiter, error) {
 // Redis failures are answered from memory, then by the failure mode, not
 // returned.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
-	return l.decide(ctx, req, false)
+	return l.decide(ctx, req, false, nil)
 }
 
 // Take decides like an exact Check with N events and, when allowed, counts
@@ -223,7 +226,7 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 // header; the other subjects are published for the aggregator to count. A
 // denied Take counts and publishes nothing.
 func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
-	return l.decide(ctx, req, true)
+	return l.decide(ctx, req, true, nil)
 }
 
 // Ready reports whether rules are loaded and the limiter can answer: its
@@ -261,13 +264,21 @@ func (e *NotReadyError) Error() string { return e.Dependency + ": " + e.Err.Erro
 
 func (e *NotReadyError) Unwrap() error { return e.Err }
 
-func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision, error) {
+// decide is Check (take false) and Take. surfaceBad is a problem the
+// surface found in the part of the request it did not pass on (an RLS
+// call's descriptors past the bound): refused like validate's own, unless
+// a subject decided is denied.
+func (l *Limiter) decide(ctx context.Context, req Request, take bool, surfaceBad error) (Decision, error) {
 	op := "check"
 	if take {
 		op = "take"
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up before the work began: nobody waits.
+		return Decision{}, fmt.Errorf("%s: %w", op, context.Cause(ctx))
+	}
 	set := l.cfg.Rules()
-	subs, bad, err := l.validate(set, req, take)
+	subs, bad, err := l.validate(set, req, take, surfaceBad)
 	if err != nil {
 		l.m.invalid.WithLabelValues(op).Inc()
 		return Decision{}, err
@@ -279,6 +290,7 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool) (Decision,
 	// two addresses of one prefix, two spellings of an e-mail) is one
 	// subject: decided, counted and published once.
 	req.Subjects = dedupSubjects(subs)
+	l.m.subjects.Add(float64(len(req.Subjects)))
 	plans, others := planSubjects(set, req)
 	n := max(req.N, 1)
 	if bad == nil && take {
@@ -959,9 +971,16 @@ func attrsOf(s Subject, subs []Subject) map[string]string {
 // event.CanonicalSubject has it (an overlong or unprintable subject is
 // decided on its digest), and apart the first problem of the rest of the
 // request (bad is for refuse: a denial of a valid subject still wins over
-// it). err is a request that cannot be decided at all: no action, or no
-// subject given.
-func (l *Limiter) validate(set *rules.Set, req Request, take bool) (subs []Subject, bad, err error) {
+// it; surfaceBad, the surface's own, comes first). err is a request that
+// cannot be decided at all: no action, or no subject given.
+//
+// Its cost is bounded before any work: of a request past MaxSubjects only
+// the first MaxSubjects subjects are read (the rest is refused with the
+// request), so whatever the request names, the decision looks at most
+// MaxSubjects subjects up. An empty subject is none (a header sent empty,
+// as /v1/check skips empty parameters): left out on every surface, so it
+// neither refuses nor hides the request's other subjects.
+func (l *Limiter) validate(set *rules.Set, req Request, take bool, surfaceBad error) (subs []Subject, bad, err error) {
 	if req.Action == "" {
 		return nil, nil, invalidf("action is required")
 	}
@@ -974,9 +993,15 @@ func (l *Limiter) validate(set *rules.Set, req Request, take bool) (subs []Subje
 		// No rule has an invalid action: nothing could deny.
 		return nil, nil, contractError(err)
 	}
+	given := req.Subjects
+	if len(given) > l.maxSubj {
+		given = given[:l.maxSubj]
+	}
+	bad = surfaceBad
 	switch {
+	case bad != nil:
 	case len(req.Subjects) > l.maxSubj:
-		bad = invalidf("%d subjects, at most %d", len(req.Subjects), l.maxSubj)
+		bad = invalidf("%d subjects, at most %d (the first %d were decided)", len(req.Subjects), l.maxSubj, l.maxSubj)
 	case req.N < 0 || req.N > event.MaxN:
 		bad = invalidf("n = %d, want 1..%d", req.N, event.MaxN)
 	case take && req.ID != "":
@@ -988,9 +1013,16 @@ func (l *Limiter) validate(set *rules.Set, req Request, take bool) (subs []Subje
 	}
 	// req.Subjects is the caller's: copied on the first change only (a
 	// check is on the hot path).
-	subs = req.Subjects
+	subs = given
 	copied := false
-	for i, s := range req.Subjects {
+	for i, s := range given {
+		if s.Subject == "" {
+			if !copied {
+				subs = append(make([]Subject, 0, len(given)), given[:i]...)
+				copied = true
+			}
+			continue
+		}
 		// Each subject as set counts it (rules.Set.Subject: normalized, an
 		// IPv6 address of kind ip by its /64), then its digest when it is
 		// no valid subject. Normalized first: "victim@x.example\n" is
@@ -1004,12 +1036,15 @@ func (l *Limiter) validate(set *rules.Set, req Request, take bool) (subs []Subje
 			bad = contractError(err)
 		}
 		if !copied && (err != nil || c != s.Subject) {
-			subs = append(make([]Subject, 0, len(req.Subjects)), req.Subjects[:i]...)
+			subs = append(make([]Subject, 0, len(given)), given[:i]...)
 			copied = true
 		}
 		if copied && err == nil {
 			subs = append(subs, Subject{Kind: s.Kind, Subject: c})
 		}
+	}
+	if len(subs) == 0 && bad == nil {
+		return nil, nil, invalidf("no subjects: every subject given is empty")
 	}
 	return subs, bad, nil
 }
@@ -1072,9 +1107,17 @@ func detail(e *event.Error) string {
 	return e.Reason
 }
 
+// dedupScan is the most subjects dedupSubjects compares pairwise (at most
+// 120 comparisons, cheaper than a map); more go through a map, so that the
+// cost stays linear whatever MaxSubjects is set to.
+const dedupScan = 16
+
 // dedupSubjects returns subs without repeated (kind, subject) pairs, in
 // first-seen order. subs itself is not modified.
 func dedupSubjects(subs []Subject) []Subject {
+	if len(subs) > dedupScan {
+		return dedupMap(subs)
+	}
 	for i := 1; i < len(subs); i++ {
 		for j := 0; j < i; j++ {
 			if subs[i] == subs[j] {
@@ -1096,6 +1139,28 @@ next:
 			}
 		}
 		out = append(out, s)
+	}
+	return out
+}
+
+// dedupMap is dedupSubjects through a set: linear in len(subs).
+func dedupMap(subs []Subject) []Subject {
+	seen := make(map[Subject]struct{}, len(subs))
+	var out []Subject
+	for i, s := range subs {
+		if _, dup := seen[s]; dup {
+			if out == nil {
+				out = append(make([]Subject, 0, len(subs)-1), subs[:i]...)
+			}
+			continue
+		}
+		seen[s] = struct{}{}
+		if out != nil {
+			out = append(out, s)
+		}
+	}
+	if out == nil {
+		return subs
 	}
 	return out
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	invalid       *prometheus.CounterVec
 	memory        prometheus.Counter
 	overflowReads prometheus.Counter
+	subjects      prometheus.Counter
 	state         []prometheus.Collector // of the State, when there is one
 	redis         *prometheus.HistogramVec
 	failures      *prometheus.CounterVec
@@ -51,6 +52,10 @@ func newMetrics() *metrics {
 		overflowReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_state_overflow_reads_total",
 			Help: "Checks read from Redis because the in-memory state was past its cap and did not hold a subject.",
+		}),
+		subjects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_subjects_total",
+			Help: "Subjects decided by checks and takes (each looked up in memory or Redis): at most the bound on subjects per request (16), whatever a request names.",
 		}),
 		redis: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_limiter_redis_seconds",
@@ -109,7 +114,7 @@ func (m *metrics) zero() {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	m.zero()
-	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads,
+	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads, m.subjects,
 		m.redis, m.failures, m.publishErrors, m.counted, m.queued, m.requests, m.latency, m.rules.vec}
 	cs = append(cs, m.state...)
 	for _, c := range cs {

@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"floodgate/limitapi"
@@ -60,32 +62,27 @@ var _ rlsv3.RateLimitServiceServer = (*rlsService)(nil)
 
 func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	defer s.l.m.observe("rls", time.Now())
-	n, checkOnly := rlsHitsAddend(in)
-	req := Request{Action: in.GetDomain(), N: n}
-	owner := make([]int, 0, len(in.GetDescriptors())) // subject -> descriptor
+	var buf [DefaultMaxSubjects]int // owners on the stack: no allocation per call
 	set := s.l.cfg.Rules()
-	for i, desc := range in.GetDescriptors() {
-		if len(desc.GetEntries()) == 0 {
-			continue
-		}
-		req.Subjects = append(req.Subjects, rlsSubject(set, desc))
-		owner = append(owner, i)
-	}
+	req, owner, checkOnly, bad := rlsRequest(in, set, s.l.maxSubj, buf[:0])
 	var d Decision
 	var err error
 	if s.mode == RLSTake && !checkOnly {
-		d, err = s.l.Take(ctx, req)
+		d, err = s.l.decide(ctx, req, true, bad)
 	} else {
-		d, err = s.l.Check(ctx, req)
+		d, err = s.l.decide(ctx, req, false, bad)
 	}
 	if err != nil {
 		s.l.m.requests.WithLabelValues("rls", "invalid").Inc()
 		return nil, errorToGRPC(err)
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(in.GetDescriptors()))
+	// A status per descriptor read: all of them, but for a call past the
+	// bound (refused unless denied), whose answer covers the ones decided.
+	ix := newRLSIndex(d, req.Subjects, owner, min(len(in.GetDescriptors()), s.l.maxSubj), set)
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, ix.descriptors())
 	for i := range resp.Statuses {
-		resp.Statuses[i] = s.status(d, req.Subjects, owner, i)
+		resp.Statuses[i] = ix.status(d, i)
 		if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -113,20 +110,128 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	return resp, nil
 }
 
-// status is descriptor i's answer: OVER_LIMIT with the denying limit when
-// one of its subjects is denied, otherwise OK with its enforced limit that
-// has the least quota left.
-func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rlsv3.RateLimitResponse_DescriptorStatus {
-	mine := func(kind, subject string) bool {
-		for k, o := range owner {
-			if o == i && subs[k].Kind == kind && subs[k].Subject == subject {
-				return true
-			}
-		}
-		return false
+// MaxDescriptorEntries bounds the entries of one RLS descriptor: a
+// composite's kind is its keys joined by "." and a kind is at most 64 bytes
+// (event.MaxNameLen), so 16 keys of three letters are already the longest
+// kind any rule can name. Past it the descriptor is refused unread.
+const MaxDescriptorEntries = 16
+
+// rlsRequest is an RLS call as the limiter's Request, read within bounds
+// before anything is decided: the domain is the action, the first
+// maxDescriptors descriptors give a subject each (rlsSubject; one without
+// entries gives none, each as set counts it), and the count is rlsHitsAddend's of those. Envoy
+// sends a descriptor per rate_limit action set, a handful; descriptors past
+// the bound are not read, and bad refuses the call (unless a subject read
+// is denied, Limiter.refuse), as it does a descriptor of more than
+// MaxDescriptorEntries entries. owner[k] is the descriptor of subject k,
+// appended to owners.
+func rlsRequest(in *rlsv3.RateLimitRequest, set *rules.Set, maxDescriptors int, owners []int) (req Request, owner []int, checkOnly bool, bad error) {
+	descs := in.GetDescriptors()
+	if len(descs) > maxDescriptors {
+		bad = invalidf("%d descriptors, at most %d (the first %d were decided)", len(descs), maxDescriptors, maxDescriptors)
+		descs = descs[:maxDescriptors]
 	}
+	req.N, checkOnly = rlsHitsAddend(in.GetHitsAddend(), descs)
+	req.Action = in.GetDomain()
+	owner = owners[:0]
+	for i, desc := range descs {
+		switch n := len(desc.GetEntries()); {
+		case n == 0:
+			continue
+		case n > MaxDescriptorEntries:
+			if bad == nil {
+				bad = invalidf("descriptor %d: %d entries, at most %d", i, n, MaxDescriptorEntries)
+			}
+			continue
+		}
+		req.Subjects = append(req.Subjects, rlsSubject(set, desc))
+		owner = append(owner, i)
+	}
+	return req, owner, checkOnly, bad
+}
+
+// rlsIndex finds each descriptor's subject among a decision's limits
+// without a nested scan: a descriptor has one subject (owner, ascending,
+// finds it by binary search), and assemble appends a subject's limits
+// together, so each subject's are one run of d.Limits, found in a map. A
+// call of one subject (Envoy's usual) needs neither: all limits are its;
+// one of a few scans the limits instead of allocating a map.
+type rlsIndex struct {
+	n      int // descriptors answered
+	subs   []Subject
+	owner  []int
+	set    *rules.Set
+	limits []Limit
+	runs   map[Subject][2]int // subject -> d.Limits[lo:hi]; nil for up to rlsScanSubjects
+}
+
+// rlsScanSubjects is the most subjects whose limits are found by a scan:
+// at most rlsScanSubjects times the limits, less than a map costs.
+const rlsScanSubjects = 4
+
+// newRLSIndex indexes d for n descriptors whose subjects are subs (owner:
+// subject -> descriptor). A descriptor's subject is named as the decision
+// names it: canonical for set (an IPv6 address of kind ip: its prefix).
+func newRLSIndex(d Decision, subs []Subject, owner []int, n int, set *rules.Set) rlsIndex {
+	ix := rlsIndex{n: n, subs: subs, owner: owner, set: set, limits: d.Limits}
+	if len(owner) <= rlsScanSubjects {
+		return ix
+	}
+	ix.runs = make(map[Subject][2]int, len(owner))
+	for i := 0; i < len(d.Limits); {
+		l := &d.Limits[i]
+		s := Subject{Kind: l.Kind, Subject: l.Subject}
+		j := i + 1
+		for j < len(d.Limits) && d.Limits[j].Kind == s.Kind && d.Limits[j].Subject == s.Subject {
+			j++
+		}
+		if _, seen := ix.runs[s]; !seen {
+			ix.runs[s] = [2]int{i, j}
+		}
+		i = j
+	}
+	return ix
+}
+
+func (ix *rlsIndex) descriptors() int { return ix.n }
+
+// subject is descriptor i's subject as decided; false for none.
+func (ix *rlsIndex) subject(i int) (Subject, bool) {
+	k, ok := slices.BinarySearch(ix.owner, i)
+	if !ok {
+		return Subject{}, false
+	}
+	s := ix.subs[k]
+	if ix.set != nil {
+		s.Subject = ix.set.Subject(s.Kind, s.Subject)
+	}
+	return s, true
+}
+
+// run is the run of d.Limits of subject s.
+func (ix *rlsIndex) run(s Subject) (lo, hi int) {
+	switch {
+	case ix.runs != nil:
+		r := ix.runs[s]
+		return r[0], r[1]
+	case len(ix.owner) <= 1:
+		return 0, len(ix.limits)
+	}
+	for lo < len(ix.limits) && (ix.limits[lo].Kind != s.Kind || ix.limits[lo].Subject != s.Subject) {
+		lo++
+	}
+	for hi = lo; hi < len(ix.limits) && ix.limits[hi].Kind == s.Kind && ix.limits[hi].Subject == s.Subject; hi++ {
+	}
+	return lo, hi
+}
+
+// status is descriptor i's answer: OVER_LIMIT with the denying limit when
+// its subject is denied, otherwise OK with its enforced limit that has the
+// least quota left.
+func (ix *rlsIndex) status(d Decision, i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	if den := d.Denial; den != nil && (den.Kind == "" || mine(den.Kind, den.Subject)) {
+	sub, ok := ix.subject(i)
+	if den := d.Denial; den != nil && (den.Kind == "" || ok && den.Kind == sub.Kind && den.Subject == sub.Subject) {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.DurationUntilReset = durationpb.New(roundUp(den.RetryAfter))
 		if den.Rule != "" {
@@ -134,10 +239,14 @@ func (s *rlsService) status(d Decision, subs []Subject, owner []int, i int) *rls
 		}
 		return st
 	}
+	if !ok {
+		return st
+	}
 	var best *Limit
-	for k := range d.Limits {
+	lo, hi := ix.run(sub)
+	for k := lo; k < hi; k++ {
 		l := &d.Limits[k]
-		if l.Shadow || l.Allowlisted || !mine(l.Kind, l.Subject) {
+		if l.Shadow || l.Allowlisted {
 			continue
 		}
 		if l.Exceeded {
@@ -197,6 +306,9 @@ func roundUp(d time.Duration) time.Duration {
 
 // errorToGRPC maps limiter errors to gRPC status codes.
 func errorToGRPC(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
 	switch ErrorCode(err) {
 	case CodeInvalid:
 		return status.Error(codes.InvalidArgument, err.Error())

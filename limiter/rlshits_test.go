@@ -44,9 +44,9 @@ func TestRLSHitsAddend(t *testing.T) {
 			for _, h := range tt.descs {
 				in.Descriptors = append(in.Descriptors, desc(h))
 			}
-			n, checkOnly := rlsHitsAddend(in)
-			if n != tt.n || checkOnly != tt.checkOnly {
-				t.Fatalf("n=%d checkOnly=%v, want n=%d checkOnly=%v", n, checkOnly, tt.n, tt.checkOnly)
+			req, _, checkOnly, bad := rlsRequest(in, nil, DefaultMaxSubjects, nil)
+			if req.N != tt.n || checkOnly != tt.checkOnly || bad != nil {
+				t.Fatalf("n=%d checkOnly=%v (%v), want n=%d checkOnly=%v", req.N, checkOnly, bad, tt.n, tt.checkOnly)
 			}
 		})
 	}

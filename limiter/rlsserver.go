@@ -120,15 +120,16 @@ func rlsOKHeaders(d Decision) []*corev3.HeaderValue {
 	}
 }
 
-// rlsHitsAddend is a call's count. A descriptor's hits_addend overrides the
-// request's (Envoy's rule; the request's 0 means 1), and floodgate decides
-// all subjects of a call together, with one count: the largest any
-// descriptor asks for. A count of 0 (only descriptors can give it, all of
-// them) asks for a check: nothing is counted, even in take mode.
-func rlsHitsAddend(in *rlsv3.RateLimitRequest) (n int64, checkOnly bool) {
-	count := max(uint64(in.GetHitsAddend()), 1)
-	for i, d := range in.GetDescriptors() {
-		c := max(uint64(in.GetHitsAddend()), 1)
+// rlsHitsAddend is a call's count, of the request's hits_addend and its
+// descriptors'. A descriptor's hits_addend overrides the request's
+// (Envoy's rule; the request's 0 means 1), and floodgate decides all
+// subjects of a call together, with one count: the largest any descriptor
+// asks for. A count of 0 (only descriptors can give it, all of them) asks
+// for a check: nothing is counted, even in take mode.
+func rlsHitsAddend(hitsAddend uint32, descs []*commonv3.RateLimitDescriptor) (n int64, checkOnly bool) {
+	count := max(uint64(hitsAddend), 1)
+	for i, d := range descs {
+		c := max(uint64(hitsAddend), 1)
 		if h := d.GetHitsAddend(); h != nil {
 			c = h.GetValue()
 		}
@@ -154,9 +155,12 @@ func rlsHitsAddend(in *rlsv3.RateLimitRequest) (n int64, checkOnly bool) {
 //
 // The subject is the one the limiter decides: as set counts it
 // (rules.Set.Subject: an e-mail normalized before any digest, so
-// "victim@x\t" is victim@x), then its digest when it is no valid subject
+// "victim@x	" is victim@x), then its digest when it is no valid subject
 // (event.CanonicalSubject). A denial of another spelling, or of an
-// overlong value's digest, then finds its descriptor.
+// overlong value's digest, then finds its descriptor. A single entry's
+// empty value (an empty header) is an empty subject, which the limiter
+// leaves out as every surface does; a composite of an empty value
+// ("203.0.113.7|") is a subject like any other.
 func rlsSubject(set *rules.Set, d *commonv3.RateLimitDescriptor) Subject {
 	es := d.GetEntries()
 	if len(es) == 1 {

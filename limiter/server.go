@@ -27,6 +27,15 @@ const (
 	DefaultHTTPAddr        = "127.0.0.1:8080"
 	DefaultRLSAddr         = "127.0.0.1:8081"
 	DefaultMaxRequestBytes = 64 << 10
+	// DefaultMaxConcurrentStreams bounds the calls in flight on one HTTP/2
+	// connection, RLS and Connect/gRPC alike (gRPC's own default is no
+	// bound): each holds a goroutine and up to MaxRequestBytes. 250 is what
+	// Go's HTTP/2 server sets, which the Connect port had already. An
+	// answer from memory takes well under a millisecond, so 250 in flight on
+	// one connection carry far more calls a second than one Envoy worker
+	// sends; past the bound a client waits (grpc-go) or opens another
+	// connection (Envoy).
+	DefaultMaxConcurrentStreams = 250
 )
 
 // ServerConfig configures a Server.
@@ -52,6 +61,10 @@ type ServerConfig struct {
 	MetricsAuth bool
 	// MaxRequestBytes bounds request bodies and RPC messages. Default 64 KiB.
 	MaxRequestBytes int64
+	// MaxConcurrentStreams bounds the calls in flight on one HTTP/2
+	// connection of either listener (SETTINGS_MAX_CONCURRENT_STREAMS).
+	// Default 250.
+	MaxConcurrentStreams uint32
 	// TLS, when set, serves both listeners over TLS (HTTP/2 by ALPN on
 	// the HTTP one, as gRPC clients need); it asks for client certificates
 	// when mTLS is wanted. Nil: plaintext (h2c).
@@ -127,6 +140,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
 	if cfg.RLSMaxConnectionAge == 0 {
 		cfg.RLSMaxConnectionAge = DefaultRLSMaxConnectionAge
 	}
@@ -167,6 +183,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		TLSConfig:         cfg.TLS,
 		Handler:           mux,
 		Protocols:         &protocols,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(cfg.MaxConcurrentStreams)},
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -176,7 +193,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 
 	if cfg.RLSAddr != "off" {
-		gopts := RLSServerOptions(cfg.MaxRequestBytes)
+		gopts := RLSServerOptions(cfg.MaxRequestBytes, cfg.MaxConcurrentStreams)
 		if cfg.TLS != nil {
 			gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 		}
@@ -202,15 +219,20 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 const rlsWorkers = 256
 
 // RLSServerOptions are the gRPC options of the RLS server: the message
-// size bound, and a pool of stream workers. Without the pool gRPC starts a
+// size bound, the bound on calls in flight per connection (0:
+// DefaultMaxConcurrentStreams), and a pool of stream workers. Without the pool gRPC starts a
 // goroutine per call, and every one of them grows its stack again through
 // the decision and publish path (copystack was 14 % of the limiter's CPU
 // under strict takes); workers keep their grown stacks. bench/rlsload's
 // no-op server takes the same options, so that the two differ by the work
 // per call alone.
-func RLSServerOptions(maxRequestBytes int64) []grpc.ServerOption {
+func RLSServerOptions(maxRequestBytes int64, maxConcurrentStreams uint32) []grpc.ServerOption {
+	if maxConcurrentStreams == 0 {
+		maxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(maxRequestBytes)),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.NumStreamWorkers(rlsWorkers),
 		grpc.ForceServerCodec(lenientCodec{}), // invalid UTF-8 from Envoy is a subject, not an error
 	}

@@ -309,6 +309,11 @@ func validateSubjects(req *Request, set *rules.Set) error {
 	if len(req.Subjects) == 0 {
 		return invalidf("no subjects: give at least one kind=subject")
 	}
+	if len(req.Subjects) > MaxSubjects {
+		// Before any work: the checks below are per subject, and the
+		// duplicates' pairwise.
+		return invalidf("%d subjects, at most %d", len(req.Subjects), MaxSubjects)
+	}
 	var subs []limitapi.Subject
 	for _, s := range req.Subjects {
 		// The subject as the limiter decides it and the aggregator counts
@@ -335,9 +340,6 @@ func validateSubjects(req *Request, set *rules.Set) error {
 		if !dup {
 			subs = append(subs, s)
 		}
-	}
-	if len(subs) > MaxSubjects {
-		return invalidf("%d subjects, at most %d", len(subs), MaxSubjects)
 	}
 	req.Subjects = subs
 	return nil

@@ -99,6 +99,9 @@ var scenarios = []scenario{
 	{"million-subjects", millionSubjects},
 	{"peer-forgery", peerForgery},
 	{"email-case", emailCase},
+	{"rls-descriptors", rlsDescriptors},
+	{"http-subjects", httpSubjects},
+	{"rls-empty-value", rlsEmptyValue},
 }
 
 // Run runs the scenarios, writes the table to cfg.Out and returns the rows.

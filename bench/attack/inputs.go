@@ -12,6 +12,12 @@ const inputs = "### Every hostile input, what holds now, and the test that keeps
 	"the RLS and Connect servers read string fields leniently when the stock decoder refuses them; the value is a subject like any other | limiter TestInvalidUTF8IsASubjectNotAnError |\n" +
 	"| A part that is invalid for real (a bad kind, 21 subjects, a bad id, n over the limit) beside an IP over its limit | " +
 	"refused (400 / InvalidArgument) only when no valid subject is denied; otherwise 429 / OVER_LIMIT, nothing counted | limiter TestInvalidPartRefusedUnlessDenied, TestTakeMoreThanTheLimitIsInvalid |\n" +
+	"| One RLS call of 64 KiB (~3,300 descriptors) beside a denied IP: minutes of a core (each status scanned every subject's limits), past the client's deadline; a 64 KiB POST to /v1/check: every subject decided, MiBs allocated, an answer 10 times the request | " +
+	"at most 16 subjects (16 RLS descriptors, 16 entries each) are read, before any work: a denial among them is the answer, else 400 / InvalidArgument; statuses found by index; an ended context decides nothing; at most 32 bytes allocated per request byte and an answer smaller than the request on HTTP, Connect, RLS and admin | " +
+	"limiter TestRLSCallCostIsBoundedByItsSize, TestHTTPAndConnectCostIsBoundedByItsSize, TestEndedContextDecidesNothing, FuzzParseQuery, FuzzRLSRequest, FuzzConnectRequest, operator TestAdminRequestCostIsBoundedByItsSize; attack rls-descriptors, http-subjects |\n" +
+	"| An empty descriptor value (an `X-User-Email:` header sent empty) beside an IP over a strict limit: the RLS take InvalidArgument, the IP neither decided nor counted | " +
+	"an empty subject is no subject on every surface (HTTP, Connect/gRPC, RLS, Go, limitermw): the rest is decided and counted | limiter TestEmptySubjectIsNoSubject; attack rls-empty-value |\n" +
+	"| gRPC servers (RLS, owner takes) took any number of concurrent streams per connection | `--max-concurrent-streams` (250) on the RLS and HTTP/2 listeners | limiter TestServersBoundConcurrentStreams |\n" +
 	"| limitermw (default `FailClosed: false`) with a request the limiter refuses | 400, the handler not run (`limitapi.ErrRefused`) | limitermw TestRefusedRequestIsNotAPass |\n" +
 	"| Redis unreachable or stuck: exact checks (`Floodgate-Exact: 1`) and takes of a banned or denied subject answered allowed (open mode) | " +
 	"memory answers first: bans and denials hold (`floodgate_limiter_failure_mode_total{mode=\"memory\"}`) | limiter TestDegradedAnswersHoldBansAndDenials; attack degraded-redis |\n" +

@@ -35,7 +35,7 @@ func (Noop) ShouldRateLimit(_ context.Context, in *rlsv3.RateLimitRequest) (*rls
 // `floodgate limiter` gives its RLS server (limiter.RLSServerOptions; no
 // auth token), so that the two differ by the work done per call alone.
 func NewNoopServer() *grpc.Server {
-	s := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes)...)
+	s := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes, limiter.DefaultMaxConcurrentStreams)...)
 	rlsv3.RegisterRateLimitServiceServer(s, Noop{})
 	return s
 }

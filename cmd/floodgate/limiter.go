@@ -46,6 +46,7 @@ type LimiterServeCmd struct {
 	AuthToken     string `name:"auth-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token required on RPC and /v1/* (empty: no auth). Prefer --auth-token-file."`
 	AuthTokenFile string `name:"auth-token-file" env:"FLOODGATE_AUTH_TOKEN_FILE" help:"File holding the bearer token (wins over --auth-token)."`
 	MaxBytes      int64  `name:"max-request-bytes" env:"FLOODGATE_MAX_REQUEST_BYTES" default:"65536" help:"Largest request body or RPC message."`
+	MaxStreams    uint32 `name:"max-concurrent-streams" env:"FLOODGATE_MAX_CONCURRENT_STREAMS" default:"250" help:"Most calls in flight on one HTTP/2 connection (RLS and Connect/gRPC); past it a client waits or opens another connection."`
 	// Each held subject costs about 0.3 KiB (docs/limiter.md, "Memory"):
 	// the default keeps the state near 60 MiB however many subjects an
 	// attacker brings.
@@ -122,7 +123,8 @@ func (c *LimiterServeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	srv, err := limiter.NewServer(limiter.ServerConfig{
 		RLSMaxConnectionAge: c.rlsMaxConnAge(), RLSMaxConnectionAgeGrace: c.RLSMaxConnAgeGrace, RLSNoOKHeaders: !c.RLSOKHeaders,
 		Limiter: lim, HTTPAddr: c.HTTPAddr, RLSAddr: c.RLSAddr, RLSMode: rlsMode,
-		AuthToken: authToken, MetricsAuth: c.MetricsAuth, MaxRequestBytes: c.MaxBytes, TLS: serverTLS, Gatherer: reg, Logger: logger,
+		AuthToken: authToken, MetricsAuth: c.MetricsAuth, MaxRequestBytes: c.MaxBytes, MaxConcurrentStreams: c.MaxStreams,
+		TLS: serverTLS, Gatherer: reg, Logger: logger,
 	})
 	if err != nil {
 		return err

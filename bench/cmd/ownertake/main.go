@@ -79,7 +79,7 @@ func run(ctx context.Context, addr string, brokers []string, topic string, linge
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes)...)
+	srv := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes, limiter.DefaultMaxConcurrentStreams)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, s)
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	slog.Info("ownertake serving", "addr", ln.Addr().String(), "topic", topic, "linger", linger)
