@@ -20,8 +20,8 @@ import (
 // This bounds one batch. A fetch response may hold many (FetchMaxBytes of
 // compressed bytes on the wire, a thousand batches of a few hundred bytes
 // each): the Fetcher decompresses them one at a time and stops the fetch
-// once its records hold FetcherConfig.MaxHeldBytes, so a response costs at
-// most that budget plus one batch inflated, whatever its batch count. The
+// before its records pass FetcherConfig.MaxHeldBytes, so a response costs
+// at most that budget and one batch inflated, whatever its batch count. The
 // broker's max.message.bytes (topics.EventsMaxMessageBytes) bounds one
 // compressed batch, not its decompressed size.
 const MaxBatchDecompressed = 8 << 20

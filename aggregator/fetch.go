@@ -48,15 +48,16 @@ func (e *LostOffsetsError) Lost() int64 {
 // no longer holds is a *LostOffsetsError for the caller to decide on, and a
 // record batch that decompresses past MaxBatchDecompressed (or a record of
 // more than MaxRecordHeaders headers) an *UnreadableError naming its
-// offsets. Records of open transactions are not
-// read (read_committed); transaction markers are skipped.
+// offsets. Records of open transactions are not read (read_committed);
+// transaction markers are skipped.
 //
 // A response's batches are decompressed one at a time, and a fetch stops
-// once its records hold FetcherConfig.MaxHeldBytes: the next one reads on
-// from the first record it left. However many batches a response holds,
-// and whatever they inflate to, a fetch holds at most that budget plus one
-// record, and one batch inflated while it is read (see rawfetch.go). Not
-// safe for concurrent use.
+// before the record that would take its records past
+// FetcherConfig.MaxHeldBytes: the next one reads on from there. However
+// many batches a response holds, and whatever they inflate to, a fetch
+// holds at most that budget (or its one record, when larger), and one
+// batch inflated while it is read (see rawfetch.go and batch.go). Not safe
+// for concurrent use.
 type Fetcher struct {
 	client    *kafka.Client
 	transport kafka.RoundTripper
@@ -102,9 +103,9 @@ type FetcherConfig struct {
 	// MaxHeldBytes bounds what one fetch's records hold once decompressed
 	// and copied: their keys, values and headers and the records
 	// themselves (never less than the bytes they were decompressed from).
-	// A fetch that reaches it stops there; the next one reads on from the
-	// record it stopped at, so nothing is skipped. A fetch always reads
-	// at least one record. Default 16 MiB.
+	// A fetch stops before the record that would pass it; the next one
+	// reads on from that record, so nothing is skipped. A fetch always
+	// reads at least one record, however large. Default 16 MiB.
 	MaxHeldBytes int64
 	// MaxWait of a fetch when the partition has nothing new. Default 500ms.
 	MaxWait time.Duration
@@ -146,7 +147,7 @@ func (f *Fetcher) Next() int64 { return f.next }
 func (f *Fetcher) SetOffset(offset int64) { f.next = offset }
 
 // Held is what the records the last Fetch returned hold in memory: the
-// figure MaxHeldBytes bounds (give or take one record).
+// figure MaxHeldBytes bounds (but for a fetch of one larger record).
 func (f *Fetcher) Held() int64 { return f.held }
 
 // Inflated is what the record batches the last Fetch read decompressed
@@ -243,7 +244,7 @@ func (e *UnreadableError) Unwrap() error { return e.Err }
 // read decodes a response's record batches one at a time, in order: the
 // records of data batches, and the offsets of control batches (transaction
 // markers), so that the position moves past markers too. It stops before a
-// record once the records read hold f.maxHeld, and before a batch or
+// record that would take the records read past f.maxHeld, and before a batch or
 // record it cannot read once it has read something; one it cannot read
 // first is the fetch's error (an *UnreadableError past the decompression
 // or header bound, naming the offsets). It returns the offset after the
@@ -310,11 +311,20 @@ type reading struct {
 	read int
 }
 
-// full tells whether the records read hold the budget. It counts the
-// slice by its length: a recycled slice may be longer than this fetch
-// needs.
-func (rd *reading) full() bool {
-	return len(rd.msgs) > 0 && rd.mem.alloc+int64(len(rd.msgs))*messageSize+rd.headers >= rd.f.maxHeld
+// holding is what the records read hold. It counts the slice by its
+// length: a recycled slice may be longer than this fetch needs.
+func (rd *reading) holding() int64 {
+	return rd.mem.alloc + int64(len(rd.msgs))*messageSize + rd.headers
+}
+
+// full tells whether the records read hold the budget.
+func (rd *reading) full() bool { return len(rd.msgs) > 0 && rd.holding() >= rd.f.maxHeld }
+
+// fits tells whether a record whose key, value and headers hold n bytes
+// may join the records read without passing the budget; the first always
+// does.
+func (rd *reading) fits(n int64) bool {
+	return len(rd.msgs) == 0 || rd.holding()+messageSize+n <= rd.f.maxHeld
 }
 
 func (rd *reading) progress() bool { return len(rd.msgs) > 0 || rd.next > rd.f.next }
@@ -359,7 +369,7 @@ func (rd *reading) v2(raw []byte, last int64) (bool, error) {
 			rd.next = r.offset + 1
 			rd.f.Markers++
 			continue
-		case rd.full():
+		case !rd.fits(int64(len(r.key)+len(r.value)+len(r.headers)) + int64(r.nheaders)*headerSize):
 			rd.cut = true
 			return false, nil
 		}
@@ -388,7 +398,7 @@ func (rd *reading) legacy(raw []byte, last int64) (bool, error) {
 		case r.Offset < rd.next:
 			release(r)
 			continue
-		case rd.full():
+		case !rd.fits(int64(bytesLen(r.Key) + bytesLen(r.Value))):
 			release(r)
 			rd.cut = true
 			return false, nil
@@ -401,6 +411,13 @@ func (rd *reading) legacy(raw []byte, last int64) (bool, error) {
 		rd.inflated += int64(len(m.Key) + len(m.Value))
 		rd.add(m, 0, r.Offset)
 	}
+}
+
+func bytesLen(b kafka.Bytes) int {
+	if b == nil {
+		return 0
+	}
+	return b.Len()
 }
 
 // add keeps m, read at offset, whose headers hold held outside the arena.

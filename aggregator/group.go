@@ -608,8 +608,9 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched, reread 
 }
 
 // take returns the next batch's messages: everything fetched by now, up to
-// BatchMax (the rest is carried to the next batch). It waits for more only
-// when nothing is in hand, or for BatchWait when that is set.
+// BatchMax (the rest is carried to the next batch), gathering no more
+// fetches once it holds ReadAheadBytes. It waits for more only when
+// nothing is in hand, or for BatchWait when that is set.
 func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan string) (fetched, bool) {
 	if w.held != nil {
 		out := *w.held
@@ -638,7 +639,11 @@ func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan str
 		defer t.Stop()
 		fill = t.C
 	}
-	for out.n < w.g.cfg.BatchMax {
+	// What the batch holds, as the read-ahead bound counted it: bounded by
+	// bytes too, not only by BatchMax, so that a partition's memory is
+	// (the fetch loop refills the room the batch gave back meanwhile).
+	hand := out.size
+	for out.n < w.g.cfg.BatchMax && hand < w.g.cfg.ReadAheadBytes {
 		var more fetched
 		if fill == nil {
 			select {
@@ -660,6 +665,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan str
 			w.held = &more
 			break
 		}
+		hand += more.size
 		out.parts = append(out.parts, more.parts...)
 		out.bufs = append(out.bufs, more.bufs...)
 		out.n += more.n
