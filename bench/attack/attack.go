@@ -97,6 +97,7 @@ var scenarios = []scenario{
 	{"degraded-redis", degradedRedis},
 	{"compressed-record", compressedRecord},
 	{"million-subjects", millionSubjects},
+	{"fetch-of-bombs", fetchOfBombs},
 }
 
 // Run runs the scenarios, writes the table to cfg.Out and returns the rows.
