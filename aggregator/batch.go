@@ -252,7 +252,9 @@ type v2Record struct {
 // next reads the batch's next record; io.EOF after the last.
 func (b *v2Batch) next() (v2Record, error) {
 	var r v2Record
-	if b.left <= 0 {
+	if b.left <= 0 || len(b.data) == 0 {
+		// A batch that ends before its count: what it holds is read, as
+		// kafka-go reads it.
 		return r, io.EOF
 	}
 	b.left--

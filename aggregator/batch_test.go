@@ -3,8 +3,10 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"os/exec"
@@ -190,3 +192,43 @@ func compareBatch(t *testing.T, raw []byte) (int, bool) {
 // are not told apart: the arena hands out an empty slice as nil or not
 // depending on what it cut before, for either decoder.
 func sameBytes(a, b []byte) bool { return bytes.Equal(a, b) }
+
+// FuzzRead: whatever bytes a response's records hold, reading them never
+// panics, and never hands over more than the budget (but for one record).
+func FuzzRead(f *testing.F) {
+	record := []byte{0x0e, 0, 0, 0, 1, 2, 'x', 0}
+	f.Add(v2TestBatch(0, 1, record))
+	f.Add(v2TestBatch(4, 1, []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x50, byte(1 | len(record)<<3), 0, 0, 0x0e, 0, 0, 0, 1, 2, 'x', 0}))
+	f.Add(v2TestBatch(0, 3, bytes.Repeat(record, 3)))
+	f.Add(append(v2TestBatch(0, 1, record), v2TestBatch(0, 1, record)...))
+	f.Fuzz(func(t *testing.T, records []byte) {
+		// Half the inputs get a valid CRC, so that the records are read.
+		if len(records) >= v2Header && len(records)%2 == 0 {
+			binary.BigEndian.PutUint32(records[v2CRC:], crc32.Checksum(records[v2Attributes:], castagnoli))
+		}
+		fe := &Fetcher{topic: "t", maxHeld: 1 << 10}
+		buf, next, err := fe.read(records)
+		var held int64
+		for _, m := range buf.msgs {
+			held += messageSize + int64(len(m.Key)+len(m.Value))
+		}
+		if len(buf.msgs) > 1 && held > 2<<10+int64(len(records)) {
+			t.Fatalf("%d records holding %d bytes, budget 1 KiB", len(buf.msgs), held)
+		}
+		_, _ = next, err
+	})
+}
+
+// v2TestBatch is a v2 batch of count records whose records section is
+// payload, compressed with codec.
+func v2TestBatch(codec int16, count int32, payload []byte) []byte {
+	b := make([]byte, v2Header, v2Header+len(payload))
+	binary.BigEndian.PutUint32(b[8:], uint32(v2Header-batchPrefix+len(payload)))
+	b[v2Magic] = 2
+	binary.BigEndian.PutUint16(b[v2Attributes:], uint16(codec))
+	binary.BigEndian.PutUint32(b[v2LastOffsetDelta:], uint32(count-1))
+	binary.BigEndian.PutUint32(b[v2Count:], uint32(count))
+	b = append(b, payload...)
+	binary.BigEndian.PutUint32(b[v2CRC:], crc32.Checksum(b[v2Attributes:], castagnoli))
+	return b
+}

@@ -86,8 +86,8 @@ type Fetcher struct {
 	// and their slice (what Config.ReadAheadBytes counts). inflated is
 	// what its batches decompressed to.
 	held, inflated int64
-	// wire is the last response as it came, reused by the next request.
-	wire []byte
+	// resp is the last response as it came, reused by the next request.
+	resp []byte
 }
 
 // FetcherConfig configures a Fetcher.
@@ -281,7 +281,7 @@ func (f *Fetcher) read(records []byte) (*buffer, int64, error) {
 		rd.read = len(records) - len(rest)
 		var more bool
 		var err error
-		if raw[v2Magic] == 2 {
+		if len(raw) > v2Magic && raw[v2Magic] == 2 {
 			more, err = rd.v2(raw, last)
 		} else {
 			more, err = rd.legacy(raw, last)
@@ -440,15 +440,15 @@ func nextBatch(rest *[]byte) (raw []byte, last int64, ok bool) {
 	if len(b) < batchPrefix {
 		return nil, 0, false
 	}
-	size := int64(binary.BigEndian.Uint32(b[8:12])) + batchPrefix
-	if int32(binary.BigEndian.Uint32(b[8:12])) < 0 || size > int64(len(b)) {
+	n := int32(binary.BigEndian.Uint32(b[8:batchPrefix]))
+	size := int64(n) + batchPrefix
+	if n < 0 || size > int64(len(b)) {
 		return nil, 0, false
 	}
 	raw, *rest = b[:size], b[size:]
 	last = int64(binary.BigEndian.Uint64(raw))
-	// v2: magic at 16, last offset delta at 23..27.
-	if len(raw) >= 27 && raw[16] == 2 {
-		last += int64(int32(binary.BigEndian.Uint32(raw[23:27])))
+	if len(raw) >= v2LastOffsetDelta+4 && raw[v2Magic] == 2 {
+		last += int64(int32(binary.BigEndian.Uint32(raw[v2LastOffsetDelta:])))
 	}
 	return raw, last, true
 }
