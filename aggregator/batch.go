@@ -71,8 +71,14 @@ type v2Batch struct {
 }
 
 // inflatedBufs are the buffers batches are inflated into, shared by every
-// partition: one per batch being read.
+// partition: one per batch being read, each inflateCap long, so that none
+// grows (a growing buffer is two or three at once). A buffer's pages
+// count in RSS only once written: a batch of a few KB costs a few KB.
 var inflatedBufs sync.Pool
+
+// inflateCap is an inflated batch's bound and room for the codecs to
+// overshoot it by a block before they notice.
+const inflateCap = MaxBatchDecompressed + 256<<10
 
 // openV2 checks raw's CRC and inflates its records (at most
 // MaxBatchDecompressed bytes: past them, ErrDecompressionLimit).
@@ -115,8 +121,9 @@ var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 // inflate replaces b.data by what it decompresses to with codec c.
 func (b *v2Batch) inflate(c compress.Compression) error {
 	b.inflated, _ = inflatedBufs.Get().(*[]byte)
-	if b.inflated == nil {
-		b.inflated = new([]byte)
+	if b.inflated == nil || cap(*b.inflated) < inflateCap {
+		buf := make([]byte, 0, inflateCap)
+		b.inflated = &buf
 	}
 	switch c {
 	case compress.Zstd:
