@@ -137,7 +137,7 @@ func NewFetcher(cfg FetcherConfig) (*Fetcher, error) {
 		clientID = t.ClientID
 	}
 	return &Fetcher{client: cfg.Client, transport: transport, clientID: clientID, topic: cfg.Topic, partition: cfg.Partition,
-		maxBytes: cfg.MaxBytes, maxHeld: cfg.MaxHeldBytes, maxWait: cfg.MaxWait, next: cfg.Offset}, nil
+		maxBytes: cfg.MaxBytes, ask: cfg.MaxBytes, maxHeld: cfg.MaxHeldBytes, maxWait: cfg.MaxWait, next: cfg.Offset}, nil
 }
 
 // Next is the offset the next Fetch reads from.
@@ -178,9 +178,6 @@ func (f *Fetcher) fetch(ctx context.Context) (*buffer, error) {
 			return nil, err
 		}
 		f.next = first
-	}
-	if f.ask == 0 {
-		f.ask = f.maxBytes
 	}
 	res, err := f.exchange(ctx, f.next, f.ask, f.maxWait)
 	if err != nil {
