@@ -4,26 +4,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/segmentio/kafka-go/compress"
 )
 
 // MaxBatchDecompressed is the most bytes one record batch may decompress
-// to in this process. kafka-go decompresses a whole batch into memory while
-// it decodes a fetch response, before any record is handed over, so a batch
-// a few KB on the wire (a gzip or zstd bomb) could otherwise take all the
-// memory there is. floodgate's contract is far below it: events are at most
-// event.MaxSize (4 KiB) and the producer's batches at most 1 MiB before
-// compression (producer.DefaultBatchBytes). A batch past the bound is not
-// read: the Fetcher reports its offsets as an *UnreadableError and moves
-// past them.
+// to in this process. kafka-go decompresses a whole batch into memory
+// before any of its records is handed over, so a batch a few KB on the
+// wire (a gzip or zstd bomb) could otherwise take all the memory there is.
+// floodgate's contract is far below it: events are at most event.MaxSize
+// (4 KiB) and the producer's batches at most 1 MiB before compression
+// (producer.DefaultBatchBytes). A batch past the bound is not read: the
+// Fetcher reports its offsets as an *UnreadableError and moves past them.
 //
-// What this bounds: the decompressed size of each batch. What it does not:
-// one fetch response (FetchMaxBytes of compressed bytes on the wire) may
-// hold many batches, each decoded in full before the response is returned,
-// so the worst case of one response is its batch count times this bound.
-// The broker's max.message.bytes (topics.MaxMessageBytes) bounds one
+// This bounds one batch. A fetch response may hold many (FetchMaxBytes of
+// compressed bytes on the wire, a thousand batches of a few hundred bytes
+// each): the Fetcher decompresses them one at a time and stops the fetch
+// before its records pass FetcherConfig.MaxHeldBytes, so a response costs
+// at most that budget and one batch inflated, whatever its batch count. The
+// broker's max.message.bytes (topics.EventsMaxMessageBytes) bounds one
 // compressed batch, not its decompressed size.
 const MaxBatchDecompressed = 8 << 20
 
@@ -82,10 +81,3 @@ func (r *boundedReader) Read(p []byte) (int, error) {
 }
 
 func (r *boundedReader) Close() error { return r.rc.Close() }
-
-// isDecompressionLimit tells whether a fetch failed on a batch over the
-// bound. kafka-go may flatten the decoder's error into text on its way out
-// of the transport, so the text is checked too.
-func isDecompressionLimit(err error) bool {
-	return err != nil && (errors.Is(err, ErrDecompressionLimit) || strings.Contains(err.Error(), ErrDecompressionLimit.Error()))
-}

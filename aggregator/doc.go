@@ -6,10 +6,13 @@
 // applies. Refused messages go to the dead-letter topic with their reason
 // (a stub of one too large to copy; a stub naming the offsets of a record
 // batch that would decompress past MaxBatchDecompressed, skipped unread),
-// so that no partition ever stalls on bad input and no one batch takes all
-// the memory there is. `floodgate rebuild` (package recovery)
-// and `floodgate backtest` read the topic with the same Fetcher and Accept,
-// so a replay counts exactly what the live path counted.
+// so that no partition ever stalls on bad input. Memory is bounded whatever
+// the producers write: the Fetcher inflates a response's batches one at a
+// time and ends a fetch once its records hold Config.ReadAheadBytes, and
+// that much again may wait fetched for each partition. `floodgate
+// rebuild` (package recovery) and `floodgate backtest` read the topic with
+// the same Fetcher and Accept, so a replay counts exactly what the live
+// path counted.
 //
 // Exactly-once effect comes from the sinks, not from Kafka: each sink stores
 // the next offset of a partition in the same atomic write as the batch's

@@ -78,8 +78,9 @@ type Config struct {
 	// their keys, values and headers are cut from, and the records
 	// themselves, about 150 bytes each). A response is decompressed
 	// on arrival and may hold ten times its size on the wire, so counting
-	// responses would not bound memory. One response larger than the
-	// bound is still taken, alone. Default 16 MiB.
+	// responses would not bound memory. It is also each fetch's budget
+	// (FetcherConfig.MaxHeldBytes): a fetch whose records reach it stops
+	// there, and the next one reads on. Default 16 MiB.
 	ReadAheadBytes int64
 	// FetchMaxWait is how long a fetch waits on an idle partition. Default
 	// 500ms.
@@ -500,7 +501,7 @@ func (w *worker) run(ctx, genCtx context.Context) {
 func (w *worker) consume(ctx, stop context.Context, next int64) *RewindError {
 	g := w.g
 	f, err := NewFetcher(FetcherConfig{Client: g.client, Topic: g.cfg.Topic, Partition: w.partition, Offset: next,
-		MaxBytes: g.cfg.FetchMaxBytes, MaxWait: g.cfg.FetchMaxWait})
+		MaxBytes: g.cfg.FetchMaxBytes, MaxHeldBytes: g.cfg.ReadAheadBytes, MaxWait: g.cfg.FetchMaxWait})
 	if err != nil {
 		w.log.Error("partition not started", "err", err)
 		return nil
@@ -607,8 +608,9 @@ func (w *worker) applyLoop(ctx, stop context.Context, ch <-chan fetched, reread 
 }
 
 // take returns the next batch's messages: everything fetched by now, up to
-// BatchMax (the rest is carried to the next batch). It waits for more only
-// when nothing is in hand, or for BatchWait when that is set.
+// BatchMax (the rest is carried to the next batch), gathering no more
+// fetches once it holds ReadAheadBytes. It waits for more only when
+// nothing is in hand, or for BatchWait when that is set.
 func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan string) (fetched, bool) {
 	if w.held != nil {
 		out := *w.held
@@ -637,7 +639,11 @@ func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan str
 		defer t.Stop()
 		fill = t.C
 	}
-	for out.n < w.g.cfg.BatchMax {
+	// What the batch holds, as the read-ahead bound counted it: bounded by
+	// bytes too, not only by BatchMax, so that a partition's memory is
+	// (the fetch loop refills the room the batch gave back meanwhile).
+	hand := out.size
+	for out.n < w.g.cfg.BatchMax && hand < w.g.cfg.ReadAheadBytes {
 		var more fetched
 		if fill == nil {
 			select {
@@ -659,6 +665,7 @@ func (w *worker) take(stop context.Context, ch <-chan fetched, reread <-chan str
 			w.held = &more
 			break
 		}
+		hand += more.size
 		out.parts = append(out.parts, more.parts...)
 		out.bufs = append(out.bufs, more.bufs...)
 		out.n += more.n
@@ -711,9 +718,10 @@ func (w *worker) fetchLoop(stop context.Context, f *Fetcher, ch chan<- fetched) 
 	beyond := 0
 	last := f.Next() // what was handed over last: only transaction markers may follow
 	for stop.Err() == nil {
-		markers := f.Markers
+		markers, cuts := f.Markers, f.Cuts
 		buf, err := f.fetch(stop)
 		g.metrics.control.Add(float64(f.Markers - markers))
+		g.metrics.cuts.Add(float64(f.Cuts - cuts))
 		if stop.Err() != nil {
 			return
 		}
@@ -979,8 +987,8 @@ func (w *worker) batch(item fetched) (Batch, []kafka.Message) {
 		if u.To > w.recounted { // else reported when first read; a recount reads it again
 			part := strconv.Itoa(w.partition)
 			w.g.metrics.unreadable.WithLabelValues(part).Add(float64(u.To - u.From))
-			w.log.Error("offsets skipped: their record batch decompresses past the bound; their events are not counted",
-				"from", u.From, "to", u.To-1, "bound_bytes", MaxBatchDecompressed, "err", u.Err)
+			w.log.Error("offsets skipped: their record batch decompresses past the bound, or a record of theirs holds too many headers; their events are not counted",
+				"from", u.From, "to", u.To-1, "bound_bytes", MaxBatchDecompressed, "bound_headers", MaxRecordHeaders, "err", u.Err)
 			dead = append(dead, w.unreadableStub(u))
 		}
 	}
@@ -1067,7 +1075,8 @@ const (
 )
 
 // ReasonUnreadable is the dead-letter reason of offsets skipped unread: their
-// record batch decompresses to more than MaxBatchDecompressed.
+// record batch decompresses to more than MaxBatchDecompressed, or a record
+// holds more than MaxRecordHeaders headers.
 const ReasonUnreadable = "unreadable_batch"
 
 // deadLetterOf is the DLQ message for m: the original key, value and headers

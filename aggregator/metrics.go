@@ -16,6 +16,7 @@ type metrics struct {
 	deadLettered prometheus.Counter
 	invalid      *prometheus.CounterVec
 	control      prometheus.Counter
+	cuts         prometheus.Counter
 	errors       *prometheus.CounterVec
 	generations  prometheus.Counter
 	batchSize    prometheus.Histogram
@@ -50,6 +51,8 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 			Name: "floodgate_aggregator_dead_lettered_total", Help: "Malformed messages written to the dead-letter topic.", ConstLabels: labels}),
 		control: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_transaction_markers_total", Help: "Transaction commit/abort markers read past (they hold no event).", ConstLabels: labels}),
+		cuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_aggregator_fetch_cuts_total", Help: "Fetches stopped before the end of their response because their records held --read-ahead-bytes decompressed (the rest is fetched again; nothing skipped).", ConstLabels: labels}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_invalid_total", Help: "Malformed messages by reason.", ConstLabels: labels}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -83,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_aggregator_partition_stopped", Help: "1 while a partition is stopped on lost offsets (--on-lost-offsets=stop) until an operator acts.", ConstLabels: labels}, []string{"partition"}),
 		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_aggregator_unreadable_offsets_total", Help: "Offsets skipped unread because their record batch decompresses past the bound (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
+			Name: "floodgate_aggregator_unreadable_offsets_total", Help: "Offsets skipped unread because their record batch decompresses past the bound or a record holds too many headers (their events are not counted), per partition.", ConstLabels: labels}, []string{"partition"}),
 		dlqDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_aggregator_dead_letter_dropped_total", Help: "Dead letters the DLQ refused for good (why=permanent) or kept failing (why=retries_exhausted), dropped so the partition goes on, per partition.", ConstLabels: labels}, []string{"partition", "why"}),
 		clamped: prometheus.NewCounter(prometheus.CounterOpts{
@@ -97,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, group string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.aheadWaits, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing, m.recounts, m.recounted} {
+	for _, c := range []prometheus.Collector{m.in, m.applied, m.deadLettered, m.invalid, m.control, m.cuts, m.errors, m.generations, m.batchSize, m.applySeconds, m.lag, m.readAhead, m.aheadWaits, m.skipped, m.resets, m.rewinds, m.rebuilds, m.stopped, m.unreadable, m.dlqDropped, m.clamped, m.sinkOffsetMissing, m.recounts, m.recounted} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

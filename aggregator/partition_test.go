@@ -361,3 +361,58 @@ func runGroupUntil(t *testing.T, ctx context.Context, cfg aggregator.Config, sin
 		t.Fatal(err)
 	}
 }
+
+// spanSink is an offsetSink that keeps the offsets each batch spans.
+type spanSink struct {
+	*offsetSink
+	spans [][2]int64
+}
+
+func (s *spanSink) Apply(ctx context.Context, b aggregator.Batch) error {
+	s.mu.Lock()
+	s.spans = append(s.spans, [2]int64{b.First, b.Last})
+	s.mu.Unlock()
+	return s.offsetSink.Apply(ctx, b)
+}
+
+// TestGroupAppliesAFetchOfBombsInBoundedBatches: thirty records of 7.5
+// MiB, each a zstd batch of a few hundred bytes, then events, all in one
+// partition before the group starts. The group's first fetch used to hold
+// every record (one 1 MiB response), and its first batch took them all.
+// Now a fetch holds at most the read-ahead bound (two of them), and a
+// batch gathers fetches only until it holds that bound: no batch spans
+// more than four. Every record is dead-lettered (as a stub), and the
+// events behind them are counted.
+func TestGroupAppliesAFetchOfBombsInBoundedBatches(t *testing.T) {
+	bs := stacktest.Brokers(t)
+	topic := stacktest.Topic(t, bs, 1)
+	dlqTopic := stacktest.Topic(t, bs, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const bombs, size = 30, 15 << 19
+	produceBombs(t, ctx, bs, topic, bombs, size)
+	produce(t, ctx, bs, topic, ipEvents(t, "192.0.2.9", 3, time.Now()))
+
+	dlq := &kafka.Writer{Addr: kafka.TCP(bs...), Topic: dlqTopic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer dlq.Close()
+	sink := &spanSink{offsetSink: newOffsetSink()}
+	reg := prometheus.NewRegistry()
+	runGroupUntil(t, ctx, aggregator.Config{Brokers: bs, Topic: topic, GroupID: "test-" + topic, DeadLetter: dlq, Registerer: reg}, sink, func() bool {
+		next, _, _ := sink.Resume(ctx, topic, 0)
+		return next == bombs+3
+	})
+	if n := sink.count(); n != 3 {
+		t.Errorf("%d events counted, want the 3 behind the records", n)
+	}
+	if got := sumMetric(t, reg, "floodgate_aggregator_dead_lettered_total"); got != bombs {
+		t.Errorf("dead_lettered_total = %v, want %d", got, bombs)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for _, sp := range sink.spans {
+		if n := min(sp[1], bombs-1) - sp[0] + 1; n > 4 {
+			t.Errorf("a batch spans %d of the records (offsets %d..%d): more than the read-ahead bound twice", n, sp[0], sp[1])
+		}
+	}
+	t.Logf("batches %v; fetches cut by the budget: %v", sink.spans, sumMetric(t, reg, "floodgate_aggregator_fetch_cuts_total"))
+}

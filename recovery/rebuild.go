@@ -586,7 +586,7 @@ func (r *partReplay) fetchFailed(ctx context.Context, f *aggregator.Fetcher, err
 		// The live aggregator skipped the same offsets (the same Fetcher
 		// and bound): the next batch covers them.
 		r.pr.Invalid += unreadable.To - unreadable.From
-		cfg.Logger.Error("rebuild: offsets skipped: their record batch decompresses past the bound; their events are not counted",
+		cfg.Logger.Error("rebuild: offsets skipped: their record batch decompresses past the bound, or a record of theirs holds too many headers; their events are not counted",
 			"topic", cfg.Topic, "partition", p, "from", unreadable.From, "to", unreadable.To-1, "err", unreadable.Err)
 		return nil
 	}

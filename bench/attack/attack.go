@@ -102,6 +102,7 @@ var scenarios = []scenario{
 	{"rls-descriptors", rlsDescriptors},
 	{"http-subjects", httpSubjects},
 	{"rls-empty-value", rlsEmptyValue},
+	{"fetch-of-bombs", fetchOfBombs},
 }
 
 // Run runs the scenarios, writes the table to cfg.Out and returns the rows.

@@ -27,8 +27,14 @@ const inputs = "### Every hostile input, what holds now, and the test that keeps
 	"a dead letter over 16 KiB is a stub (first 1 KiB, size, SHA-256, reason); a write the DLQ refuses for good is dropped (ERROR, `floodgate_aggregator_dead_letter_dropped_total`); the events behind are counted and denied | " +
 	"cmd/floodgate TestAggregatorGoesOnPastAnOversizedGzipRecord, aggregator TestGroupDropsDeadLettersTheDLQRefuses; attack compressed-record |\n" +
 	"| A gzip or zstd bomb OOM-killed the aggregator, which crash-looped on its offset | " +
-	"no record batch inflates past 8 MiB (kafka-go's codecs wrapped); the batch is skipped (ERROR with offsets, `floodgate_aggregator_unreadable_offsets_total`, a DLQ stub); live, history, rebuild and backtest skip the same offsets. Not bounded: many small bombs in one 1 MiB fetch, each under 8 MiB (docs/events.md) | " +
+	"no record batch inflates past 8 MiB; the batch is skipped (ERROR with offsets, `floodgate_aggregator_unreadable_offsets_total`, a DLQ stub); live, history, rebuild and backtest skip the same offsets | " +
 	"aggregator TestGroupGoesOnPastOversizedAndBombRecords, recovery TestRebuildSkipsABomb; attack compressed-record |\n" +
+	"| Sixty records of 7.5 MiB, a zstd batch each of about 1 KB, each under the batch bound, written while the aggregator lagged: kafka-go's `Client.Fetch` inflated a whole 1 MiB response before handing any record over, 1.8 GB of RSS | " +
+	"the Fetcher reads a response as it came and inflates its batches one at a time; a fetch stops before the record that would take it past `--read-ahead-bytes` (cut, never skipped: the next fetch reads on), and a batch gathers fetches only up to that bound: at most 4 × read-ahead + 10 MiB per partition and group (docs/operations.md) | " +
+	"aggregator TestFetcherBoundsAFetchOfManyBombs, TestGroupAppliesAFetchOfBombsInBoundedBatches; attack fetch-of-bombs |\n" +
+	"| A zstd frame of 21 bytes declaring a 128 MiB window (the broker accepts it): kafka-go's zstd reader allocated the window before the first byte, and its pool kept it; a record of 100 000 empty headers (200 KB, a few hundred bytes of zstd): 40 bytes per header once read | " +
+	"zstd batches are inflated whole, within 8 MiB, with no window beside them (a frame declaring more is skipped as a bomb); a record of more than 64 headers is skipped alone (ERROR, metric, DLQ stub), the records around it read | " +
+	"aggregator TestFetcherSkipsWhatItCannotReadAlone |\n" +
 	"| The events topic took the broker's default message size | created with `max.message.bytes` 1 MiB + 32 KiB, the contract's largest batch | topics TestDefaultsBoundEventBatches |\n" +
 	"| An event 5–6 s ahead: DLQ'd live, counted in history | up to `--max-future-skew` (1 m) ahead it is counted at the clock's time on every path (`floodgate_aggregator_clamped_total`) | aggregator TestGroupGoesOnPastOversizedAndBombRecords |\n" +
 	"| 1,000,000 invented IPv6 subjects at half a 2/h limit: ~0.9 KB each in every limiter, seconds of blocked Redis on a restart (one HGETALL), pruning 64 a batch, idle partitions never | " +

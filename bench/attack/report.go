@@ -42,10 +42,11 @@ func WriteDoc(path string, rows []Row) error {
 	var b strings.Builder
 	b.WriteString("`make attack` runs the real `floodgate limiter` and `floodgate aggregator` binaries on the local stack and\n")
 	b.WriteString("does what a hostile client would (bench/attack). A row fails when anything over a limit got through,\n")
-	b.WriteString("a partition stayed stuck, or the limiter's memory passed its documented bound. `make test` runs the same\n")
-	b.WriteString("attacks (TestAttacksHold), the memory one with 20,000 subjects. The aggregator's peak RSS is reported, not\n")
-	b.WriteString("bounded: at a million resident subjects it holds about 1 KB each (its copies and headroom per subject), which\n")
-	b.WriteString("the live path's write-back step sets out to bring under 150 bytes.\n\n")
+	b.WriteString("a partition stayed stuck, or a process's memory passed its documented bound (the limiter's under\n")
+	b.WriteString("million-subjects, the aggregator's under fetch-of-bombs). `make test` runs the same attacks (TestAttacksHold),\n")
+	b.WriteString("the memory one with 20,000 subjects. Elsewhere the aggregator's peak RSS is reported, not bounded: at a million\n")
+	b.WriteString("resident subjects it holds about 1 KB each (its copies and headroom per subject), which the live path's\n")
+	b.WriteString("write-back step sets out to bring under 150 bytes.\n\n")
 	b.WriteString("| attack | what was tried | what held | result | measured |\n|---|---|---|---|---|\n")
 	for _, sc := range scenarios {
 		line, ok := byName[sc.name]

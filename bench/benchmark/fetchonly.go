@@ -15,9 +15,9 @@ import (
 )
 
 // fetchOnly reads every partition of topic from its start to its end at
-// once, with the aggregator's Fetcher (kafka-go's Client.Fetch, the copies
-// the aggregator makes), and counts the records: no decoding unless decode,
-// no applying. Its rate is the ceiling of any floodgate consumer on this
+// once, with the aggregator's Fetcher (its fetch requests and batch
+// reader, the copies the aggregator makes), and counts the records: no
+// decoding unless decode, no applying. Its rate is the ceiling of any floodgate consumer on this
 // machine, set against ConsumerPerformance's on the same topic, so the
 // distance of the live aggregator from the Java tool splits into the client
 // library's part and floodgate's own.
