@@ -16,8 +16,8 @@ COPY . .
 # target's platform: no emulation, whatever builds it.
 ARG VERSION="" COMMIT="" DATE="" TARGETOS TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
-    -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.date=${DATE}" \
+    CGO_ENABLED=0 GOWORK=off GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
+    -ldflags="-s -w -X github.com/floodgate-dev/floodgate/internal/version.version=${VERSION} -X github.com/floodgate-dev/floodgate/internal/version.commit=${COMMIT} -X github.com/floodgate-dev/floodgate/internal/version.date=${DATE}" \
     -o /out/floodgate ./cmd/floodgate
 
 # What every image of floodgate holds but the binary: the example rules,

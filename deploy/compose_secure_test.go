@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"sigs.k8s.io/yaml"
 
-	"floodgate/history/historytest"
-	"floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 // TestComposePublishesOnLoopback: no published port is reachable from other

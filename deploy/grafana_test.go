@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/history/historytest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
 )
 
 type dashboard struct {
@@ -54,9 +54,9 @@ func TestDashboardQueriesRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := aggregator.Batch{Topic: "t", First: 0, Last: 29}
+	b := consume.Batch{Topic: "t", First: 0, Last: 29}
 	for i := range 30 {
-		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(),
+		b.Records = append(b.Records, consume.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(),
 			Action: "visit", Kind: "link", Subject: fmt.Sprintf("l%d", i%3), TS: day.Add(time.Duration(i) * time.Hour / 2), N: 1,
 			Attrs: map[string]string{"ip": fmt.Sprintf("192.0.2.%d", i%7)}}})
 	}

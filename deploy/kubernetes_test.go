@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"floodgate/rules"
+	"github.com/floodgate-dev/floodgate/internal/rules"
 )
 
 // k8sDir holds the base (secure as shipped, every component), the overlays

@@ -18,10 +18,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 const operationsDashboard = "grafana/dashboards/floodgate-operations.json"

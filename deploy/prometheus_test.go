@@ -11,7 +11,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 const (

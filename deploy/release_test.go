@@ -65,7 +65,7 @@ type goreleaserConfig struct {
 // TestReleaseConfig checks what `make release` is made of without running
 // it (GoReleaser takes minutes to build, and the release its own run):
 // .goreleaser.yaml builds linux and darwin on amd64 and arm64 from
-// cmd/floodgate with the version variables it has, where the Dockerfile's
+// cmd/floodgate with the version variables internal/version has, where the Dockerfile's
 // release target copies the binary from; SHA-256 checksums and a
 // CycloneDX SBOM per binary; the Makefile pins its tools; the Dockerfile
 // labels the image; the image script parses; CHANGELOG.md has its
@@ -95,19 +95,19 @@ func TestReleaseConfig(t *testing.T) {
 		t.Errorf("build env %v, flags %v: want a static, trimmed build whose version comes from the ldflags", b.Env, b.Flags)
 	}
 
-	// Every -X names a string variable of package main (version.go).
-	vars := mainStringVars(t)
+	// Every -X names a string variable of the version package.
+	vars := versionStringVars(t)
 	ldflags := strings.Join(b.Ldflags, " ")
-	set := regexp.MustCompile(`-X main\.(\w+)=`).FindAllStringSubmatch(ldflags, -1)
+	set := regexp.MustCompile(`-X `+regexp.QuoteMeta(versionPkg)+`\.(\w+)=`).FindAllStringSubmatch(ldflags, -1)
 	var names []string
 	for _, m := range set {
 		names = append(names, m[1])
 		if !vars[m[1]] {
-			t.Errorf("ldflags set main.%s, which cmd/floodgate does not declare", m[1])
+			t.Errorf("ldflags set %s.%s, which it does not declare", versionPkg, m[1])
 		}
 	}
 	if slices.Sort(names); !slices.Equal(names, []string{"commit", "date", "version"}) {
-		t.Errorf("ldflags set main.%v, want version, commit and date", names)
+		t.Errorf("ldflags set %s.%v, want version, commit and date", versionPkg, names)
 	}
 
 	// The binary lands where the Dockerfile's release target copies it from.
@@ -171,16 +171,19 @@ func TestReleaseConfig(t *testing.T) {
 }
 
 // mainStringVars are the package-level string variables of cmd/floodgate.
-func mainStringVars(t *testing.T) map[string]bool {
+// versionPkg is the package whose variables the linker sets.
+const versionPkg = "github.com/floodgate-dev/floodgate/internal/version"
+
+func versionStringVars(t *testing.T) map[string]bool {
 	t.Helper()
-	pkgs, err := parser.ParseDir(token.NewFileSet(), "../cmd/floodgate", func(fi os.FileInfo) bool {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), "../internal/version", func(fi os.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")
 	}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vars := map[string]bool{}
-	for _, f := range pkgs["main"].Files {
+	for _, f := range pkgs["version"].Files {
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || g.Tok != token.VAR {

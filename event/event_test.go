@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 const goodJSON = `{"v":1,"id":"e1","action":"login_failed","kind":"ip","subject":"203.0.113.7","ts":1700000000123,"n":2}`

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 func ExampleEncode() {

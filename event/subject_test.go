@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 // A subject that is not valid is decided, counted and published as its

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/migrations"
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 var fileName = regexp.MustCompile(`^(\d{5})_[a-z0-9_]+\.sql$`)

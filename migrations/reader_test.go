@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"floodgate/history/historytest"
-	"floodgate/migrations"
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 // asReader runs query as floodgate_reader (SET ROLE in a transaction

@@ -9,9 +9,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 
-	"floodgate/kafkaconn"
+	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
 )
 
 // Config configures a Publisher. The zero value of every field except

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // Publishing one failed login: one event per feature, synchronously.

@@ -14,10 +14,10 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/stacktest"
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // readAll reads every partition of topic from the start to its end offset,

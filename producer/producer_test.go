@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 func TestConfigValidate(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/semaphore"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 // ErrBufferFull is returned (wrapped) by Publish in NonBlocking mode when

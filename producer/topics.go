@@ -3,7 +3,7 @@ package producer
 import (
 	"context"
 
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/internal/topics"
 )
 
 // TopicSpec describes a topic for EnsureTopics.

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"floodgate/history/historytest"
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // TestAttacksHold runs every attack of make attack against the stack, the
@@ -18,7 +18,7 @@ func TestAttacksHold(t *testing.T) {
 	rdb := stacktest.Redis(t)
 	pg := historytest.Pool(t).Config().ConnString()
 	bin := filepath.Join(t.TempDir(), "floodgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "floodgate/cmd/floodgate").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/floodgate-dev/floodgate/cmd/floodgate").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	rows, err := Run(context.Background(), Config{

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 const strictRules = `rules:

@@ -9,9 +9,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/producer"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // The fetch-of-bombs attack: records each under the batch bound but many

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
 )
 
 // allocMetric is the Go runtime's count of bytes allocated, which every

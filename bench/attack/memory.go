@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
 )
 
 const visitRules = `rules:

@@ -9,9 +9,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/producer"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // bombs are the compressed records of the partition scenario: small on the

@@ -14,12 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/event"
-	fglimiter "floodgate/limiter"
-	"floodgate/rules"
-	"floodgate/stacktest/childproc"
-	"floodgate/takeroute"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	fglimiter "github.com/floodgate-dev/floodgate/internal/decide"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/takeroute"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 const peerForgeryRules = `rules:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/bench/harness"
 )
 
 // FormatRow is the one-line console form of a row.

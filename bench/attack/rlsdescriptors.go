@@ -15,8 +15,8 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"floodgate/bench/harness"
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
 )
 
 // boundSubjects is the limiter's bound on the subjects (and RLS

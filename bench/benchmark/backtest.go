@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"floodgate/bench/harness"
-	"floodgate/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
 )
 
 // backtestFigures are the backtest runs of one setting.

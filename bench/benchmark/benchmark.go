@@ -19,14 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/aggregator"
-	"floodgate/bench/harness"
-	"floodgate/history"
-	"floodgate/migrations"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/kafkatopics"
-	"floodgate/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/kafkatopics"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 // Options are the benchmark's tunables (flags of floodbench bench).
@@ -736,7 +736,7 @@ func scrapeSum(ctx context.Context, urls []string, name string) (sum float64, al
 	return sum, all, nil
 }
 
-// history: the history group (aggregator.Group + history.Sink, exactly
+// history: the history group (consume.Group + history.Sink, exactly
 // what `floodgate aggregator` wires) in this process, over the pre-filled
 // topic; events/s from the first stored offset to the last. Once, after the
 // first run, it runs again without and with dedup (HistoryDedup), each in a
@@ -822,7 +822,7 @@ func (b *bench) historyRun(ctx context.Context, run string, pool *pgxpool.Pool, 
 	if err != nil {
 		return f, err
 	}
-	g, err := aggregator.NewGroup(aggregator.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
+	g, err := consume.NewGroup(consume.Config{Brokers: b.cfg.Brokers, Topic: b.topics[0], GroupID: group, Logger: b.log}, sink)
 	if err != nil {
 		return f, err
 	}

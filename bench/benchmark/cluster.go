@@ -11,12 +11,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/harness"
-	"floodgate/bench/rlsload"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/kafkatopics"
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/kafkatopics"
+	"github.com/floodgate-dev/floodgate/internal/topics"
 )
 
 // ClusterFigures are the cluster step's results.

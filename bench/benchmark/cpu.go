@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/harness"
-	"floodgate/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
 )
 
 // cpuMeter reads how much CPU one process has used so far.

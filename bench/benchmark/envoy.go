@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/rlsload"
-	"floodgate/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
 )
 
 // envoyRatelimit is envoyproxy/ratelimit, the reference of issue 27's take

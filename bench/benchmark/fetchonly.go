@@ -10,8 +10,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
-	"floodgate/aggregator"
-	"floodgate/event"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
 )
 
 // fetchOnly reads every partition of topic from its start to its end at
@@ -31,7 +31,7 @@ func (b *bench) fetchOnly(ctx context.Context, topic string, decode bool) (float
 	g, ctx := errgroup.WithContext(ctx)
 	for p := range b.cfg.PartCount {
 		g.Go(func() error {
-			f, err := aggregator.NewFetcher(aggregator.FetcherConfig{Client: client, Topic: topic, Partition: p,
+			f, err := consume.NewFetcher(consume.FetcherConfig{Client: client, Topic: topic, Partition: p,
 				Offset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
 			if err != nil {
 				return err

@@ -13,15 +13,15 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"floodgate/aggregator"
-	"floodgate/bench/rlsload"
-	"floodgate/event"
-	"floodgate/live"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/promtext"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // lookupRules are the limiter step's rules: one limit; the design notes'
@@ -479,20 +479,20 @@ func (b *bench) seedDenied(ctx context.Context, topic, prefix string, set *rules
 		return err
 	}
 	now := time.Now()
-	byPart := map[int][]aggregator.Record{}
+	byPart := map[int][]consume.Record{}
 	for i := range shapeDenied.Subjects {
 		for _, k := range shapeDenied.Kinds {
 			sub := window.Subject{Action: shapeDenied.Domain, Kind: k, Subject: rlsload.Subject(k, shapeDenied.Base+i)}
 			p := window.Partition(sub, parts)
 			for range deniedEvents {
-				byPart[p] = append(byPart[p], aggregator.Record{Offset: int64(len(byPart[p])), Event: event.Event{
+				byPart[p] = append(byPart[p], consume.Record{Offset: int64(len(byPart[p])), Event: event.Event{
 					V: event.Version, ID: event.NewID(), Action: sub.Action, Kind: sub.Kind, Subject: sub.Subject, TS: now, N: 1,
 				}})
 			}
 		}
 	}
 	for p, recs := range byPart {
-		batch := aggregator.Batch{Topic: topic, Partition: p, First: 0, Last: int64(len(recs) - 1), Records: recs}
+		batch := consume.Batch{Topic: topic, Partition: p, First: 0, Last: int64(len(recs) - 1), Records: recs}
 		if _, err := applier.Apply(ctx, "bench-"+b.id+"-seed", batch, set, now, nil); err != nil {
 			return fmt.Errorf("seed denied subjects partition=%d: %w", p, err)
 		}

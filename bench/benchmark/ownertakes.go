@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/bench/rlsload"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/promtext"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // ownerTakeRuns measures stage B's strict takes: `floodgate aggregator

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/bench/harness"
-	"floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
 )
 
 func runs(xs []float64) string {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
 )
 
 func closedRun(sc string, c int, perSec float64, p99 time.Duration) Lookup {

@@ -14,13 +14,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/harness"
-	"floodgate/bench/rlsload"
-	"floodgate/kafkaconn"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/tlsfiles"
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
+	"github.com/floodgate-dev/floodgate/internal/topics"
 )
 
 // secureProfile is scripts/stack's secure profile (`scripts/stack env

@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/migrations"
-	"floodgate/roller"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/internal/retention"
 )
 
 // SketchRun is the history sink and the roller on the same synthetic visits,
@@ -45,7 +45,7 @@ const sketchLadder = "1m:1h,5m:2h,1h:forever"
 
 // sketches: the history sink's rows/s and the roller's rows/s, without and
 // with unique-visitor sketches, and the bytes per bucket row. In process
-// (history.Sink and roller.Roller, no Kafka): the figures are the database
+// (history.Sink and retention.Roller, no Kafka): the figures are the database
 // work, which is what sketches change.
 func (b *bench) sketches(ctx context.Context) error {
 	for _, withVisitors := range []bool{false, true} {
@@ -95,7 +95,7 @@ func (b *bench) sketchRun(ctx context.Context, withVisitors bool) (run SketchRun
 	}
 	run.Tiers = append(run.Tiers, tier)
 
-	r, err := roller.New(roller.Config{Pool: pool, Ladder: ladder, Logger: b.log,
+	r, err := retention.New(retention.Config{Pool: pool, Ladder: ladder, Logger: b.log,
 		Now: func() time.Time { return sketchStart.Add(30 * 24 * time.Hour) }})
 	if err != nil {
 		return run, err
@@ -126,10 +126,10 @@ func (b *bench) sketchLoad(ctx context.Context, sink *history.Sink) error {
 	r := rand.New(rand.NewPCG(16, 16))
 	zipf := rand.NewZipf(r, 1.1, 1, uint64(b.cfg.SketchKeys-1))
 	for off := 0; off < b.cfg.SketchEvents; off += per {
-		batch := aggregator.Batch{Topic: "bench", First: int64(off), Last: int64(off + per - 1)}
+		batch := consume.Batch{Topic: "bench", First: int64(off), Last: int64(off + per - 1)}
 		minute := sketchStart.Add(time.Duration(off/per) * 2 * time.Minute)
 		for i := range per {
-			batch.Records = append(batch.Records, aggregator.Record{Offset: int64(off + i), Event: event.Event{
+			batch.Records = append(batch.Records, consume.Record{Offset: int64(off + i), Event: event.Event{
 				ID: "x", Action: "bench_visit", Kind: "link", Subject: fmt.Sprintf("link-%05d", zipf.Uint64()),
 				TS: minute.Add(time.Duration(i*2/per) * time.Minute), N: 1,
 				Attrs: map[string]string{"ip": fmt.Sprintf("v%d", r.IntN(b.cfg.SketchVisitors))},

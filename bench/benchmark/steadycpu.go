@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/bench/harness"
 )
 
 // SteadyCPU is where the CPU of one kind of steady-state run went, per

@@ -17,13 +17,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/pacedload"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/pacedload"
+	"github.com/floodgate-dev/floodgate/internal/window"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 type kafkaMessage = kafka.Message

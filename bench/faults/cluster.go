@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // The cluster profile's faults (scripts/stack up --cluster): two aggregator

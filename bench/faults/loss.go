@@ -12,13 +12,13 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/promtext"
-	"floodgate/topics"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/internal/window"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // The scenarios of issue 12 ("no silent loss"): paths where events or

@@ -11,11 +11,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/rules"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/promtext"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 type kafkaMessage = kafka.Message

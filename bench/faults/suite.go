@@ -16,17 +16,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/producer"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/kafkatopics"
-	"floodgate/stacktest/pacedload"
-	"floodgate/stacktest/promtext"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/kafkatopics"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/pacedload"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/window"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // Config configures the fault suite. Defaults point at scripts/stack.

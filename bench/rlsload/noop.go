@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"floodgate/limiter"
+	"github.com/floodgate-dev/floodgate/internal/decide"
 )
 
 // Noop is envoy.service.ratelimit.v3.RateLimitService answering OK without
@@ -32,10 +32,10 @@ func (Noop) ShouldRateLimit(_ context.Context, in *rlsv3.RateLimitRequest) (*rls
 }
 
 // NewNoopServer returns a gRPC server serving Noop with the options
-// `floodgate limiter` gives its RLS server (limiter.RLSServerOptions; no
+// `floodgate limiter` gives its RLS server (decide.RLSServerOptions; no
 // auth token), so that the two differ by the work done per call alone.
 func NewNoopServer() *grpc.Server {
-	s := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes, limiter.DefaultMaxConcurrentStreams)...)
+	s := grpc.NewServer(decide.RLSServerOptions(decide.DefaultMaxRequestBytes, decide.DefaultMaxConcurrentStreams)...)
 	rlsv3.RegisterRateLimitServiceServer(s, Noop{})
 	return s
 }

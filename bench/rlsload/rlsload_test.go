@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
 )
 
 // noop serves rlsload.Noop on a free loopback port until the test ends.

@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // BenchmarkAggregatorEndToEnd measures the live path as deployed: events

@@ -14,8 +14,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // TestAggregatorCrashDedupHistory SIGKILLs `floodgate aggregator --dedup 10m`

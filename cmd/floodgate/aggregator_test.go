@@ -21,13 +21,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history/historytest"
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
-	"floodgate/topics"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // These tests run the real binary against the stack (scripts/stack up),
@@ -520,8 +520,8 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 		{"k:u3", `{"v":2,"id":"x2","action":"crash","kind":"k","subject":"u3","ts":1}`, event.ReasonUnsupportedVersion},
 		{"k:u3", `{"v":1,"id":"x3","action":"Crash!","kind":"k","subject":"u3","ts":` + strconv.FormatInt(now.UnixMilli(), 10) + `}`, event.ReasonInvalidField},
 		{"k:u4", `{"v":1,"id":"x4","action":"crash","kind":"k","subject":"u4","ts":` + strconv.FormatInt(now.UnixMilli(), 10) + `,"n":0}`, event.ReasonOutOfRange},
-		{"k:other", string(valid("u5")), aggregator.ReasonKeyMismatch},
-		{"k:u6", `{"v":1,"id":"x6","action":"crash","kind":"k","subject":"u6","ts":` + strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10) + `}`, aggregator.ReasonFutureTimestamp},
+		{"k:other", string(valid("u5")), consume.ReasonKeyMismatch},
+		{"k:u6", `{"v":1,"id":"x6","action":"crash","kind":"k","subject":"u6","ts":` + strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10) + `}`, consume.ReasonFutureTimestamp},
 	}
 	var msgs []kafka.Message
 	for i := 0; i < 30; i++ {
@@ -552,9 +552,9 @@ func TestAggregatorPoisonAndDecisions(t *testing.T) {
 		h := headers(m)
 		reason, ok := want[string(m.Value)]
 		if !ok {
-			t.Fatalf("unexpected DLQ message %q (reason %s)", m.Value, h[aggregator.HeaderDLQReason])
+			t.Fatalf("unexpected DLQ message %q (reason %s)", m.Value, h[consume.HeaderDLQReason])
 		}
-		if h[aggregator.HeaderDLQReason] != reason || h[aggregator.HeaderDLQTopic] != e.topic || h[aggregator.HeaderDLQOffset] == "" {
+		if h[consume.HeaderDLQReason] != reason || h[consume.HeaderDLQTopic] != e.topic || h[consume.HeaderDLQOffset] == "" {
 			t.Fatalf("DLQ message %q: headers %v, want reason %s from %s", m.Value, h, reason, e.topic)
 		}
 		delete(want, string(m.Value))

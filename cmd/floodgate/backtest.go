@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/backtest"
-	"floodgate/rules"
-	"floodgate/timespan"
+	"github.com/floodgate-dev/floodgate/internal/backtest"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/timespan"
 )
 
 // BacktestCmd replays the events topic through a rules file and reports
@@ -171,7 +171,7 @@ func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), erro
 		cfg.Scratch = rdb
 	}
 	if c.FromHistory {
-		pool, err := c.PostgresFlags.historyPool(context.Background(), logger)
+		pool, err := c.PostgresFlags.Pool(context.Background(), logger)
 		if err != nil {
 			closeAll()
 			return cfg, noop, err

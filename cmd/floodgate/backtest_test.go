@@ -15,10 +15,10 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/backtest"
-	"floodgate/event"
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/backtest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 // TestBacktestCommand runs `floodgate backtest` over a small topic: the

@@ -18,14 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/stacktest"
-	"floodgate/stacktest/kafkatopics"
-	"floodgate/stacktest/pacedload"
-	"floodgate/stacktest/promtext"
-	"floodgate/stacktest/servicetest"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/kafkatopics"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/pacedload"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/window"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // The tests of scripts/stack's --cluster profile: three KRaft brokers and a

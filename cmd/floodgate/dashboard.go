@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"time"
 
-	"floodgate/dashboard"
-	"floodgate/history"
+	"github.com/floodgate-dev/floodgate/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/metrics"
+	"github.com/floodgate-dev/floodgate/internal/secretfile"
+	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
 )
 
 // DashboardCmd serves the web dashboard.
@@ -35,12 +38,12 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pool, err := c.PostgresFlags.historyPool(ctx, logger)
+	pool, err := c.PostgresFlags.Pool(ctx, logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	reg := newRegistry()
+	reg := metrics.NewRegistry()
 	recent := dashboard.NewRecent(c.Recent)
 	h, err := dashboard.New(dashboard.Config{
 		History: history.NewQuerier(pool), Recent: recent, Action: c.Action, Kind: c.Kind,
@@ -92,15 +95,15 @@ func (c *DashboardCmd) Run(ctx context.Context, logger *slog.Logger) error {
 // (top IPs, e-mail addresses, deny decisions), and a token sent in clear
 // is anyone's on the path.
 func (c *DashboardCmd) access(logger *slog.Logger) (token string, tlsCfg *tls.Config, err error) {
-	token, err = secret("auth-token", c.AuthToken, c.AuthTokenFile)
+	token, err = secretfile.Read("auth-token", c.AuthToken, c.AuthTokenFile)
 	if err != nil {
 		return "", nil, err
 	}
-	tlsCfg, err = c.serverTLS(logger)
+	tlsCfg, err = c.ServerTLS(logger)
 	if err != nil {
 		return "", nil, err
 	}
-	if beyondLoopback(c.Addr) && (token == "" || tlsCfg == nil) {
+	if tlsfiles.BeyondLoopback(c.Addr) && (token == "" || tlsCfg == nil) {
 		logger.Warn("the dashboard listens beyond loopback without a token or TLS: whoever reaches it reads personal subjects; set --auth-token-file and --tls-cert/--tls-key",
 			"addr", c.Addr, "token", token != "", "tls", tlsCfg != nil)
 	}

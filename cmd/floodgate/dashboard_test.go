@@ -23,9 +23,9 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"floodgate/history/historytest"
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 // lockedBuffer is a log sink a running command writes and the test reads.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"floodgate/history"
-	"floodgate/timespan"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/timespan"
 )
 
 // durationFlags makes every time.Duration flag read the timespan grammar

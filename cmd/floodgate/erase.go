@@ -10,10 +10,11 @@ import (
 	"slices"
 	"strings"
 
-	"floodgate/history"
-	"floodgate/limitapi"
-	"floodgate/operator"
-	"floodgate/rules"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/operator"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/window"
+	"github.com/floodgate-dev/floodgate/limiter/limitapi"
 )
 
 // EraseCmd removes a subject from history and from the live state: the
@@ -72,11 +73,11 @@ func (c *EraseCmd) Run(ctx context.Context, logger *slog.Logger, std stdio) erro
 	if name == "" {
 		return errors.New("--operator is required (or FLOODGATE_OPERATOR, or $USER): the audit names who acted")
 	}
-	set, err := loadRules(c.Rules)
+	set, err := rules.LoadFile(c.Rules)
 	if err != nil {
 		return err
 	}
-	hasher, err := c.hasher()
+	hasher, err := c.Hasher()
 	if err != nil {
 		return err
 	}
@@ -110,7 +111,7 @@ func (c *EraseCmd) Run(ctx context.Context, logger *slog.Logger, std stdio) erro
 }
 
 func (c *EraseCmd) eraseHistory(ctx context.Context, logger *slog.Logger, h *history.Hasher, set *rules.Set, rep *eraseReport) error {
-	pool, err := c.PostgresFlags.historyPool(ctx, logger)
+	pool, err := c.PostgresFlags.Pool(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -147,12 +148,12 @@ func (c *EraseCmd) eraseLive(ctx context.Context, logger *slog.Logger, set *rule
 	if len(actions) == 0 {
 		return nil // no rule counts the kind: no live state
 	}
-	lc, err := openLive(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
+	lc, err := window.Dial(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
 	if err != nil {
 		return err
 	}
-	defer lc.close(logger)
-	store := lc.store
+	defer closeLogged(logger, "redis", lc)
+	store := lc.Store
 	writer, err := operator.NewWriter(store)
 	if err != nil {
 		return err

@@ -8,14 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/history/historytest"
-	"floodgate/live"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/window"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 const eraseRules = `rules:
@@ -34,10 +37,9 @@ func TestHistoryHashNeedsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := HistoryFlags{Rules: func() *rules.Set { return set }, LadderFlags: LadderFlags{Ladder: history.DefaultLadder}}
-	if _, _, err := h.historySink(context.Background(), slog.New(slog.DiscardHandler)); err == nil ||
-		!strings.Contains(err.Error(), "email") || !strings.Contains(err.Error(), "--history-key-file") {
-		t.Fatalf("history sink with email hashed and no key: err %v", err)
+	src := &history.PrivacySource{Rules: func() *rules.Set { return set }}
+	if _, err := src.Get(); err == nil || !strings.Contains(err.Error(), "email") || !strings.Contains(err.Error(), "--history-key-file") {
+		t.Fatalf("history policy with email hashed and no key: err %v", err)
 	}
 	code, _, errOut := runCLI(t, "erase", "--kind", "email", "--subject", "a@x", "--rules", writeFile(t, "rules.yaml", eraseRules), "--operator", "t")
 	if code != exitFailed || !strings.Contains(errOut, "--history-key-file") {
@@ -64,28 +66,19 @@ func TestEraseHistoryAndLive(t *testing.T) {
 	}
 
 	// History, as the aggregator writes it with the rules' policy.
-	h := HistoryFlags{Rules: func() *rules.Set { return set }, HistoryKeyFlags: HistoryKeyFlags{HistoryKeyFile: keyFile}}
-	h.PostgresURL = pool.Config().ConnString()
-	h.Ladder = history.DefaultLadder
-	h.Registerer = nil
-	h.group = "test-erase-history"
-	sink, closer, err := h.historySink(ctx, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
+	sink := historySink(t, pool, set, keyFile, "test-erase-history")
 	now := time.Now().UTC()
 	t0 := now.Truncate(time.Minute).Add(-10 * time.Minute)
-	var recs []aggregator.Record
+	var recs []consume.Record
 	for i, r := range []struct {
 		kind, subject string
 		ts            time.Time
 	}{
 		{"email", "a@x", t0}, {"email", "a@x", t0.Add(time.Minute)}, {"email", "b@x", t0}, {"ip", "192.0.2.9", t0},
 	} {
-		recs = append(recs, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: r.kind, Subject: r.subject, TS: r.ts, N: 1}})
+		recs = append(recs, consume.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: r.kind, Subject: r.subject, TS: r.ts, N: 1}})
 	}
-	if err := sink.Apply(ctx, aggregator.Batch{Topic: topic, Partition: 0, First: 0, Last: int64(len(recs) - 1), Records: recs}); err != nil {
+	if err := sink.Apply(ctx, consume.Batch{Topic: topic, Partition: 0, First: 0, Last: int64(len(recs) - 1), Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	var raw int
@@ -104,9 +97,9 @@ func TestEraseHistoryAndLive(t *testing.T) {
 	}
 	sub := window.Subject{Action: "login_failed", Kind: "email", Subject: "a@x"}
 	p := window.Partition(sub, 2)
-	b := aggregator.Batch{Topic: topic, Partition: p}
+	b := consume.Batch{Topic: topic, Partition: p}
 	for i := range 7 {
-		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: "a@x", TS: now, N: 1}})
+		b.Records = append(b.Records, consume.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: "a@x", TS: now, N: 1}})
 	}
 	b.Last = int64(len(b.Records) - 1)
 	if _, err := ap.Apply(ctx, "floodgate-live", b, set, now, nil); err != nil {
@@ -178,4 +171,28 @@ func TestEraseHistoryAndLive(t *testing.T) {
 		t.Errorf("erase as text: exit %d: %s%s", code, out, errOut)
 	}
 	t.Logf("erase, run again:\n%s", out)
+}
+
+// historySink is a history sink writing as the aggregator does: subjects
+// normalized and stored as set's kinds: block says, hashed with the key in
+// keyFile ("": none).
+func historySink(t *testing.T, pool *pgxpool.Pool, set *rules.Set, keyFile, group string) *history.Sink {
+	t.Helper()
+	hasher, err := history.KeyFlags{HistoryKeyFile: keyFile}.Hasher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ladder, err := history.ParseLadder(history.DefaultLadder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &history.PrivacySource{Rules: func() *rules.Set { return set }, Hasher: hasher}
+	sink, err := history.NewSink(context.Background(), history.SinkConfig{
+		DB: pool, Group: group, Ladder: ladder, Privacy: src.Get,
+		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sink
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // --help documents every exit status.

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"floodgate/jitter"
-	"floodgate/tlsfiles"
+	"github.com/floodgate-dev/floodgate/internal/jitter"
+	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
 )
 
 // HealthCmd probes a health endpoint; container health checks use it because

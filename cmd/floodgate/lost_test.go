@@ -11,12 +11,12 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/stacktest/childproc"
-	"floodgate/stacktest/promtext"
-	"floodgate/stacktest/servicetest"
-	"floodgate/topics"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // lostEnv is a liveEnv whose aggregator runs both groups: live into Redis,

@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/floodgate-dev/floodgate/internal/version"
 )
 
 // CLI is the whole configuration surface of the binary. Every flag has an
@@ -136,7 +138,7 @@ func newParser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
 		kong.Name("floodgate"),
 		kong.Description("Live rate limiting and access analytics from one Kafka stream.\n\n" + exitDoc),
 		kong.UsageOnError(),
-		kong.Vars{"version": readBuildInfo().String()},
+		kong.Vars{"version": version.Read().String()},
 		kong.ValueFormatter(helpValue),
 		durationFlags, // every time.Duration flag reads the timespan grammar (2d, 1w)
 	}, opts...)...)
@@ -160,4 +162,10 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func closeLogged(logger *slog.Logger, what string, c io.Closer) {
+	if err := c.Close(); err != nil {
+		logger.Warn("close "+what, "err", err)
+	}
 }

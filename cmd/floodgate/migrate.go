@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 // MigrateCmd applies or lists the embedded database migrations.
@@ -26,7 +26,7 @@ func (c *MigrateCmd) Run(ctx context.Context, log *slog.Logger, std stdio) (err 
 	out := std.out
 	ctx, cancel := context.WithTimeout(ctx, c.Deadline)
 	defer cancel()
-	u, err := c.postgresURL()
+	u, err := c.URL()
 	if err != nil {
 		return err
 	}

@@ -3,19 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/history/historytest"
-	"floodgate/live"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
+	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // Issue 51: the history writer stores an e-mail as the live path counts
@@ -33,23 +31,14 @@ func TestEraseAndQueryNormalizeTheSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := HistoryFlags{Rules: func() *rules.Set { return set }}
-	h.PostgresURL = pool.Config().ConnString()
-	h.Ladder = history.DefaultLadder
-	h.Registerer = nil
-	h.group = "test-normalize-history"
-	sink, closer, err := h.historySink(ctx, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
+	sink := historySink(t, pool, set, "", "test-normalize-history")
 	now := time.Now().UTC()
 	t0 := now.Truncate(time.Minute).Add(-10 * time.Minute)
-	var recs []aggregator.Record
+	var recs []consume.Record
 	for i, s := range []string{"Victim@x.example", " VICTIM@x.example", "other@x.example"} {
-		recs = append(recs, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: s, TS: t0, N: 1}})
+		recs = append(recs, consume.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: s, TS: t0, N: 1}})
 	}
-	if err := sink.Apply(ctx, aggregator.Batch{Topic: topic, Partition: 0, First: 0, Last: int64(len(recs) - 1), Records: recs}); err != nil {
+	if err := sink.Apply(ctx, consume.Batch{Topic: topic, Partition: 0, First: 0, Last: int64(len(recs) - 1), Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -62,9 +51,9 @@ func TestEraseAndQueryNormalizeTheSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub := window.Subject{Action: "login_failed", Kind: "email", Subject: "victim@x.example"}
-	b := aggregator.Batch{Topic: topic, Partition: window.Partition(sub, 2)}
+	b := consume.Batch{Topic: topic, Partition: window.Partition(sub, 2)}
 	for i := range 7 {
-		b.Records = append(b.Records, aggregator.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: "Victim@X.example", TS: now, N: 1}})
+		b.Records = append(b.Records, consume.Record{Offset: int64(i), Event: event.Event{V: 1, ID: event.NewID(), Action: "login_failed", Kind: "email", Subject: "Victim@X.example", TS: now, N: 1}})
 	}
 	b.Last = int64(len(b.Records) - 1)
 	if _, err := ap.Apply(ctx, "floodgate-live", b, set, now, nil); err != nil {

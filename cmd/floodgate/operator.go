@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"floodgate/adminapi"
-	"floodgate/limitapi"
-	"floodgate/operator"
-	"floodgate/rules"
-	"floodgate/topics"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/internal/adminapi"
+	"github.com/floodgate-dev/floodgate/internal/operator"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/internal/window"
+	"github.com/floodgate-dev/floodgate/limiter/limitapi"
 )
 
 // The operator commands (docs/operations.md) talk to Redis directly through
@@ -196,12 +196,12 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 		}
 		return ac, req, func() {}, nil
 	}
-	set, err := loadRules(c.Rules)
+	set, err := rules.LoadFile(c.Rules)
 	if err != nil {
 		return nil, req, nil, err
 	}
 	rulesFn := func() *rules.Set { return set }
-	rdb, err := c.redisClient()
+	rdb, err := c.Client()
 	if err != nil {
 		return nil, req, nil, err
 	}
@@ -210,7 +210,7 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 		done()
 		return nil, req, nil, err
 	}
-	if err := c.ping(ctx, rdb); err != nil {
+	if err := c.Ping(ctx, rdb); err != nil {
 		return fail(err)
 	}
 	kc, err := c.KafkaCluster(ctx)

@@ -7,10 +7,10 @@ import (
 	"net/url"
 	"strings"
 
-	"floodgate/adminapi"
-	"floodgate/operator"
-	"floodgate/secretfile"
-	"floodgate/tlsfiles"
+	"github.com/floodgate-dev/floodgate/internal/adminapi"
+	"github.com/floodgate-dev/floodgate/internal/operator"
+	"github.com/floodgate-dev/floodgate/internal/secretfile"
+	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
 )
 
 // adminClientFlags send the operator commands through a limiter's admin
@@ -54,7 +54,7 @@ func (f *adminClientFlags) adminClient(logger *slog.Logger) (*adminapi.Client, e
 		}
 	case tlsSet:
 		return nil, fmt.Errorf("--admin-tls-* given for %s: use an https:// admin URL", u.Redacted())
-	case beyondLoopback(net.JoinHostPort(u.Hostname(), "0")):
+	case tlsfiles.BeyondLoopback(net.JoinHostPort(u.Hostname(), "0")):
 		logger.Warn("admin token sent without TLS beyond loopback: use an https:// admin URL", "admin_url", u.Redacted())
 	}
 	c, err := adminapi.NewClient(cfg)

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/event"
-	"floodgate/limiter"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/takeroute"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/decide"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/takeroute"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // peerRules: a strict 2/h on each subject of action peer.
@@ -159,7 +159,7 @@ func TestOwnerTakesPeerEndpointRefusesForgeries(t *testing.T) {
 	}
 	sub := window.Subject{Action: "peer", Kind: "k", Subject: victim}
 	forged := func(f func(w *peerWire)) []byte {
-		q, err := limiter.TakeQuery(set, sub, nil)
+		q, err := decide.TakeQuery(set, sub, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

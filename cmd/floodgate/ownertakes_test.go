@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/stacktest"
-	"floodgate/stacktest/childproc"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // ownerTakeRules: a strict rule the test's takes run into.

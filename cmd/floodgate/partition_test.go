@@ -11,11 +11,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/stacktest"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // A record small on the wire but over the contract once decompressed (3 MiB
@@ -86,8 +86,8 @@ rules:
 		size += len(x.Key) + len(x.Value)
 	}
 	sum := sha256.Sum256(big)
-	if size > 4<<10 || h[aggregator.HeaderDLQReason] != event.ReasonTooLarge || h[aggregator.HeaderDLQSize] != strconv.Itoa(len(big)) ||
-		h[aggregator.HeaderDLQSHA256] != hex.EncodeToString(sum[:]) || h[aggregator.HeaderDLQOffset] != "0" {
+	if size > 4<<10 || h[consume.HeaderDLQReason] != event.ReasonTooLarge || h[consume.HeaderDLQSize] != strconv.Itoa(len(big)) ||
+		h[consume.HeaderDLQSHA256] != hex.EncodeToString(sum[:]) || h[consume.HeaderDLQOffset] != "0" {
 		t.Fatalf("DLQ stub of %d bytes, headers %v", size, h)
 	}
 }

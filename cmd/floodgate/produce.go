@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"floodgate/producer"
-	"floodgate/producer/loadgen"
+	"github.com/floodgate-dev/floodgate/internal/loadgen"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // ProduceCmd publishes events: NDJSON from stdin, or synthetic load.
@@ -74,7 +75,7 @@ func (c *ProduceCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 		src = gen
 	}
 	if !c.NoCreateTopics {
-		if _, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, time.Minute); err != nil {
+		if _, err := topics.EnsureFlags(ctx, log, c.KafkaFlags, c.TopicPartitions, time.Minute); err != nil {
 			return err
 		}
 	}

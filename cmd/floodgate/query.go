@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"time"
 
-	"floodgate/dashboard"
-	"floodgate/history"
-	"floodgate/rules"
-	"floodgate/timespan"
+	"github.com/floodgate-dev/floodgate/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/timespan"
 )
 
 // QueryCmd prints the answers of the dashboard SQL functions.
@@ -35,19 +35,19 @@ type queryFlags struct {
 }
 
 func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), error) {
-	h, err := f.hasher()
+	h, err := f.Hasher()
 	if err != nil {
 		return nil, nil, err
 	}
 	var set *rules.Set // nil: the built-in kind defaults
-	if rulesFound(f.Rules) == nil {
+	if rules.Found(f.Rules) == nil {
 		// A query only reads: outside the repository the default file's
 		// absence is no error, a file named explicitly must load.
 		if set, err = rules.Load(f.Rules); err != nil {
 			return nil, nil, err
 		}
 	}
-	pool, err := f.PostgresFlags.historyPool(ctx, slog.New(slog.DiscardHandler))
+	pool, err := f.PostgresFlags.Pool(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, nil, err
 	}

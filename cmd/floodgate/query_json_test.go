@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/aggregator"
-	"floodgate/event"
-	"floodgate/history"
-	"floodgate/history/historytest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/history/historytest"
 )
 
 // The query commands and migrate status with --json print one JSON
@@ -25,10 +25,10 @@ func TestQueryJSON(t *testing.T) {
 	}
 	now := time.Now().UTC().Truncate(5 * time.Minute)
 	t0 := now.Add(-10 * time.Minute)
-	rec := func(off int64, subject, ref string, ts time.Time, n int64) aggregator.Record {
-		return aggregator.Record{Offset: off, Event: event.Event{V: 1, ID: event.NewID(), Action: "visit", Kind: "link", Subject: subject, TS: ts, N: n, Attrs: map[string]string{"ref": ref}}}
+	rec := func(off int64, subject, ref string, ts time.Time, n int64) consume.Record {
+		return consume.Record{Offset: off, Event: event.Event{V: 1, ID: event.NewID(), Action: "visit", Kind: "link", Subject: subject, TS: ts, N: n, Attrs: map[string]string{"ref": ref}}}
 	}
-	if err := sink.Apply(ctx, aggregator.Batch{Topic: "t", Partition: 0, First: 0, Last: 3, Records: []aggregator.Record{
+	if err := sink.Apply(ctx, consume.Batch{Topic: "t", Partition: 0, First: 0, Last: 3, Records: []consume.Record{
 		rec(0, "a", "r1", t0, 3),
 		rec(1, "a", "r2", t0.Add(time.Minute), 2),
 		rec(2, "b", "r1", t0, 1),

@@ -6,14 +6,16 @@ import (
 	"log/slog"
 	"time"
 
-	"floodgate/aggregator"
-	"floodgate/live"
-	"floodgate/recovery"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/recovery"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // RebuildCmd rebuilds the live Redis counters from Kafka, offline (see
 // package recovery and docs/faults.md). A running aggregator recounts
-// what Redis lost by itself (aggregator.Recounter); this is for
+// what Redis lost by itself (consume.Recounter); this is for
 // --evaluate-all, whose sink cannot tell, and for an operator's reset of
 // the whole prefix. Run it with the live aggregator stopped.
 type RebuildCmd struct {
@@ -32,23 +34,23 @@ type RebuildCmd struct {
 
 // Run replays the topic into Redis and reports what it did.
 func (c *RebuildCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	set, err := loadRules(c.Rules)
+	set, err := rules.LoadFile(c.Rules)
 	if err != nil {
 		return err
 	}
-	lc, err := openLive(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
+	lc, err := window.Dial(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
 	if err != nil {
 		return err
 	}
-	defer lc.close(logger)
-	rdb, kc, store := lc.redis, lc.kafka, lc.store
+	defer closeLogged(logger, "redis", lc)
+	rdb, kc, store := lc.Redis, lc.Kafka, lc.Store
 	applier, err := live.NewApplier(store, live.ApplierConfig{WriteBack: true})
 	if err != nil {
 		return err
 	}
 	res, err := recovery.Rebuild(ctx, recovery.Config{
 		Brokers: c.Brokers, Security: kc.Security, Topic: c.Topic, Group: c.LiveGroup, Store: store, Applier: applier, Rules: set, Since: c.Since,
-		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: aggregator.LostOffsetsPolicy(c.OnLostOffsets), MaxPending: c.MaxPending,
+		Reset: c.Reset, Redis: rdb, Logger: logger, OnLostOffsets: consume.LostOffsetsPolicy(c.OnLostOffsets), MaxPending: c.MaxPending,
 	})
 	if err != nil {
 		return err

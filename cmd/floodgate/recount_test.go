@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // TestAggregatorRecountsWhatRedisLost: Redis loses every key of the live

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"floodgate/rules"
+	"github.com/floodgate-dev/floodgate/internal/rules"
 )
 
 // RulesCmd groups the rules file tools.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/floodgate-dev/floodgate/internal/rules"
 )
 
 // runCLI runs the binary on args as main does, returning the exit code and
@@ -129,8 +131,8 @@ func TestDefaultRulesMissing(t *testing.T) {
 		for _, f := range node.Flags {
 			if f.Name == "rules" && f.Default != "" {
 				n++
-				if f.Default != defaultRules {
-					t.Errorf("%s --rules defaults to %q, not %q", node.Path(), f.Default, defaultRules)
+				if f.Default != rules.DefaultPath {
+					t.Errorf("%s --rules defaults to %q, not %q", node.Path(), f.Default, rules.DefaultPath)
 				}
 			}
 		}

@@ -28,10 +28,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"floodgate/kafkaconn"
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/topics"
 )
 
 // secureEnv runs floodgate against the secure profile (scripts/stack up

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 // TestRedisSentinel: with --redis-sentinel-master, floodgate asks the

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"time"
 
-	"floodgate/jitter"
-	"floodgate/kafkaconn"
-	"floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/internal/jitter"
+	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
+	"github.com/floodgate-dev/floodgate/internal/postgres"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 // SetupCmd is the one-shot deploy step: it creates the topics and applies
@@ -27,13 +29,13 @@ func (c *SetupCmd) Run(ctx context.Context, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Deadline)
 	defer cancel()
 	if err := retry(ctx, log, "create topics", func() error {
-		_, err := ensureTopics(ctx, log, c.KafkaFlags, c.TopicPartitions, 30*time.Second)
+		_, err := topics.EnsureFlags(ctx, log, c.KafkaFlags, c.TopicPartitions, 30*time.Second)
 		return err
 	}); err != nil {
 		return err
 	}
 	return retry(ctx, log, "migrate", func() error {
-		u, err := c.postgresURL()
+		u, err := c.URL()
 		if err != nil {
 			return permanent{err}
 		}
@@ -68,7 +70,7 @@ func retry(ctx context.Context, log *slog.Logger, what string, op func() error) 
 			return nil
 		}
 		var perm permanent
-		if errors.As(err, &perm) || errors.Is(err, kafkaconn.ErrRefused) || refused(err) {
+		if errors.As(err, &perm) || errors.Is(err, kafkaconn.ErrRefused) || postgres.Refused(err) {
 			// A wrong password or an untrusted certificate does not get
 			// better by waiting: fail now, with the cause.
 			return fmt.Errorf("%s: %w", what, err)

@@ -13,12 +13,12 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/stacktest/kafkatopics"
-	"floodgate/strict"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/kafkatopics"
+	"github.com/floodgate-dev/floodgate/internal/strict"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // A strict rule no take reaches: every take counts and queues its event.

@@ -3,10 +3,13 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/floodgate-dev/floodgate/internal/metrics"
+	"github.com/floodgate-dev/floodgate/internal/version"
 )
 
 func TestBuildInfoMetric(t *testing.T) {
-	mfs, err := newRegistry().Gather()
+	mfs, err := metrics.NewRegistry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +36,7 @@ func TestBuildInfoMetric(t *testing.T) {
 }
 
 func TestVersionString(t *testing.T) {
-	if s := readBuildInfo().String(); !strings.HasPrefix(s, "floodgate ") || !strings.Contains(s, "go1.") {
+	if s := version.Read().String(); !strings.HasPrefix(s, "floodgate ") || !strings.Contains(s, "go1.") {
 		t.Fatalf("version %q", s)
 	}
 }

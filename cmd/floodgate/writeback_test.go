@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
 )
 
 // A deny rule beside the counting one: a subject over it moves the

@@ -12,11 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"floodgate/history"
-	"floodgate/migrations"
-	"floodgate/producer"
-	"floodgate/stacktest/childproc"
-	"floodgate/topics"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // Config says where the stack and the binaries are and how big the

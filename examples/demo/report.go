@@ -17,11 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/dashboard/dashboardtest"
-	"floodgate/history"
-	"floodgate/rules"
-	"floodgate/topics"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/internal/dashboard/dashboardtest"
+	"github.com/floodgate-dev/floodgate/internal/history"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 // actions are the actions the demo produces, in report order.

@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"floodgate/event"
-	"floodgate/producer"
-	"floodgate/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/promtext"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // The attack: a few IPs try many e-mail addresses. 198.51.100.0/24 and

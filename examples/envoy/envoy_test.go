@@ -29,7 +29,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
-	"floodgate/rules"
+	"github.com/floodgate-dev/floodgate/internal/rules"
 )
 
 // decode reads YAML into m strictly: an unknown field or an Any of an

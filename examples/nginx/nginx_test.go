@@ -16,8 +16,8 @@ import (
 	"text/template"
 	"time"
 
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 const testRules = `

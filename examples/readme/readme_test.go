@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 const marker = "<!-- first-429:"

@@ -29,13 +29,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"floodgate/examples/shortener/links"
-	"floodgate/examples/shortener/service"
-	"floodgate/kafkaconn"
-	"floodgate/limiterclient"
-	"floodgate/producer"
-	"floodgate/secretfile"
-	"floodgate/tlsfiles"
+	"github.com/floodgate-dev/floodgate/examples/shortener/links"
+	"github.com/floodgate-dev/floodgate/examples/shortener/service"
+	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
+	"github.com/floodgate-dev/floodgate/internal/secretfile"
+	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
+	"github.com/floodgate-dev/floodgate/limiter/limiterclient"
+	"github.com/floodgate-dev/floodgate/producer"
 )
 
 // CLI is the shortener's configuration: flags with FLOODGATE_* environment

@@ -21,9 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
-	"floodgate/event"
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 const testRules = `rules:
@@ -309,13 +309,13 @@ func TestLinksNoServerPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		for _, bad := range []string{"floodgate/window", "floodgate/aggregator", "floodgate/limiter", "floodgate/history", "floodgate/rules/reload", "github.com/redis/go-redis"} {
+		for _, bad := range []string{"github.com/floodgate-dev/floodgate/internal/window", "github.com/floodgate-dev/floodgate/internal/consume", "github.com/floodgate-dev/floodgate/internal/decide", "github.com/floodgate-dev/floodgate/internal/history", "github.com/floodgate-dev/floodgate/internal/rules/reload", "github.com/redis/go-redis"} {
 			if dep == bad || strings.HasPrefix(dep, bad+"/") {
 				t.Errorf("the shortener links %s", dep)
 			}
 		}
 	}
-	if !bytes.Contains(out, []byte("floodgate/limiterclient\n")) {
+	if !bytes.Contains(out, []byte("github.com/floodgate-dev/floodgate/limiter/limiterclient\n")) {
 		t.Errorf("go list -deps names no limiterclient:\n%s", out)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"text/template"
 	"time"
 
-	"floodgate/stacktest"
-	"floodgate/stacktest/servicetest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
 // nginxConf is docs/limiter.md's auth_request configuration in front of

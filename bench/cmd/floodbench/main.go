@@ -16,10 +16,10 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"floodgate/bench/attack"
-	"floodgate/bench/benchmark"
-	"floodgate/bench/faults"
-	"floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/bench/attack"
+	"github.com/floodgate-dev/floodgate/bench/benchmark"
+	"github.com/floodgate-dev/floodgate/bench/faults"
+	"github.com/floodgate-dev/floodgate/bench/rlsload"
 )
 
 // Stack locates the local stack (see `scripts/stack env`).

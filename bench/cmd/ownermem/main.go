@@ -23,13 +23,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/aggregator"
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/live"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 const ownerRules = `
@@ -89,13 +89,13 @@ func run(addr string, n, batchSize, every, maxPending, maxHeadroom int) error {
 	var off int64
 	now := time.Now()
 	for i, b := 0, 0; i < n; b++ {
-		recs := make([]aggregator.Record, 0, batchSize)
+		recs := make([]consume.Record, 0, batchSize)
 		for ; i < n && len(recs) < batchSize; i++ {
-			recs = append(recs, aggregator.Record{Offset: off, Event: event.Event{V: 1, ID: event.NewID(), Action: "owner_visit",
+			recs = append(recs, consume.Record{Offset: off, Event: event.Event{V: 1, ID: event.NewID(), Action: "owner_visit",
 				Kind: "ip", Subject: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) + "/" + strconv.Itoa(i>>24), TS: now, N: 1}})
 			off++
 		}
-		bt := aggregator.Batch{Topic: "t", Partition: 0, First: recs[0].Offset, Last: off - 1, Records: recs}
+		bt := consume.Batch{Topic: "t", Partition: 0, First: recs[0].Offset, Last: off - 1, Records: recs}
 		if _, err := ap.Apply(ctx, "g", bt, set, now, hr); err != nil {
 			return fmt.Errorf("batch %d: %w", b, err)
 		}

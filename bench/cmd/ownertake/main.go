@@ -36,10 +36,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/event"
-	"floodgate/limiter"
-	"floodgate/topics"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/decide"
+	"github.com/floodgate-dev/floodgate/internal/topics"
+	"github.com/floodgate-dev/floodgate/internal/window"
 	"google.golang.org/grpc"
 )
 
@@ -79,7 +79,7 @@ func run(ctx context.Context, addr string, brokers []string, topic string, linge
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := grpc.NewServer(limiter.RLSServerOptions(limiter.DefaultMaxRequestBytes, limiter.DefaultMaxConcurrentStreams)...)
+	srv := grpc.NewServer(decide.RLSServerOptions(decide.DefaultMaxRequestBytes, decide.DefaultMaxConcurrentStreams)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, s)
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	slog.Info("ownertake serving", "addr", ln.Addr().String(), "topic", topic, "linger", linger)

@@ -3,7 +3,7 @@
 // addresses (each its own /64) against a 2/1h rule, so that every address
 // is a held subject, plus D addresses with two events (denied). It writes
 // them through the aggregator's own write path (live.Applier.Apply) under a
-// key prefix of its own, loads the state as a limiter does (limiter.Sync,
+// key prefix of its own, loads the state as a limiter does (decide.Sync,
 // HSCAN snapshots, --cap as --state-max-subjects), and reports the held
 // subjects, heap and RSS per subject, the load time, and whether sampled
 // denied subjects are denied and near ones allowed (from memory or, past
@@ -26,13 +26,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/aggregator"
-	"floodgate/bench/harness"
-	"floodgate/event"
-	"floodgate/limiter"
-	"floodgate/live"
-	"floodgate/rules"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/event"
+	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/decide"
+	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 const probeRules = `
@@ -100,9 +100,9 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 		if len(evs) == 0 {
 			return nil
 		}
-		b := aggregator.Batch{Topic: "statemem", Partition: p, First: offs[p]}
+		b := consume.Batch{Topic: "statemem", Partition: p, First: offs[p]}
 		for _, ev := range evs {
-			b.Records = append(b.Records, aggregator.Record{Offset: offs[p], Event: ev})
+			b.Records = append(b.Records, consume.Record{Offset: offs[p], Event: ev})
 			offs[p]++
 		}
 		b.Last = offs[p] - 1
@@ -148,8 +148,8 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 	runtime.ReadMemStats(&before)
 	rssBefore := harness.SelfStatusKiB("VmRSS")
 
-	state := limiter.NewBoundedState(capN)
-	lim, err := limiter.New(limiter.Config{Store: store, State: state, Partitions: func() int { return parts },
+	state := decide.NewBoundedState(capN)
+	lim, err := decide.New(decide.Config{Store: store, State: state, Partitions: func() int { return parts },
 		Rules: func() *rules.Set { return set }, Timeout: 2 * time.Second})
 	if err != nil {
 		return err
@@ -158,7 +158,7 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 	go func() {
-		_ = limiter.Sync(sctx, limiter.SyncConfig{State: state, Source: store, Streams: rdb, Partitions: func() int { return parts }, Logger: quiet})
+		_ = decide.Sync(sctx, decide.SyncConfig{State: state, Source: store, Streams: rdb, Partitions: func() int { return parts }, Logger: quiet})
 	}()
 	load := time.Now()
 	for !state.Loaded(parts) {
@@ -180,7 +180,7 @@ func run(addr string, n, denied, capN, parts, samples, batchSize int) error {
 		rssBefore>>10, harness.SelfStatusKiB("VmRSS")>>10, harness.SelfStatusKiB("VmHWM")>>10)
 
 	check := func(s string) (bool, error) {
-		d, err := lim.Check(ctx, limiter.Request{Action: "probe", Subjects: []limiter.Subject{{Kind: "ip", Subject: s}}})
+		d, err := lim.Check(ctx, decide.Request{Action: "probe", Subjects: []decide.Subject{{Kind: "ip", Subject: s}}})
 		return d.Allowed, err
 	}
 	wrong := 0

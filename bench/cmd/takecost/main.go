@@ -20,10 +20,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"floodgate/bench/harness"
-	"floodgate/rules"
-	"floodgate/stacktest"
-	"floodgate/window"
+	"github.com/floodgate-dev/floodgate/bench/harness"
+	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/stacktest"
+	"github.com/floodgate-dev/floodgate/internal/window"
 )
 
 func main() {

@@ -27,9 +27,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"floodgate/examples/shortener/links"
-	"floodgate/limitapi"
-	"floodgate/limitermw"
+	"github.com/floodgate-dev/floodgate/examples/shortener/links"
+	"github.com/floodgate-dev/floodgate/limiter/limitapi"
+	"github.com/floodgate-dev/floodgate/limiter/limitermw"
 )
 
 // Actions of the events the shortener produces.
