@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -58,8 +59,43 @@ type Aggregator struct {
 	log *slog.Logger
 }
 
-// New returns the aggregator cfg configures; Run starts it.
+// ParseFlags returns the Config that args give, as `floodgate aggregator`
+// reads them: each flag's FLOODGATE_* variable and default where args do
+// not set it.
+func ParseFlags(args []string) (Config, error) {
+	var cfg Config
+	p, err := kong.New(&cfg, kong.Name("aggregator"), kong.Exit(func(int) {}))
+	if err != nil {
+		return cfg, err
+	}
+	_, err = p.Parse(args)
+	return cfg, err
+}
+
+// Validate reports the first setting that cannot run, before anything is
+// connected.
+func (c *Config) Validate() error {
+	switch {
+	case c.Procs < 0 || c.Procs > maxProcs:
+		return fmt.Errorf("--procs %d: want 0 (the default) to %d", c.Procs, maxProcs)
+	case c.OwnerTakes && (c.CheckpointInterval <= 0 || c.EvaluateAll):
+		return errors.New("--owner-takes answers from write-back memory: it needs --checkpoint-interval > 0 and no --evaluate-all")
+	case c.MaxSubjects <= 0 || c.BatchMax <= 0:
+		return fmt.Errorf("--max-subjects %d, --batch-max %d: want both above 0", c.MaxSubjects, c.BatchMax)
+	case c.ReadAheadBytes <= 0:
+		return fmt.Errorf("--read-ahead-bytes %d: want above 0", c.ReadAheadBytes)
+	case c.CheckpointInterval < 0 || c.DenyRefresh < 0 || c.Dedup < 0:
+		return errors.New("--checkpoint-interval, --deny-refresh and --dedup cannot be negative")
+	}
+	return nil
+}
+
+// New returns the aggregator cfg configures (an error when it does not
+// validate); Run starts it.
 func New(cfg Config, logger *slog.Logger) (*Aggregator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -224,9 +260,6 @@ func (c *Config) applier(ctx context.Context, store *window.Store, logger *slog.
 		// A held-back decision is written by the next checkpoint: due within
 		// the interval, written within a few seconds of it.
 		hold, refresh = 2*c.CheckpointInterval+5*time.Second, c.DenyRefresh
-	}
-	if c.OwnerTakes && !writeBack {
-		return nil, errors.New("--owner-takes answers from write-back memory: it needs --checkpoint-interval > 0 and no --evaluate-all")
 	}
 	applier, err := live.NewApplier(store, live.ApplierConfig{MaxSubjects: c.MaxSubjects, Dedup: c.Dedup, WriteBack: writeBack, OwnerTakes: c.OwnerTakes,
 		CheckpointPart: c.CheckpointPart, HoldDecisions: hold, RefreshDecisions: refresh, Logger: logger.With("sink", "live")})

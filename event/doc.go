@@ -35,4 +35,8 @@
 // is counted under the digest instead of being dead-lettered.
 //
 // The wire format is documented in docs/events.md.
+//
+// Public: producers in any process (and consumers other than floodgate's
+// own) share this contract with the aggregator, which decodes with the same
+// code; it imports nothing else of floodgate.
 package event

@@ -7,7 +7,7 @@
 // ask a limiter are beside it: limiterclient (Go client), limitermw (HTTP
 // middleware) and limitapi (the API's types).
 //
-//	l, err := limiter.New(cfg, logger) // cfg: the flags' values
+//	l, err := decide.New(cfg, logger) // cfg: the flags' values
 //	if err != nil { ... }
 //	err = l.Run(ctx) // until ctx ends, then drains
 package limiter
@@ -24,6 +24,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -57,8 +58,43 @@ type Limiter struct {
 	log *slog.Logger
 }
 
-// New returns the limiter cfg configures; Run starts it.
+// ParseFlags returns the Config that args give, as `floodgate limiter
+// serve` reads them: each flag's FLOODGATE_* variable and default where
+// args do not set it.
+func ParseFlags(args []string) (Config, error) {
+	var cfg Config
+	p, err := kong.New(&cfg, kong.Name("limiter"), kong.Exit(func(int) {}))
+	if err != nil {
+		return cfg, err
+	}
+	_, err = p.Parse(args)
+	return cfg, err
+}
+
+// Validate reports the first setting that cannot run, before anything is
+// connected.
+func (c *Config) Validate() error {
+	if c.StateMaxSubjects < 0 {
+		return fmt.Errorf("--state-max-subjects %d is negative", c.StateMaxSubjects)
+	}
+	if _, err := decide.ParseFailureMode(c.FailureMode); err != nil {
+		return err
+	}
+	if _, err := decide.ParseRLSMode(c.RLSMode); err != nil {
+		return err
+	}
+	if c.MaxBytes <= 0 || c.TakeBatch <= 0 {
+		return fmt.Errorf("--max-request-bytes %d, --take-batch %d: want both above 0", c.MaxBytes, c.TakeBatch)
+	}
+	return nil
+}
+
+// New returns the limiter cfg configures (an error when it does not
+// validate); Run starts it.
 func New(cfg Config, logger *slog.Logger) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -144,9 +180,6 @@ func (c *Config) run(ctx context.Context, logger *slog.Logger) error {
 	feedMetrics, err := feed.NewMetrics(reg, "floodgate_limiter_feed")
 	if err != nil {
 		return err
-	}
-	if c.StateMaxSubjects < 0 {
-		return fmt.Errorf("--state-max-subjects %d is negative", c.StateMaxSubjects)
 	}
 	state := decide.NewBoundedState(c.StateMaxSubjects)
 	pub, err := c.publisher(kc, logger)

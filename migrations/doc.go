@@ -18,4 +18,8 @@
 // that need a history of their own create a database of their own with
 // CreateDatabase (and DropDatabase it after): the same files, applied the
 // same way, in the same schema.
+//
+// Public: a team that applies its schema with its own tooling runs these
+// files (goose, embedded) instead of `floodgate migrate`; the SQL functions
+// they create are what dashboards call (docs/history.md).
 package migrations

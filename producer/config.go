@@ -14,13 +14,18 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
 )
 
+// Security is how a Publisher connects to the brokers: TLS (a
+// *tls.Config; nil: plaintext) and a kafka-go SASL mechanism (nil: none),
+// as every floodgate process connects.
+type Security = kafkaconn.Security
+
 // Config configures a Publisher. The zero value of every field except
 // Brokers means its documented default.
 type Config struct {
 	// Brokers are the Kafka bootstrap addresses, host:port. Required.
 	Brokers []string
 	// Security is how to reach them: TLS and SASL (zero: plaintext).
-	Security kafkaconn.Security
+	Security Security
 	// Topic receives the events. Default "floodgate.events".
 	Topic string
 

@@ -4,7 +4,7 @@
 // Event.Key ("<kind>:<subject>") and places it with the murmur2 partitioner
 // of Java's default producer, so Go, Java and librdkafka
 // (partitioner=murmur2_random) producers agree on where a subject lives
-// (topics.Partition computes it).
+// (Partition computes it).
 //
 // Memory is bounded: at most Config.MaxBuffered events are in flight.
 // Publish waits for room (back-pressure) until its context ends, or returns
@@ -23,5 +23,10 @@
 //		return fmt.Errorf("publish login_failed: %w", err)
 //	}
 //
-// Topics are created by package topics (EnsureTopics forwards to it).
+// EnsureTopics creates the topics for a program that does not run
+// `floodgate topics`.
+//
+// This package is part of floodgate's public API (with event, and the
+// limiter's limitapi, limiterclient and limitermw): a service that emits
+// access events imports it; everything it builds on is internal.
 package producer

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -53,9 +54,39 @@ type Roller struct {
 	log  *slog.Logger
 }
 
+// ParseFlags returns the Config that args give, as `floodgate roller`
+// reads them: each flag's FLOODGATE_* variable and default where args do
+// not set it.
+func ParseFlags(args []string) (Config, error) {
+	var cfg Config
+	p, err := kong.New(&cfg, kong.Name("roller"), kong.Exit(func(int) {}))
+	if err != nil {
+		return cfg, err
+	}
+	_, err = p.Parse(args)
+	return cfg, err
+}
+
+// Validate reports the first setting that cannot run, before anything is
+// connected.
+func (c *Config) Validate() error {
+	if _, err := c.ParsedLadder(); err != nil {
+		return err
+	}
+	if c.Now != "" {
+		if _, err := timespan.ParseTime(c.Now, time.Now()); err != nil {
+			return fmt.Errorf("--now: %w", err)
+		}
+	}
+	return nil
+}
+
 // New reads the rules and the ladder and opens the history pool (its
 // connections are made on use); Close releases it.
 func New(cfg Config, logger *slog.Logger) (*Roller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	ladder, err := cfg.ParsedLadder()
 	if err != nil {
 		return nil, err

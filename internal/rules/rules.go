@@ -117,12 +117,7 @@ func ParseWindow(s string) (time.Duration, error) {
 
 // FormatWindow writes w in its largest whole unit: 1d, 6h, 5m, 90s — the
 // spelling of deny records, which window/lua.go's fg_fmt_window writes too.
-func FormatWindow(w time.Duration) string {
-	if w <= 0 {
-		return "0s"
-	}
-	return timespan.Format(w.Truncate(time.Second))
-}
+func FormatWindow(w time.Duration) string { return timespan.FormatWindow(w) }
 
 // Rule limits one action for subjects of some feature kinds. Every subject
 // is counted on its own: the rule for action "login_failed" and kinds [ip,

@@ -293,3 +293,14 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	}
 	return now.Add(-d), nil
 }
+
+// FormatWindow writes a window in its largest whole unit of seconds or
+// more: 1d, 6h, 5m, 90s (a fraction of a second is dropped, a window is at
+// least one); the spelling of rules, deny records and the RateLimit
+// headers.
+func FormatWindow(w time.Duration) string {
+	if w <= 0 {
+		return "0s"
+	}
+	return Format(w.Truncate(time.Second))
+}

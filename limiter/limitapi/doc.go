@@ -8,4 +8,7 @@
 //	d := limitapi.Decision{...}        // from limiterclient.Client.Check
 //	limitapi.SetHeaders(w.Header(), d) // RateLimit-Policy, RateLimit, Retry-After
 //	json.NewEncoder(w).Encode(limitapi.Result(d))
+//
+// Public: a service that asks a limiter, in Go or through its own HTTP
+// stack, uses these types; the limiter itself is internal.
 package limitapi

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/internal/rules"
+	"github.com/floodgate-dev/floodgate/internal/timespan"
 )
 
 // Header field names of draft-ietf-httpapi-ratelimit-headers (-09/-10).
@@ -99,7 +99,7 @@ func policy(rule, kind string, w time.Duration, rate string) string {
 // PolicyName names a limit in the RateLimit fields and Envoy answers:
 // "<rule>/<kind>/<window>".
 func PolicyName(rule, kind string, w time.Duration) string {
-	return rule + "/" + kind + "/" + rules.FormatWindow(w)
+	return rule + "/" + kind + "/" + timespan.FormatWindow(w)
 }
 
 // appendSFString appends s as a Structured Field String: printable ASCII

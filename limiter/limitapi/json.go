@@ -1,6 +1,6 @@
 package limitapi
 
-import "github.com/floodgate-dev/floodgate/internal/rules"
+import "github.com/floodgate-dev/floodgate/internal/timespan"
 
 // HeaderDenyStatus lets a caller choose the status of a denial on the HTTP
 // surface: 429 (default), 403 or 401. nginx's auth_request turns any status
@@ -85,19 +85,19 @@ func Result(d Decision) CheckResult {
 		r.Message, r.Rule, r.Kind, r.Subject, r.Banned = den.Message, den.Rule, den.Kind, den.Subject, den.Banned
 		r.Limit, r.Count, r.RetryAfter, r.Rate = den.Limit, den.Count, max(RetrySeconds(den.RetryAfter), 1), den.Rate
 		if den.Window > 0 {
-			r.Window = rules.FormatWindow(den.Window)
+			r.Window = timespan.FormatWindow(den.Window)
 		}
 	}
 	for _, l := range d.Limits {
 		r.Limits = append(r.Limits, LimitJSON{
-			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: rules.FormatWindow(l.Window),
+			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: timespan.FormatWindow(l.Window),
 			Count: l.Count, Remaining: l.Remaining, ResetAfter: RetrySeconds(l.ResetAfter),
 			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated, Rate: l.Rate,
 		})
 	}
 	for _, s := range d.ShadowDenials {
 		r.ShadowDenials = append(r.ShadowDenials, DenialJSON{
-			Rule: s.Rule, Kind: s.Kind, Subject: s.Subject, Limit: s.Limit, Window: rules.FormatWindow(s.Window),
+			Rule: s.Rule, Kind: s.Kind, Subject: s.Subject, Limit: s.Limit, Window: timespan.FormatWindow(s.Window),
 			Count: s.Count, Message: s.Message, RetryAfter: RetrySeconds(s.RetryAfter), Rate: s.Rate,
 		})
 	}

@@ -9,6 +9,9 @@
 //	if err == nil && !d.Allowed {
 //		// d.Denial.Message, d.RetryAfter()
 //	}
+//
+// Public: what a Go service embeds to ask a limiter; it links limitapi and
+// the generated floodgate.v1 types, and no Redis, Kafka or server code.
 package limiterclient
 
 import (

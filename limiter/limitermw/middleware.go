@@ -32,6 +32,10 @@
 // so the middleware publishes nothing.
 //
 //	create, err := limitermw.New(limitermw.Config{Checker: lc, Take: true, Action: "link_create", FailClosed: true})
+//
+// Public: what a Go web app embeds to put a limiter in front of a handler;
+// it links limitapi and event, and no client of its own (a
+// limiterclient.Client or any Checker does).
 package limitermw
 
 import (
@@ -48,14 +52,13 @@ import (
 	"github.com/floodgate-dev/floodgate/limiter/limitapi"
 )
 
-// Checker decides; *limiterclient.Client and *limiter.Limiter implement it.
+// Checker decides; *limiterclient.Client implements it.
 type Checker interface {
 	Check(ctx context.Context, req limitapi.Request) (limitapi.Decision, error)
 }
 
 // Taker checks and counts in one step (strict mode) and publishes the
-// events of what it admits; *limiterclient.Client and *limiter.Limiter
-// implement it.
+// events of what it admits; *limiterclient.Client implements it.
 type Taker interface {
 	Take(ctx context.Context, req limitapi.Request) (limitapi.Decision, error)
 }
