@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/event"
-	fglimiter "github.com/floodgate-dev/floodgate/internal/decide"
+	"github.com/floodgate-dev/floodgate/internal/decide"
 	"github.com/floodgate-dev/floodgate/internal/rules"
 	"github.com/floodgate-dev/floodgate/internal/stacktest/childproc"
 	"github.com/floodgate-dev/floodgate/internal/takeroute"
@@ -91,7 +91,7 @@ func peerForgery(ctx context.Context, e *env) (Row, error) {
 		return row, err
 	}
 	forge := func(token string, limit, n int64) (string, bool, error) {
-		q, err := fglimiter.TakeQuery(set, window.Subject{Action: "password_reset", Kind: "email", Subject: victim}, nil)
+		q, err := decide.TakeQuery(set, window.Subject{Action: "password_reset", Kind: "email", Subject: victim}, nil)
 		if err != nil {
 			return "", false, err
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/floodgate-dev/floodgate/event"
 	"github.com/floodgate-dev/floodgate/internal/consume"
 	"github.com/floodgate-dev/floodgate/internal/history"
-	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/internal/retention"
+	"github.com/floodgate-dev/floodgate/migrations"
 )
 
 // SketchRun is the history sink and the roller on the same synthetic visits,

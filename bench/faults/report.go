@@ -293,7 +293,7 @@ var newScenarios = map[string]bool{"apply-error": true, "crash-publish": true, "
 const explanations = `## No silent loss: what each path does
 
 - **Retention deleted events nobody had counted.** Each group (live and history) reads with fetch requests of its
-  own (` + "`aggregator.Fetcher`" + `, read_committed), which never skip: a stored offset below the log's start is found when
+  own (` + "`consume.Fetcher`" + `, read_committed), which never skip: a stored offset below the log's start is found when
   the partition resumes and while it runs. The group logs an ERROR naming itself, the partition and the offsets
   lost, adds them to ` + "`floodgate_aggregator_skipped_offsets_total{group,partition}`" + `, and with ` + "`--on-lost-offsets=skip`" + `
   (default) counts on from the log's start, the skipped offsets stored with the next batch; with ` + "`stop`" + ` the partition
@@ -306,7 +306,7 @@ const explanations = `## No silent loss: what each path does
   holds more records than the stored offset is not told apart from the old one.
 - **` + "`floodgate rebuild`" + `** refuses while the live group has members (a running aggregator would write offsets of its
   own, and every replayed batch would be taken for a duplicate), reads committed records only, accepts events with
-  the aggregator's ` + "`aggregator.Accept`" + `, and finds lost offsets the same way: before it writes, from where the live
+  the aggregator's ` + "`consume.Accept`" + `, and finds lost offsets the same way: before it writes, from where the live
   group stood (its offset in Redis, else its Kafka commit), and while it reads; ` + "`--on-lost-offsets`" + ` as above, ` + "`stop`" + `
   failing before any write.
 - **A script failing part-way** (a foreign key under the prefix, WRONGTYPE) undoes the increments it made and
@@ -325,7 +325,7 @@ counters can always be recomputed, and the running aggregator does it by itself.
 Headroom remembers that its slot held an offset; the batch or checkpoint that finds none (a restart
 without persistence, a flush, a failover to an empty replica) writes nothing, and the group finds the
 first offset at or after now − (longest window + 1 min) with Kafka's time index and reads the partition
-again from there through the same ` + "`live.Applier`" + ` (` + "`aggregator.Recounter`" + `, an ERROR naming the offsets,
+again from there through the same ` + "`live.Applier`" + ` (` + "`consume.Recounter`" + `, an ERROR naming the offsets,
 ` + "`floodgate_aggregator_recounts_total`" + `). Events the limiter's strict mode had counted (header
 ` + "`floodgate-counted`" + `) up to the partition's end when the loss was found are counted too: those counts were
 lost with Redis. Deny records come back as the recounted subjects are evaluated; until the recount

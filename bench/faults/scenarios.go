@@ -289,7 +289,7 @@ func (s *Suite) serviceFault(ctx context.Context, row Row, scenario string, faul
 // redisRestart: restart Redis under load (no persistence: every counter,
 // deny record and offset is gone). The running aggregator finds each
 // partition's slot gone and counts it again from Kafka, the longest
-// window back (aggregator.Recounter): no rebuild, nothing lost, in this
+// window back (consume.Recounter): no rebuild, nothing lost, in this
 // scenario or any earlier one.
 func (s *Suite) redisRestart(ctx context.Context) (Row, error) {
 	row := Row{Fault: "Redis restart (counters lost), counted again from Kafka by the running aggregator"}

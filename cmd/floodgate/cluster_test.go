@@ -233,7 +233,7 @@ func TestClusterOwnerTakesRedisPrimaryKill(t *testing.T) {
 		run.failedMayCount = true
 		// Not waiting for checkpoints: a partition whose first checkpoint
 		// the replica lacks loses its whole slot, and is counted again
-		// from the log (aggregator.Recounter) before its takes reopen.
+		// from the log (consume.Recounter) before its takes reopen.
 		stacktest.WaitFor(t, "takes admitted", 90*time.Second, func() bool { return run.total() >= 200 })
 		keys := e.store.Keys()
 		primary, replica := stacktest.KillRedisPrimaryAhead(t, keys.Slot(0), func(node *redis.Client) {

@@ -168,7 +168,7 @@ func (c *Config) setDefaults() {
 		c.WarmUp = 2 * max(c.Rules.MaxWindow(), c.Baseline.MaxWindow())
 	}
 	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = time.Minute // aggregator.DefaultMaxFutureSkew
+		c.MaxFutureSkew = time.Minute // consume.DefaultMaxFutureSkew
 	}
 	if c.Parallel == 0 {
 		c.Parallel = 4

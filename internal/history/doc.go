@@ -3,7 +3,7 @@
 // along a retention ladder as it ages, with totals per key and SQL functions
 // for dashboards.
 //
-// Sink implements aggregator.Sink: per batch it sums events in memory and
+// Sink implements consume.Sink: per batch it sums events in memory and
 // writes the buckets, the totals and the partition's next offset in one
 // statement with a compare-and-set on the stored offset, so every event
 // counts exactly once across crashes, rebalances and Postgres outages.
@@ -11,7 +11,7 @@
 //	pool, _ := pgxpool.New(ctx, "postgres://floodgate@127.0.0.1:15432/floodgate")
 //	sink, err := history.NewSink(ctx, history.SinkConfig{DB: pool, Group: "floodgate-history"})
 //	if err != nil { ... }
-//	g, err := aggregator.NewGroup(aggregator.Config{
+//	g, err := consume.NewGroup(consume.Config{
 //		Brokers: brokers, Topic: "floodgate.events", GroupID: "floodgate-history",
 //	}, sink)
 //	err = g.Run(ctx)

@@ -12,19 +12,19 @@
 // back. Backtest's replays and recovery's rebuild count through the same
 // Applier.
 //
-// Sink is the aggregator.Sink of the live consumer group; Relay publishes
+// Sink is the consume.Sink of the live consumer group; Relay publishes
 // each owned partition's decisions from its change stream to Kafka, and
 // TakeRelay its strict takes' events from its take stream to the events
 // topic, exactly once. With SinkConfig.Takes, the Sink also answers the
 // strict takes of the partitions it owns from its memory (TakeQueued, a
-// limiter.Taker; ownertake.go):
+// decide.Taker; ownertake.go):
 //
 //	st, err := window.NewStore(redisClient, window.StoreConfig{Prefix: "fg", Partitions: parts.Get})
 //	ap, err := live.NewApplier(st, live.ApplierConfig{})
 //	sink, err := live.NewSink(live.SinkConfig{
 //		Applier: ap, Group: "floodgate-live", Rules: watcher.Current, Relay: relay,
 //	})
-//	g, err := aggregator.NewGroup(aggregator.Config{...GroupID: "floodgate-live"}, sink)
+//	g, err := consume.NewGroup(consume.Config{...GroupID: "floodgate-live"}, sink)
 //
 // docs/redis.md describes the keys and the apply script.
 package live

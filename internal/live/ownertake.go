@@ -174,7 +174,7 @@ func (p *partState) closeTakes() {
 	p.takes.open, p.takes.target = false, -1
 }
 
-// TakeQueued implements limiter.Taker for the partitions this sink owns:
+// TakeQueued implements decide.Taker for the partitions this sink owns:
 // each query's windows are summed from the owner's memory and overlay,
 // and a take every limit admits is appended to its partitions' take
 // streams before it is answered. Every event of a counted query goes into

@@ -59,7 +59,7 @@ type AdminRequest struct {
 type AdminResult struct {
 	Partition int
 	// Seq and EntryID name the change entry written: a limiter whose state
-	// holds Seq of the partition (limiter.State.Seq) applies the action.
+	// holds Seq of the partition (decide.State.Seq) applies the action.
 	Seq     int64
 	EntryID string
 	// Cleared lists what an unban or reset removed: "deny", "shadow",

@@ -18,9 +18,9 @@
 // (400), before anything is taken.
 //
 //	plan := func(sub window.Subject, values map[string]string) (window.EvalQuery, error) {
-//		return limiter.TakeQuery(rulesInForce(), sub, values)
+//		return decide.TakeQuery(rulesInForce(), sub, values)
 //	}
 //	r, err := takeroute.New(takeroute.Config{Local: sink, Redis: rdb, Store: store, Plan: plan, Token: peerToken, Self: "10.0.0.5:8084"})
-//	limiter.New(limiter.Config{Taker: r, ...})
+//	decide.New(decide.Config{Taker: r, ...})
 //	http.Handle(takeroute.Path, r.Handler())
 package takeroute

@@ -37,7 +37,7 @@ const (
 )
 
 // Planner derives a forwarded take's query for one subject from this
-// member's rules in force: limiter.TakeQuery under them. An error refuses
+// member's rules in force: decide.TakeQuery under them. An error refuses
 // the take (the subject is not as a limiter sends it).
 type Planner func(sub window.Subject, values map[string]string) (window.EvalQuery, error)
 
@@ -83,7 +83,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Router is a limiter.Taker: local takes first, forwarded otherwise.
+// Router is a decide.Taker: local takes first, forwarded otherwise.
 type Router struct {
 	cfg       Config
 	forwarded *prometheus.CounterVec
@@ -151,7 +151,7 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// TakeQueued implements limiter.Taker: the take is answered here when this
+// TakeQueued implements decide.Taker: the take is answered here when this
 // process owns its partitions, else forwarded to the member whose owner
 // records name all of them, else reserved at each owner and committed
 // (split). A take of a partition no record names fails with

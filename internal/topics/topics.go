@@ -61,7 +61,7 @@ func (s Spec) Validate() error {
 // most 4 KiB, producer.DefaultBatchBytes); the rest is room for a batch's
 // framing. It bounds what a producer can put in one batch on the wire,
 // whatever the broker's default, not what the batch decompresses to (the
-// aggregator bounds that: aggregator.MaxBatchDecompressed).
+// aggregator bounds that: consume.MaxBatchDecompressed).
 const EventsMaxMessageBytes = 1<<20 + 32<<10
 
 // Defaults returns the specs of floodgate's three topics with their default
