@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -32,6 +31,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/internal/consume"
+	"github.com/floodgate-dev/floodgate/internal/flagparse"
 	"github.com/floodgate-dev/floodgate/internal/history"
 	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
 	"github.com/floodgate-dev/floodgate/internal/live"
@@ -64,11 +64,7 @@ type Aggregator struct {
 // not set it.
 func ParseFlags(args []string) (Config, error) {
 	var cfg Config
-	p, err := kong.New(&cfg, kong.Name("aggregator"), kong.Exit(func(int) {}))
-	if err != nil {
-		return cfg, err
-	}
-	_, err = p.Parse(args)
+	err := flagparse.Parse("aggregator", &cfg, args)
 	return cfg, err
 }
 

@@ -24,12 +24,12 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/internal/decide"
 	"github.com/floodgate-dev/floodgate/internal/feed"
+	"github.com/floodgate-dev/floodgate/internal/flagparse"
 	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
 	"github.com/floodgate-dev/floodgate/internal/metrics"
 	"github.com/floodgate-dev/floodgate/internal/operator"
@@ -63,11 +63,7 @@ type Limiter struct {
 // args do not set it.
 func ParseFlags(args []string) (Config, error) {
 	var cfg Config
-	p, err := kong.New(&cfg, kong.Name("limiter"), kong.Exit(func(int) {}))
-	if err != nil {
-		return cfg, err
-	}
-	_, err = p.Parse(args)
+	err := flagparse.Parse("limiter", &cfg, args)
 	return cfg, err
 }
 

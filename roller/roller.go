@@ -19,10 +19,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floodgate-dev/floodgate/internal/flagparse"
 	"github.com/floodgate-dev/floodgate/internal/history"
 	"github.com/floodgate-dev/floodgate/internal/metrics"
 	"github.com/floodgate-dev/floodgate/internal/postgres"
@@ -59,11 +59,7 @@ type Roller struct {
 // not set it.
 func ParseFlags(args []string) (Config, error) {
 	var cfg Config
-	p, err := kong.New(&cfg, kong.Name("roller"), kong.Exit(func(int) {}))
-	if err != nil {
-		return cfg, err
-	}
-	_, err = p.Parse(args)
+	err := flagparse.Parse("roller", &cfg, args)
 	return cfg, err
 }
 
