@@ -62,7 +62,12 @@ func fetchOfBombs(ctx context.Context, e *env) (Row, error) {
 	}
 	const ip = "203.0.113.21"
 	key := []byte(event.Event{Kind: "ip", Subject: ip}.Key())
-	w := &kafka.Writer{Addr: kafka.TCP(e.cfg.Brokers...), Topic: e.topic, Compression: kafka.Zstd,
+	// A transport of its own: the default one is shared by every writer
+	// of the process, and its metadata (cached 6 s) may predate this
+	// scenario's topic, which its retries would not outlast.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(e.cfg.Brokers...), Topic: e.topic, Compression: kafka.Zstd, Transport: tr,
 		BatchBytes: fetchBombSize + 1<<20, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	value := bytes.Repeat([]byte{' '}, fetchBombSize)
 	for i := range fetchBombs {
