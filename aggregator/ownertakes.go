@@ -200,22 +200,43 @@ func (c *Config) takeRouter(sink *live.Sink, rdb takeroute.Redis, store *window.
 	cfg := takeroute.Config{Local: sink, Redis: rdb, Store: store, Plan: plan, Self: advertise, Token: peerToken, Registerer: reg, Logger: logger.With("component", "take-router")}
 	if tlsOn {
 		cfg.Scheme = "https"
-		roots, err := x509.SystemCertPool()
+		tc, err := c.peerClientTLS()
 		if err != nil {
-			roots = x509.NewCertPool()
+			return nil, err
 		}
-		if c.TakesPeerCA != "" {
-			pem, err := os.ReadFile(c.TakesPeerCA)
-			if err != nil {
-				return nil, fmt.Errorf("--takes-peer-ca: %w", err)
-			}
-			if !roots.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--takes-peer-ca %s: no PEM certificate", c.TakesPeerCA)
-			}
-		}
-		cfg.Client = takeroute.NewClient(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+		cfg.Client = takeroute.NewClient(tc)
 	}
 	return takeroute.New(cfg)
+}
+
+// peerClientTLS is how a member reaches the others' peer endpoints over
+// TLS: their certificates checked against the system's roots and
+// --takes-peer-ca; with --takes-tls-client-ca the endpoints require a client
+// certificate, and the member presents its own (--takes-tls-cert, which must
+// then allow client authentication too), reloaded as it rotates.
+func (c *Config) peerClientTLS() (*tls.Config, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if c.TakesPeerCA != "" {
+		pem, err := os.ReadFile(c.TakesPeerCA)
+		if err != nil {
+			return nil, fmt.Errorf("--takes-peer-ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--takes-peer-ca %s: no PEM certificate", c.TakesPeerCA)
+		}
+	}
+	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if c.TakesTLSClientCA != "" {
+		own, err := tlsfiles.Client(tlsfiles.ClientFiles{Cert: c.TakesTLSCert, Key: c.TakesTLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("--takes-tls-cert as the peers' client certificate: %w", err)
+		}
+		tc.GetClientCertificate = own.GetClientCertificate
+	}
+	return tc, nil
 }
 
 // start listens and serves.

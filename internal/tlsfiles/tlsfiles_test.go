@@ -2,16 +2,8 @@ package tlsfiles_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,65 +13,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/stacktest"
 	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
+	"github.com/floodgate-dev/floodgate/internal/tlsfiles/tlsfilestest"
 )
-
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *ca {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes a certificate for 127.0.0.1 named cn, and its key, to dir.
-func (c *ca) issue(t *testing.T, dir, cn string, serial int64) (certPath, keyPath string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPath, keyPath = filepath.Join(dir, cn+".pem"), filepath.Join(dir, cn+".key")
-	// Written aside and renamed, as cert-manager's atomic writer does.
-	for p, b := range map[string][]byte{
-		certPath: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPath:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
-	} {
-		if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certPath, keyPath
-}
 
 func writeFile(t *testing.T, path string, b []byte) string {
 	t.Helper()
@@ -130,9 +65,9 @@ func served(t *testing.T, addr string, cfg *tls.Config) (int64, error) {
 
 func TestServerReloadsRotatedCertificate(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "test CA")
-	caPath := writeFile(t, filepath.Join(dir, "ca.pem"), ca.pem)
-	certPath, keyPath := ca.issue(t, dir, "server", 1)
+	ca := tlsfilestest.NewCA(t, "test CA")
+	caPath := writeFile(t, filepath.Join(dir, "ca.pem"), ca.PEM)
+	certPath, keyPath := ca.Issue(t, dir, "server", 1)
 	var logs syncBuffer
 	srv, err := tlsfiles.Server(tlsfiles.ServerFiles{Cert: certPath, Key: keyPath}, slog.New(slog.NewTextHandler(&logs, nil)), "h2")
 	if err != nil {
@@ -146,7 +81,7 @@ func TestServerReloadsRotatedCertificate(t *testing.T) {
 	if serial, err := served(t, addr, client); err != nil || serial != 1 {
 		t.Fatalf("first certificate: serial %d, %v", serial, err)
 	}
-	ca.issue(t, dir, "server", 2) // the rotation
+	ca.Issue(t, dir, "server", 2) // the rotation
 	stacktest.WaitFor(t, "the rotated certificate served", 30*time.Second, func() bool {
 		serial, err := served(t, addr, client)
 		return err == nil && serial == 2
@@ -165,9 +100,9 @@ func TestServerReloadsRotatedCertificate(t *testing.T) {
 
 func TestServerRequiresClientCertificate(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "test CA")
-	caPath := writeFile(t, filepath.Join(dir, "ca.pem"), ca.pem)
-	certPath, keyPath := ca.issue(t, dir, "server", 1)
+	ca := tlsfilestest.NewCA(t, "test CA")
+	caPath := writeFile(t, filepath.Join(dir, "ca.pem"), ca.PEM)
+	certPath, keyPath := ca.Issue(t, dir, "server", 1)
 	srv, err := tlsfiles.Server(tlsfiles.ServerFiles{Cert: certPath, Key: keyPath, ClientCA: caPath}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +116,8 @@ func TestServerRequiresClientCertificate(t *testing.T) {
 	if _, err := served(t, addr, anon); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	other := newCA(t, "other CA")
-	oc, ok := other.issue(t, dir, "stranger", 3)
+	other := tlsfilestest.NewCA(t, "other CA")
+	oc, ok := other.Issue(t, dir, "stranger", 3)
 	stranger, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: caPath, Cert: oc, Key: ok})
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +125,7 @@ func TestServerRequiresClientCertificate(t *testing.T) {
 	if _, err := served(t, addr, stranger); err == nil {
 		t.Fatal("a client certificate of another CA was accepted")
 	}
-	cc, ck := ca.issue(t, dir, "client", 4)
+	cc, ck := ca.Issue(t, dir, "client", 4)
 	good, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: caPath, Cert: cc, Key: ck})
 	if err != nil {
 		t.Fatal(err)
