@@ -76,7 +76,7 @@ type AttackCmd struct {
 	Stack
 	Subjects int      `name:"subjects" default:"1000000" help:"Invented subjects of the memory scenario."`
 	Bound    int64    `name:"limiter-rss-bound" default:"536870912" help:"The limiter's documented peak RSS bound under the memory scenario, bytes."`
-	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (invalid-subject, degraded-redis, compressed-record, million-subjects, fetch-of-bombs). Default: all."`
+	Only     []string `name:"only" sep:"," help:"Run only scenarios whose names contain these (invalid-subject, degraded-redis, compressed-record, million-subjects, peer-forgery, email-case, rls-descriptors, http-subjects, rls-empty-value, fetch-of-bombs). Default: all."`
 	Out      string   `name:"out" default:"docs/faults.md" help:"Markdown file whose attack block is rewritten (empty: none)."`
 }
 
