@@ -12,12 +12,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,13 +28,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/floodgate-dev/floodgate/examples/shortener/links"
 	"github.com/floodgate-dev/floodgate/examples/shortener/service"
-	"github.com/floodgate-dev/floodgate/internal/kafkaconn"
-	"github.com/floodgate-dev/floodgate/internal/secretfile"
-	"github.com/floodgate-dev/floodgate/internal/tlsfiles"
 	"github.com/floodgate-dev/floodgate/limiter/limiterclient"
+	"github.com/floodgate-dev/floodgate/limiter/limitermw"
 	"github.com/floodgate-dev/floodgate/producer"
 )
 
@@ -42,20 +42,24 @@ import (
 // fallbacks (those of the stack are shared with floodgate's binary, so
 // `eval "$(scripts/stack env)"` points both at the same services).
 type CLI struct {
-	Addr            string   `name:"addr" env:"FLOODGATE_SHORTENER_ADDR" default:"127.0.0.1:8088" help:"Listen address (port 0 picks one)."`
-	BaseURL         string   `name:"base-url" env:"FLOODGATE_SHORTENER_BASE_URL" help:"Public prefix of short links. Default: http://<listen address>."`
-	Schema          string   `name:"schema" env:"FLOODGATE_SHORTENER_SCHEMA" default:"shortener" help:"PostgreSQL schema of the links and their migrations."`
-	TrustedProxies  []string `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For names the client, e.g. 127.0.0.1/32 behind a local nginx (X-Real-IP is never read)."`
-	PostgresURL     string   `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable" help:"PostgreSQL connection URL (TLS: sslmode=verify-full&sslrootcert=...). Prefer --postgres-url-file when it holds a password."`
-	PostgresURLFile string   `name:"postgres-url-file" env:"FLOODGATE_POSTGRES_URL_FILE" help:"File holding the PostgreSQL URL (wins over --postgres-url)."`
-	kafkaconn.Flags
-	Topic            string     `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
-	LimiterURL       string     `name:"limiter-url" env:"FLOODGATE_LIMITER_URL" default:"http://127.0.0.1:8080" help:"floodgate limiter's HTTP address."`
-	LimiterToken     string     `name:"limiter-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token of the limiter, if it requires one (prefer --limiter-token-file)."`
-	LimiterTokenFile string     `name:"limiter-token-file" env:"FLOODGATE_AUTH_TOKEN_FILE" help:"File holding the limiter's token."`
-	LimiterTLSCA     string     `name:"limiter-tls-ca" env:"FLOODGATE_LIMITER_TLS_CA" help:"PEM CA trusted for an https --limiter-url (default: the system's)."`
-	LogLevel         slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level."`
-	LogFormat        string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	Addr                  string     `name:"addr" env:"FLOODGATE_SHORTENER_ADDR" default:"127.0.0.1:8088" help:"Listen address (port 0 picks one)."`
+	BaseURL               string     `name:"base-url" env:"FLOODGATE_SHORTENER_BASE_URL" help:"Public prefix of short links. Default: http://<listen address>."`
+	Schema                string     `name:"schema" env:"FLOODGATE_SHORTENER_SCHEMA" default:"shortener" help:"PostgreSQL schema of the links and their migrations."`
+	TrustedProxies        []string   `name:"trusted-proxies" env:"FLOODGATE_SHORTENER_TRUSTED_PROXIES" sep:"," help:"Proxies (CIDRs) whose X-Forwarded-For names the client, e.g. 127.0.0.1/32 behind a local nginx (X-Real-IP is never read)."`
+	PostgresURL           string     `name:"postgres-url" env:"FLOODGATE_POSTGRES_URL" default:"postgres://floodgate@127.0.0.1:15432/floodgate?sslmode=disable" help:"PostgreSQL connection URL (TLS: sslmode=verify-full&sslrootcert=...). Prefer --postgres-url-file when it holds a password."`
+	PostgresURLFile       string     `name:"postgres-url-file" env:"FLOODGATE_POSTGRES_URL_FILE" help:"File holding the PostgreSQL URL (wins over --postgres-url)."`
+	Brokers               []string   `name:"brokers" env:"FLOODGATE_BROKERS" default:"127.0.0.1:19092" sep:"," help:"Kafka bootstrap brokers, comma separated."`
+	KafkaTLSCA            string     `name:"kafka-tls-ca" env:"FLOODGATE_KAFKA_TLS_CA" help:"PEM CA trusted for the brokers: connect over TLS (default: plaintext)."`
+	KafkaSASLMechanism    string     `name:"kafka-sasl-mechanism" env:"FLOODGATE_KAFKA_SASL_MECHANISM" default:"none" enum:"none,plain,scram-sha-256,scram-sha-512" help:"SASL mechanism: none, plain (over TLS only), scram-sha-256, scram-sha-512."`
+	KafkaSASLUsername     string     `name:"kafka-sasl-username" env:"FLOODGATE_KAFKA_SASL_USERNAME" help:"SASL username."`
+	KafkaSASLPasswordFile string     `name:"kafka-sasl-password-file" env:"FLOODGATE_KAFKA_SASL_PASSWORD_FILE" help:"File holding the SASL password."`
+	Topic                 string     `name:"topic" env:"FLOODGATE_TOPIC" default:"floodgate.events" help:"Topic of access events."`
+	LimiterURL            string     `name:"limiter-url" env:"FLOODGATE_LIMITER_URL" default:"http://127.0.0.1:8080" help:"floodgate limiter's HTTP address."`
+	LimiterToken          string     `name:"limiter-token" env:"FLOODGATE_AUTH_TOKEN" help:"Bearer token of the limiter, if it requires one (prefer --limiter-token-file)."`
+	LimiterTokenFile      string     `name:"limiter-token-file" env:"FLOODGATE_AUTH_TOKEN_FILE" help:"File holding the limiter's token."`
+	LimiterTLSCA          string     `name:"limiter-tls-ca" env:"FLOODGATE_LIMITER_TLS_CA" help:"PEM CA trusted for an https --limiter-url (default: the system's)."`
+	LogLevel              slog.Level `name:"log-level" env:"FLOODGATE_LOG_LEVEL" default:"info" help:"Log level."`
+	LogFormat             string     `name:"log-format" env:"FLOODGATE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
 }
 
 func main() {
@@ -76,15 +80,11 @@ func main() {
 
 // run serves until ctx ends, then drains requests and flushes events.
 func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
-	proxies := make([]netip.Prefix, 0, len(cli.TrustedProxies))
-	for _, p := range cli.TrustedProxies {
-		pp, err := netip.ParsePrefix(p)
-		if err != nil {
-			return fmt.Errorf("--trusted-proxies %q: %w", p, err)
-		}
-		proxies = append(proxies, pp)
+	proxies, err := limitermw.ParseProxies(cli.TrustedProxies...)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	pgURL, err := secretfile.Read("postgres-url", cli.PostgresURL, cli.PostgresURLFile)
+	pgURL, err := secret(cli.PostgresURL, cli.PostgresURLFile)
 	if err != nil {
 		return err
 	}
@@ -96,13 +96,13 @@ func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
 	if err := links.Migrate(ctx, pool, cli.Schema); err != nil {
 		return err
 	}
-	token, err := secretfile.Read("limiter-token", cli.LimiterToken, cli.LimiterTokenFile)
+	token, err := secret(cli.LimiterToken, cli.LimiterTokenFile)
 	if err != nil {
 		return err
 	}
 	var limiterTLS *tls.Config
 	if strings.HasPrefix(cli.LimiterURL, "https:") {
-		if limiterTLS, err = tlsfiles.Client(tlsfiles.ClientFiles{CA: cli.LimiterTLSCA}); err != nil {
+		if limiterTLS, err = tlsTrusting(cli.LimiterTLSCA); err != nil {
 			return fmt.Errorf("limiter: %w", err)
 		}
 	}
@@ -110,11 +110,11 @@ func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	kc, err := cli.KafkaCluster(ctx)
+	sec, err := cli.kafkaSecurity()
 	if err != nil {
 		return err
 	}
-	pub, err := producer.New(producer.Config{Brokers: kc.Brokers, Security: kc.Security, Topic: cli.Topic, Async: true,
+	pub, err := producer.New(producer.Config{Brokers: cli.Brokers, Security: sec, Topic: cli.Topic, Async: true,
 		Logger: logger.With("component", "producer")})
 	if err != nil {
 		return err
@@ -151,4 +151,73 @@ func run(ctx context.Context, cli CLI, logger *slog.Logger) (err error) {
 	err = srv.Shutdown(sctx)
 	logger.Info("shortener stopped", "err", err)
 	return err
+}
+
+// kafkaSecurity is how the producer reaches the brokers: TLS when a CA is
+// given, SASL when a mechanism is (PLAIN over TLS only).
+func (cli CLI) kafkaSecurity() (producer.Security, error) {
+	var sec producer.Security
+	if cli.KafkaTLSCA != "" {
+		tc, err := tlsTrusting(cli.KafkaTLSCA)
+		if err != nil {
+			return sec, fmt.Errorf("kafka: %w", err)
+		}
+		sec.TLS = tc
+	}
+	if cli.KafkaSASLMechanism == "none" || cli.KafkaSASLMechanism == "" {
+		return sec, nil
+	}
+	password, err := secret("", cli.KafkaSASLPasswordFile)
+	if err != nil {
+		return sec, err
+	}
+	if cli.KafkaSASLMechanism == "plain" {
+		if sec.TLS == nil {
+			return sec, errors.New("kafka sasl plain without --kafka-tls-ca: the password would cross in clear")
+		}
+		sec.SASL = plain.Mechanism{Username: cli.KafkaSASLUsername, Password: password}
+		return sec, nil
+	}
+	algo := scram.SHA256
+	if cli.KafkaSASLMechanism == "scram-sha-512" {
+		algo = scram.SHA512
+	}
+	if sec.SASL, err = scram.Mechanism(algo, cli.KafkaSASLUsername, password); err != nil {
+		return sec, fmt.Errorf("kafka sasl: %w", err)
+	}
+	return sec, nil
+}
+
+// secret is value, or the first line of file when one is given.
+func secret(value, file string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", file)
+	}
+	return v, nil
+}
+
+// tlsTrusting is a client configuration trusting the CAs in caFile (the
+// system's when empty).
+func tlsTrusting(caFile string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	tc.RootCAs = x509.NewCertPool()
+	if !tc.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	return tc, nil
 }

@@ -308,6 +308,15 @@ func TestLinksNoServerPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	imports, err := exec.Command("go", "list", "-f", `{{range .Imports}}{{$.ImportPath}} {{.}}{{"\n"}}{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(imports), "\n") {
+		if pkg, imp, ok := strings.Cut(l, " "); ok && strings.Contains(imp, "github.com/floodgate-dev/floodgate/internal/") {
+			t.Errorf("%s imports %s: an example of a client uses floodgate's public packages only", pkg, imp)
+		}
+	}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, bad := range []string{"github.com/floodgate-dev/floodgate/internal/window", "github.com/floodgate-dev/floodgate/internal/consume", "github.com/floodgate-dev/floodgate/internal/decide", "github.com/floodgate-dev/floodgate/internal/history", "github.com/floodgate-dev/floodgate/internal/rules/reload", "github.com/redis/go-redis"} {
 			if dep == bad || strings.HasPrefix(dep, bad+"/") {

@@ -43,7 +43,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"sort"
 	"time"
@@ -81,11 +80,15 @@ type Config struct {
 	// Action is checked and published. Required.
 	Action string
 	// Subjects returns the request's features. Default: the client IP
-	// (kind "ip", from RemoteAddr). Empty subjects are dropped. Return them
+	// (kind "ip", TrustedProxies.ClientIP). Empty subjects are dropped. Return them
 	// normalized as the rules file's kinds say (an e-mail trimmed and
 	// lowercased): the limiter decides them normalized whatever they are,
 	// but the events published are keyed as given.
 	Subjects func(r *http.Request) []limitapi.Subject
+	// TrustedProxies may name the client in X-Forwarded-For, for the
+	// default Subjects (and for a Subjects of the app's own, through
+	// TrustedProxies.ClientIP). Default none: the peer is the client.
+	TrustedProxies Proxies
 	// Publisher receives the access event after the handler, one event per
 	// subject, each carrying the request's other subjects as attrs. Nil:
 	// nothing is published. Must be nil with Take (the limiter publishes).
@@ -128,7 +131,7 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	}
 	if cfg.Subjects == nil {
 		cfg.Subjects = func(r *http.Request) []limitapi.Subject {
-			return []limitapi.Subject{{Kind: "ip", Subject: ClientIP(r)}}
+			return []limitapi.Subject{{Kind: "ip", Subject: cfg.TrustedProxies.ClientIP(r)}}
 		}
 	}
 	if cfg.Now == nil {
@@ -238,16 +241,6 @@ func Events(action string, ts time.Time, subs []limitapi.Subject) []event.Event 
 		out = append(out, e)
 	}
 	return out
-}
-
-// ClientIP returns the host of r.RemoteAddr. Behind a proxy, use a
-// Subjects function that reads the header your proxy sets.
-func ClientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // statusWriter remembers the status the handler wrote.

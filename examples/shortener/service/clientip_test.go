@@ -4,13 +4,15 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"testing"
+
+	"github.com/floodgate-dev/floodgate/limiter/limitermw"
 )
 
 // The client is the nearest X-Forwarded-For hop no trusted proxy wrote,
 // else the peer: X-Real-IP, which a client can send through a proxy that
 // does not set it, is never read.
 func TestClientIPIgnoresXRealIP(t *testing.T) {
-	s := &server{cfg: Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}}}
+	s := &server{cfg: Config{TrustedProxies: limitermw.Proxies{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}}}
 	for _, tc := range []struct {
 		name, peer, xff, realIP, want string
 	}{

@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -58,7 +57,7 @@ type Config struct {
 	// TrustedProxies may set the client address in X-Forwarded-For (nginx
 	// in front, with proxy_add_x_forwarded_for). Default none: the peer
 	// address is the client. X-Real-IP is never read.
-	TrustedProxies []netip.Prefix
+	TrustedProxies limitermw.Proxies
 	// MaxBodyBytes bounds POST /links bodies. Default 8 KiB.
 	MaxBodyBytes int64
 	// Logger defaults to slog.Default().
@@ -246,42 +245,9 @@ func (s *server) visitSubjects(r *http.Request) []limitapi.Subject {
 	return subs
 }
 
-// clientIP is the peer address, or, when the peer is a trusted proxy, the
-// last address in X-Forwarded-For that is not a trusted proxy: the nearest
-// hop nobody trusted could have forged. When the header names none (absent,
-// every hop trusted, or a hop that does not parse before an untrusted one)
-// it is the peer: never X-Real-IP, which a proxy that does not set it
-// passes on from the client.
-func (s *server) clientIP(r *http.Request) string {
-	peer, err := netip.ParseAddr(limitermw.ClientIP(r))
-	if err != nil {
-		return limitermw.ClientIP(r)
-	}
-	peer = peer.Unmap()
-	if !s.trusted(peer) {
-		return peer.String()
-	}
-	hops := strings.Split(r.Header.Get("X-Forwarded-For"), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break
-		}
-		if a = a.Unmap(); !s.trusted(a) {
-			return a.String()
-		}
-	}
-	return peer.String()
-}
-
-func (s *server) trusted(a netip.Addr) bool {
-	for _, p := range s.cfg.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// clientIP is the client as the trusted proxies name it
+// (limitermw.Proxies.ClientIP: never X-Real-IP).
+func (s *server) clientIP(r *http.Request) string { return s.cfg.TrustedProxies.ClientIP(r) }
 
 // count counts requests by route and status.
 func (s *server) count(route string, next http.Handler) http.Handler {
