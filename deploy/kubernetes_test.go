@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -333,8 +334,10 @@ func checkManifests(t *testing.T, k kusttypes.Kustomization, image string, objs 
 		t.Fatal(err)
 	}
 	cm := byKind["ConfigMap"]["floodgate-rules"].obj.(*corev1.ConfigMap)
-	if got := cm.Data["rules.yaml"]; got != string(example) {
-		t.Errorf("ConfigMap floodgate-rules differs from examples/rules.yaml")
+	if *updateRules {
+		syncRulesConfigMap(t, example)
+	} else if got := cm.Data["rules.yaml"]; got != string(example) {
+		t.Errorf("ConfigMap floodgate-rules differs from examples/rules.yaml: go test ./deploy -run TestKubernetesManifests -update-rules")
 	}
 	if _, err := rules.Parse([]byte(cm.Data["rules.yaml"])); err != nil {
 		t.Errorf("ConfigMap floodgate-rules: %v", err)
@@ -408,5 +411,33 @@ func TestKubernetesStrictDecoding(t *testing.T) {
 	doc = []byte("apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nspec:\n  endpoints: [{port: http, intervall: 5s}]\n")
 	if err := strictJSON(doc, &monitoringv1.ServiceMonitor{}); err == nil {
 		t.Fatal("unknown ServiceMonitor field accepted")
+	}
+}
+
+var updateRules = flag.Bool("update-rules", false, "rewrite the rules ConfigMap (kubernetes/base/rules.yaml) from examples/rules.yaml")
+
+// syncRulesConfigMap writes example into base/rules.yaml's data block,
+// indented under "rules.yaml: |", keeping the comments above it.
+func syncRulesConfigMap(t *testing.T, example []byte) {
+	t.Helper()
+	const path, block = "kubernetes/base/rules.yaml", "  rules.yaml: |\n"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _, ok := strings.Cut(string(b), block)
+	if !ok {
+		t.Fatalf("%s: no %q block", path, strings.TrimSpace(block))
+	}
+	var out strings.Builder
+	out.WriteString(head + block)
+	for _, l := range strings.SplitAfter(string(example), "\n") {
+		if strings.TrimSpace(l) != "" {
+			out.WriteString("    ")
+		}
+		out.WriteString(l)
+	}
+	if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

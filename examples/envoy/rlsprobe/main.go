@@ -23,12 +23,14 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 func main() {
 	addr := flag.String("addr", envOr("FLOODGATE_RLS_ADDR", "127.0.0.1:8081"), "The rate limit service: the limiter's --rls-addr (env FLOODGATE_RLS_ADDR, as the limiter's).")
 	n := flag.Int("n", 1, "Requests to send, one after another.")
 	timeout := flag.Duration("timeout", 5*time.Second, "Give up on one request after this long.")
+	token := flag.String("token", os.Getenv("FLOODGATE_AUTH_TOKEN"), "Bearer token of a limiter that requires one (env FLOODGATE_AUTH_TOKEN, as the limiter's).")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: rlsprobe [flags] DOMAIN KEY=VALUE[,KEY=VALUE...]...\n")
 		flag.PrintDefaults()
@@ -43,7 +45,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "rlsprobe: %v\n", err)
 		os.Exit(2)
 	}
-	if err := probe(*addr, req, *n, *timeout); err != nil {
+	if err := probe(*addr, *token, req, *n, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "rlsprobe: %v\n", err)
 		os.Exit(1)
 	}
@@ -67,7 +69,7 @@ func request(domain string, args []string) (*rlsv3.RateLimitRequest, error) {
 	return req, nil
 }
 
-func probe(addr string, req *rlsv3.RateLimitRequest, n int, timeout time.Duration) error {
+func probe(addr, token string, req *rlsv3.RateLimitRequest, n int, timeout time.Duration) error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
@@ -76,6 +78,9 @@ func probe(addr string, req *rlsv3.RateLimitRequest, n int, timeout time.Duratio
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	for i := 1; i <= n; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		}
 		resp, err := client.ShouldRateLimit(ctx, req)
 		cancel()
 		if err != nil {
