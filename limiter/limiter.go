@@ -194,6 +194,9 @@ func (c *Config) run(ctx context.Context, logger *slog.Logger) error {
 	lim, err := decide.New(decide.Config{
 		Store: store, Taker: taker, State: state, Partitions: parts.Get, Rules: watcher.Current, Publisher: lpub,
 		Timeout: c.RedisTimeout, FailureMode: mode, Logger: logger, Registerer: reg,
+		// The strict script counts with the limits it is handed: an RLS
+		// take's descriptor limit is exact here.
+		DescriptorLimits: true,
 	})
 	if err != nil {
 		return err

@@ -26,7 +26,10 @@ func (c *RulesCheckCmd) Help() string {
 its limits (bucket, distinct kind), its mode (enforce, strict, shadow) and the
 size of its allowlist. Then one line per kind the rules count (distinct
 kinds included): how its subjects are normalized (trim, lower, ip, or none)
-and the prefix length an IPv6 subject is counted by (- for none).
+and the prefix length an IPv6 subject is counted by (- for none). Then, when
+the file has a plans: table, how many subjects of each kind are on each plan.
+A rule's overrides show in its LIMITS column ("plan gold: scale 10",
+"2 subjects: limits 50/1m").
 
 Warnings (on stderr; the file is still valid) compare the enforced (not
 shadow) rules of one action and kind that count the same thing (events, or
@@ -37,6 +40,7 @@ the same distinct kind) with the same strict setting:
                rule O, without an allowlist, has for each limit of R a limit
                of the same window with a count at most R's. Of two rules
                with the same limits, the later in the file is reported.
+  empty plan   a rule overrides a plan that no subject of its kind is on.
 
 Exit status: 0 valid (warnings or not), 1 invalid (the parser's error,
 with the file and line), 2 usage error.`
@@ -61,6 +65,12 @@ func (c *RulesCheckCmd) Run(std stdio) error {
 			prefix = strconv.Itoa(o.IPv6Prefix)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", k, o.Normalize, prefix)
+	}
+	if plans := set.PlanSizes(); len(plans) > 0 {
+		fmt.Fprintln(tw, "\nKIND\tPLAN\tSUBJECTS")
+		for _, p := range plans {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", p.Kind, p.Plan, p.Subjects)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err

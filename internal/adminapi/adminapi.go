@@ -94,12 +94,15 @@ type SubjectInspection struct {
 
 // RuleView is one matching rule.
 type RuleView struct {
-	Rule        string      `json:"rule"`
-	Shadow      bool        `json:"shadow,omitempty"`
-	Strict      bool        `json:"strict,omitempty"`
-	Allowlisted bool        `json:"allowlisted,omitempty"`
-	Distinct    string      `json:"distinct,omitempty"` // the attr kind whose distinct values the limits count
-	Limits      []LimitView `json:"limits"`
+	Rule        string `json:"rule"`
+	Shadow      bool   `json:"shadow,omitempty"`
+	Strict      bool   `json:"strict,omitempty"`
+	Allowlisted bool   `json:"allowlisted,omitempty"`
+	Distinct    string `json:"distinct,omitempty"` // the attr kind whose distinct values the limits count
+	// Override names what gives the subject other counts than the rule's
+	// ("plan gold: scale 10", "k_1: limits 50/1m"); empty when none does.
+	Override string      `json:"override,omitempty"`
+	Limits   []LimitView `json:"limits"`
 }
 
 // LimitView is one window's exact count; for a bucket rule (Rate set),

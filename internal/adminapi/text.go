@@ -86,7 +86,7 @@ func flags(r RuleView) string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{r.Shadow, "shadow"}, {r.Strict, "strict"}, {r.Allowlisted, "allowlisted"}, {r.Distinct != "", "distinct " + r.Distinct}} {
+	}{{r.Shadow, "shadow"}, {r.Strict, "strict"}, {r.Allowlisted, "allowlisted"}, {r.Distinct != "", "distinct " + r.Distinct}, {r.Override != "", "override " + r.Override}} {
 		if f.on {
 			fs = append(fs, f.name)
 		}

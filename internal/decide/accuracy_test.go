@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/event"
 	"github.com/floodgate-dev/floodgate/internal/decide"
+	"github.com/floodgate-dev/floodgate/internal/rules"
 	"github.com/floodgate-dev/floodgate/internal/window"
 	"github.com/floodgate-dev/floodgate/internal/window/windowtest"
 )
@@ -32,8 +33,22 @@ rules:
     action: act
     kinds: [k]
     limits: [3/s, 10/10s, 20/m, 60/5m, 150/h]
+    overrides:
+      - plan: gold
+        scale: 3
+      - plan: small
+        scale: 0.5
+      - subjects: [s3, s7]
+        limits: [1/s, 40/m]
+plans:
+  k: {s2: gold, s4: small, s7: gold, s9: small}
 `)
-	limits := e.set.Rules()[0].Limits
+	// Every subject is judged by its own limits: the rule's, or those an
+	// override gives it (s2 and s4 by their plan, s3 and s7 by name).
+	limitsOf := func(subj string) []rules.Limit {
+		l, _ := e.set.Limits(e.set.Rules()[0], "k", subj)
+		return l
+	}
 	seed := windowtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	zipf := rand.NewZipf(rng, 1.3, 2, 19)
@@ -51,6 +66,7 @@ rules:
 				t.Fatal(err)
 			}
 			checks++
+			limits := limitsOf(subj)
 			var wantUntil int64
 			for _, l := range limits {
 				w := int64(l.Window / time.Second)

@@ -107,6 +107,12 @@ type Config struct {
 	// are decided, a denial among them is the answer, and otherwise the
 	// request is refused. Default 16.
 	MaxSubjects int
+	// DescriptorLimits: the Taker decides strict takes with the limits it
+	// is handed (strict.Taker, the limiter's own script), so an RLS take's
+	// descriptor limit can replace the count of the subject's strict limit
+	// of the same window, exactly. False (owner takes re-plan a take from
+	// their own rules): descriptor limits are ignored, counted and logged.
+	DescriptorLimits bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -142,7 +148,10 @@ type Limiter struct {
 	maxSubj int
 	now     func() time.Time
 	log     *slog.Logger
-	m       *metrics
+	// descWarned holds the reasons a descriptor limit was ignored that
+	// were logged (rlslimit.go).
+	descWarned sync.Map
+	m          *metrics
 	// degradedLog throttles the failure mode's WARN to one a second: a
 	// Redis outage, or an owner's partitions moving (aggregator
 	// --owner-takes), would otherwise log every request, as fast as
@@ -269,6 +278,11 @@ func (e *NotReadyError) Unwrap() error { return e.Err }
 // call's descriptors past the bound): refused like validate's own, unless
 // a subject decided is denied.
 func (l *Limiter) decide(ctx context.Context, req Request, take bool, surfaceBad error) (Decision, error) {
+	return l.decideWith(ctx, req, take, surfaceBad, nil)
+}
+
+// decideWith is decide with the limits an RLS call's descriptors carry.
+func (l *Limiter) decideWith(ctx context.Context, req Request, take bool, surfaceBad error, dl []descriptorLimit) (Decision, error) {
 	op := "check"
 	if take {
 		op = "take"
@@ -292,6 +306,9 @@ func (l *Limiter) decide(ctx context.Context, req Request, take bool, surfaceBad
 	req.Subjects = dedupSubjects(subs)
 	l.m.subjects.Add(float64(len(req.Subjects)))
 	plans, others := planSubjects(set, req)
+	if len(dl) > 0 {
+		l.applyDescriptorLimits(plans, dl, take)
+	}
 	n := max(req.N, 1)
 	if bad == nil && take {
 		bad = fitsAtAll(plans, n)
@@ -386,6 +403,16 @@ type planLimit struct {
 	limit       rules.Limit   // for a bucket: Count is the burst
 	bucket      *rules.Bucket // set for the rule's bucket
 	allowlisted bool
+	override    *rules.Override // what gave limit its count; nil: the rule
+	descriptor  bool            // an RLS descriptor's limit gave it (rlslimit.go)
+}
+
+// overrideName names what gave the limit its count, "" for the rule.
+func (pl *planLimit) overrideName() string {
+	if pl.descriptor {
+		return "descriptor"
+	}
+	return pl.override.Name()
 }
 
 // enforced reports whether pl can deny: not shadow, and the rule does not
@@ -401,7 +428,7 @@ func planSubjects(set *rules.Set, req Request) (plans []plan, others []Subject) 
 		matched := set.Match(req.Action, s.Kind)
 		n := 0
 		for _, r := range matched {
-			n += len(r.Limits)
+			n += len(r.Limits) // an override changes counts, not how many
 			if r.Bucket != nil {
 				n++
 			}
@@ -411,8 +438,9 @@ func planSubjects(set *rules.Set, req Request) (plans []plan, others []Subject) 
 		p.limits = make([]planLimit, 0, n)
 		for _, r := range matched {
 			allow := r.Allowed(s.Subject)
-			for _, lim := range r.Limits {
-				p.limits = append(p.limits, planLimit{rule: r, limit: lim, allowlisted: allow})
+			limits, ov := set.Limits(r, s.Kind, s.Subject)
+			for _, lim := range limits {
+				p.limits = append(p.limits, planLimit{rule: r, limit: lim, allowlisted: allow, override: ov})
 			}
 			if r.Bucket != nil {
 				p.limits = append(p.limits, planLimit{rule: r, limit: rules.Limit{Count: r.Bucket.Burst}, bucket: r.Bucket, allowlisted: allow})
@@ -685,6 +713,7 @@ func decideSubject(d *Decision, p *plan, v view, now time.Time) *Denial {
 			Limit: pl.limit.Count, Window: pl.window(), Count: lv.count,
 			Remaining: max(pl.limit.Count-lv.count, 0),
 			Shadow:    pl.rule.Shadow, Strict: pl.rule.Strict, Allowlisted: pl.allowlisted, Rate: pl.rate(),
+			Override: pl.overrideName(),
 		}
 		if lv.estimated {
 			// Under half the limit: at most ceil(L/2)-1 counted.

@@ -14,6 +14,7 @@ type metrics struct {
 	invalid       *prometheus.CounterVec
 	memory        prometheus.Counter
 	overflowReads prometheus.Counter
+	descLimits    *prometheus.CounterVec
 	subjects      prometheus.Counter
 	state         []prometheus.Collector // of the State, when there is one
 	redis         *prometheus.HistogramVec
@@ -49,6 +50,10 @@ func newMetrics() *metrics {
 			Name: "floodgate_limiter_memory_checks_total",
 			Help: "Checks answered from the in-memory decision state, without Redis.",
 		}),
+		descLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_limiter_descriptor_limits_total",
+			Help: "RLS descriptors that carried a limit, by outcome: honoured, or ignored and why (check, not_strict, no_window, unit, taker).",
+		}, []string{"outcome"}),
 		overflowReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_state_overflow_reads_total",
 			Help: "Checks read from Redis because the in-memory state was past its cap and did not hold a subject.",
@@ -114,7 +119,7 @@ func (m *metrics) zero() {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	m.zero()
-	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads, m.subjects,
+	cs := []prometheus.Collector{m.checks, m.denies, m.shadowDenies, m.invalid, m.memory, m.overflowReads, m.descLimits, m.subjects,
 		m.redis, m.failures, m.publishErrors, m.counted, m.queued, m.requests, m.latency, m.rules.vec}
 	cs = append(cs, m.state...)
 	for _, c := range cs {

@@ -65,13 +65,8 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	var buf [DefaultMaxSubjects]int // owners on the stack: no allocation per call
 	set := s.l.cfg.Rules()
 	req, owner, checkOnly, bad := rlsRequest(in, set, s.l.maxSubj, buf[:0])
-	var d Decision
-	var err error
-	if s.mode == RLSTake && !checkOnly {
-		d, err = s.l.decide(ctx, req, true, bad)
-	} else {
-		d, err = s.l.decide(ctx, req, false, bad)
-	}
+	dl := rlsDescriptorLimits(in, req, owner)
+	d, err := s.l.decideWith(ctx, req, s.mode == RLSTake && !checkOnly, bad, dl)
 	if err != nil {
 		s.l.m.requests.WithLabelValues("rls", "invalid").Inc()
 		return nil, errorToGRPC(err)
@@ -108,6 +103,19 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 	}
 	s.l.m.requests.WithLabelValues("rls", outcome).Inc()
 	return resp, nil
+}
+
+// rlsDescriptorLimits are the limits the request's decided descriptors
+// carry (owner[k] is the descriptor of subject k), nil when none does.
+func rlsDescriptorLimits(in *rlsv3.RateLimitRequest, req Request, owner []int) []descriptorLimit {
+	var out []descriptorLimit
+	descs := in.GetDescriptors()
+	for k, i := range owner {
+		if dl, ok := rlsDescriptorLimit(req.Subjects[k], descs[i]); ok {
+			out = append(out, dl)
+		}
+	}
+	return out
 }
 
 // MaxDescriptorEntries bounds the entries of one RLS descriptor: a

@@ -933,6 +933,7 @@ type profiles struct {
 type profileKey struct {
 	action, kind string
 	allowed      string // names of rules that allowlist the subject
+	overridden   string // rule:line of the overrides that give it its counts
 }
 
 type profile struct {
@@ -957,12 +958,17 @@ func newProfiles(set *rules.Set, strictMirrored bool) *profiles {
 func (p *profiles) of(sub window.Subject, maxw int64) int {
 	matched := p.set.Match(sub.Action, sub.Kind)
 	var allowed []string
+	var overridden []string
 	for _, r := range matched {
 		if r.Allowed(sub.Subject) {
 			allowed = append(allowed, r.Name)
+		} else if _, ov := p.set.Limits(r, sub.Kind, sub.Subject); ov != nil {
+			// Subjects with other counts (rules' overrides) are another
+			// profile: the override's line names it in the file.
+			overridden = append(overridden, r.Name+":"+strconv.Itoa(ov.Line))
 		}
 	}
-	key := profileKey{sub.Action, sub.Kind, strings.Join(allowed, ",")}
+	key := profileKey{sub.Action, sub.Kind, strings.Join(allowed, ","), strings.Join(overridden, ",")}
 	if ix, ok := p.byKey[key]; ok {
 		return ix
 	}
@@ -977,7 +983,8 @@ func (p *profiles) of(sub window.Subject, maxw int64) int {
 			p.ruleIx[r] = ix
 			p.rules = append(p.rules, r)
 		}
-		for _, l := range r.Limits {
+		limits, _ := p.set.Limits(r, sub.Kind, sub.Subject)
+		for _, l := range limits {
 			pr.limits = append(pr.limits, profileLimit{rule: r, ruleIx: ix, limit: l})
 		}
 		if r.Bucket != nil {

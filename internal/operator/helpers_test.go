@@ -28,6 +28,9 @@ rules:
     limits: [5/1m, 20/1h]
     message: Too many failed logins.
     allow: [ops@example.com]
+    overrides:
+      - plan: partner
+        scale: 4
   - name: visit
     action: visit
     kinds: [ip]
@@ -38,6 +41,8 @@ rules:
     kinds: [email]
     limits: [3/1h]
     strict: true
+plans:
+  ip: {198.51.100.9: partner}
 `
 
 // testPartitions spreads subjects over several slots (several nodes of a

@@ -81,6 +81,9 @@ func ruleViews(set *rules.Set, action string, s limitapi.Subject, exact limitapi
 	var out []RuleView
 	for _, r := range set.Match(action, s.Kind) {
 		rv := RuleView{Rule: r.Name, Shadow: r.Shadow, Strict: r.Strict, Allowlisted: r.Allowed(s.Subject), Distinct: r.Distinct, Limits: []LimitView{}}
+		if _, ov := set.Limits(r, s.Kind, s.Subject); ov != nil {
+			rv.Override = ov.String()
+		}
 		for _, l := range exact.Limits {
 			if l.Rule != r.Name || l.Kind != s.Kind || l.Subject != s.Subject {
 				continue

@@ -263,3 +263,35 @@ func TestBanAndUnbanOnRedisCluster(t *testing.T) {
 		t.Fatalf("exact check after the CLI's reset: %+v", d)
 	}
 }
+
+// A subject on a plan is judged by the plan's counts, and inspect says so.
+func TestInspectShowsAPlansOverride(t *testing.T) {
+	rdb := stacktest.Redis(t)
+	e := newEnv(t, rdb, stacktest.Prefix(t, rdb))
+	ctx := context.Background()
+	now := time.Now()
+	e.apply(t, "login_failed", "ip", "198.51.100.9", 6, now)
+	e.apply(t, "login_failed", "ip", "203.0.113.51", 6, now)
+	in, err := e.op.Inspect(ctx, operator.Request{Action: "login_failed", Subjects: req("login_failed", "ip", "198.51.100.9", "ip", "203.0.113.51").Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partner, plain := in.Subjects[0], in.Subjects[1]
+	if r := partner.Rules[0]; r.Override != "plan partner: scale 4" || r.Limits[0].Limit != 20 || r.Limits[1].Limit != 80 || r.Limits[0].Exceeded || partner.Deny != nil {
+		t.Fatalf("the partner's rule: %+v, deny %+v", r, partner.Deny)
+	}
+	if r := plain.Rules[0]; r.Override != "" || r.Limits[0].Limit != 5 || !r.Limits[0].Exceeded || plain.Deny == nil {
+		t.Fatalf("a subject on no plan: %+v, deny %+v", r, plain.Deny)
+	}
+	if !strings.Contains(in.Text(), "rule login-failed (override plan partner: scale 4)") {
+		t.Fatalf("text:\n%s", in.Text())
+	}
+	e.apply(t, "login_failed", "ip", "198.51.100.9", 15, now)
+	in, err = e.op.Inspect(ctx, operator.Request{Action: "login_failed", Subjects: req("login_failed", "ip", "198.51.100.9").Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := in.Subjects[0].Deny; d == nil || d.Limit != 20 || d.Count != 21 || in.Exact.Allowed {
+		t.Fatalf("21 events over the plan's 20/1m: deny %+v, exact %+v", d, in.Exact)
+	}
+}

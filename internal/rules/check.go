@@ -1,7 +1,9 @@
 package rules
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -53,6 +55,9 @@ const (
 	Overlap FindingType = "overlap"
 	// Unreachable: a rule that can never deny before another one does.
 	Unreachable FindingType = "unreachable"
+	// EmptyPlan: a rule overrides a plan no subject of its kind is on (a
+	// misspelt plan, or a plans: table that lost its entries).
+	EmptyPlan FindingType = "empty-plan"
 )
 
 // Finding is a warning about a valid rules file: the file is enforced as
@@ -63,12 +68,15 @@ type Finding struct {
 	Rule         string        // the rule warned about
 	Other        string        // the rule it overlaps, or that makes it unreachable
 	Window       time.Duration // Overlap: the shared window
-	Line         int           // the line of Rule
+	Plan         string        // EmptyPlan: the plan
+	Line         int           // the line of Rule (of the override for EmptyPlan)
 }
 
 // String is the warning without its line: "overlap: rules ...".
 func (f Finding) String() string {
 	switch f.Type {
+	case EmptyPlan:
+		return fmt.Sprintf("empty plan: rule %q overrides plan %q, and the plans: table puts no subject of its kinds (%s) on it", f.Rule, f.Plan, f.Kind)
 	case Overlap:
 		return fmt.Sprintf("overlap: rules %q and %q both limit %s/%s over %s", f.Other, f.Rule, f.Action, f.Kind, FormatWindow(f.Window))
 	default:
@@ -100,6 +108,49 @@ func (s *Set) Check() []Finding {
 		out = append(out, checkGroup(eff[i].Action, eff[i].Kind, eff[i:j])...)
 		i = j
 	}
+	for _, r := range s.Rules() {
+		out = append(out, s.emptyPlans(r)...)
+	}
+	return out
+}
+
+// emptyPlans warns of r's overrides whose plan has no subject of any of
+// r's kinds.
+func (s *Set) emptyPlans(r *Rule) []Finding {
+	var out []Finding
+	for _, o := range r.overrides {
+		if o.Plan == "" || slices.ContainsFunc(r.Kinds, func(k string) bool {
+			return slices.Contains(slices.Collect(maps.Values(s.plans[k])), o.Plan)
+		}) {
+			continue
+		}
+		out = append(out, Finding{Type: EmptyPlan, Action: r.Action, Kind: strings.Join(r.Kinds, ", "), Rule: r.Name, Plan: o.Plan, Line: o.Line})
+	}
+	return out
+}
+
+// PlanSize is how many subjects of a kind the plans: table puts on a plan.
+type PlanSize struct {
+	Kind, Plan string
+	Subjects   int
+}
+
+// PlanSizes returns the plans: table's plans per kind, sorted.
+func (s *Set) PlanSizes() []PlanSize {
+	if s == nil {
+		return nil
+	}
+	n := map[[2]string]int{}
+	for kind, subs := range s.plans {
+		for _, plan := range subs {
+			n[[2]string{kind, plan}]++
+		}
+	}
+	out := make([]PlanSize, 0, len(n))
+	for k, c := range n {
+		out = append(out, PlanSize{Kind: k[0], Plan: k[1], Subjects: c})
+	}
+	slices.SortFunc(out, func(a, b PlanSize) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Plan, b.Plan)) })
 	return out
 }
 
@@ -168,6 +219,13 @@ func (r *Rule) Describe() string {
 	}
 	if r.Bucket != nil {
 		parts = append(parts, "bucket: "+r.Bucket.String())
+	}
+	for _, o := range r.overrides {
+		if o.Plan == "" {
+			parts = append(parts, fmt.Sprintf("%d subjects: %s", len(o.Subjects), strings.TrimPrefix(o.String(), "subject: ")))
+			continue
+		}
+		parts = append(parts, o.String())
 	}
 	return strings.Join(parts, "; ")
 }

@@ -10,12 +10,15 @@ func (s *Set) Derive(fn func(r *Rule) *Rule) *Set {
 	var out []*Rule
 	for _, r := range s.Rules() {
 		if d := fn(r); d != nil {
+			if d != r {
+				d.rederive()
+			}
 			out = append(out, d)
 		}
 	}
 	d := newSet(out)
 	if s != nil {
-		d.kinds = s.kinds
+		d.kinds, d.plans = s.kinds, s.plans
 	}
 	return d
 }

@@ -64,6 +64,7 @@ func Parse(data []byte) (*Set, error) {
 	}
 	var list *yaml.Node
 	var kinds map[string]KindOptions
+	var plans map[string]map[string]string
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
@@ -74,8 +75,13 @@ func Parse(data []byte) (*Set, error) {
 			if kinds, err = parseKinds(v); err != nil {
 				return nil, err
 			}
+		case "plans":
+			var err error
+			if plans, err = parsePlans(v); err != nil {
+				return nil, err
+			}
 		default:
-			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown top-level key %q (want \"rules\" or \"kinds\")", k.Value)}
+			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown top-level key %q (want \"rules\", \"kinds\" or \"plans\")", k.Value)}
 		}
 	}
 	if list == nil {
@@ -84,6 +90,9 @@ func Parse(data []byte) (*Set, error) {
 	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
 		s := newSet(nil)
 		s.kinds, s.source = kinds, bytes.Clone(data)
+		if err := s.normalizePlans(plans); err != nil {
+			return nil, err
+		}
 		return s, nil
 	}
 	if list.Kind != yaml.SequenceNode {
@@ -104,8 +113,12 @@ func Parse(data []byte) (*Set, error) {
 	}
 	s := newSet(out)
 	s.kinds, s.source = kinds, bytes.Clone(data)
+	if err := s.normalizePlans(plans); err != nil {
+		return nil, err
+	}
 	for _, r := range out {
 		r.normalizeAllow(s)
+		r.normalizeOverrides(s)
 	}
 	return s, nil
 }
@@ -216,8 +229,10 @@ func (r *Rule) parseKey(k, v *yaml.Node, fail failAt) error {
 		if err := scalar(v, &r.Message); err != nil {
 			return fail(v, "message: %v", err)
 		}
+	case "overrides":
+		return r.parseOverrides(v, fail)
 	default:
-		return fail(k, "unknown key %q (want name, action, kinds, limits, bucket, distinct, shadow, strict, message, allow)", k.Value)
+		return fail(k, "unknown key %q (want name, action, kinds, limits, bucket, distinct, shadow, strict, message, allow, overrides)", k.Value)
 	}
 	return nil
 }
@@ -297,7 +312,7 @@ func (r *Rule) complete(n *yaml.Node, fail failAt) error {
 	if r.Bucket != nil && r.Bucket.Refill() > MaxWindow {
 		return fail(n, "bucket %s refills in %s, longer than the longest window %s", r.Bucket, r.Bucket.Refill(), FormatWindow(MaxWindow))
 	}
-	return nil
+	return r.completeOverrides(n, fail)
 }
 
 // parseBucket reads "{rate: 10/s, burst: 50}".

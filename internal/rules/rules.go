@@ -145,6 +145,8 @@ type Rule struct {
 	// (Set.Normalize), where that differs from the entry as written:
 	// subjects are matched normalized.
 	allowNorm map[string]struct{}
+	// overrides give some subjects other counts (overrides.go).
+	overrides []Override
 }
 
 // Allowed reports whether subject is on the rule's allowlist: equal to an
@@ -209,6 +211,9 @@ type Set struct {
 	maxW  time.Duration
 	maxAK map[matchKey]time.Duration
 	kinds map[string]KindOptions // the file's "kinds:" block (kinds.go)
+	// plans is the file's "plans:" table, kind → subject (counted form) →
+	// plan (overrides.go).
+	plans map[string]map[string]string
 	// source is the text parsed (nil for a derived set): what another
 	// process must act under the same rules needs (Source).
 	source []byte

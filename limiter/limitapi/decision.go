@@ -63,6 +63,10 @@ type Limit struct {
 	// Count the tokens used, and Window the time an empty bucket takes to
 	// refill.
 	Rate string
+	// Override names what gave the subject this Limit instead of the
+	// rule's ("plan gold", "subject"; the rules file's overrides), "" when
+	// the rule did.
+	Override string
 }
 
 // Denial says why a request is (or for a shadow rule, would be) denied.

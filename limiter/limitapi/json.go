@@ -63,6 +63,9 @@ type LimitJSON struct {
 	// Rate of a bucket rule ("10/1s"); limit is its burst, window the
 	// time it takes to refill.
 	Rate string `json:"rate,omitempty"`
+	// Override names what gave the subject this limit ("plan gold",
+	// "subject"); omitted when the rule did.
+	Override string `json:"override,omitempty"`
 }
 
 // DenialJSON is a shadow denial in CheckResult.
@@ -93,6 +96,7 @@ func Result(d Decision) CheckResult {
 			Rule: l.Rule, Kind: l.Kind, Subject: l.Subject, Limit: l.Limit, Window: timespan.FormatWindow(l.Window),
 			Count: l.Count, Remaining: l.Remaining, ResetAfter: RetrySeconds(l.ResetAfter),
 			Shadow: l.Shadow, Strict: l.Strict, Exceeded: l.Exceeded, Allowlisted: l.Allowlisted, Estimated: l.Estimated, Rate: l.Rate,
+			Override: l.Override,
 		})
 	}
 	for _, s := range d.ShadowDenials {
