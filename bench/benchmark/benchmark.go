@@ -33,7 +33,8 @@ import (
 type Options struct {
 	Events        int           `name:"events" default:"200000" help:"Events per throughput run."`
 	Runs          int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
-	SteadyEvents  int           `name:"steady-events" default:"1000000" help:"Events per run of the live-steady step: the live aggregator and ConsumerPerformance, alternated, on a topic long enough that neither's start-up dominates (0 skips it)."`
+	SteadyEvents  int           `name:"steady-events" default:"3000000" help:"Events per run of the live-steady step: the live aggregator and ConsumerPerformance, alternated, on a topic long enough that neither's start-up dominates; each is timed from a quarter of the events to the last (0 skips it)."`
+	SteadyRuns    int           `name:"steady-runs" default:"5" help:"Runs of the live-steady step (each tool alternated; min, median and max reported)."`
 	Subjects      int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes        int           `name:"probes" default:"200" help:"Deny probes of each latency run (the p99 of 40 is their largest; of 200, the third largest)."`
 	LegacyRev     string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
@@ -135,6 +136,7 @@ type Results struct {
 	LiveSteady   liveFigures
 	JavaSteady   []float64
 	SteadyEvents int
+	SteadyRuns   int
 	// FetchSteady and DecodeSteady: the same topic read by the
 	// aggregator's Fetcher alone, records dropped or decoded (fetchonly.go).
 	FetchSteady, DecodeSteady []float64
@@ -417,6 +419,16 @@ func (b *bench) javaConsumeOnce(ctx context.Context, topic string, events int, r
 	return r, err
 }
 
+// javaConsumeSteady is javaConsumeOnce timed over its steady intervals
+// (harness.ConsumerPerformanceSteady).
+func (b *bench) javaConsumeSteady(ctx context.Context, topic string, events int, run string) (harness.ConsumerPerfResult, error) {
+	r, err := b.java.ConsumerPerformanceSteady(ctx, int64(events), "--bootstrap-server", strings.Join(b.cfg.Brokers, ","),
+		"--topic", topic, "--messages", strconv.Itoa(events), "--timeout", "60000",
+		"--group", fmt.Sprintf("bench-%s-java-%s", b.id, run))
+	r.CommandLine = strings.Replace(r.CommandLine, b.java.Classpath, "$FLOODGATE_KAFKA_CLASSPATH", 1)
+	return r, err
+}
+
 // liveSteady: the live aggregator (write-back) and ConsumerPerformance,
 // alternated, on a topic of SteadyEvents events of the same mix. A 200k-event
 // run is mostly start-up on both sides — the JVM warming up, a fresh group
@@ -434,18 +446,20 @@ func (b *bench) liveSteady(ctx context.Context) error {
 	if _, err := childproc.Run(ctx, childproc.Config{Name: "produce-steady", Bin: b.cfg.Bin, Args: args, LogDir: b.cfg.WorkDir}); err != nil {
 		return err
 	}
-	b.res.SteadyEvents = b.cfg.SteadyEvents
+	b.res.SteadyEvents, b.res.SteadyRuns = b.cfg.SteadyEvents, b.cfg.SteadyRuns
 	cpu := &b.res.SteadyCPU
-	for i := 0; i < b.cfg.Runs; i++ {
+	for i := 0; i < max(b.cfg.SteadyRuns, 1); i++ {
 		var jr harness.ConsumerPerfResult
 		broker, err := b.brokerSpan(ctx, func() (err error) {
-			jr, err = b.javaConsumeOnce(ctx, t, b.cfg.SteadyEvents, "steady-"+strconv.Itoa(i))
+			jr, err = b.javaConsumeSteady(ctx, t, b.cfg.SteadyEvents, "steady-"+strconv.Itoa(i))
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		b.res.JavaSteady = append(b.res.JavaSteady, jr.FetchPerSec)
+		// The tool's rate over its steady intervals; its CPU is the whole
+		// JVM's (start-up included), which no interval line reports.
+		b.res.JavaSteady = append(b.res.JavaSteady, jr.SteadyPerSec)
 		cpu.Java.add(perEvent(jr.CPU, b.cfg.SteadyEvents), perEvent(broker, b.cfg.SteadyEvents), 0)
 		var f liveFigures
 		broker, err = b.brokerSpan(ctx, func() (err error) {
@@ -633,10 +647,25 @@ func (b *bench) liveRunOn(ctx context.Context, topic string, events int, run, bi
 	if err != nil {
 		return f, err
 	}
-	rate, err := waitCounted(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(events))
+	// CPU and Redis are read at the steady window's start and end: the
+	// figures per event are of the events counted in between.
+	var agg0 time.Duration
+	var red0 harness.RedisInfo
+	var merr error
+	win, err := waitWindow(ctx, []*childproc.Proc{p}, []string{"http://" + addr + "/metrics"}, "floodgate_aggregator_messages_in_total", float64(events), steadyFrom, func() {
+		var aerr, rerr error
+		agg0, aerr = harness.ProcCPU(p.Pid())
+		red0, rerr = harness.ReadRedisInfo(ctx, b.rdb)
+		merr = errors.Join(aerr, rerr)
+	})
 	agg, aerr := harness.ProcCPU(p.Pid())
-	// Redis is read after the stop: a write-back aggregator's last
-	// checkpoint (at shutdown) is part of what the events cost.
+	red1, rerr := harness.ReadRedisInfo(ctx, b.rdb)
+	aerr = errors.Join(aerr, merr, rerr)
+	// Memory is read after the stop: a write-back aggregator's last
+	// checkpoint (at shutdown) holds subjects too. Commands and CPU are of
+	// the window (read at its ends): the checkpoints of the events just
+	// before it that land inside stand for those of its last events that
+	// land after.
 	serr := p.Stop(15 * time.Second)
 	after, ierr := harness.ReadRedisInfo(ctx, b.rdb)
 	if bin == b.cfg.Bin {
@@ -657,12 +686,14 @@ func (b *bench) liveRunOn(ctx context.Context, topic string, events int, run, bi
 	}
 	// Only the aggregator talks to this Redis during the run (plus our INFO
 	// calls).
-	n := float64(events)
-	f.Rate = []float64{rate}
-	f.Cmds = []float64{float64(after.TotalCalls("info")-before.TotalCalls("info")) / n}
-	f.CPU = []float64{(after.CPU - before.CPU) * 1e6 / n}
+	// Redis commands and CPU per event over the steady window; bytes per
+	// subject over the whole run.
+	n := win.events()
+	f.Rate = []float64{win.rate()}
 	if aerr == nil {
-		f.Agg = []float64{float64(agg.Microseconds()) / n}
+		f.Cmds = []float64{float64(red1.TotalCalls("info")-red0.TotalCalls("info")) / n}
+		f.CPU = []float64{(red1.CPU - red0.CPU) * 1e6 / n}
+		f.Agg = []float64{float64((agg - agg0).Microseconds()) / n}
 	}
 	f.Subjects = []int{subs}
 	if subs > 0 {
@@ -686,38 +717,66 @@ func (b *bench) aggregatorArgs(t target, topic, group, prefix, rulesPath, metric
 // sample at which every process had counted something (a group whose
 // members all joined and read) and the sample that reached want.
 func waitCounted(ctx context.Context, procs []*childproc.Proc, urls []string, name string, want float64) (float64, error) {
+	w, err := waitWindow(ctx, procs, urls, name, want, 0, nil)
+	return w.rate(), err
+}
+
+// steadyFrom is where a steady window starts: a quarter of the events
+// counted, past the group join, the cold loads of the first subjects and
+// the runtime's warm-up, which counting from process start put inside the
+// CPU per event (issue 55: 3.69 µs × 583k/s came to more cores than the
+// machine has).
+const steadyFrom = 0.25
+
+// countWindow is a span of a counter: the counts and times at its ends.
+type countWindow struct {
+	n0, n1 float64
+	t0, t1 time.Time
+}
+
+func (w countWindow) rate() float64   { return (w.n1 - w.n0) / w.t1.Sub(w.t0).Seconds() }
+func (w countWindow) events() float64 { return w.n1 - w.n0 }
+
+// waitWindow is waitCounted over the window from the first sample at
+// which every process had counted something and the sum reached from×want
+// to the sample that reached want; mark, when set, runs at the window's
+// start (to read CPU and Redis counters there).
+func waitWindow(ctx context.Context, procs []*childproc.Proc, urls []string, name string, want, from float64, mark func()) (countWindow, error) {
 	deadline := time.Now().Add(10 * time.Minute)
-	var t0 time.Time
-	var v0 float64
+	var w countWindow
 	for time.Now().Before(deadline) {
 		for _, p := range procs {
 			if !p.Alive() {
-				return 0, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
+				return w, fmt.Errorf("%s exited: %s", p.Name(), p.Tail(5))
 			}
 		}
 		sum, all, err := scrapeSum(ctx, urls, name)
 		now := time.Now()
 		if err == nil {
-			if all && t0.IsZero() {
-				t0, v0 = now, sum
+			if all && w.t0.IsZero() && sum >= from*want && sum < want {
+				w.t0, w.n0 = now, sum
+				if mark != nil {
+					mark()
+				}
 			}
 			if sum >= want {
-				if t0.IsZero() {
-					return 0, fmt.Errorf("%s: reached %v before every process had counted (a member joined late): raise --events", name, want)
+				if w.t0.IsZero() {
+					return w, fmt.Errorf("%s: reached %v before every process had counted %v (a member joined late): raise --events", name, want, from*want)
 				}
-				if now.Sub(t0) <= 0 || sum-v0 <= 0 {
-					return 0, fmt.Errorf("%s: reached %v in one poll: too few events to time", name, want)
+				w.t1, w.n1 = now, sum
+				if now.Sub(w.t0) <= 0 || sum-w.n0 <= 0 {
+					return w, fmt.Errorf("%s: reached %v in one poll: too few events to time", name, want)
 				}
-				return (sum - v0) / now.Sub(t0).Seconds(), nil
+				return w, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return w, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return 0, fmt.Errorf("%s did not reach %v", name, want)
+	return w, fmt.Errorf("%s did not reach %v", name, want)
 }
 
 // scrapeSum sums a counter over metrics endpoints and tells whether every

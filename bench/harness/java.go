@@ -104,6 +104,10 @@ type ConsumerPerfResult struct {
 	PerSec      float64 // nMsg.sec: over the whole run, group join included
 	FetchPerSec float64 // fetch.nMsg.sec: after the group join
 	RebalanceMS float64
+	// SteadyPerSec is the rate from the first progress line at or past a
+	// quarter of the messages to the last one (ConsumerPerformanceSteady):
+	// the JIT warm and the group joined. 0 from ConsumerPerformance.
+	SteadyPerSec float64
 	// CPU is the CPU time the tool's JVM used, start-up and group join
 	// included.
 	CPU         time.Duration
@@ -146,6 +150,74 @@ func (j *JavaTools) ConsumerPerformance(ctx context.Context, args ...string) (Co
 		return res, nil
 	}
 	return res, fmt.Errorf("ConsumerPerformance: no summary in output: %s", lastLines(out, 5))
+}
+
+// ConsumerPerformanceSteady runs ConsumerPerformance with a progress line
+// every 200 ms (--show-detailed-stats: then it prints no summary) and
+// returns its steady rate: messages from the first line at or past a
+// quarter of want to the last line, over the time between them. Short runs
+// of the tool are mostly JVM start-up and warm-up; this is the rate the
+// live aggregator's steady window is set against.
+func (j *JavaTools) ConsumerPerformanceSteady(ctx context.Context, want int64, args ...string) (ConsumerPerfResult, error) {
+	const class = "org.apache.kafka.tools.ConsumerPerformance"
+	args = append(args, "--show-detailed-stats", "--reporting-interval", "200")
+	res := ConsumerPerfResult{CommandLine: strings.Join(j.Command(class, args...), " ")}
+	out, cpu, err := j.run(ctx, class, args...)
+	res.CPU = cpu
+	if err != nil {
+		return res, err
+	}
+	rate, last, err := steadyRate(out, want/4)
+	if err != nil {
+		return res, fmt.Errorf("ConsumerPerformance: %w: %s", err, lastLines(out, 5))
+	}
+	res.SteadyPerSec, res.Messages = rate, last
+	return res, nil
+}
+
+// steadyRate reads ConsumerPerformance's progress lines ("time, threadId,
+// data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, ...", the time as
+// 2006-01-02 15:04:05:000, the messages cumulative) and returns the rate
+// from the first line with at least from messages to the last line, and
+// the last line's messages.
+func steadyRate(out string, from int64) (rate float64, last int64, err error) {
+	var t0, t1 time.Time
+	var n0, n1 int64
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		vals := splitCSV(sc.Text())
+		if len(vals) < 6 {
+			continue
+		}
+		at, terr := progressTime(vals[0])
+		n, nerr := strconv.ParseInt(vals[4], 10, 64)
+		if terr != nil || nerr != nil {
+			continue
+		}
+		if t0.IsZero() && n >= from {
+			t0, n0 = at, n
+		}
+		t1, n1 = at, n
+	}
+	if t0.IsZero() || !t1.After(t0) || n1 <= n0 {
+		return 0, n1, errors.New("too few progress lines past a quarter of the messages to time a steady rate")
+	}
+	return float64(n1-n0) / t1.Sub(t0).Seconds(), n1, nil
+}
+
+// progressTime parses ConsumerPerformance's "2006-01-02 15:04:05:123":
+// milliseconds after a colon, which no Go layout reads.
+func progressTime(s string) (time.Time, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return time.Time{}, fmt.Errorf("progress time %q", s)
+	}
+	t, err := time.Parse(time.DateTime, s[:i])
+	if err != nil {
+		return t, err
+	}
+	ms, err := strconv.Atoi(s[i+1:])
+	return t.Add(time.Duration(ms) * time.Millisecond), err
 }
 
 func splitCSV(line string) []string {
