@@ -118,6 +118,19 @@ func newDenies(rep *backtest.Report) int {
 	return n
 }
 
+// Validate refuses a --from or --to that does not parse: a usage error
+// (exit 2); config parses them again.
+func (c *BacktestCmd) Validate() error {
+	now := time.Now()
+	if _, err := timespan.ParseTime(c.From, now); err != nil {
+		return fmt.Errorf("--from: %w", err)
+	}
+	if _, err := timespan.ParseTime(c.To, now); err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	return nil
+}
+
 // config turns the flags into a backtest.Config; closeAll releases the
 // connections it opened.
 func (c *BacktestCmd) config(logger *slog.Logger) (backtest.Config, func(), error) {

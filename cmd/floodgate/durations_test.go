@@ -55,3 +55,22 @@ func TestHistorySpan(t *testing.T) {
 		}
 	}
 }
+
+// A span or time that does not parse is a usage error (exit 2) whichever
+// command takes it as a string, as docs/cli.md promises: before, these
+// were parsed in Run and exited 1.
+func TestBadSpansAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"query", "top", "--action", "login", "--last", "1mo"},
+		{"query", "total", "--action", "login", "--kind", "ip", "--subject", "x", "--from", "yesterday-ish"},
+		{"ban", "--action", "login", "--for", "1mo", "ip=192.0.2.1"},
+		{"backtest", "--rules", "../../examples/rules.yaml", "--from", "1mo"},
+		{"backtest", "--rules", "../../examples/rules.yaml", "--from", "2d", "--to", "soon"},
+	} {
+		var stderr strings.Builder
+		code := run(args, io.Discard, &stderr, func(int) {})
+		if code != exitUsage || !strings.Contains(stderr.String(), "--") {
+			t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, stderr.String())
+		}
+	}
+}

@@ -70,6 +70,14 @@ type BanCmd struct {
 	Message string `name:"message" short:"m" env:"FLOODGATE_BAN_MESSAGE" help:"What denied requests are told (default: the limiter's)."`
 }
 
+// Validate refuses a --for that does not parse: a usage error (exit 2).
+func (c *BanCmd) Validate() error {
+	if _, err := operator.ParseFor(c.For); err != nil {
+		return fmt.Errorf("--for: %w", err)
+	}
+	return nil
+}
+
 // UnbanCmd clears subjects' deny records, bans and decision state.
 type UnbanCmd struct {
 	operatorFlags

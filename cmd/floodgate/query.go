@@ -103,6 +103,13 @@ func (r rangeFlags) now() (time.Time, error) {
 	return t, nil
 }
 
+// Validate refuses a range that does not parse at parse time, so a bad
+// value is a usage error (exit 2) as kong's own are; Run parses it again.
+func (r rangeFlags) Validate() error {
+	_, _, err := r.bounds()
+	return err
+}
+
 func (r rangeFlags) bounds() (from, to time.Time, err error) {
 	now, err := r.now()
 	if err != nil {
