@@ -35,6 +35,9 @@ type Options struct {
 	Runs          int           `name:"runs" default:"3" help:"Runs per throughput figure (the median is reported)."`
 	SteadyEvents  int           `name:"steady-events" default:"3000000" help:"Events per run of the live-steady step: the live aggregator and ConsumerPerformance, alternated, on a topic long enough that neither's start-up dominates; each is timed from a quarter of the events to the last (0 skips it)."`
 	SteadyRuns    int           `name:"steady-runs" default:"5" help:"Runs of the live-steady step (each tool alternated; min, median and max reported)."`
+	ScaleEvents   int           `name:"scale-events" default:"1000000" help:"Events of the scale-out step's topic (24 partitions, uniform mix), read by 1, 2 and 4 capped members."`
+	ScaleCPU      float64       `name:"scale-cpu" default:"0.2" help:"CPU cap of each aggregator process in the scale-out step, in cores (4 members and the capped Redis primaries must fit the machine)."`
+	ScaleRedisCPU float64       `name:"scale-redis-cpu" default:"0.2" help:"CPU cap of each Redis primary of the cluster profile during the scale-out step, in cores."`
 	Subjects      int           `name:"subjects" default:"10000" help:"Distinct subjects of the synthetic load (Zipf)."`
 	Probes        int           `name:"probes" default:"200" help:"Deny probes of each latency run (the p99 of 40 is their largest; of 200, the third largest)."`
 	LegacyRev     string        `name:"legacy-rev" default:"7e886ae~1" help:"Git revision of the aggregator the live figures are compared with (issue 11's baseline: the commit before adaptive batching and headroom); empty skips it."`
@@ -54,7 +57,7 @@ type Options struct {
 	// own, at small sizes, without the whole run. Steps that read an
 	// earlier step's topic (live, history, java-consumer) need producer;
 	// backtest makes its own topic and ceiling when run alone.
-	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, live-steady, history, backtest, latency, limiter, cluster, roller, sketches, owner-memory, secure (needs producer and live for its ratios)."`
+	Only []string `name:"only" sep:"," help:"Run only these steps: producer, java-producer, java-consumer, live, live-steady, history, backtest, latency, limiter, cluster, scale-out, roller, sketches, owner-memory, secure (needs producer and live for its ratios)."`
 }
 
 // Config configures Run.
@@ -159,6 +162,7 @@ type Results struct {
 	CurveCmd   string
 	CurveErr   string
 	Cluster    ClusterFigures
+	Scale      ScaleFigures
 	Sketches   []SketchRun // without, then with unique-visitor sketches
 	Owner      *OwnerMemory
 	SketchOpts Options // the run's options: the sketches step's sizes, the limiter step's duration
@@ -230,6 +234,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"latency", b.latency},
 		{"limiter", b.limiter},
 		{"cluster", b.cluster},
+		{"scale-out", b.scaleOut},
 		{"roller", b.roller},
 		{"sketches", b.sketches},
 		{"owner-memory", b.ownerMemory},

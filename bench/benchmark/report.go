@@ -117,6 +117,7 @@ func Render(r *Results) string {
 	}
 	renderSketches(w, r)
 	renderSteadyCPU(w, r)
+	renderScale(w, r)
 	w("\nPeak RSS (VmHWM from /proc/PID/status, sampled every 5 ms for the first 2 s, then every 100 ms and just before the process is stopped):\n\n| process | peak RSS |\n|---|--:|\n")
 	names := make([]string, 0, len(r.RSS))
 	for n := range r.RSS {
