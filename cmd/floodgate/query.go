@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -68,9 +66,6 @@ func (f *queryFlags) print(ctx context.Context, std stdio, j jsonFlag, ask func(
 	}
 	return history.Print(std.out, a, j.JSON)
 }
-
-// writeJSON writes v as one line of JSON.
-func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
 
 // jsonFlag makes a query print one JSON document instead of text; its
 // shape per command is in docs/dashboards.md, "Terminal".
