@@ -106,7 +106,7 @@ func (sd *side) burst(ctx context.Context, n int) error {
 
 // offsets returns the live and history groups' stored next offsets.
 func (sd *side) offsets(ctx context.Context) (live, hist map[int]int64, err error) {
-	live, hist = map[int]int64{}, map[int]int64{}
+	live = map[int]int64{}
 	for p := range sd.parts {
 		n, ok, err := sd.store.Resume(ctx, sd.live, sd.topic, p)
 		if err != nil {
@@ -116,20 +116,8 @@ func (sd *side) offsets(ctx context.Context) (live, hist map[int]int64, err erro
 			live[p] = n
 		}
 	}
-	rows, err := sd.s.pool.Query(ctx, `SELECT "partition", next_offset FROM floodgate.consumer_offsets WHERE consumer_group = $1 AND topic = $2`, sd.hist, sd.topic)
-	if err != nil {
-		return nil, nil, fmt.Errorf("history offsets: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var p int
-		var n int64
-		if err := rows.Scan(&p, &n); err != nil {
-			return nil, nil, err
-		}
-		hist[p] = n
-	}
-	return live, hist, rows.Err()
+	hist, err = historyOffsets(ctx, sd.s.pool, sd.hist, sd.topic)
+	return live, hist, err
 }
 
 // waitAt waits until both groups stored the topic's current end offsets.

@@ -572,7 +572,7 @@ func (s *Suite) waitCaughtUp(ctx context.Context, maxLag int64, timeout time.Dur
 
 // offsets returns the sinks' stored next offsets per partition.
 func (s *Suite) sinkOffsets(ctx context.Context, parts map[int]int64) (live, hist map[int]int64, err error) {
-	live, hist = map[int]int64{}, map[int]int64{}
+	live = map[int]int64{}
 	for p := range parts {
 		n, _, err := s.store.Resume(ctx, s.live, s.topic, p)
 		if err != nil {
@@ -581,20 +581,28 @@ func (s *Suite) sinkOffsets(ctx context.Context, parts map[int]int64) (live, his
 		}
 		live[p] = n
 	}
-	rows, err := s.pool.Query(ctx, `SELECT "partition", next_offset FROM floodgate.consumer_offsets WHERE consumer_group = $1 AND topic = $2`, s.hist, s.topic)
+	hist, err = historyOffsets(ctx, s.pool, s.hist, s.topic)
+	return live, hist, err
+}
+
+// historyOffsets returns the next offsets the history sink's group stored
+// per partition of topic.
+func historyOffsets(ctx context.Context, pool *pgxpool.Pool, group, topic string) (map[int]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT "partition", next_offset FROM floodgate.consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("history offsets: %w", err)
+		return nil, fmt.Errorf("history offsets: %w", err)
 	}
 	defer rows.Close()
+	hist := map[int]int64{}
 	for rows.Next() {
 		var p int
 		var n int64
 		if err := rows.Scan(&p, &n); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		hist[p] = n
 	}
-	return live, hist, rows.Err()
+	return hist, rows.Err()
 }
 
 // waitPast waits until both sinks stored, for every partition, a next

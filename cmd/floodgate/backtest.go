@@ -77,7 +77,7 @@ func (c *BacktestCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err := c.write(rep); err != nil {
 		return err
 	}
-	if n := newDenies(rep); c.ExitCode && n > 0 {
+	if n := rep.NewDenies(); c.ExitCode && n > 0 {
 		return foundError{fmt.Sprintf("%d subjects and rules newly denied", n)}
 	}
 	return nil
@@ -95,27 +95,6 @@ func (c *BacktestCmd) write(rep *backtest.Report) error {
 		top = -1
 	}
 	return backtest.WriteText(os.Stdout, rep, top)
-}
-
-// newDenies counts what --exit-code gates on: the subjects and rules the
-// candidate denies and the baseline did not (every one it denies without
-// a baseline); a shadow rule denies nobody, so its records do not count.
-func newDenies(rep *backtest.Report) int {
-	n := 0
-	if rep.Baseline == nil {
-		for _, d := range rep.Candidate.Denies {
-			if !d.Shadow {
-				n++
-			}
-		}
-		return n
-	}
-	for _, ch := range rep.Changes {
-		if ch.Change == backtest.ChangeNew && !ch.Shadow {
-			n++
-		}
-	}
-	return n
 }
 
 // Validate refuses a --from or --to that does not parse: a usage error

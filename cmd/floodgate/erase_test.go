@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/history"
 	"github.com/floodgate-dev/floodgate/internal/history/historytest"
 	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/operator"
 	"github.com/floodgate-dev/floodgate/internal/rules"
 	"github.com/floodgate-dev/floodgate/internal/stacktest"
 	"github.com/floodgate-dev/floodgate/internal/window"
@@ -124,7 +125,7 @@ func TestEraseHistoryAndLive(t *testing.T) {
 	if n := count("a@x"); n != "2" {
 		t.Errorf("query count of a@x (stored hashed) with the key: %s, want 2", n)
 	}
-	erase := func() eraseReport {
+	erase := func() operator.EraseReport {
 		t.Helper()
 		code, out, errOut := runCLI(t, append([]string{"erase", "--kind", "email", "--subject", "a@x", "--key-prefix", prefix, "--topic", topic,
 			"--operator", "privacy-test", "--json"}, common...)...)
@@ -135,7 +136,7 @@ func TestEraseHistoryAndLive(t *testing.T) {
 		if strings.Contains(errOut, "a@x") || !strings.Contains(errOut, "operator action") || !strings.Contains(errOut, "~h:") {
 			t.Errorf("erase's log: %s; want the reset's line with the subject's ~h: hash, not a@x", errOut)
 		}
-		var rep eraseReport
+		var rep operator.EraseReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("erase --json: %v: %q", err, out)
 		}

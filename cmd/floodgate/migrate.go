@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"text/tabwriter"
 	"time"
@@ -123,3 +125,6 @@ func warnNoReader(ctx context.Context, log *slog.Logger, db *sql.DB) {
 			"role", migrations.ReaderRole)
 	}
 }
+
+// writeJSON writes v as one line of JSON.
+func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }

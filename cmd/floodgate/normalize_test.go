@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/consume"
 	"github.com/floodgate-dev/floodgate/internal/history/historytest"
 	"github.com/floodgate-dev/floodgate/internal/live"
+	"github.com/floodgate-dev/floodgate/internal/operator"
 	"github.com/floodgate-dev/floodgate/internal/rules"
 	"github.com/floodgate-dev/floodgate/internal/stacktest"
 	"github.com/floodgate-dev/floodgate/internal/window"
@@ -84,7 +85,7 @@ func TestEraseAndQueryNormalizeTheSubject(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("erase: exit %d: %s%s", code, out, errOut)
 	}
-	var rep eraseReport
+	var rep operator.EraseReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("erase --json: %v: %q", err, out)
 	}

@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/adminapi"
 	"github.com/floodgate-dev/floodgate/internal/operator"
 	"github.com/floodgate-dev/floodgate/internal/rules"
-	"github.com/floodgate-dev/floodgate/internal/topics"
 	"github.com/floodgate-dev/floodgate/internal/window"
-	"github.com/floodgate-dev/floodgate/limiter/limitapi"
 )
 
 // The operator commands (docs/operations.md) talk to Redis directly through
@@ -190,12 +187,9 @@ const cliTimeout = 30 * time.Second
 // --admin-url, a client of that limiter's admin endpoints.
 func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group string) (operatorControls, operator.Request, func(), error) {
 	req := operator.Request{Action: c.Action}
-	for _, s := range c.Subjects {
-		kind, value, ok := strings.Cut(s, "=")
-		if !ok {
-			return nil, req, nil, fmt.Errorf("subject %q: want kind=value, e.g. ip=203.0.113.7", s)
-		}
-		req.Subjects = append(req.Subjects, limitapi.Subject{Kind: kind, Subject: value})
+	var err error
+	if req.Subjects, err = operator.ParseSubjects(c.Subjects); err != nil {
+		return nil, req, nil, err
 	}
 	if c.AdminURL != "" {
 		ac, err := c.adminClient(logger)
@@ -208,42 +202,15 @@ func (c *operatorFlags) open(ctx context.Context, logger *slog.Logger, group str
 	if err != nil {
 		return nil, req, nil, err
 	}
-	rulesFn := func() *rules.Set { return set }
-	rdb, err := c.Client()
+	lc, err := window.Dial(ctx, logger, &c.RedisFlags, &c.KafkaFlags, c.KeyPrefix, nil)
 	if err != nil {
 		return nil, req, nil, err
 	}
-	done := func() { closeLogged(logger, "redis", rdb) }
-	fail := func(err error) (operatorControls, operator.Request, func(), error) {
+	done := func() { closeLogged(logger, "redis", lc) }
+	o, err := operator.NewLocal(lc.Store, set, group, c.Topic, logger)
+	if err != nil {
 		done()
 		return nil, req, nil, err
-	}
-	if err := c.Ping(ctx, rdb); err != nil {
-		return fail(err)
-	}
-	kc, err := c.KafkaCluster(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	parts, err := topics.NewPartitionCountOn(ctx, kc, c.Topic, logger)
-	if err != nil {
-		return fail(err)
-	}
-	store, err := window.NewStore(rdb, window.StoreConfig{Prefix: c.KeyPrefix, Partitions: parts.Get})
-	if err != nil {
-		return fail(err)
-	}
-	writer, err := operator.NewWriter(store)
-	if err != nil {
-		return fail(err)
-	}
-	cfg := operator.Config{Store: store, Writer: writer, Rules: rulesFn, Checker: operator.NewSnapshotChecker(store, rulesFn, 0), Logger: logger}
-	if group != "" { // writes: a reset records the group's offset
-		cfg.Group, cfg.Topic = group, c.Topic
-	}
-	o, err := operator.New(cfg)
-	if err != nil {
-		return fail(err)
 	}
 	return o, req, done, nil
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/loadgen"
@@ -99,50 +97,5 @@ func (c *ProduceCmd) Run(ctx context.Context, log *slog.Logger) (err error) {
 	if err != nil {
 		return errors.Join(err, pub.Close())
 	}
-
-	start := time.Now()
-	stopProgress := c.startProgress(stderr, start, pump, pub)
-	runErr := pump.Run(ctx)
-	closeErr := pub.Close() // flushes, even after an interrupt
-	stopProgress()
-
-	elapsed := time.Since(start)
-	st, counts := pub.Stats(), pump.Counts()
-	fmt.Fprintf(stderr, "produce: done: %d events acknowledged in %s (%.0f/s), %d failed, %d bad input lines; topic %s\n",
-		st.Published, elapsed.Round(time.Millisecond), float64(st.Published)/elapsed.Seconds(), st.Failed, counts.Bad, c.Topic)
-	if err := errors.Join(runErr, closeErr); err != nil {
-		return err
-	}
-	if counts.Bad > 0 {
-		return fmt.Errorf("%d bad input lines skipped", counts.Bad)
-	}
-	return nil
-}
-
-// startProgress prints a progress line every c.Progress until stopped.
-func (c *ProduceCmd) startProgress(w io.Writer, start time.Time, pump *loadgen.Pump, pub *producer.Publisher) (stop func()) {
-	if c.Progress <= 0 {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(c.Progress)
-		defer t.Stop()
-		var lastAcked int64
-		last := start
-		for {
-			select {
-			case <-done:
-				return
-			case now := <-t.C:
-				st, counts := pub.Stats(), pump.Counts()
-				rate := float64(st.Published-lastAcked) / now.Sub(last).Seconds()
-				lastAcked, last = st.Published, now
-				fmt.Fprintf(w, "produce: %s sent %d, acked %d (%.0f/s), in flight %d, errors %d (failed %d, bad lines %d)\n",
-					now.Sub(start).Round(time.Second), counts.Sent, st.Published, rate, st.Buffered, st.Failed+counts.Bad, st.Failed, counts.Bad)
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
+	return loadgen.Run(ctx, stderr, pump, pub, c.Progress, c.Topic)
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -54,21 +52,25 @@ func (f *queryFlags) querier(ctx context.Context) (*history.Querier, func(), err
 	return history.NewQuerier(pool).WithHasher(h).WithNormalizer(set), pool.Close, nil
 }
 
+// print asks the database through ask and prints its answer as text or
+// JSON.
+func (f *queryFlags) print(ctx context.Context, std stdio, j jsonFlag, ask func(*history.Querier) (history.Answer, error)) error {
+	q, done, err := f.querier(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	a, err := ask(q)
+	if err != nil {
+		return err
+	}
+	return history.Print(std.out, a, j.JSON)
+}
+
 // jsonFlag makes a query print one JSON document instead of text; its
 // shape per command is in docs/dashboards.md, "Terminal".
 type jsonFlag struct {
 	JSON bool `name:"json" env:"FLOODGATE_QUERY_JSON" help:"Print one JSON document instead of text."`
-}
-
-// writeJSON writes v as one line of JSON.
-func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
-
-// keyJSON is the selected key of a query's JSON document; an empty kind or
-// subject means every one.
-type keyJSON struct {
-	Action  string `json:"action"`
-	Kind    string `json:"kind"`
-	Subject string `json:"subject"`
 }
 
 // keyFlags select events.
@@ -81,8 +83,6 @@ type keyFlags struct {
 func (k keyFlags) key() history.Key {
 	return history.Key{Action: k.Action, Kind: k.Kind, Subject: k.Subject}
 }
-
-func (k keyFlags) json() keyJSON { return keyJSON{Action: k.Action, Kind: k.Kind, Subject: k.Subject} }
 
 // rangeFlags select a time range: --last, or --from/--to.
 type rangeFlags struct {
@@ -152,25 +152,26 @@ func (c *QueryCountCmd) Run(ctx context.Context, std stdio) error {
 	if err != nil {
 		return err
 	}
-	q, done, err := c.querier(ctx)
+	return c.print(ctx, std, c.jsonFlag, func(q *history.Querier) (history.Answer, error) {
+		return q.CountAnswer(ctx, c.key(), from, to)
+	})
+}
+
+// stepFlag is the step of a curve.
+type stepFlag struct {
+	Step string `name:"step" env:"FLOODGATE_QUERY_STEP" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+}
+
+// step is --step, or about 48 points over [from, to).
+func (s stepFlag) step(from, to time.Time) (time.Duration, error) {
+	if s.Step == "" {
+		return history.AutoStep(to.Sub(from), 48), nil
+	}
+	step, err := historySpan(s.Step)
 	if err != nil {
-		return err
+		return 0, fmt.Errorf("--step: %w", err)
 	}
-	defer done()
-	n, err := q.Count(ctx, c.key(), from, to)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return writeJSON(std.out, struct {
-			keyJSON
-			From  time.Time `json:"from"`
-			To    time.Time `json:"to"`
-			Count int64     `json:"count"`
-		}{c.keyFlags.json(), from, to, n})
-	}
-	_, err = fmt.Fprintf(std.out, "%d\t%s [%s, %s)\n", n, c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
-	return err
+	return step, nil
 }
 
 // QueryCurveCmd is `floodgate query curve`.
@@ -179,7 +180,7 @@ type QueryCurveCmd struct {
 	keyFlags
 	rangeFlags
 	jsonFlag
-	Step string `name:"step" env:"FLOODGATE_QUERY_STEP" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+	stepFlag
 }
 
 // Run prints the curve as a sparkline and one bar per step.
@@ -188,40 +189,13 @@ func (c *QueryCurveCmd) Run(ctx context.Context, std stdio) error {
 	if err != nil {
 		return err
 	}
-	step := history.AutoStep(to.Sub(from), 48)
-	if c.Step != "" {
-		if step, err = historySpan(c.Step); err != nil {
-			return fmt.Errorf("--step: %w", err)
-		}
-	}
-	q, done, err := c.querier(ctx)
+	step, err := c.step(from, to)
 	if err != nil {
 		return err
 	}
-	defer done()
-	points, err := q.Curve(ctx, c.key(), from, to, step)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		type point struct {
-			Time  time.Time `json:"time"`
-			Value int64     `json:"value"`
-		}
-		doc := struct {
-			keyJSON
-			From        time.Time `json:"from"`
-			To          time.Time `json:"to"`
-			StepSeconds int64     `json:"step_seconds"`
-			Points      []point   `json:"points"`
-		}{c.keyFlags.json(), from, to, int64(step / time.Second), make([]point, 0, len(points))}
-		for _, p := range points {
-			doc.Points = append(doc.Points, point{p.Time.UTC(), p.Value})
-		}
-		return writeJSON(std.out, doc)
-	}
-	fmt.Fprintf(std.out, "%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
-	return history.WriteCurve(std.out, points, step)
+	return c.print(ctx, std, c.jsonFlag, func(q *history.Querier) (history.Answer, error) {
+		return q.CurveAnswer(ctx, c.key(), from, to, step)
+	})
 }
 
 // QueryTopCmd is `floodgate query top`.
@@ -236,88 +210,18 @@ type QueryTopCmd struct {
 	jsonFlag
 }
 
-// topJSON is `query top --json`: from and to are null with --ever;
-// visitors is in each subject only with --visitors.
-type topJSON struct {
-	Action   string       `json:"action"`
-	Kind     string       `json:"kind"`
-	From     *time.Time   `json:"from"`
-	To       *time.Time   `json:"to"`
-	By       string       `json:"by"` // events or visitors
-	Subjects []rankedJSON `json:"subjects"`
-}
-
-type rankedJSON struct {
-	Kind     string `json:"kind"`
-	Subject  string `json:"subject"`
-	Events   int64  `json:"events"`
-	Visitors *int64 `json:"visitors,omitempty"`
-}
-
 // Run prints the ranking.
 func (c *QueryTopCmd) Run(ctx context.Context, std stdio) error {
-	var from, to time.Time
+	tq := history.TopQuery{Action: c.Action, Kind: c.Kind, N: c.Top, Visitors: c.Visitors}
 	if !c.Ever {
 		var err error
-		if from, to, err = c.bounds(); err != nil {
+		if tq.From, tq.To, err = c.bounds(); err != nil {
 			return err
 		}
 	}
-	q, done, err := c.querier(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if c.JSON {
-		return c.writeJSON(ctx, std.out, q, from, to)
-	}
-	what := c.Action
-	if c.Visitors {
-		what += " by unique visitors"
-	}
-	if c.Ever {
-		fmt.Fprintf(std.out, "top %d %s, all time\n", c.Top, what)
-	} else {
-		fmt.Fprintf(std.out, "top %d %s [%s, %s)\n", c.Top, what, from.Format(time.RFC3339), to.Format(time.RFC3339))
-	}
-	if c.Visitors {
-		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.Top)
-		if err != nil {
-			return err
-		}
-		return history.WriteTopVisitors(std.out, rows)
-	}
-	rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.Top)
-	if err != nil {
-		return err
-	}
-	return history.WriteTop(std.out, rows)
-}
-
-func (c *QueryTopCmd) writeJSON(ctx context.Context, w io.Writer, q *history.Querier, from, to time.Time) error {
-	doc := topJSON{Action: c.Action, Kind: c.Kind, By: "events", Subjects: []rankedJSON{}}
-	if !c.Ever {
-		doc.From, doc.To = &from, &to
-	}
-	if c.Visitors {
-		doc.By = "visitors"
-		rows, err := q.TopVisitors(ctx, c.Action, c.Kind, from, to, c.Top)
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			doc.Subjects = append(doc.Subjects, rankedJSON{Kind: r.Kind, Subject: r.Subject, Events: r.Events, Visitors: &r.Visitors})
-		}
-	} else {
-		rows, err := q.Top(ctx, c.Action, c.Kind, from, to, c.Top)
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			doc.Subjects = append(doc.Subjects, rankedJSON{Kind: r.Kind, Subject: r.Subject, Events: r.Value})
-		}
-	}
-	return writeJSON(w, doc)
+	return c.print(ctx, std, c.jsonFlag, func(q *history.Querier) (history.Answer, error) {
+		return q.TopAnswer(ctx, tq)
+	})
 }
 
 // QueryTotalCmd is `floodgate query total`.
@@ -329,23 +233,9 @@ type QueryTotalCmd struct {
 
 // Run prints the total.
 func (c *QueryTotalCmd) Run(ctx context.Context, std stdio) error {
-	q, done, err := c.querier(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	n, err := q.Total(ctx, c.key())
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return writeJSON(std.out, struct {
-			keyJSON
-			Total int64 `json:"total"`
-		}{c.keyFlags.json(), n})
-	}
-	_, err = fmt.Fprintf(std.out, "%d\t%s, all time\n", n, c.key())
-	return err
+	return c.print(ctx, std, c.jsonFlag, func(q *history.Querier) (history.Answer, error) {
+		return q.TotalAnswer(ctx, c.key())
+	})
 }
 
 // QueryVisitorsCmd is `floodgate query visitors`.
@@ -354,7 +244,7 @@ type QueryVisitorsCmd struct {
 	keyFlags
 	rangeFlags
 	jsonFlag
-	Step string `name:"step" env:"FLOODGATE_QUERY_STEP" help:"Step: 1m, 5m, 1h, 1d... Default: about 48 points."`
+	stepFlag
 }
 
 // Run prints events and unique visitors per step, then the range's and
@@ -364,55 +254,13 @@ func (c *QueryVisitorsCmd) Run(ctx context.Context, std stdio) error {
 	if err != nil {
 		return err
 	}
-	step := history.AutoStep(to.Sub(from), 48)
-	if c.Step != "" {
-		if step, err = historySpan(c.Step); err != nil {
-			return fmt.Errorf("--step: %w", err)
-		}
-	}
-	q, done, err := c.querier(ctx)
+	step, err := c.step(from, to)
 	if err != nil {
 		return err
 	}
-	defer done()
-	points, err := q.VisitorsCurve(ctx, c.key(), from, to, step)
-	if err != nil {
-		return err
-	}
-	inRange, err := q.Visitors(ctx, c.key(), from, to)
-	if err != nil {
-		return err
-	}
-	ever, err := q.TotalVisitors(ctx, c.key())
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		type point struct {
-			Time     time.Time `json:"time"`
-			Events   int64     `json:"events"`
-			Visitors int64     `json:"visitors"`
-		}
-		doc := struct {
-			keyJSON
-			From            time.Time `json:"from"`
-			To              time.Time `json:"to"`
-			StepSeconds     int64     `json:"step_seconds"`
-			Points          []point   `json:"points"`
-			VisitorsInRange int64     `json:"visitors_in_range"`
-			VisitorsEver    int64     `json:"visitors_ever"`
-		}{c.keyFlags.json(), from, to, int64(step / time.Second), make([]point, 0, len(points)), inRange, ever}
-		for _, p := range points {
-			doc.Points = append(doc.Points, point{p.Time.UTC(), p.Events, p.Visitors})
-		}
-		return writeJSON(std.out, doc)
-	}
-	fmt.Fprintf(std.out, "%s [%s, %s)\n", c.key(), from.Format(time.RFC3339), to.Format(time.RFC3339))
-	if err := history.WriteVisitorsCurve(std.out, points, step); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(std.out, "%d\tunique visitors in range\n%d\tunique visitors ever\n", inRange, ever)
-	return err
+	return c.print(ctx, std, c.jsonFlag, func(q *history.Querier) (history.Answer, error) {
+		return q.VisitorsAnswer(ctx, c.key(), from, to, step)
+	})
 }
 
 // QuerySummaryCmd is `floodgate query summary` (formerly query dashboard):
@@ -436,21 +284,11 @@ func (c *QuerySummaryCmd) Run(ctx context.Context, std stdio) error {
 		}
 		now = t
 	}
-	q, done, err := c.querier(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
 	spans := dashboard.TerminalSpans
 	if c.JSON {
 		spans = nil // the web page's, as /api/summary answers
 	}
-	s, err := dashboard.Load(ctx, q, nil, dashboard.Query{Action: c.Action, Kind: c.Kind, Top: c.Top, Spans: spans}, now)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return writeJSON(std.out, s)
-	}
-	return s.WriteText(std.out)
+	return c.print(ctx, std, c.jsonFlag, func(q *history.Querier) (history.Answer, error) {
+		return dashboard.Load(ctx, q, nil, dashboard.Query{Action: c.Action, Kind: c.Kind, Top: c.Top, Spans: spans}, now)
+	})
 }

@@ -231,3 +231,24 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // limitsText joins a side's limits for tables.
 func limitsText(ls []string) string { return strings.Join(ls, ", ") }
+
+// NewDenies counts what --exit-code gates on: the subjects and rules the
+// candidate denies and the baseline did not (every one it denies without
+// a baseline); a shadow rule denies nobody, so its records do not count.
+func (rep *Report) NewDenies() int {
+	n := 0
+	if rep.Baseline == nil {
+		for _, d := range rep.Candidate.Denies {
+			if !d.Shadow {
+				n++
+			}
+		}
+		return n
+	}
+	for _, ch := range rep.Changes {
+		if ch.Change == ChangeNew && !ch.Shadow {
+			n++
+		}
+	}
+	return n
+}

@@ -190,12 +190,32 @@ func (c *RLSLoadCmd) Run(ctx context.Context) error {
 	return nil
 }
 
+// OwnerMemoryCmd measures a write-back owner's memory of one partition in
+// this process (the benchmark's owner-memory step runs it as a process of
+// its own, so that RSS is the measurement's alone).
+type OwnerMemoryCmd struct {
+	RedisAddr   string `name:"redis-addr" env:"FLOODGATE_REDIS_ADDR" default:"127.0.0.1:16379" help:"Redis (keys under a prefix of their own, deleted at the end)."`
+	Subjects    int    `name:"subjects" default:"1000000" help:"Distinct subjects, one event each."`
+	Batch       int    `name:"batch" default:"1000" help:"Events per batch."`
+	Every       int    `name:"every" default:"50" help:"Batches between checkpoints, or fewer: a partition also checkpoints once --max-pending fields wait."`
+	MaxPending  int    `name:"max-pending" default:"50000" help:"Bucket fields pending before a checkpoint (the live sink's default)."`
+	MaxHeadroom int    `name:"max-headroom" default:"200000" help:"Headroom bound (the live sink's default)."`
+}
+
+// Run measures and prints the figures.
+func (c *OwnerMemoryCmd) Run(ctx context.Context) error {
+	return benchmark.MeasureOwnerMemory(ctx, os.Stdout, benchmark.OwnerMemoryConfig{
+		RedisAddr: c.RedisAddr, N: c.Subjects, Batch: c.Batch, Every: c.Every, MaxPending: c.MaxPending, MaxHeadroom: c.MaxHeadroom,
+	})
+}
+
 type cli struct {
-	Chaos   ChaosCmd   `cmd:"" help:"Fault suite → docs/faults.md."`
-	Attack  AttackCmd  `cmd:"" help:"Hostile-client suite → docs/faults.md (Attacks)."`
-	Bench   BenchCmd   `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
-	RLSNoop RLSNoopCmd `cmd:"" name:"rls-noop" help:"Serve the no-op Envoy RLS server (the ceiling of the limiter step)."`
-	RLSLoad RLSLoadCmd `cmd:"" name:"rls-load" help:"Envoy RLS load against any RateLimitService: lookups/s and p50/p99/p99.9."`
+	Chaos   ChaosCmd       `cmd:"" help:"Fault suite → docs/faults.md."`
+	Attack  AttackCmd      `cmd:"" help:"Hostile-client suite → docs/faults.md (Attacks)."`
+	Bench   BenchCmd       `cmd:"" help:"Benchmarks against Kafka's own tools → docs/benchmarks.md."`
+	RLSNoop RLSNoopCmd     `cmd:"" name:"rls-noop" help:"Serve the no-op Envoy RLS server (the ceiling of the limiter step)."`
+	RLSLoad RLSLoadCmd     `cmd:"" name:"rls-load" help:"Envoy RLS load against any RateLimitService: lookups/s and p50/p99/p99.9."`
+	Owner   OwnerMemoryCmd `cmd:"" name:"owner-memory" help:"A write-back owner's memory per resident subject (the benchmark's owner-memory step)."`
 }
 
 func main() {
