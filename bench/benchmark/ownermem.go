@@ -121,7 +121,7 @@ func MeasureOwnerMemory(ctx context.Context, w io.Writer, c OwnerMemoryConfig) e
 		recs := make([]consume.Record, 0, batchSize)
 		for ; i < n && len(recs) < batchSize; i++ {
 			recs = append(recs, consume.Record{Offset: off, Event: event.Event{V: 1, ID: event.NewID(), Action: "owner_visit",
-				Kind: "ip", Subject: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) + "/" + strconv.Itoa(i>>24), TS: now, N: 1}})
+				Kind: "ip", Subject: ownerSubject(i), TS: now, N: 1}})
 			off++
 		}
 		bt := consume.Batch{Topic: "t", Partition: 0, First: recs[0].Offset, Last: off - 1, Records: recs}
@@ -158,4 +158,11 @@ func heapInUse() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
+}
+
+// ownerSubject is the i-th distinct IPv4 address from 10.0.0.0 on. (It was
+// "10.a.b.c/<i>>24>": kind ip normalizes a prefix, so every subject became
+// 0.0.0.0/0 and the step measured one resident subject.)
+func ownerSubject(i int) string {
+	return fmt.Sprintf("%d.%d.%d.%d", 10+i>>24, i>>16&255, i>>8&255, i&255)
 }

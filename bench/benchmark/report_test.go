@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/bench/rlsload"
+	"github.com/floodgate-dev/floodgate/internal/rules"
 )
 
 func closedRun(sc string, c int, perSec float64, p99 time.Duration) Lookup {
@@ -202,5 +203,20 @@ func TestRenderSaysHowLongTheRunWaitedForTheLoad(t *testing.T) {
 	r.Settled = 0
 	if out := Render(r); strings.Contains(out, "The run waited") {
 		t.Errorf("a run that did not wait says it did")
+	}
+}
+
+func TestOwnerSubjectsAreDistinctAddresses(t *testing.T) {
+	set, err := rules.Parse([]byte(ownerRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, i := range []int{0, 1, 255, 256, 1 << 16, 1<<24 - 1, 1 << 24, 1<<24 + 1} {
+		s := set.Subject("ip", ownerSubject(i))
+		if seen[s] {
+			t.Fatalf("subject %d (%s) counted as one already seen", i, s)
+		}
+		seen[s] = true
 	}
 }
