@@ -27,7 +27,7 @@ import (
 
 // OwnerTakesFlags turn on stage B's strict takes: this aggregator answers
 // the strict takes of the partitions it owns, from its memory, over the
-// limiter's surfaces (docs/limiter.md, "Owner takes").
+// limiter's surfaces (docs/takes.md, "Owner takes").
 type OwnerTakesFlags struct {
 	OwnerTakes         bool          `name:"owner-takes" env:"FLOODGATE_OWNER_TAKES" help:"Answer strict takes of the owned partitions from this process's memory (needs write-back; the limiter's --rls-mode take must not run beside it). Takes of partitions owned elsewhere are denied with a retry."`
 	TakesHTTPAddr      string        `name:"takes-http-addr" env:"FLOODGATE_TAKES_HTTP_ADDR" default:"127.0.0.1:8082" help:"With --owner-takes: Connect/gRPC, /v1/take, /v1/check, /healthz, /readyz."`

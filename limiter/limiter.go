@@ -381,7 +381,7 @@ func (a *adminServer) Shutdown(ctx context.Context) error {
 
 // RLSFlags are the Envoy RLS settings beyond its address and mode. Envoy
 // holds one connection per limiter for as long as it lives: an age limit is
-// what spreads its calls over replicas added later (docs/limiter.md, "RLS
+// what spreads its calls over replicas added later (docs/integrate.md, "RLS
 // port: health service and connection age").
 type RLSFlags struct {
 	RLSMaxConnAge      time.Duration `name:"rls-max-connection-age" env:"FLOODGATE_RLS_MAX_CONNECTION_AGE" default:"5m" help:"Close RLS connections this old (clients reconnect, so calls spread over new replicas); 0: never."`

@@ -29,6 +29,54 @@ func ratio(a, b float64) string {
 
 // Render returns the summary block of docs/benchmarks.md.
 func Render(r *Results) string {
+	return wrapLong(render(r), maxDocLine, 160)
+}
+
+// maxDocLine is the longest line the summary may hold: the docs keep every
+// line under 1,000 characters so that diffs and reviews stay readable.
+const maxDocLine = 1000
+
+// wrapLong breaks each prose line (a paragraph or list item, not a table
+// row or a fenced block) longer than limit at spaces into lines of about
+// width characters; Markdown renders the continuation lines as the same
+// paragraph (a line break inside a code span is a space, and breaks fall on
+// spaces).
+func wrapLong(s string, limit, width int) string {
+	lines := strings.Split(s, "\n")
+	out := make([]string, 0, len(lines))
+	fenced := false
+	for _, l := range lines {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+		}
+		if fenced || len(l) <= limit || strings.HasPrefix(l, "|") {
+			out = append(out, l)
+			continue
+		}
+		indent := ""
+		if strings.HasPrefix(l, "- ") {
+			indent = "  "
+		}
+		cur := ""
+		for _, word := range strings.Split(l, " ") {
+			if cur != "" && len(cur)+1+len(word) > width {
+				out = append(out, cur)
+				cur = indent + word
+				continue
+			}
+			if cur == "" {
+				cur = word
+			} else {
+				cur += " " + word
+			}
+		}
+		out = append(out, cur)
+	}
+	return strings.Join(out, "\n")
+}
+
+// render is the summary before its long lines are wrapped.
+func render(r *Results) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	m := r.Machine

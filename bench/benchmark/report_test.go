@@ -220,3 +220,33 @@ func TestOwnerSubjectsAreDistinctAddresses(t *testing.T) {
 		seen[s] = true
 	}
 }
+
+// The summary's long prose lines are wrapped under the docs' line limit;
+// table rows and fenced blocks are left whole, and no word is lost.
+func TestWrapLongKeepsEveryLineUnderTheLimit(t *testing.T) {
+	long := "- live: `" + strings.Repeat("floodgate aggregator --flag ", 80) + "` over the topic"
+	table := "| a | " + strings.Repeat("b", 1200) + " |"
+	in := "intro\n" + long + "\n" + table + "\n```\n" + strings.Repeat("x ", 600) + "\n```\n"
+	out := wrapLong(in, 1000, 160)
+	for i, l := range strings.Split(out, "\n") {
+		if len(l) > 1000 && l != table && !strings.HasPrefix(l, "x x") {
+			t.Errorf("line %d is %d chars", i+1, len(l))
+		}
+		if strings.HasPrefix(l, "  ") == false && strings.HasPrefix(l, "floodgate") {
+			t.Errorf("line %d of the list item is not indented: %q", i+1, l[:20])
+		}
+	}
+	if !strings.Contains(out, table) || !strings.Contains(out, strings.Repeat("x ", 600)) {
+		t.Errorf("a table row or a fenced line was wrapped")
+	}
+	if strings.Join(strings.Fields(out), " ") != strings.Join(strings.Fields(in), " ") {
+		t.Errorf("wrapping changed the words")
+	}
+	r := &Results{}
+	r.Machine.CPUs = 2
+	for i, l := range strings.Split(Render(r), "\n") {
+		if len(l) > 1000 && !strings.HasPrefix(l, "|") {
+			t.Errorf("Render line %d is %d chars", i+1, len(l))
+		}
+	}
+}

@@ -118,8 +118,11 @@ type docRow struct {
 }
 
 // rowsMarker starts the comment at the end of a profile's block holding
-// its rows (JSON), read back by the next run.
-const rowsMarker = "<!-- floodbench chaos rows (read back by --only runs; do not edit): "
+// its rows, read back by the next run: one JSON object a line, so that no
+// line of the document grows with the number of scenarios (an earlier
+// format held them all as one array on the marker's line; it is still
+// read).
+const rowsMarker = "<!-- floodbench chaos rows (read back by --only runs; do not edit):"
 
 // profileBlock is one profile's part of the document: machine, setup,
 // table, notes. Scenarios of the profile not run keep the rows of old,
@@ -177,10 +180,51 @@ func profileBlock(s *Suite, rows []Row, old string) string {
 		}
 		w("\n")
 	}
-	if state, err := json.Marshal(doc); err == nil {
-		w("\n%s%s -->\n", rowsMarker, state)
-	}
+	w("\n%s", rowsComment(doc))
 	return b.String()
+}
+
+// rowsComment is the rows comment: the marker, one JSON row a line, the
+// comment's end. json.Marshal escapes '>' so no row can end the comment.
+func rowsComment(rows []docRow) string {
+	var b strings.Builder
+	b.WriteString(rowsMarker + "\n")
+	for _, r := range rows {
+		line, err := json.Marshal(r)
+		if err != nil {
+			continue // a docRow is strings only: Marshal cannot fail
+		}
+		b.Write(line)
+		b.WriteString("\n")
+	}
+	b.WriteString("-->\n")
+	return b.String()
+}
+
+// parseRowsComment reads the rows after rowsMarker: one JSON row a line,
+// or the earlier format's one array on the marker's line. A line that does
+// not parse is skipped: that scenario is measured again by the next full
+// run.
+func parseRowsComment(rest string) []docRow {
+	j := strings.Index(rest, "-->")
+	if j < 0 {
+		return nil
+	}
+	body := strings.TrimSpace(rest[:j])
+	var rows []docRow
+	if strings.HasPrefix(body, "[") {
+		if json.Unmarshal([]byte(body), &rows) != nil {
+			return nil
+		}
+		return rows
+	}
+	for _, l := range strings.Split(body, "\n") {
+		var r docRow
+		if l = strings.TrimSpace(l); l != "" && json.Unmarshal([]byte(l), &r) == nil {
+			rows = append(rows, r)
+		}
+	}
+	return rows
 }
 
 // renderRow is a row's table and notes lines.
@@ -219,14 +263,8 @@ var (
 func readDocRows(block string, list []scenario) map[string]docRow {
 	out := map[string]docRow{}
 	if i := strings.LastIndex(block, rowsMarker); i >= 0 {
-		rest := block[i+len(rowsMarker):]
-		if j := strings.Index(rest, " -->"); j >= 0 {
-			var rows []docRow
-			if json.Unmarshal([]byte(rest[:j]), &rows) == nil {
-				for _, r := range rows {
-					out[r.Scenario] = r
-				}
-			}
+		for _, r := range parseRowsComment(block[i+len(rowsMarker):]) {
+			out[r.Scenario] = r
 		}
 		return out
 	}

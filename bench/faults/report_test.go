@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -41,5 +42,67 @@ func TestReadDocRows(t *testing.T) {
 	got := readDocRows(block, singleScenarios)
 	if len(got) != 1 || got["retention-gap"] != r {
 		t.Errorf("rows %+v, want %+v", got, r)
+	}
+}
+
+// TestRowsCommentOneRowALine writes rows as the document keeps them and
+// reads them back: one JSON row a line (no line grows with the number of
+// scenarios), a note holding "-->" not ending the comment.
+func TestRowsCommentOneRowALine(t *testing.T) {
+	var rows []docRow
+	for _, sc := range singleScenarios {
+		rows = append(rows, docRow{Scenario: sc.name, Table: "| " + sc.name + " | 1 |", Note: "- **" + sc.name + "** --> <b> & " + strings.Repeat("x", 600), Measured: "now"})
+	}
+	c := rowsComment(rows)
+	lines := strings.Split(strings.TrimSuffix(c, "\n"), "\n")
+	if len(lines) != len(rows)+2 {
+		t.Fatalf("%d lines for %d rows:\n%s", len(lines), len(rows), c)
+	}
+	for i, l := range lines {
+		if len(l) > 1000 {
+			t.Errorf("line %d is %d chars", i+1, len(l))
+		}
+	}
+	got := readDocRows("| table |\n\n"+c, singleScenarios)
+	if len(got) != len(rows) {
+		t.Fatalf("read back %d rows, want %d", len(got), len(rows))
+	}
+	for _, r := range rows {
+		if got[r.Scenario] != r {
+			t.Errorf("row %s: %+v, want %+v", r.Scenario, got[r.Scenario], r)
+		}
+	}
+}
+
+// TestDocumentRowsReadBack reads docs/faults.md as an --only run does:
+// each profile's block gives back a row per scenario of its table.
+func TestDocumentRowsReadBack(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/faults.md")
+	if err != nil {
+		t.Fatalf("read docs/faults.md: %v", err)
+	}
+	doc := string(raw)
+	for _, p := range []struct {
+		name string
+		list []scenario
+	}{{singleBlock, singleScenarios}, {clusterBlock, clusterScenarios}} {
+		b := block(doc, p.name)
+		if !strings.Contains(b, rowsMarker+"\n") {
+			t.Errorf("block %s: no rows comment in the one-row-a-line format", p.name)
+		}
+		rows := readDocRows(b, p.list)
+		if len(rows) == 0 {
+			t.Errorf("block %s: no rows read back", p.name)
+		}
+		for name, r := range rows {
+			if !strings.Contains(b, r.Table+"\n") {
+				t.Errorf("block %s: row %s's table line is not in the table", p.name, name)
+			}
+		}
+	}
+	for i, l := range strings.Split(doc, "\n") {
+		if len(l) > 1000 {
+			t.Errorf("docs/faults.md:%d is %d chars", i+1, len(l))
+		}
 	}
 }

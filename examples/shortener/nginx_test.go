@@ -14,7 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/stacktest/servicetest"
 )
 
-// nginxConf is docs/limiter.md's auth_request configuration in front of
+// nginxConf is docs/integrate.md's auth_request configuration in front of
 // the shortener. The test's clients name themselves in X-Forwarded-For,
 // which nginx trusts from loopback (realip), as behind a load balancer.
 var nginxConf = template.Must(template.New("nginx.conf").Parse(`

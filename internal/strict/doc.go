@@ -3,7 +3,7 @@
 // keys the aggregator writes, so concurrent takes can never both pass the
 // last slot (overshoot zero). Concurrent takes of one slot share a script
 // run; a take spanning slots reserves in each and refunds on refusal
-// (docs/limiter.md, "Strict mode").
+// (docs/takes.md, "Strict mode").
 //
 //	taker, err := strict.New(strict.Config{Store: store})
 //	taken, states, err := taker.Take(ctx, time.Now(), queries, 1)

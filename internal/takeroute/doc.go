@@ -1,5 +1,5 @@
 // Package takeroute sends each owner take to the aggregator that owns its
-// partitions (stage B's routing; docs/limiter.md, "Owner takes"). Every
+// partitions (stage B's routing; docs/takes.md, "Owner takes"). Every
 // aggregator running --owner-takes writes, per partition whose takes it
 // answers, an owner record with the address of its peer endpoint
 // (window.Keys.TakesOwner, refreshed on its checkpoint tick, expiring when

@@ -28,7 +28,7 @@
 // the subject the limiter looks up (docs/rules.md, "Kinds").
 //
 // With Take, the middleware asks the limiter to check and count at once
-// (strict rules, docs/limiter.md): the limiter publishes the events itself,
+// (strict rules, docs/takes.md): the limiter publishes the events itself,
 // so the middleware publishes nothing.
 //
 //	create, err := limitermw.New(limitermw.Config{Checker: lc, Take: true, Action: "link_create", FailClosed: true})
