@@ -54,7 +54,7 @@ func rlsDescriptorLimit(sub Subject, d *commonv3.RateLimitDescriptor) (descripto
 // the aggregator decided by the rules, and a non-strict take is decided
 // again by the aggregator when it counts the event: both would promise a
 // limit nobody enforces, so the rules' limits answer there, and the
-// descriptor is counted as ignored (docs/limiter.md).
+// descriptor is counted as ignored (docs/integrate.md).
 func (l *Limiter) applyDescriptorLimits(plans []plan, dls []descriptorLimit, take bool) {
 	for _, dl := range dls {
 		outcome := "honoured"
@@ -89,7 +89,7 @@ func (l *Limiter) applyDescriptorLimits(plans []plan, dls []descriptorLimit, tak
 		if _, seen := l.descWarned.LoadOrStore(outcome, true); !seen && outcome != "honoured" {
 			// Once per reason: Envoy sends the same descriptors with every
 			// request, and the metric counts them all.
-			l.log.Warn("limiter: RLS descriptors carry a limit this limiter cannot honour; the rules' limits answer (docs/limiter.md)",
+			l.log.Warn("limiter: RLS descriptors carry a limit this limiter cannot honour; the rules' limits answer (docs/integrate.md)",
 				"kind", dl.sub.Kind, "limit", dl.limit.String(), "why", strings.TrimPrefix(outcome, "ignored_"))
 		}
 	}
